@@ -1,0 +1,123 @@
+"""The serving plan: a validated project reduced to what hosts need to run it.
+
+``peach dev`` (the simulator) and ``peach deploy`` (Ray Serve) both consume a ``ProjectPlan``
+and nothing else, so both host exactly the same thing. The plan is built by
+``peach_cli.project.build_plan`` from the conf model and the notebooks; it is plain frozen
+data (picklable, JSON-able through ``to_dict``) so it can cross process boundaries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+DEFAULT_MEDIA_TYPE = "text/plain; charset=utf-8"
+DEFAULT_TIMEOUT_S = 30.0
+PRIMARY = "main"
+FALLBACK = "fallback"
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One component of one endpoint: the code a replica runs and how many replicas run it."""
+
+    endpoint: str
+    """The endpoint's name (``assistant``)."""
+    name: str
+    """The component's name (``main``, ``fallback``, ...)."""
+    url: str
+    """The endpoint's url, for messages."""
+    notebook: str
+    """The notebook the code came from, relative to the project root (posix)."""
+    source: str
+    """The extracted Python module source that a replica executes."""
+    source_name: str
+    """The filename given to ``compile()`` so tracebacks name the notebook."""
+    method: str
+    """The function called on every request."""
+    init: str | None = None
+    """The function called once per replica; its result is the state."""
+    state_param: Literal["model", "init_state"] = "model"
+    """Which parameter receives the init state (``init_state`` for decorator endpoints)."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Default request parameters (``stream`` removed: the gateway never sees it)."""
+    replicas: int = 1
+    memory: int | None = None
+    """The per-replica memory request in bytes, if any."""
+    cpus: float = 1.0
+    media_type: str = DEFAULT_MEDIA_TYPE
+    py_env: str = "base"
+    dependencies: tuple[str, ...] = ()
+    """``base``'s dependencies followed by the py_env's own."""
+    modules: tuple[str, ...] = ()
+    """Project-local ``.py`` files (relative posix paths) the source imports."""
+    line_map: tuple[tuple[int, int, int], ...] = ()
+    """(first module line, cell index, first cell line) per extracted cell, for positions."""
+
+    @property
+    def key(self) -> str:
+        """``endpoint/component``: the component's identity across reloads."""
+        return f"{self.endpoint}/{self.name}"
+
+    def fingerprint(self, root: Path | None = None) -> str:
+        """A hash of everything that, when changed, requires new replicas.
+
+        With ``root``, the contents of the project modules the code imports are included.
+        """
+        digest = hashlib.sha256()
+        data = asdict(self)
+        data.pop("url")  # a url change re-routes, it does not restart replicas
+        digest.update(json.dumps(data, sort_keys=True, default=str).encode())
+        if root is not None:
+            for module in self.modules:
+                try:
+                    digest.update((root / module).read_bytes())
+                except OSError:
+                    digest.update(b"<missing>")
+        return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    """One endpoint: a url and its components (a primary and an optional fallback)."""
+
+    name: str
+    url: str
+    components: dict[str, ComponentSpec]
+    primary: str = PRIMARY
+    fallback: str | None = None
+    decorated: bool = False
+
+    @property
+    def primary_component(self) -> ComponentSpec:
+        return self.components[self.primary]
+
+    @property
+    def fallback_component(self) -> ComponentSpec | None:
+        return self.components[self.fallback] if self.fallback else None
+
+
+@dataclass(frozen=True)
+class ProjectPlan:
+    """Everything a host needs to serve a project."""
+
+    root: Path
+    codops: str
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    endpoints: dict[str, EndpointSpec] = field(default_factory=dict)
+    py_environments: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Each py_env's full dependency list (``base`` included)."""
+    watched_files: tuple[str, ...] = ()
+    """Conf files and notebooks the plan was built from (relative posix paths)."""
+
+    def components(self) -> list[ComponentSpec]:
+        return [c for e in self.endpoints.values() for c in e.components.values()]
+
+    def endpoint_for_url(self, url: str) -> EndpointSpec | None:
+        for spec in self.endpoints.values():
+            if spec.url == url:
+                return spec
+        return None
