@@ -1,0 +1,302 @@
+"""The request contract's rules, host-independent (SPEC §2). HTTP behaviour is in test_gateway*."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from peach_cli import contract
+from peach_cli.contract import CallResult, ContractError, RequestParams, parse_request
+from peach_cli.plan import ComponentSpec, EndpointSpec
+
+SOURCE = """
+import uuid
+from typing import Optional
+
+def init_state():
+    return {"token": uuid.uuid4().hex}
+
+def recommend(model, item_id: str, size: int = 3, tags: list[str] = [], exact: Optional[bool] = None):
+    return {"token": model["token"], "item_id": item_id, "size": size, "tags": tags, "exact": exact}
+
+def drifting(model):
+    return [model["token"]], {"drift_detected": True}
+
+def kwargs_only(**kwargs):
+    return kwargs
+
+def no_model(size: int = 1):
+    return size
+
+async def words(model, n: int = 3):
+    for i in range(n):
+        yield f"w{i} "
+
+def sync_words(n: int = 2):
+    yield "a"
+    yield b"b"
+"""
+
+
+def runner_for(
+    method: str, *, init: str | None = "init_state", args=None
+) -> contract.ComponentRunner:
+    spec = ComponentSpec(
+        endpoint="e",
+        name="main",
+        url="/e",
+        notebook="nb.ipynb",
+        source=SOURCE,
+        source_name="nb.ipynb",
+        method=method,
+        init=init,
+        args=args or {},
+    )
+    runner = contract.ComponentRunner(spec, Path("."))
+    asyncio.run(runner.start())
+    return runner
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+class TestParseRequest:
+    def test_query_and_body_merge_with_body_winning(self) -> None:
+        params, stream = parse_request("POST", [("a", "1"), ("b", "2")], b'{"b": 3}')
+        assert params.query == {"a": "1", "b": "2"} and params.body == {"b": 3}
+        assert not stream
+
+    @pytest.mark.parametrize("value", ["true", "1", "yes", "TRUE"])
+    def test_stream_truthy_in_query(self, value: str) -> None:
+        params, stream = parse_request("GET", [("stream", value), ("q", "x")], b"")
+        assert stream and "stream" not in params.query
+
+    def test_stream_json_true_in_body_is_taken_out(self) -> None:
+        params, stream = parse_request("POST", [], b'{"stream": true, "q": 1}')
+        assert stream and params.body == {"q": 1}
+
+    def test_body_stream_wins_over_query(self) -> None:
+        _, stream = parse_request("POST", [("stream", "true")], b'{"stream": "false"}')
+        assert not stream
+
+    @pytest.mark.parametrize(
+        ("method", "body", "code", "status"),
+        [
+            ("PUT", b"", "method_not_allowed", 405),
+            ("DELETE", b"", "method_not_allowed", 405),
+            ("POST", b"{nope", "bad_request", 400),
+            ("POST", b"[1, 2]", "bad_request", 400),
+            ("POST", b'"text"', "bad_request", 400),
+            ("POST", b"\xff\xfe\x00", "bad_request", 400),
+            ("POST", b"[" * 100_000, "bad_request", 400),
+        ],
+    )
+    def test_refusals(self, method: str, body: bytes, code: str, status: int) -> None:
+        with pytest.raises(ContractError) as caught:
+            parse_request(method, [], body)
+        assert (caught.value.code, caught.value.status) == (code, status)
+
+    def test_body_over_limit_is_413(self) -> None:
+        with pytest.raises(ContractError) as caught:
+            parse_request("POST", [], b"{}" + b" " * 20, max_body_bytes=10)
+        assert caught.value.status == 413
+
+
+class TestBinding:
+    def test_init_state_reaches_model_and_args_fill_defaults(self) -> None:
+        runner = runner_for("recommend", args={"size": 7})
+        result = run(runner.call(RequestParams(query={"item_id": "x"})))
+        assert result.ok and result.result["size"] == 7
+        assert result.result["token"] == runner.state["token"]
+
+    def test_query_values_are_converted_to_annotations(self) -> None:
+        runner = runner_for("recommend")
+        params = RequestParams(
+            query={"item_id": "x", "size": "4", "tags": ["a", "b"], "exact": "no"}
+        )
+        result = run(runner.call(params))
+        assert result.result == {
+            "token": runner.state["token"],
+            "item_id": "x",
+            "size": 4,
+            "tags": ["a", "b"],
+            "exact": False,
+        }
+
+    def test_unconvertible_and_missing_parameters_are_400_naming_them(self) -> None:
+        runner = runner_for("recommend")
+        bad = run(runner.call(RequestParams(query={"item_id": "x", "size": "ten"})))
+        assert (bad.code, "'size'" in (bad.message or "")) == ("bad_request", True)
+        missing = run(runner.call(RequestParams()))
+        assert missing.code == "bad_request" and "'item_id'" in (missing.message or "")
+
+    def test_request_can_never_set_model(self) -> None:
+        runner = runner_for("recommend")
+        params = RequestParams(query={"item_id": "x", "model": "hack"}, body={"init_state": 1})
+        result = run(runner.call(params))
+        assert result.result["token"] == runner.state["token"]
+
+    def test_unknown_params_are_dropped_unless_kwargs(self) -> None:
+        assert (
+            run(runner_for("no_model", init=None).call(RequestParams(body={"zzz": 1}))).result == 1
+        )
+        kwargs = run(runner_for("kwargs_only").call(RequestParams(body={"zzz": 1, "model": 2})))
+        assert kwargs.result == {"zzz": 1}
+
+    @pytest.mark.parametrize(
+        ("value", "annotation", "expected"),
+        [
+            ("3", int, 3),
+            ("2.5", float, 2.5),
+            ("on", bool, True),
+            ("a,b", list[str], ["a", "b"]),
+            ("[1, 2]", list[int], [1, 2]),
+            ("", Optional[int], None),
+            ("5", Optional[int], 5),
+            ("x", str, "x"),
+        ],
+    )
+    def test_convert_query_value(self, value, annotation, expected) -> None:
+        assert contract.convert_query_value(value, annotation) == expected
+
+
+class TestResults:
+    def test_drift_answers_first_then_reinits_only_this_runner(self) -> None:
+        async def scenario():
+            runner = runner_for_loop("drifting")
+            other = runner_for_loop("drifting")
+            await runner.start()
+            await other.start()
+            first = await runner.call(RequestParams())
+            assert runner.reinitializing
+            second = await runner.call(RequestParams())
+            return first, second, other.reinit_count, runner.reinit_count
+
+        first, second, other_reinits, reinits = asyncio.run(scenario())
+        assert first.drift and first.result != second.result
+        assert (other_reinits, reinits) == (0, 1)
+
+    def test_conversions(self) -> None:
+        np = pytest.importorskip("numpy")
+
+        @dataclasses.dataclass
+        class Hit:
+            item: str
+            score: float
+
+        value = {"a": np.array([1, 2]), "b": np.float32(0.5), "c": (Hit("x", 1.0),), "d": {3}}
+        assert contract.to_json_value(value) == {
+            "a": [1, 2],
+            "b": 0.5,
+            "c": [{"item": "x", "score": 1.0}],
+            "d": [3],
+        }
+
+    def test_non_json_names_the_type(self) -> None:
+        with pytest.raises(contract.ResultNotJSON, match="object"):
+            contract.to_json_value({"x": [object()]})
+
+    @pytest.mark.parametrize("value", [None, [], {}, (), ""])
+    def test_empty(self, value) -> None:
+        assert contract.is_empty(value)
+
+    def test_stream_required_when_generator_called_plainly(self) -> None:
+        result = run(runner_for("words").call(RequestParams()))
+        assert result.code == "stream_required"
+        assert "async_generator" in result.message and "stream=true" in result.message
+
+    def test_streams_encode_chunks(self) -> None:
+        async def collect(method):
+            runner = runner_for_loop(method)
+            await runner.start()
+            chunks = await runner.open_stream(RequestParams(query={"n": "2"}))
+            return [chunk async for chunk in chunks]
+
+        assert asyncio.run(collect("words")) == [b"w0 ", b"w1 "]
+        assert asyncio.run(collect("sync_words")) == [b"a", b"b"]
+
+
+def runner_for_loop(method: str) -> contract.ComponentRunner:
+    spec = ComponentSpec(
+        endpoint="e",
+        name="main",
+        url="/e",
+        notebook="nb.ipynb",
+        source=SOURCE,
+        source_name="nb.ipynb",
+        method=method,
+        init="init_state",
+    )
+    return contract.ComponentRunner(spec, Path("."))
+
+
+class TestAnswer:
+    endpoint = EndpointSpec(
+        name="e",
+        url="/e",
+        components={},
+        primary="main",
+        fallback="fallback",
+    )
+
+    def answer(self, outcomes: dict[str, CallResult | float], timeout_s: float = 1.0):
+        async def call(component: str, attempt: contract.Attempt) -> CallResult:
+            attempt.replica = f"{component}#1"
+            outcome = outcomes[component]
+            if isinstance(outcome, float):
+                await asyncio.sleep(outcome)  # a slow method, not synchronisation
+                return CallResult(ok=True, result="late")
+            return outcome
+
+        return asyncio.run(contract.answer(self.endpoint, RequestParams(), call, timeout_s))
+
+    def test_primary_answer_is_enveloped(self) -> None:
+        answer = self.answer({"main": CallResult(ok=True, result=[1])})
+        assert (answer.status, answer.body, answer.headers()) == (
+            200,
+            {"result": [1], "status": "ok"},
+            {"X-Peach-Component": "main", "X-Peach-Replica": "main#1"},
+        )
+
+    @pytest.mark.parametrize(
+        "primary",
+        [
+            CallResult.failure("method_error", "boom"),
+            CallResult(ok=True, result=[], empty=True),
+            5.0,
+        ],
+    )
+    def test_fallback_answers_for_raise_empty_and_timeout(self, primary) -> None:
+        answer = self.answer(
+            {"main": primary, "fallback": CallResult(ok=True, result=["top"])}, 0.2
+        )
+        assert (answer.status, answer.component, answer.body["result"]) == (
+            200,
+            "fallback",
+            ["top"],
+        )
+
+    def test_timeout_without_fallback_is_504(self) -> None:
+        endpoint = dataclasses.replace(self.endpoint, fallback=None)
+
+        async def call(component, attempt):
+            attempt.replica = "main#1"
+            await asyncio.sleep(5)
+
+        answer = asyncio.run(contract.answer(endpoint, RequestParams(), call, 0.1))
+        assert answer.status == 504 and answer.body["error"]["code"] == "timeout"
+        assert answer.replica == "main#1"
+
+    def test_bad_request_does_not_fall_back(self) -> None:
+        answer = self.answer(
+            {
+                "main": CallResult.failure("bad_request", "missing"),
+                "fallback": CallResult(ok=True, result=1),
+            }
+        )
+        assert (answer.status, answer.body["error"]["code"]) == (400, "bad_request")
