@@ -1,0 +1,166 @@
+"""The peach.conf model: every key of SPEC §1 with its type, default and rule (pydantic v2).
+
+This is the one conf model: the loader (``peach_cli.project``) validates merged YAML
+against it, ``peach schema`` prints its JSON Schema, and the plan is built from it. Models
+are strict (no ``"2"`` for ``2``) and forbid unknown keys; checks that need the notebooks'
+code live in ``peach_cli.validate``, not here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from peach_cli.plan import DEFAULT_MEDIA_TYPE, DEFAULT_TIMEOUT_S
+
+BASE_ENV = "base"
+RESERVED_URL_PREFIX = "/_peach"
+
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T|k)?\s*$")
+_UNITS = {
+    None: 1,
+    "K": 10**3,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+MEMORY_PATTERN = r"^\s*\d+(\.\d+)?\s*(Ki|Mi|Gi|Ti|K|M|G|T|k)?\s*$"
+
+
+def memory_bytes(value: str | int | None) -> int | None:
+    """``"512Mi"`` → 536870912, ``"2G"`` → 2000000000, ``1024`` → 1024, ``None`` → None.
+
+    >>> memory_bytes("2Gi")
+    2147483648
+    """
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    match = _MEMORY.match(value)
+    if match is None:
+        raise ValueError(f"invalid memory {value!r}")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _check_memory(value: Any) -> Any:
+    if value is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError("memory must be a size like 512Mi or 2Gi, or a number of bytes")
+    if isinstance(value, int):
+        if value < 1:
+            raise ValueError("memory must be at least 1 byte")
+        return value
+    if _MEMORY.match(value) is None:
+        raise ValueError(f"memory {value!r} is not a size like 512Mi, 2Gi or a number of bytes")
+    if memory_bytes(value) == 0:
+        raise ValueError("memory must be at least 1 byte")
+    return value
+
+
+Memory = Annotated[
+    str | int | None,
+    BeforeValidator(_check_memory),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": MEMORY_PATTERN},
+                {"type": "integer", "minimum": 1},
+                {"type": "null"},
+            ],
+            "description": "Per-replica memory request: 512Mi, 2Gi, or bytes.",
+        }
+    ),
+]
+
+Codops = Annotated[str, Field(pattern=r"^[a-z0-9_-]+$", description="The organisation id.")]
+Url = Annotated[
+    str, Field(pattern=r"^/", description='The endpoint\'s url; starts with "/", unique.')
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class PyEnvironment(_Strict):
+    """A Python environment; every env inherits ``base``'s dependencies."""
+
+    dependencies: list[str] = Field(default_factory=list, description="pip requirements.")
+
+
+class Component(_Strict):
+    """One component of an endpoint: the notebook function that serves it."""
+
+    notebook: str = Field(description="Notebook path, relative to the project folder.")
+    method: str = Field(description="The function run on every request.")
+    init: str | None = Field(None, description="Runs once per replica when it starts.")
+    full_notebook: bool = Field(
+        False, description="Run every code cell, not only the defining ones."
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="Default request parameters.")
+    replicas: int = Field(1, ge=1, description="Number of replicas.")
+    memory: Memory = None
+    cpus: float = Field(1.0, gt=0, description="CPUs reserved per replica on Ray.")
+    media_type: str = Field(DEFAULT_MEDIA_TYPE, description="Content type of streams.")
+
+
+class Endpoint(_Strict):
+    """An endpoint: a url and its components (``main`` and an optional ``fallback``)."""
+
+    url: Url
+    py_env: str = Field(BASE_ENV, description="A declared py_environment, or base.")
+    components: dict[str, Component] = Field(min_length=1)
+
+
+class Task(_Strict):
+    """A notebook function run by ``peach task`` (validated only, for now)."""
+
+    notebook: str
+    method: str
+    init: str | None = None
+    py_env: str = BASE_ENV
+    full_notebook: bool = False
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class PeachConf(_Strict):
+    """A whole project's configuration, after merging peach.yaml and peach.conf/*.yaml."""
+
+    codops: Codops
+    timeout_s: float = Field(
+        DEFAULT_TIMEOUT_S, gt=0, description="Bound on non-streaming calls, in seconds."
+    )
+    py_environments: dict[str, PyEnvironment] = Field(default_factory=dict)
+    endpoints: dict[str, Endpoint] = Field(default_factory=dict)
+    decorator_endpoints: list[str] = Field(
+        default_factory=list, description="Notebooks whose @endpoint functions are endpoints."
+    )
+    tasks: dict[str, Task] = Field(default_factory=dict)
+
+    def environment(self, name: str) -> tuple[str, ...]:
+        """The full dependency list of a py_env: ``base``'s, then its own (no repeats)."""
+        base = self.py_environments.get(BASE_ENV)
+        deps = list(base.dependencies) if base else []
+        env = self.py_environments.get(name)
+        if env is not None and name != BASE_ENV:
+            deps += [d for d in env.dependencies if d not in deps]
+        return tuple(deps)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of peach.conf (for yaml-language-server and editors)."""
+    schema = PeachConf.model_json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "peach.conf",
+        **{k: v for k, v in schema.items() if k != "title"},
+    }

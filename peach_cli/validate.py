@@ -1,0 +1,577 @@
+"""The checks of SPEC §3 that need the notebooks, and the plan they produce when they pass.
+
+``validate_project`` takes a loaded :class:`~peach_cli.project.Project` and, without running
+any user code, checks every component and task against its notebook (files exist and stay
+inside the project, functions exist, ``init`` takes no required parameter, ...), reads the
+decorator notebooks, and checks names and urls across the whole project. It returns every
+problem at once, plus the ``EndpointSpec``s for ``ProjectPlan``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from peach_cli import notebook as nb
+from peach_cli.conf import BASE_ENV, RESERVED_URL_PREFIX, Component, memory_bytes
+from peach_cli.diagnostics import Diagnostic, Position, did_you_mean, has_errors
+from peach_cli.plan import FALLBACK, PRIMARY, ComponentSpec, EndpointSpec, ProjectPlan
+from peach_cli.project import Path_, Project, schema_diagnostic
+
+MAX_MODULE_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class Validation:
+    """What ``validate_project`` found: the problems, and the endpoints when there are none."""
+
+    project: Project
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    endpoints: dict[str, EndpointSpec] = field(default_factory=dict)
+    notebooks: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not has_errors(self.diagnostics)
+
+    def plan(self) -> ProjectPlan:
+        """The serving plan (only meaningful when ``ok``)."""
+        conf = self.project.conf
+        envs = {BASE_ENV, *conf.py_environments}
+        return ProjectPlan(
+            root=self.project.root,
+            codops=conf.codops,
+            timeout_s=float(conf.timeout_s),
+            endpoints=dict(self.endpoints),
+            py_environments={name: conf.environment(name) for name in sorted(envs)},
+            watched_files=tuple(dict.fromkeys([*self.project.files, *self.notebooks])),
+        )
+
+
+@dataclass
+class _Code:
+    """A component's code, once found: the notebook, its extraction, its functions."""
+
+    notebook: nb.Notebook
+    extraction: nb.Extraction
+    method: nb.Definition | None
+    init: nb.Definition | None
+
+
+def validate_project(project: Project) -> Validation:
+    """Check a loaded project against its notebooks; never runs user code."""
+    return _Checker(project).run()
+
+
+class _Checker:
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self.conf = project.conf
+        self.result = Validation(project)
+        self.notebooks: dict[str, nb.Notebook | None] = {}
+        self.reported: set[tuple[str, int, str]] = set()
+        self.urls: dict[str, tuple[str, Position]] = {}
+
+    # -- reporting --
+
+    def report(
+        self, code: str, message: str, position: Position | None, hint: str | None = None
+    ) -> None:
+        self.result.diagnostics.append(Diagnostic(code, message, position, hint))
+
+    def at(self, path: Path_, *, key: bool = False) -> Position:
+        return self.project.position(path, key=key)
+
+    @staticmethod
+    def in_cell(notebook: nb.Notebook, cell: nb.Cell, line: int, column: int | None) -> Position:
+        return Position(notebook.path, line, column, cell.number, cell.line(line))
+
+    def at_def(self, notebook: nb.Notebook, definition: nb.Definition) -> Position:
+        return self.in_cell(notebook, definition.cell, definition.line, definition.column)
+
+    # -- the whole project --
+
+    def run(self) -> Validation:
+        conf = self.conf
+        for name, env in conf.endpoints.items():
+            self.check_py_env(("endpoints", name, "py_env"), env.py_env)
+            self.check_url(name, env.url, self.at(("endpoints", name, "url")))
+            components = self.check_endpoint_components(name, list(env.components))
+            specs = {}
+            for component_name, component in env.components.items():
+                where = ("endpoints", name, "components", component_name)
+                code = self.check_code(where, component, "model")
+                if code is not None:
+                    specs[component_name] = self.component_spec(
+                        name, component_name, env.url, env.py_env, component, code, "model"
+                    )
+            if components is not None and len(specs) == len(env.components):
+                primary, fallback = components
+                self.result.endpoints[name] = EndpointSpec(name, env.url, specs, primary, fallback)
+        for name, task in conf.tasks.items():
+            self.check_py_env(("tasks", name, "py_env"), task.py_env)
+            self.check_code(("tasks", name), task, "model")
+        seen: dict[str, int] = {}
+        for index, path in enumerate(conf.decorator_endpoints):
+            if path in seen:
+                first = self.at(("decorator_endpoints", seen[path]))
+                self.report(
+                    "PC110",
+                    f"decorator notebook {path} is listed twice (first at line {first.line})",
+                    self.at(("decorator_endpoints", index)),
+                )
+                continue
+            seen[path] = index
+            self.check_decorator_notebook(index, path)
+        if self.project.schema_ok and not conf.endpoints and not conf.decorator_endpoints:
+            self.report(
+                "PC306",
+                "the project defines no endpoint",
+                self.at(()),
+                "add one under endpoints: (see examples/quickstart/peach.yaml)",
+            )
+        return self.result
+
+    def check_py_env(self, where: Path_, name: str) -> None:
+        declared = [BASE_ENV, *self.conf.py_environments]
+        if name not in declared:
+            self.report(
+                "PC114",
+                f"py_env '{name}' is not declared in py_environments",
+                self.at(where),
+                did_you_mean(name, declared) or f"declared: {', '.join(declared)}",
+            )
+
+    def check_url(self, endpoint: str, url: str, position: Position) -> None:
+        if url == RESERVED_URL_PREFIX or url.startswith(RESERVED_URL_PREFIX + "/"):
+            self.report(
+                "PC116",
+                f"url {url} is reserved: {RESERVED_URL_PREFIX}/ belongs to the dev server",
+                position,
+                "choose another url",
+            )
+        normalized = url.rstrip("/") or "/"
+        if normalized in self.urls:
+            other, other_position = self.urls[normalized]
+            self.report(
+                "PC112",
+                f"url {url} is already the url of endpoint '{other}' ({other_position})",
+                position,
+                "every endpoint needs its own url",
+            )
+        else:
+            self.urls[normalized] = (endpoint, position)
+
+    def check_endpoint_components(
+        self, name: str, names: list[str]
+    ) -> tuple[str, str | None] | None:
+        where = ("endpoints", name, "components")
+        primaries = [c for c in names if c != FALLBACK]
+        fallback = FALLBACK if FALLBACK in names else None
+        if not primaries:
+            self.report(
+                "PC115",
+                f"endpoint '{name}' has only a fallback component",
+                self.at(where, key=True),
+                "add the primary component, named main",
+            )
+            return None
+        if len(primaries) > 1 and PRIMARY not in primaries:
+            self.report(
+                "PC113",
+                f"endpoint '{name}' has several components ({', '.join(primaries)}) "
+                f"and none is named '{PRIMARY}'",
+                self.at(where, key=True),
+                f"name the primary component '{PRIMARY}' (and the fallback '{FALLBACK}')",
+            )
+            return None
+        return (PRIMARY if PRIMARY in primaries else primaries[0]), fallback
+
+    # -- notebooks --
+
+    def load_notebook(self, relative: str, where: Position) -> nb.Notebook | None:
+        """Read a notebook once; report a bad path or an unreadable file at ``where``."""
+        pure = PurePosixPath(relative.replace("\\", "/"))
+        root = self.project.root.resolve()
+        if (
+            pure.is_absolute()
+            or Path(relative).is_absolute()
+            or not ((root / relative).resolve().is_relative_to(root))
+        ):
+            self.report(
+                "PC202",
+                f"notebook {relative} is outside the project folder",
+                where,
+                "notebook paths are relative to the project folder and stay inside it",
+            )
+            return None
+        key = (root / relative).resolve().relative_to(root).as_posix()
+        if key not in self.notebooks:
+            try:
+                self.notebooks[key] = nb.read_notebook(root, key)
+            except nb.NotebookError as error:
+                self.notebooks[key] = None
+                hint = self.similar_notebooks(key) if error.missing else None
+                self.report("PC201" if error.missing else "PC203", error.message, where, hint)
+                return None
+            self.result.notebooks.append(key)
+        return self.notebooks[key]
+
+    def similar_notebooks(self, relative: str) -> str | None:
+        root = self.project.root
+        try:
+            candidates = [
+                p.relative_to(root).as_posix()
+                for p in root.rglob("*.ipynb")
+                if ".ipynb_checkpoints" not in p.parts
+            ][:500]
+        except OSError:
+            return None
+        return did_you_mean(relative, candidates)
+
+    def report_cells(
+        self, notebook: nb.Notebook, cells: tuple[nb.Cell, ...] | list[nb.Cell]
+    ) -> None:
+        """Warn once per cell about dropped magics; report invalid Python once per cell."""
+        for cell in cells:
+            if cell.dropped and (notebook.path, cell.number, "PC304") not in self.reported:
+                self.reported.add((notebook.path, cell.number, "PC304"))
+                count = len(cell.dropped)
+                self.report(
+                    "PC304",
+                    f"{count} IPython magic/shell line{'s' if count > 1 else ''} dropped from "
+                    f"cell {cell.number}: {'they do' if count > 1 else 'it does'} not run on the platform",
+                    self.in_cell(notebook, cell, cell.dropped[0], 1),
+                    "install packages through py_environments, not !pip",
+                )
+            if cell.syntax_error is not None:
+                self.report_syntax_error(notebook, cell)
+
+    def report_syntax_error(self, notebook: nb.Notebook, cell: nb.Cell) -> None:
+        if (notebook.path, cell.number, "PC206") in self.reported:
+            return
+        self.reported.add((notebook.path, cell.number, "PC206"))
+        error = cell.syntax_error
+        assert error is not None
+        line = error.lineno or 1
+        self.report(
+            "PC206",
+            f"cell {cell.number} is not valid Python: {error.msg}",
+            self.in_cell(notebook, cell, line, error.offset),
+        )
+
+    # -- components and tasks --
+
+    def check_code(self, where: Path_, component: Any, state_param: str) -> _Code | None:
+        """Check one conf component or task against its notebook; None if it cannot run."""
+        notebook = self.load_notebook(component.notebook, self.at((*where, "notebook")))
+        if notebook is None:
+            return None
+        method = self.find_function(notebook, component.method, (*where, "method"), "method")
+        init = None
+        if component.init is not None:
+            init = self.find_function(notebook, component.init, (*where, "init"), "init")
+        extraction = notebook.extract(
+            None
+            if component.full_notebook
+            else [n for n in (component.method, component.init) if n]
+        )
+        self.report_cells(notebook, extraction.cells)
+        if "stream" in component.args:
+            self.report(
+                "PC302",
+                "'stream' in args is never seen: the gateway decides to stream before args apply",
+                self.at((*where, "args", "stream"), key=True),
+                "remove it; callers send stream=true with the request",
+            )
+        ok = method is not None and (component.init is None or init is not None)
+        if ok and component.full_notebook and notebook.broken_cells():
+            ok = False
+        self.check_functions(notebook, method, init, state_param)
+        if not ok or method is None:
+            return None
+        return _Code(notebook, extraction, method, init)
+
+    def find_function(
+        self, notebook: nb.Notebook, name: str, where: Path_ | Position, role: str
+    ) -> nb.Definition | None:
+        definition = notebook.definitions.get(name)
+        if definition is not None:
+            return definition
+        hint = did_you_mean(name, notebook.functions())
+        broken = notebook.broken_cells()
+        if broken:
+            for cell in broken:
+                self.report_syntax_error(notebook, cell)
+            hint = hint or f"cell {broken[0].number} is not valid Python; is {name} defined there?"
+        self.report(
+            "PC204",
+            f"{role} '{name}' is not defined at the top level of {notebook.path}",
+            where if isinstance(where, Position) else self.at(where),
+            hint,
+        )
+        return None
+
+    def check_functions(
+        self,
+        notebook: nb.Notebook,
+        method: nb.Definition | None,
+        init: nb.Definition | None,
+        state_param: str,
+    ) -> None:
+        if init is not None and init.node is not None:
+            required = nb.required_parameters(init.node)
+            if required:
+                self.report(
+                    "PC205",
+                    f"init '{init.name}' takes required parameters ({', '.join(required)}): "
+                    "it is called with none",
+                    self.at_def(notebook, init),
+                    "give them defaults, or read settings inside the function",
+                )
+        if method is None or method.node is None:
+            return
+        function = method.node
+        if init is not None and not nb.accepts(function, state_param):
+            self.report(
+                "PC301",
+                f"'{method.name}' declares no '{state_param}' parameter, so it never receives "
+                f"what '{init.name}' returns",
+                self.at_def(notebook, method),
+                f"add a parameter named {state_param}",
+            )
+        if nb.is_generator(function):
+            drift = nb.mentions_drift(function)
+            if drift is not None:
+                self.report(
+                    "PC303",
+                    f"'{method.name}' is a generator: a stream cannot signal drift_detected",
+                    self.in_cell(
+                        notebook,
+                        method.cell,
+                        getattr(drift, "lineno", method.line),
+                        getattr(drift, "col_offset", 0) + 1,
+                    ),
+                    "detect drift in a non-streaming method, or re-load state inside the generator",
+                )
+        if nb.is_async_generator(function):
+            self.report(
+                "PC401",
+                f"'{method.name}' is an async generator: callers must send stream=true "
+                '(?stream=true or "stream": "true" in the body)',
+                self.at_def(notebook, method),
+            )
+
+    def component_spec(
+        self,
+        endpoint: str,
+        name: str,
+        url: str,
+        py_env: str,
+        component: Component,
+        code: _Code,
+        state_param: str,
+    ) -> ComponentSpec:
+        return ComponentSpec(
+            endpoint=endpoint,
+            name=name,
+            url=url,
+            notebook=code.notebook.path,
+            source=code.extraction.source,
+            source_name=code.notebook.path,
+            method=component.method,
+            init=component.init,
+            state_param=state_param,  # type: ignore[arg-type]
+            args={k: v for k, v in component.args.items() if k != "stream"},
+            replicas=component.replicas,
+            memory=memory_bytes(component.memory),
+            cpus=float(component.cpus),
+            media_type=component.media_type,
+            py_env=py_env,
+            dependencies=self.conf.environment(py_env),
+            modules=self.project_modules(code),
+            line_map=code.extraction.line_map,
+        )
+
+    # -- decorator notebooks --
+
+    def check_decorator_notebook(self, index: int, relative: str) -> None:
+        where = self.at(("decorator_endpoints", index))
+        notebook = self.load_notebook(relative, where)
+        if notebook is None:
+            return
+        self.report_cells(notebook, notebook.cells)
+        functions = nb.find_endpoint_functions(notebook)
+        if not functions:
+            self.report(
+                "PC305",
+                f"{notebook.path} has no @endpoint function",
+                where,
+                'decorate a top-level function with @endpoint("/url")',
+            )
+        broken = bool(notebook.broken_cells())
+        extraction = notebook.extract(None)
+        for function in functions:
+            spec = self.decorated_endpoint(notebook, function, extraction)
+            if spec is not None and not broken:
+                self.result.endpoints[function.name] = spec
+
+    def decorated_endpoint(
+        self, notebook: nb.Notebook, function: nb.DecoratedFunction, extraction: nb.Extraction
+    ) -> EndpointSpec | None:
+        cell = function.cell
+
+        def position(option: str | None) -> Position:
+            if option in function.positions:
+                line, column = function.positions[option]
+                return self.in_cell(notebook, cell, line, column)
+            return self.in_cell(
+                notebook, cell, function.function.lineno, function.function.col_offset + 1
+            )
+
+        for problem in function.problems:
+            self.report(
+                problem.code,
+                problem.message,
+                self.in_cell(notebook, cell, problem.line, problem.column),
+                problem.hint,
+            )
+        ok = not function.problems
+        name = function.name
+        here = position(None)
+        if name in self.conf.endpoints or name in self.result.endpoints:
+            other = (
+                str(self.at(("endpoints", name), key=True))
+                if name in self.conf.endpoints
+                else "another decorator notebook"
+            )
+            self.report(
+                "PC110",
+                f"endpoint '{name}' is defined twice: here and in {other}",
+                here,
+                "rename the function or the conf endpoint",
+            )
+            ok = False
+        url = function.options.get("url")
+        if "url" in function.options:
+            if not isinstance(url, str) or not url.startswith("/"):
+                self.report(
+                    "PC103",
+                    f"invalid url: {url!r} is not a path starting with '/'",
+                    position("url"),
+                )
+                ok = False
+            else:
+                self.check_url(name, url, position("url"))
+        init_name = function.options.get("init_fn")
+        raw = {
+            "notebook": notebook.path,
+            "method": name,
+            **{
+                k: function.options[k]
+                for k in ("args", "replicas", "memory", "cpus", "media_type")
+                if k in function.options
+            },
+        }
+        if isinstance(init_name, str):
+            raw["init"] = init_name
+        from pydantic import ValidationError
+
+        try:
+            component = Component.model_validate(raw)
+        except ValidationError as error:
+            for item in error.errors(include_url=False):
+                option = str(item["loc"][0]) if item["loc"] else None
+                self.result.diagnostics.append(
+                    schema_diagnostic(item, lambda *_a, option=option, **_k: position(option), Component)
+                )
+            return None
+        method = notebook.definitions.get(name)
+        init = None
+        if isinstance(init_name, str):
+            init = notebook.definitions.get(init_name)
+            if init is None or init.node is None:
+                self.report(
+                    "PC204",
+                    f"init_fn '{init_name}' is not a top-level function of {notebook.path}",
+                    position("init_fn"),
+                    did_you_mean(init_name, notebook.functions()),
+                )
+                ok = False
+                init = None
+        if "stream" in component.args:
+            self.report(
+                "PC302",
+                "'stream' in args is never seen: the gateway decides to stream before args apply",
+                position("args"),
+                "remove it; callers send stream=true with the request",
+            )
+        self.check_functions(notebook, method, init, "init_state")
+        if not ok or method is None or not isinstance(url, str):
+            return None
+        code = _Code(notebook, extraction, method, init)
+        spec = self.component_spec(name, PRIMARY, url, BASE_ENV, component, code, "init_state")
+        return EndpointSpec(name, url, {PRIMARY: spec}, PRIMARY, None, decorated=True)
+
+    # -- project modules --
+
+    def project_modules(self, code: _Code) -> tuple[str, ...]:
+        """Project-local .py files the code imports, directly or through each other."""
+        root = self.project.root.resolve()
+        notebook_dir = (root / code.notebook.path).parent
+        search = [root] if notebook_dir == root else [root, notebook_dir]
+        found: list[Path] = []
+        queue: list[tuple[ast.AST, Path | None]] = [
+            (cell.tree, None) for cell in code.extraction.cells if cell.tree is not None
+        ]
+        while queue:
+            tree, origin = queue.pop()
+            for path in self.resolve_imports(tree, origin, search, root):
+                if path not in found:
+                    found.append(path)
+                    module_tree = self.parse_module(path)
+                    if module_tree is not None:
+                        queue.append((module_tree, path))
+        return tuple(sorted(p.relative_to(root).as_posix() for p in found))
+
+    @staticmethod
+    def resolve_imports(
+        tree: ast.AST, origin: Path | None, search: list[Path], root: Path
+    ) -> list[Path]:
+        files: list[Path] = []
+        for dotted, level in nb.imported_modules(tree):
+            if level:
+                if origin is None:
+                    continue
+                base = origin.parent
+                for _ in range(level - 1):
+                    base = base.parent
+                bases = [base]
+            else:
+                bases = search
+            parts = [p for p in dotted.split(".") if p]
+            for base in bases:
+                current = base
+                for part in parts:
+                    package, module = current / part, current / f"{part}.py"
+                    if (package / "__init__.py").is_file():
+                        files.append(package / "__init__.py")
+                        current = package
+                    elif module.is_file():
+                        files.append(module)
+                        break
+                    elif package.is_dir():  # namespace package
+                        current = package
+                    else:
+                        break
+        return [f.resolve() for f in files if f.resolve().is_relative_to(root)]
+
+    def parse_module(self, path: Path) -> ast.AST | None:
+        try:
+            if path.stat().st_size > MAX_MODULE_BYTES:
+                return None
+            return ast.parse(path.read_bytes())
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
