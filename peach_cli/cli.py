@@ -72,6 +72,93 @@ def dev(
     )
 
 
+@app.command(no_args_is_help=True)
+def ask(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="An endpoint path like /assistant (joined to --url), or a full URL.",
+            show_default=False,
+        ),
+    ],
+    items: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="Parameters: KEY=VALUE (string), KEY:=JSON (raw JSON), KEY==VALUE (query).",
+            show_default=False,
+        ),
+    ] = None,
+    stream: Annotated[
+        bool, typer.Option("--stream", "-s", help="Ask for a stream (sends stream=true).")
+    ] = False,
+    url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url",
+            help="Base URL for paths. Default: env PEACH_URL, else http://127.0.0.1:8000.",
+            show_default=False,
+        ),
+    ] = None,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Print the response body exactly as received.")
+    ] = False,
+    get: Annotated[
+        bool, typer.Option("--get", help="Send the parameters as a query string (GET).")
+    ] = False,
+    json_body: Annotated[
+        Optional[str],
+        typer.Option(
+            "--json",
+            help="A JSON object body, or @file (@- for stdin); items are merged into it.",
+            show_default=False,
+        ),
+    ] = None,
+    header: Annotated[
+        Optional[list[str]],
+        typer.Option("--header", "-H", help="An extra header NAME:VALUE (repeatable)."),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            help="Seconds to wait for the connection, the answer, and between stream chunks.",
+        ),
+    ] = 60.0,
+    markdown: Annotated[
+        bool,
+        typer.Option("--markdown", "-m", help="Render a stream as live Markdown (terminal only)."),
+    ] = False,
+) -> None:
+    """Call an endpoint and print its answer, or render its stream as it arrives.
+
+    On a terminal the result is pretty-printed; piped, stdout gets the result JSON, or the
+    stream's bytes exactly as they arrive. Streams end with a summary on stderr: time to
+    first chunk, chunks, bytes, total time and the largest gap. Ctrl-C closes the connection
+    and keeps what was printed.
+
+    [bold]Exit codes[/]: 0 ok · 1 the endpoint answered with an error · 2 bad command line ·
+    3 cannot connect (is `peach dev` running?) · 4 host name does not resolve · 5 TLS failed ·
+    6 timed out · 7 the server cut the stream · 8 404, no endpoint at that url ·
+    9 invalid HTTP answer · 130 interrupted (Ctrl-C).
+    """
+    from peach_cli.cmd_ask import run_ask
+
+    raise typer.Exit(
+        run_ask(
+            target,
+            items or [],
+            url=url,
+            stream=stream,
+            raw=raw,
+            get=get,
+            json_body=json_body,
+            headers=header or [],
+            timeout_s=timeout,
+            markdown=markdown,
+        )
+    )
+
+
 def main() -> None:
     """Entry point of the `peach` console script: the one catch site for PeachError."""
     try:

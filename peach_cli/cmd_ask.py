@@ -1,0 +1,438 @@
+"""`peach ask`: send one request and render the answer, or the stream as it arrives.
+
+On a terminal the answer is pretty-printed and a stream is rendered from its framing (plain
+text, JSON lines, SSE), optionally as live Markdown. Piped, stdout receives the payload only:
+the result JSON, or the stream's bytes exactly as they arrive, each written and flushed at
+once. Status lines and the end-of-stream summary go to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, BinaryIO
+
+from peach_cli.client import (
+    Answer,
+    Client,
+    Stream,
+    StreamStats,
+    build_request,
+    check_answer,
+    is_ok_envelope,
+)
+from peach_cli.framing import (
+    JSON_LINES,
+    PLAIN,
+    SSE,
+    Frame,
+    FrameDecoder,
+    detect_framing,
+    make_decoder,
+)
+
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+
+
+def run_ask(
+    target: str,
+    items: Sequence[str] = (),
+    *,
+    url: str | None = None,
+    stream: bool = False,
+    raw: bool = False,
+    get: bool = False,
+    json_body: str | None = None,
+    headers: Sequence[str] = (),
+    timeout_s: float = 60.0,
+    markdown: bool = False,
+) -> int:
+    """Run `peach ask`; return the exit code (errors are raised as ClientError/UsageError)."""
+    request = build_request(
+        target,
+        items,
+        base=url,
+        stream=stream,
+        get=get,
+        json_body=json_body,
+        headers=headers,
+        timeout_s=timeout_s,
+    )
+    tty = sys.stdout.isatty()
+    try:
+        with Client.for_request(request) as client:
+            if not request.stream:
+                answer = client.send(request)
+                return _render_answer(answer, client, request.url, tty=tty, raw=raw)
+            with client.stream(request) as response:
+                if response.status >= 400 or not response.is_stream:
+                    answer = response.read_all()
+                    return _render_answer(answer, client, request.url, tty=tty, raw=raw)
+                return _render_stream(response, tty=tty, raw=raw, markdown=markdown)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _detach_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+# --------------------------------------------------------------------------- one answer
+
+
+def _render_answer(answer: Answer, client: Client, url: str, *, tty: bool, raw: bool) -> int:
+    if tty:
+        _status_line(answer.status, answer.reason, answer.latency_s, answer.headers)
+    if raw:
+        _write_bytes(sys.stdout.buffer, answer.body)
+    is_json, value = check_answer(answer, client, url)  # raises on an error answer
+    if raw:
+        return 0
+    enveloped = is_json and is_ok_envelope(value)
+    if enveloped:
+        value = value["result"]
+    if tty:
+        from peach_cli import console
+
+        if is_json:
+            console.stdout().print_json(data=value)
+        else:
+            console.stdout().print(answer.body.decode("utf-8", "replace"), markup=False)
+    elif enveloped:
+        import json
+
+        _write_bytes(sys.stdout.buffer, json.dumps(value, ensure_ascii=False).encode() + b"\n")
+    else:
+        _write_bytes(sys.stdout.buffer, answer.body)
+    return 0
+
+
+def _status_line(status: int, reason: str, latency_s: float, headers: dict[str, str]) -> None:
+    parts = _status(status, reason, headers)
+    parts.insert(1, _duration(latency_s))
+    _dim_line(parts)
+
+
+def _status(status: int, reason: str, headers: dict[str, str]) -> list[str]:
+    """Status, and the component and replica that answered (from the X-Peach-* headers)."""
+    parts = [f"{status} {reason}".strip()]
+    if component := headers.get("x-peach-component"):
+        parts.append(f"component {component}")
+    if replica := headers.get("x-peach-replica"):
+        parts.append(f"replica {replica}")
+    return parts
+
+
+def _dim_line(parts: list[str]) -> None:
+    from rich.markup import escape
+
+    from peach_cli import console
+
+    console.stderr().print(f"[dim]{escape(' · '.join(parts))}[/]")
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def _render_stream(response: Stream, *, tty: bool, raw: bool, markdown: bool) -> int:
+    out = sys.stdout.buffer
+    renderer: _Renderer
+    if raw or not tty:
+        renderer = _RawRenderer(out)
+    elif markdown:
+        renderer = _MarkdownRenderer(response.content_type)
+    else:
+        renderer = _TextRenderer(out, response.content_type)
+    outcome: str | None = "done"
+    try:
+        for chunk in response.chunks():
+            renderer.feed(chunk)
+        renderer.close()
+    except KeyboardInterrupt:
+        outcome = "interrupted"
+    except BrokenPipeError:
+        outcome = None
+        raise
+    except BaseException:
+        outcome = "failed"
+        raise
+    finally:
+        renderer.stop()
+        if outcome is not None:
+            if tty:
+                renderer.end_line()
+            status = _status(response.status, response.reason, response.headers) if tty else []
+            _summary(response.stats, renderer.frames, renderer.framing, outcome, status)
+    if outcome == "interrupted":
+        # Leaving the `with client.stream(...)` closes the connection, which is what tells
+        # the server (and the endpoint's generator) that the client went away.
+        return EXIT_INTERRUPTED
+    return 0
+
+
+class _Renderer:
+    framing: str | None = None
+    frames: int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def end_line(self) -> None:
+        pass
+
+
+class _RawRenderer(_Renderer):
+    """The bytes exactly as they arrive, flushed at once (piped output, or --raw)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._last = b"\n"
+
+    def feed(self, chunk: bytes) -> None:
+        self._out.write(chunk)
+        self._out.flush()
+        self._last = chunk[-1:]
+
+    def end_line(self) -> None:
+        if self._last != b"\n":
+            _write_bytes(self._out, b"\n")
+            self._last = b"\n"
+
+
+class _FramedRenderer(_Renderer):
+    """Detects the framing from the content type and the first bytes, then decodes frames."""
+
+    def __init__(self, content_type: str) -> None:
+        self._content_type = content_type
+        self._head = b""
+        self._decoder: FrameDecoder | None = None
+        self._at_line_start = True
+        self.frames = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if self._decoder is None:
+            self._head += chunk
+            framing = detect_framing(self._content_type, self._head)
+            if framing is None:
+                return
+            self.framing = framing
+            self._decoder = make_decoder(framing)
+            chunk, self._head = self._head, b""
+        self._show(self._decoder.feed(chunk))
+
+    def close(self) -> None:
+        if self._decoder is None:
+            self.framing = detect_framing(self._content_type, self._head, final=True) or PLAIN
+            self._decoder = make_decoder(self.framing)
+            self._show(self._decoder.feed(self._head))
+        self._show(self._decoder.close())
+
+    def _show(self, frames: list[Frame]) -> None:
+        if not frames:
+            return
+        self.frames = (self.frames or 0) + sum(1 for f in frames if not f.done)
+        for frame in frames:
+            text, whole_line = _frame_text(frame, self.framing)
+            if whole_line and not self._at_line_start:
+                text = "\n" + text
+            if text:
+                self._write(text)
+                self._at_line_start = text.endswith("\n")
+
+    def _write(self, text: str) -> None:
+        raise NotImplementedError
+
+
+def _frame_text(frame: Frame, framing: str | None) -> tuple[str, bool]:
+    """How one frame reads on a terminal, and whether it is a line of its own.
+
+    Text (plain chunks, ``text``/``token``/``delta`` fields) flows on; any other frame (a
+    JSON line, an SSE event's data) is shown as its own line.
+    """
+    if frame.done:
+        return "", False
+    if framing == PLAIN:
+        return frame.data, False
+    if frame.text is not None:
+        return frame.text, False
+    label = f"[{frame.event}] " if frame.event and frame.event != "message" else ""
+    return label + frame.data + "\n", True
+
+
+class _TextRenderer(_FramedRenderer):
+    """Frames as text on the terminal, written and flushed as each one completes."""
+
+    def __init__(self, out: BinaryIO, content_type: str) -> None:
+        super().__init__(content_type)
+        self._out = out
+        self._last = "\n"
+
+    def _write(self, text: str) -> None:
+        self._out.write(text.encode("utf-8", "replace"))
+        self._out.flush()
+        self._last = text[-1]
+
+    def end_line(self) -> None:
+        if self._last != "\n":
+            _write_bytes(self._out, b"\n")
+            self._last = "\n"
+
+
+class _MarkdownRenderer(_FramedRenderer):
+    """Live Markdown that neither flickers nor duplicates lines on long answers.
+
+    Finished blocks (up to the last blank line outside a code fence) are printed once, above
+    the live area, and never redrawn; only the block still being written stays live, cropped
+    to its last lines so the live area always fits the terminal.
+    """
+
+    def __init__(self, content_type: str) -> None:
+        super().__init__(content_type)
+        from rich.live import Live
+
+        from peach_cli import console
+
+        self._console = console.stdout()
+        self._text = ""
+        self._committed = 0
+        self._printed_blocks = 0
+        self._tail = _MarkdownTail()
+        self._live = Live(
+            self._tail,
+            console=self._console,
+            auto_refresh=True,
+            refresh_per_second=12,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
+
+    def _write(self, text: str) -> None:
+        self._text += text
+        boundary = _last_block_boundary(self._text, self._committed)
+        if boundary > self._committed:
+            self._print_block(self._text[self._committed : boundary])
+            self._committed = boundary
+        self._tail.text = self._text[self._committed :]
+
+    def _print_block(self, block: str) -> None:
+        from rich.markdown import Markdown
+
+        if not block.strip():
+            return
+        if self._printed_blocks:
+            self._live.console.print()
+        self._live.console.print(Markdown(block.strip("\n")))
+        self._printed_blocks += 1
+
+    def stop(self) -> None:
+        self._tail.text = ""
+        self._live.stop()
+        self._print_block(self._text[self._committed :])
+        self._committed = len(self._text)
+
+
+class _MarkdownTail:
+    """The live part of the Markdown: rendered, then cropped to the lines that fit."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.markdown import Markdown
+        from rich.segment import Segment
+
+        if not self.text.strip():
+            return
+        lines = console.render_lines(Markdown(self.text), options, pad=False)
+        room = max(1, (options.height or console.height) - 1)
+        for line in lines[-room:]:
+            yield from line
+            yield Segment.line()
+
+
+def _last_block_boundary(text: str, start: int) -> int:
+    """Index just after the last blank line in ``text[start:]`` that is outside a code fence."""
+    boundary = start
+    in_fence = False
+    position = start
+    previous_blank = True
+    for line in text[start:].splitlines(keepends=True):
+        position += len(line)
+        if not line.endswith("\n"):
+            break  # the line is still being written
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            in_fence = not in_fence
+        blank = not stripped
+        if blank and not in_fence and not previous_blank:
+            boundary = position
+        previous_blank = blank
+    return boundary
+
+
+# --------------------------------------------------------------------------- output helpers
+
+
+def _summary(
+    stats: StreamStats,
+    frames: int | None,
+    framing: str | None,
+    outcome: str,
+    status: list[str],
+) -> None:
+    """The end-of-stream line on stderr (printed after the stream, so it never delays it)."""
+    end = stats.ended or time.perf_counter()
+    if stats.last_chunk is not None:
+        # The wait after the last chunk counts too: it is the gap a stall or a slow end shows.
+        stats.largest_gap = max(stats.largest_gap, end - stats.last_chunk)
+    parts = list(status)
+    if outcome == "interrupted":
+        parts.append("interrupted")
+    if stats.first_chunk is None:
+        parts.append("no data")
+    else:
+        parts.append(f"first chunk {_duration(stats.first_chunk - stats.started)}")
+    parts.append(f"{stats.chunks} chunk{'s' if stats.chunks != 1 else ''}")
+    if frames is not None and framing in (SSE, JSON_LINES):
+        noun = "events" if framing == SSE else "lines"
+        parts.append(f"{frames} {noun}")
+    parts.append(_size(stats.bytes))
+    parts.append(f"total {_duration(end - stats.started)}")
+    parts.append(f"largest gap {_duration(stats.largest_gap)}")
+    _dim_line(parts)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.2f} s"
+
+
+def _size(count: int) -> str:
+    if count < 1024:
+        return f"{count} B"
+    if count < 1024 * 1024:
+        return f"{count / 1024:.1f} KiB"
+    return f"{count / 1024 / 1024:.1f} MiB"
+
+
+def _write_bytes(out: BinaryIO, data: bytes) -> None:
+    out.write(data)
+    out.flush()
+
+
+def _detach_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so the interpreter's final flush stays quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -1,0 +1,266 @@
+"""Stream framing: tell plain text, JSON lines and Server-Sent Events apart, and parse them.
+
+A streaming endpoint chooses its own framing (the platform sends chunks exactly as yielded).
+``detect_framing`` decides from the content type and the first bytes; each decoder is fed
+raw bytes as they arrive and returns the frames that are complete so far::
+
+    decoder = make_decoder(detect_framing("text/event-stream", b"data: hi\\n\\n"))
+    decoder.feed(b"data: hel")      # -> []           (the event is not complete yet)
+    decoder.feed(b"lo\\n\\n")        # -> [Frame(data="hello", ...)]
+    decoder.close()                 # -> frames still pending when the stream ended
+
+Nothing here does I/O; the decoders are pure and incremental.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+PLAIN = "text"
+JSON_LINES = "jsonl"
+SSE = "sse"
+
+_JSON_LINES_TYPES = (
+    "application/x-ndjson",
+    "application/ndjson",
+    "application/jsonl",
+    "application/x-jsonl",
+    "application/jsonlines",
+    "application/json-lines",
+    "application/json-seq",
+)
+_SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
+_TEXT_KEYS = ("text", "token", "delta", "content")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One unit of a stream: a piece of text, one JSON line or one SSE event.
+
+    ``data`` is the frame's text (the event's data for SSE, the line for JSON lines);
+    ``value`` the parsed JSON when the data is JSON; ``text`` the human text to show when
+    the JSON carries one (a ``text``/``token``/``delta`` field); ``done`` marks SSE
+    ``[DONE]``.
+    """
+
+    data: str
+    value: Any = None
+    is_json: bool = False
+    text: str | None = None
+    event: str | None = None
+    id: str | None = None
+    done: bool = False
+
+
+class FrameDecoder(Protocol):
+    framing: str
+
+    def feed(self, chunk: bytes) -> list[Frame]: ...
+
+    def close(self) -> list[Frame]: ...
+
+
+def detect_framing(content_type: str | None, head: bytes, *, final: bool = False) -> str | None:
+    """Return PLAIN, JSON_LINES or SSE, or None when ``head`` is too short to tell yet.
+
+    The content type wins when it names a framing (``text/event-stream``, ``ndjson``…);
+    otherwise (``text/plain``, the platform's default) the first bytes decide: a line
+    starting with an SSE field is SSE, one starting with ``{`` is JSON lines, anything else
+    is plain text. ``final`` says no more bytes will come, so a decision must be made.
+    """
+    mime = (content_type or "").split(";", 1)[0].strip().lower()
+    if mime == "text/event-stream":
+        return SSE
+    if mime in _JSON_LINES_TYPES:
+        return JSON_LINES
+    start = head.lstrip(b"\r\n\t ")
+    if not start:
+        return PLAIN if final else None
+    if start[:1] == b"{":
+        return JSON_LINES
+    for field in _SSE_FIELDS:
+        if start.startswith(field):
+            return SSE
+        if field.startswith(start) and not final:
+            return None  # "dat" could still become "data:"
+    return PLAIN
+
+
+def make_decoder(framing: str) -> FrameDecoder:
+    """A fresh decoder for ``framing``."""
+    if framing == SSE:
+        return SSEDecoder()
+    if framing == JSON_LINES:
+        return JSONLinesDecoder()
+    return PlainDecoder()
+
+
+def extract_text(value: Any) -> str | None:
+    """The human text a JSON chunk carries, or None.
+
+    Understands ``{"text": …}``, ``{"token": …}``, ``{"delta": …}`` (and the same names one
+    level down, as in ``{"delta": {"text": …}}`` or ``{"token": {"text": …}}``) and the
+    OpenAI shape ``{"choices": [{"delta": {"content": …}}]}``.
+    """
+    if not isinstance(value, dict):
+        return None
+    for key in _TEXT_KEYS:
+        inner = value.get(key)
+        if isinstance(inner, str):
+            return inner
+        if isinstance(inner, dict):
+            for sub in _TEXT_KEYS:
+                if isinstance(inner.get(sub), str):
+                    return inner[sub]
+    choices = value.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return extract_text(choices[0])
+    return None
+
+
+def _parse_json(data: str) -> tuple[bool, Any]:
+    stripped = data.strip()
+    if not stripped or stripped[0] not in '{["0123456789-tfn':
+        return False, None
+    try:
+        return True, json.loads(stripped)
+    except ValueError:
+        return False, None
+
+
+class PlainDecoder:
+    """Plain text: every chunk is a frame (UTF-8 decoded without splitting characters)."""
+
+    framing = PLAIN
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        text = self._decoder.decode(chunk)
+        return [Frame(data=text, text=text)] if text else []
+
+    def close(self) -> list[Frame]:
+        text = self._decoder.decode(b"", final=True)
+        return [Frame(data=text, text=text)] if text else []
+
+
+class JSONLinesDecoder:
+    """JSON lines: one frame per complete line; a line that is not JSON is kept as text."""
+
+    framing = JSON_LINES
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        self._pending += self._decoder.decode(chunk)
+        *lines, self._pending = self._pending.split("\n")
+        return [frame for line in lines if (frame := self._frame(line)) is not None]
+
+    def close(self) -> list[Frame]:
+        rest = self._pending + self._decoder.decode(b"", final=True)
+        self._pending = ""
+        frame = self._frame(rest)
+        return [frame] if frame is not None else []
+
+    @staticmethod
+    def _frame(line: str) -> Frame | None:
+        line = line.rstrip("\r")
+        if not line.strip():
+            return None
+        ok, value = _parse_json(line)
+        if not ok:
+            return Frame(data=line)
+        return Frame(data=line, value=value, is_json=True, text=extract_text(value))
+
+
+class SSEDecoder:
+    """Server-Sent Events as the HTML standard parses them.
+
+    Lines end in CRLF, LF or CR; ``data:`` lines accumulate (joined with newlines) until a
+    blank line dispatches the event; ``event:`` sets its type, ``id:`` the last event id,
+    ``retry:`` is read and ignored; lines starting with ``:`` are comments. One space after
+    the colon is dropped. An event whose data is ``[DONE]`` is marked ``done``.
+    """
+
+    framing = SSE
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+        self._data: list[str] = []
+        self._event: str | None = None
+        self.last_id: str | None = None
+        self.comments = 0
+
+    def feed(self, chunk: bytes) -> list[Frame]:
+        text = self._pending + self._decoder.decode(chunk)
+        # A trailing CR may be the first half of CRLF: keep it until the next chunk.
+        hold_cr = text.endswith("\r")
+        if hold_cr:
+            text = text[:-1]
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        self._pending = lines.pop() + ("\r" if hold_cr else "")
+        frames = []
+        for line in lines:
+            frame = self._line(line)
+            if frame is not None:
+                frames.append(frame)
+        return frames
+
+    def close(self) -> list[Frame]:
+        """End of stream: an event not terminated by a blank line is dispatched anyway."""
+        rest = (self._pending + self._decoder.decode(b"", final=True)).rstrip("\r")
+        self._pending = ""
+        frames = []
+        if rest:
+            frame = self._line(rest)
+            if frame is not None:
+                frames.append(frame)
+        frame = self._line("")
+        if frame is not None:
+            frames.append(frame)
+        return frames
+
+    def _line(self, line: str) -> Frame | None:
+        if line == "":
+            return self._dispatch()
+        if line.startswith(":"):
+            self.comments += 1
+            return None
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id":
+            if "\0" not in value:
+                self.last_id = value
+        return None
+
+    def _dispatch(self) -> Frame | None:
+        data, event = self._data, self._event
+        self._data, self._event = [], None
+        if not data:
+            return None
+        text = "\n".join(data)
+        if text.strip() == "[DONE]":
+            return Frame(data=text, event=event, id=self.last_id, done=True)
+        ok, value = _parse_json(text)
+        if ok:
+            return Frame(
+                data=text,
+                value=value,
+                is_json=True,
+                text=extract_text(value),
+                event=event,
+                id=self.last_id,
+            )
+        return Frame(data=text, event=event, id=self.last_id)

@@ -1,0 +1,354 @@
+"""A small real HTTP server on loopback for the `peach ask` tests, and a way to run the CLI.
+
+The server (Starlette on uvicorn, in a thread) plays the cases a client must handle that a
+well-behaved `peach dev` never produces: streams cut mid-way, servers that stall, answers
+from servers that are not peach. ``gate`` lets a test hold a stream open until it says so,
+and ``closed`` records that the server's generator was closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+PLAIN_CHUNKS = [b"alpha ", b"b\xc3", b"\xa9ta ", b"gamma\n"]  # "\xc3\xa9" (é) split in two
+JSONL_CHUNKS = [
+    b'{"token": "Hel"}\n',
+    b'{"token": "lo"}\n{"delta": {"text": ", "}}\n',
+    b'{"text": "world"}\n',
+    b'{"usage": {"tokens": 4}}\n',
+]
+SSE_CHUNKS = [
+    b": keep-alive comment\n\n",
+    b"event: greeting\nid: 1\ndata: first line\ndata: second line\n\n",
+    b'data: {"token": "Hi"}\r\n\r\n',
+    b'data: {"token": " there"}\n',
+    b"\nid: 7\ndata: plain\n\n",
+    b"data: [DONE]\n\n",
+]
+ROUTES = {
+    "codops": "zzebu",
+    "endpoints": [
+        {"name": "assistant", "url": "/assistant", "components": ["main"]},
+        {"name": "recommend", "url": "/recommend", "components": ["main", "fallback"]},
+    ],
+}
+PEACH_HEADERS = {"X-Peach-Component": "main", "X-Peach-Replica": "main-0"}
+WAIT_LIMIT_S = 10.0
+
+
+@dataclass
+class ServerState:
+    gate: threading.Event = field(default_factory=threading.Event)
+    closed: threading.Event = field(default_factory=threading.Event)
+    started: threading.Event = field(default_factory=threading.Event)
+
+    def reset(self) -> None:
+        self.gate.clear()
+        self.closed.clear()
+        self.started.clear()
+
+
+async def _wait_for(event: threading.Event) -> None:
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while not event.is_set() and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+
+
+def _chunks(chunks: list[bytes], delay: float = 0.02):
+    async def generate():
+        for chunk in chunks:
+            yield chunk
+            await asyncio.sleep(delay)
+
+    return generate()
+
+
+def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
+    """The test server; ``peach=False`` plays a server that is not `peach dev`."""
+
+    async def params(request: Request) -> dict:
+        merged = dict(request.query_params)
+        body = await request.body()
+        if body:
+            merged.update(json.loads(body))
+        return merged
+
+    def wants_stream(values: dict) -> bool:
+        return str(values.get("stream", "")).lower() in ("true", "1", "yes")
+
+    async def echo(request: Request) -> Response:
+        body = await request.body()
+        result = {
+            "method": request.method,
+            "query": list(request.query_params.multi_items()),
+            "body": json.loads(body) if body else None,
+            "headers": {k: v for k, v in request.headers.items()},
+        }
+        return JSONResponse({"result": result, "status": "ok"}, headers=PEACH_HEADERS)
+
+    async def plain(request: Request) -> Response:
+        values = await params(request)
+        if not wants_stream(values):
+            return JSONResponse(
+                {"status": "error", "error": {"code": "stream_required", "message": "send stream"}},
+                status_code=400,
+            )
+        return StreamingResponse(
+            _chunks(PLAIN_CHUNKS), media_type="text/plain; charset=utf-8", headers=PEACH_HEADERS
+        )
+
+    async def jsonl(request: Request) -> Response:
+        media = request.query_params.get("media", "application/x-ndjson")
+        return StreamingResponse(_chunks(JSONL_CHUNKS), media_type=media)
+
+    async def sse(request: Request) -> Response:
+        media = request.query_params.get("media", "text/event-stream")
+        return StreamingResponse(_chunks(SSE_CHUNKS), media_type=media)
+
+    async def markdown(request: Request) -> Response:
+        count = int(request.query_params.get("paragraphs", "60"))
+        pieces = [b"# Title\n\n"]
+        for index in range(count):
+            pieces.append(f"Paragraph **{index}** has some words.\n\n".encode())
+        pieces += [b"```python\n", b"print('code')\n", b"```\n"]
+        return StreamingResponse(_chunks(pieces, delay=0.002), media_type="text/markdown")
+
+    async def gated(request: Request) -> Response:
+        async def generate():
+            try:
+                state.started.set()
+                yield b"first chunk\n"
+                await _wait_for(state.gate)
+                yield b"second chunk\n"
+            finally:
+                state.closed.set()
+
+        return StreamingResponse(generate(), media_type="text/plain")
+
+    async def cut(request: Request) -> Response:
+        async def generate():
+            yield b"partial "
+            await asyncio.sleep(0.02)
+            yield b"answer"
+            raise RuntimeError("the server died mid-stream")
+
+        return StreamingResponse(generate(), media_type="text/plain")
+
+    async def stall(request: Request) -> Response:
+        async def generate():
+            yield b"one\n"
+            await _wait_for(state.gate)
+            yield b"two\n"
+
+        return StreamingResponse(generate(), media_type="text/plain")
+
+    async def slow(request: Request) -> Response:
+        await _wait_for(state.gate)
+        return JSONResponse({"result": "late", "status": "ok"})
+
+    async def ok(request: Request) -> Response:
+        return JSONResponse(
+            {"result": {"items": [1, 2, 3], "name": "héllo"}, "status": "ok"}, headers=PEACH_HEADERS
+        )
+
+    async def error(request: Request) -> Response:
+        return JSONResponse(
+            {"status": "error", "error": {"code": "method_error", "message": "ValueError: boom"}},
+            status_code=500,
+            headers=PEACH_HEADERS,
+        )
+
+    async def foreign_json(request: Request) -> Response:
+        return JSONResponse({"hello": "world"})
+
+    async def foreign_text(request: Request) -> Response:
+        return PlainTextResponse("just text\n")
+
+    async def foreign_500(request: Request) -> Response:
+        return PlainTextResponse("upstream exploded", status_code=502)
+
+    async def routes(request: Request) -> Response:
+        return JSONResponse(ROUTES)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        if not peach:
+            return PlainTextResponse("Not Found", status_code=404)
+        return JSONResponse(
+            {"status": "error", "error": {"code": "not_found", "message": "no endpoint"}},
+            status_code=404,
+        )
+
+    table = [
+        Route("/echo", echo, methods=["GET", "POST"]),
+        Route("/plain", plain, methods=["GET", "POST"]),
+        Route("/jsonl", jsonl, methods=["GET", "POST"]),
+        Route("/sse", sse, methods=["GET", "POST"]),
+        Route("/markdown", markdown, methods=["GET", "POST"]),
+        Route("/gated", gated, methods=["GET", "POST"]),
+        Route("/cut", cut, methods=["GET", "POST"]),
+        Route("/stall", stall, methods=["GET", "POST"]),
+        Route("/slow", slow, methods=["GET", "POST"]),
+        Route("/ok", ok, methods=["GET", "POST"]),
+        Route("/error", error, methods=["GET", "POST"]),
+        Route("/foreign-json", foreign_json),
+        Route("/foreign-text", foreign_text),
+        Route("/foreign-500", foreign_500),
+    ]
+    if peach:
+        table.append(Route("/_peach/routes", routes))
+    return Starlette(routes=table, exception_handlers={404: not_found})
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def run_server(app: Starlette) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port in a thread; yield its base URL."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_level="critical", lifespan="off", timeout_graceful_shutdown=1, http="h11"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5)
+        sock.close()
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: bytes
+    stderr: str
+
+
+def ask(*args: str, env: dict | None = None, timeout: float = 30) -> Result:
+    """Run `peach ask ARGS` with stdout piped; return exit code, stdout bytes, stderr text."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", "ask", *args],
+        capture_output=True,
+        timeout=timeout,
+        env=_env(env),
+    )
+    return Result(completed.returncode, completed.stdout, completed.stderr.decode())
+
+
+def _env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PEACH_URL"}
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "TERM": "xterm"})
+    env.update(extra or {})
+    return env
+
+
+class Child:
+    """`peach ask` running in the background, its stdout read incrementally (pipe or pty)."""
+
+    def __init__(self, *args: str, tty: bool = False, env: dict | None = None) -> None:
+        self._master: int | None = None
+        stdout: int
+        if tty:
+            import pty
+
+            self._master, slave = pty.openpty()
+            stdout = slave
+        else:
+            stdout = subprocess.PIPE
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "peach_cli.cli", "ask", *args],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            env=_env(env),
+        )
+        if tty:
+            os.close(slave)
+        self._fd = self._master if tty else self.process.stdout.fileno()
+        self.output = b""
+
+    def read_until(self, needle: bytes, timeout: float = 10) -> bytes:
+        """Read stdout until ``needle`` appears (or fail after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while needle not in self.output:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{needle!r} not printed in {timeout} s; got {self.output!r}")
+            ready, _, _ = select.select([self._fd], [], [], left)
+            if ready:
+                try:
+                    data = os.read(self._fd, 65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    raise AssertionError(f"stdout closed before {needle!r}; got {self.output!r}")
+                self.output += data
+        return self.output
+
+    def interrupt(self) -> None:
+        self.process.send_signal(signal.SIGINT)
+
+    def finish(self, timeout: float = 10) -> Result:
+        """Wait for the exit; drain stdout; return the result."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ready, _, _ = select.select([self._fd], [], [], 0.05)
+            data = b""
+            if ready:
+                try:
+                    data = os.read(self._fd, 65536)
+                except OSError:
+                    data = b""
+                self.output += data
+            if not data and self.process.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError("peach ask did not exit in time")
+        stderr = self.process.stderr.read().decode()
+        return Result(self.process.returncode, self.output, stderr)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=5)
+        if self.process.stdout:
+            self.process.stdout.close()
+        if self.process.stderr:
+            self.process.stderr.close()
+        if self._master is not None:
+            os.close(self._master)
+            self._master = None
