@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from peach_cli.diagnostics import Diagnostic
     from peach_cli.errors import PeachError
 
 
@@ -33,6 +34,61 @@ def print_error(error: PeachError) -> None:
     """Render a PeachError as one line (and a hint) on stderr."""
     from rich.markup import escape
 
-    stderr().print(f"[bold red]error:[/] {escape(error.message)}")
+    stderr().print(f"[bold red]error:[/] {escape(error.message)}", soft_wrap=True)
     if error.hint:
-        stderr().print(f"[dim]hint:[/] {escape(error.hint)}")
+        stderr().print(f"[dim]hint:[/] {escape(error.hint)}", soft_wrap=True)
+
+
+# --- peach validate ---------------------------------------------------------------------------
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def print_diagnostics(diagnostics: list[Diagnostic], *, summary: str, ok: bool) -> None:
+    """Each diagnostic as ``file:line:col: severity CODE message``, an excerpt with a caret and
+    its hint; then the summary line. One problem stays one line (no wrapping) for grep."""
+    from rich.markup import escape
+
+    out = stdout()
+    for diagnostic in diagnostics:
+        style = _SEVERITY_STYLE[diagnostic.severity]
+        out.print(
+            f"[bold]{escape(str(diagnostic.position))}[/]: [{style}]{diagnostic.severity} "
+            f"{diagnostic.code}[/] {escape(diagnostic.message)}",
+            soft_wrap=True,
+        )
+        for line in excerpt_lines(diagnostic):
+            out.print(
+                escape(line), soft_wrap=True, style="dim" if line.lstrip()[:1] != "^" else style
+            )
+        if diagnostic.hint:
+            out.print(f"  [dim]hint:[/] {escape(diagnostic.hint)}", soft_wrap=True)
+    mark = "[bold green]✓[/]" if ok else "[bold red]✗[/]"
+    out.print(f"{mark} {escape(summary)}", soft_wrap=True)
+
+
+def excerpt_lines(diagnostic: Diagnostic) -> list[str]:
+    """The source line of a diagnostic and a caret under the token it is about."""
+    import re
+
+    position = diagnostic.position
+    text = position.excerpt
+    if text is None or not text.strip() or len(text) > 400:
+        return []
+    text = text.expandtabs(4).rstrip()
+    number = f"{position.line:>5} | "
+    lines = [f"{number}{text}"]
+    if position.column is not None and 1 <= position.column <= len(text) + 1:
+        start = position.column - 1
+        token = re.match(r"[%!]*[\w./@-]+|\S", text[start:])
+        width = len(token.group(0)) if token else 1
+        lines.append(" " * (len(number) - 2) + "| " + " " * start + "^" * width)
+    return lines
+
+
+def print_json(data: object) -> None:
+    """Machine output: plain JSON on stdout, no styling."""
+    import json
+    import sys
+
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")

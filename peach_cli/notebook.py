@@ -237,7 +237,10 @@ def _top_level_bindings(cell: Cell) -> Iterator[Definition]:
     assert cell.tree is not None
     for node in cell.tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield Definition(node.name, cell, node.lineno, node.col_offset + 1, node)
+            text = cell.line(node.lineno) or ""
+            column = text.find(node.name, node.col_offset)
+            column = column + 1 if column >= 0 else node.col_offset + 1
+            yield Definition(node.name, cell, node.lineno, column, node)
         elif isinstance(node, ast.ClassDef):
             yield Definition(node.name, cell, node.lineno, node.col_offset + 1)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):

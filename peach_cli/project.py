@@ -35,6 +35,7 @@ CONF_DIR = "peach.conf"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SCALARS = yaml.SafeLoader("")  # only its safe scalar constructors are used
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_STANDARD_PREFIX = "tag:yaml.org,2002:"
 _SAFE_SCALAR_TAGS = {
     f"tag:yaml.org,2002:{name}"
     for name in ("null", "bool", "int", "float", "str", "binary", "timestamp")
@@ -237,7 +238,7 @@ def _to_value(
             diagnostics.append(
                 Diagnostic(
                     "PC004",
-                    f"YAML tag {node.tag} is not allowed in a conf file",
+                    f"YAML tag {_tag(node)} is not allowed in a conf file",
                     here,
                     "write a plain value; peach never constructs objects from tags",
                 )
@@ -253,7 +254,7 @@ def _to_value(
     if isinstance(node, yaml.SequenceNode):
         if node.tag != "tag:yaml.org,2002:seq":
             diagnostics.append(
-                Diagnostic("PC004", f"YAML tag {node.tag} is not allowed in a conf file", here)
+                Diagnostic("PC004", f"YAML tag {_tag(node)} is not allowed in a conf file", here)
             )
             return None
         return [
@@ -263,7 +264,7 @@ def _to_value(
     assert isinstance(node, yaml.MappingNode)
     if node.tag != "tag:yaml.org,2002:map":
         diagnostics.append(
-            Diagnostic("PC004", f"YAML tag {node.tag} is not allowed in a conf file", here)
+            Diagnostic("PC004", f"YAML tag {_tag(node)} is not allowed in a conf file", here)
         )
         return None
     result: dict[str, Any] = {}
@@ -300,6 +301,11 @@ def _to_value(
                 result.setdefault(key, value)
         tree.positions[path] = NodePosition(key_position or here, here)
     return result
+
+
+def _tag(node: yaml.Node) -> str:
+    tag = str(node.tag)
+    return "!!" + tag[len(_STANDARD_PREFIX) :] if tag.startswith(_STANDARD_PREFIX) else tag
 
 
 def _merge_sources(node: yaml.Node) -> list[yaml.MappingNode]:
@@ -511,8 +517,11 @@ def load_project(path: Path | str) -> tuple[Project | None, list[Diagnostic]]:
     try:
         project.conf = PeachConf.model_validate(raw)
     except ValidationError as error:
+        rejected = {str(d.position) for d in diagnostics if d.code == "PC004"}
         for item in error.errors(include_url=False):
-            diagnostics.append(schema_diagnostic(item, project.position, PeachConf))
+            diagnostic = schema_diagnostic(item, project.position, PeachConf)
+            if str(diagnostic.position) not in rejected:  # already reported as a bad tag
+                diagnostics.append(diagnostic)
         project.conf = _partial_conf(raw)
         project.schema_ok = False
     return project, diagnostics

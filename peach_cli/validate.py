@@ -244,7 +244,9 @@ class _Checker:
                     f"{count} IPython magic/shell line{'s' if count > 1 else ''} dropped from "
                     f"cell {cell.number}: {'they do' if count > 1 else 'it does'} not run on the platform",
                     self.in_cell(notebook, cell, cell.dropped[0], 1),
-                    "install packages through py_environments, not !pip",
+                    "declare packages in py_environments instead of !pip install"
+                    if any("pip" in (cell.line(n) or "") for n in cell.dropped)
+                    else "magics and shell lines only work inside Jupyter",
                 )
             if cell.syntax_error is not None:
                 self.report_syntax_error(notebook, cell)
@@ -485,7 +487,9 @@ class _Checker:
             for item in error.errors(include_url=False):
                 option = str(item["loc"][0]) if item["loc"] else None
                 self.result.diagnostics.append(
-                    schema_diagnostic(item, lambda *_a, option=option, **_k: position(option), Component)
+                    schema_diagnostic(
+                        item, lambda *_a, option=option, **_k: position(option), Component
+                    )
                 )
             return None
         method = notebook.definitions.get(name)

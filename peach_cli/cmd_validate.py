@@ -1,0 +1,68 @@
+"""`peach validate` and `peach schema`: load once, check everything, render, return an exit code.
+
+Exit codes of ``peach validate``: 0 no error (warnings allowed unless ``--strict``), 1 errors
+(or warnings under ``--strict``), 2 the command line is wrong (``UsageError``, rendered by
+``peach_cli.cli.main``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from peach_cli.errors import UsageError
+
+FORMATS = ("text", "json")
+
+
+def run_validate(project: Path, *, output_format: str = "text", strict: bool = False) -> int:
+    """Validate the project at ``project`` and print every problem; return the exit code."""
+    if output_format not in FORMATS:
+        raise UsageError(
+            f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+        )
+    from peach_cli import console
+    from peach_cli.diagnostics import sort_key
+    from peach_cli.project import load_project
+    from peach_cli.validate import validate_project
+
+    loaded, diagnostics = load_project(project)
+    endpoints = 0
+    if loaded is not None:
+        result = validate_project(loaded)
+        diagnostics += result.diagnostics
+        endpoints = len(result.endpoints)
+    diagnostics.sort(key=sort_key)
+    counts = {s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")}
+    failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
+    if output_format == "json":
+        console.print_json([d.to_dict() for d in diagnostics])
+    else:
+        console.print_diagnostics(
+            diagnostics, summary=summarize(project, counts, endpoints, strict), ok=not failed
+        )
+    return 1 if failed else 0
+
+
+def summarize(project: Path, counts: dict[str, int], endpoints: int, strict: bool) -> str:
+    """``2 errors, 1 warning in examples/bad`` / ``examples/quickstart is valid: 2 endpoints``."""
+
+    def plural(n: int, word: str) -> str:
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    notes = [plural(counts[s], s) for s in ("error", "warning") if counts[s]]
+    if counts["info"]:
+        notes.append(f"{counts['info']} info")
+    if counts["error"] or (strict and counts["warning"]):
+        suffix = " (--strict: warnings fail)" if strict and not counts["error"] else ""
+        return f"{', '.join(notes)} in {project}{suffix}"
+    detail = f" ({', '.join(notes)})" if notes else ""
+    return f"{project} is valid: {plural(endpoints, 'endpoint')}{detail}"
+
+
+def run_schema() -> int:
+    """Print the JSON Schema of peach.conf on stdout."""
+    from peach_cli import console
+    from peach_cli.conf import json_schema
+
+    console.print_json(json_schema())
+    return 0

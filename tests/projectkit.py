@@ -1,0 +1,65 @@
+"""Build small peach projects on disk for tests: a conf, notebooks from cell sources, files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from peach_cli.diagnostics import Diagnostic
+from peach_cli.project import load_project
+from peach_cli.validate import validate_project
+
+BASE_CELLS = [
+    ("markdown", "# Endpoints"),
+    'def init_model():\n    return {"k": 1}\n',  # cell 2
+    'def ask(model, q: str = ""):\n    return [q]\n',  # cell 3
+    'def no_model(q: str = ""):\n    return [q]\n',  # cell 4
+    "def init_needs(path, *args, flag=False, **kwargs):\n    return path\n",  # cell 5
+    "async def streamer(n: int = 2):\n    for i in range(n):\n        yield str(i)\n",  # 6
+    'def drifting(model):\n    yield 1\n    yield [], {"drift_detected": True}\n',  # cell 7
+    "!pip install foo\nimport os\n\ndef with_magic():\n    return os.sep\n",  # cell 8
+    "def broken(:\n    pass\n",  # cell 9
+]
+
+
+def notebook_json(cells: list) -> str:
+    """nbformat 4 JSON; a cell is code text, or ("markdown", text)."""
+    out = []
+    for cell in cells:
+        kind, text = cell if isinstance(cell, tuple) else ("code", cell)
+        entry: dict = {"cell_type": kind, "metadata": {}, "source": text.splitlines(True)}
+        if kind == "code":
+            entry.update(execution_count=None, outputs=[])
+        out.append(entry)
+    return json.dumps({"cells": out, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1)
+
+
+def write_project(
+    root: Path,
+    conf: str | bytes | None,
+    notebooks: dict[str, list] | None = None,
+    files: dict[str, str | bytes] | None = None,
+) -> Path:
+    """Write peach.yaml (when ``conf`` is given), notebooks and other files under ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    everything: dict[str, str | bytes] = dict(files or {})
+    if conf is not None:
+        everything["peach.yaml"] = conf
+    for name, cells in (notebooks or {}).items():
+        everything[name] = notebook_json(cells)
+    for name, content in everything.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    return root
+
+
+def diagnose(path: Path) -> list[Diagnostic]:
+    """Everything ``peach validate`` would report for the project at ``path``."""
+    project, diagnostics = load_project(path)
+    if project is not None:
+        diagnostics += validate_project(project).diagnostics
+    return diagnostics

@@ -1,0 +1,299 @@
+"""Every diagnostic code of `peach validate`, each at its file, line and column (or cell)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from peach_cli.diagnostics import CODES
+from peach_cli.project import build_plan
+from projectkit import BASE_CELLS, diagnose, notebook_json, write_project
+
+ROOT = Path(__file__).resolve().parent.parent
+NB = {"nb.ipynb": BASE_CELLS}
+
+
+def endpoint(name: str = "e", url: str = "/e", **main: object) -> str:
+    fields = {"notebook": "nb.ipynb", "method": "ask", **main}
+    body = ", ".join(f"{k}: {json.dumps(v)}" for k, v in fields.items())
+    return f"  {name}:\n    url: {url}\n    components:\n      main: {{{body}}}\n"
+
+
+HEAD = "codops: shop\nendpoints:\n"
+
+# (code, peach.yaml, other files, expected position, expected text in message or hint)
+CASES = [
+    ("PC001", "codops: shop\nendpoints: a: b\n", {}, "peach.yaml:2:13", "YAML syntax"),
+    ("PC002", b"\x89PNG\r\n\x1a\n\x00\x00garbage\xff", {}, "peach.yaml:1:1", "not UTF-8"),
+    ("PC003", "- codops: shop\n", {}, "peach.yaml:1:1", "not a list"),
+    ("PC004", "codops: !!python/name:os.system x\n", {}, "peach.yaml:1:9", "!!python/name"),
+    ("PC005", "codops: shop\ncodops: shop\n", {}, "peach.yaml:2:1", "twice"),
+    ("PC101", HEAD + endpoint(methdo="x"), {}, "peach.yaml:6:51", "did you mean 'method'"),
+    (
+        "PC102",
+        HEAD + "  e:\n    url: /e\n    components:\n      main: {notebook: nb.ipynb}\n",
+        {},
+        "peach.yaml:6:7",
+        "'method'",
+    ),
+    ("PC103", HEAD + endpoint(replicas=0), {}, "peach.yaml:6:61", "replicas"),
+    ("PC103", HEAD + endpoint(memory="lots"), {}, "peach.yaml:6:59", "512Mi"),
+    ("PC103", "codops: Shop!\n", {}, "peach.yaml:1:9", "codops"),
+    ("PC103", HEAD + endpoint(url="e"), {}, "peach.yaml:4:10", "url"),
+    (
+        "PC104",
+        HEAD
+        + "  e:\n    url: /e\n    dependencies: [numpy]\n    components: {main: {notebook: nb.ipynb, method: ask}}\n",
+        {},
+        "peach.yaml:5:5",
+        "py_environments",
+    ),
+    (
+        "PC110",
+        HEAD + endpoint(),
+        {"peach.conf/more.yaml": "endpoints:\n" + endpoint(url="/other")},
+        "peach.conf/more.yaml:2:3",
+        "peach.yaml:3",
+    ),
+    (
+        "PC111",
+        HEAD + endpoint(),
+        {"peach.conf/x.yaml": "codops: other\n"},
+        "peach.conf/x.yaml:1:9",
+        "'shop'",
+    ),
+    ("PC112", HEAD + endpoint() + endpoint("f", "/e/"), {}, "peach.yaml:8:10", "endpoint 'e'"),
+    (
+        "PC113",
+        HEAD + "  e:\n    url: /e\n    components:\n      a: {notebook: nb.ipynb, method: ask}\n"
+        "      b: {notebook: nb.ipynb, method: ask}\n",
+        {},
+        "peach.yaml:5:5",
+        "'main'",
+    ),
+    (
+        "PC114",
+        "codops: shop\npy_environments:\n  llm: {dependencies: [numpy]}\nendpoints:\n"
+        "  e:\n    url: /e\n    py_env: lmm\n    components: {main: {notebook: nb.ipynb, method: ask}}\n",
+        {},
+        "peach.yaml:7:13",
+        "did you mean 'llm'",
+    ),
+    (
+        "PC115",
+        HEAD
+        + "  e:\n    url: /e\n    components:\n      fallback: {notebook: nb.ipynb, method: ask}\n",
+        {},
+        "peach.yaml:5:5",
+        "main",
+    ),
+    ("PC116", HEAD + endpoint(url="/_peach/status"), {}, "peach.yaml:4:10", "reserved"),
+    (
+        "PC201",
+        HEAD + endpoint(notebook="nb2.ipynb"),
+        {},
+        "peach.yaml:6:24",
+        "did you mean 'nb.ipynb'",
+    ),
+    ("PC202", HEAD + endpoint(notebook="../nb.ipynb"), {}, "peach.yaml:6:24", "outside"),
+    (
+        "PC203",
+        HEAD + endpoint(notebook="bad.ipynb"),
+        {"bad.ipynb": "{not json"},
+        "peach.yaml:6:24",
+        "JSON",
+    ),
+    (
+        "PC203",
+        HEAD + endpoint(notebook="bad.ipynb"),
+        {"bad.ipynb": "[1, 2]"},
+        "peach.yaml:6:24",
+        "cells",
+    ),
+    ("PC204", HEAD + endpoint(method="aks"), {}, "peach.yaml:6:44", "did you mean 'ask'"),
+    (
+        "PC204",
+        HEAD + endpoint(init="init_modle"),
+        {},
+        "peach.yaml:6:57",
+        "did you mean 'init_model'",
+    ),
+    ("PC205", HEAD + endpoint(init="init_needs"), {}, "nb.ipynb:cell 5:line 1", "path"),
+    (
+        "PC206",
+        HEAD + endpoint(full_notebook=True),
+        {},
+        "nb.ipynb:cell 9:line 1",
+        "not valid Python",
+    ),
+    (
+        "PC301",
+        HEAD + endpoint(method="no_model", init="init_model"),
+        {},
+        "nb.ipynb:cell 4:line 1",
+        "model",
+    ),
+    ("PC302", HEAD + endpoint(args={"stream": True}), {}, "peach.yaml:6:58", "stream"),
+    ("PC303", HEAD + endpoint(method="drifting"), {}, "nb.ipynb:cell 7:line 3", "drift"),
+    ("PC304", HEAD + endpoint(method="with_magic"), {}, "nb.ipynb:cell 8:line 1", "dropped"),
+    ("PC306", "codops: shop\n", {}, "peach.yaml:1:1", "no endpoint"),
+    ("PC401", HEAD + endpoint(method="streamer"), {}, "nb.ipynb:cell 6:line 1", "stream=true"),
+]
+
+DECORATED = [
+    ("markdown", "decorated"),
+    "from peach_cli import endpoint\n\ndef load():\n    return 1\n\ndef needs(x):\n    return x\n",
+    '@endpoint("/similar", init_fn=load, args={"size": 5}, replicas=2, memory="1Gi")\n'
+    "def similar(init_state, item: str = '', size: int = 5):\n    return [item] * size\n",
+]
+
+
+def decorated_case(cell: str, files: dict | None = None) -> dict:
+    return {"D.ipynb": notebook_json([*DECORATED, cell]), **(files or {})}
+
+
+DECORATOR_CASES = [
+    (
+        "PC204",
+        '@endpoint("/x", init_fn=lod)\ndef x(init_state):\n    return 1\n',
+        "D.ipynb:cell 4:line 1",
+        "did you mean 'load'",
+    ),
+    (
+        "PC205",
+        '@endpoint("/x", init_fn=needs)\ndef x(init_state):\n    return 1\n',
+        "D.ipynb:cell 2:line 6",
+        "x",
+    ),
+    (
+        "PC207",
+        'N = 2\n@endpoint("/x", replicas=N)\ndef x():\n    return 1\n',
+        "D.ipynb:cell 4:line 2",
+        "literal",
+    ),
+    (
+        "PC207",
+        '@endpoint("/x", init_fn=lambda: 1)\ndef x():\n    return 1\n',
+        "D.ipynb:cell 4:line 1",
+        "init_fn",
+    ),
+    (
+        "PC208",
+        '@endpoint("/x", replica=2)\ndef x():\n    return 1\n',
+        "D.ipynb:cell 4:line 1",
+        "did you mean 'replicas'",
+    ),
+    ("PC208", "@endpoint\ndef x():\n    return 1\n", "D.ipynb:cell 4:line 1", "url"),
+    ("PC208", "@endpoint(replicas=1)\ndef x():\n    return 1\n", "D.ipynb:cell 4:line 1", "url"),
+    (
+        "PC103",
+        '@endpoint("/x", replicas=0)\ndef x():\n    return 1\n',
+        "D.ipynb:cell 4:line 1",
+        "replicas",
+    ),
+    ("PC103", '@endpoint("x")\ndef x():\n    return 1\n', "D.ipynb:cell 4:line 1", "'/'"),
+    ("PC110", '@endpoint("/x")\ndef e():\n    return 1\n', "D.ipynb:cell 4:line 2", "twice"),
+    ("PC112", '@endpoint("/e")\ndef x():\n    return 1\n', "D.ipynb:cell 4:line 1", "endpoint 'e'"),
+    (
+        "PC301",
+        '@endpoint("/x", init_fn=load)\ndef x(model):\n    return 1\n',
+        "D.ipynb:cell 4:line 2",
+        "init_state",
+    ),
+    (
+        "PC302",
+        '@endpoint("/x", args={"stream": 1})\ndef x():\n    return 1\n',
+        "D.ipynb:cell 4:line 1",
+        "stream",
+    ),
+    (
+        "PC304",
+        '%time\n@endpoint("/x")\ndef x():\n    return 1\n',
+        "D.ipynb:cell 4:line 1",
+        "dropped",
+    ),
+]
+
+
+def position_and_text(diagnostic) -> tuple[str, str]:
+    return str(diagnostic.position), f"{diagnostic.message} {diagnostic.hint or ''}"
+
+
+@pytest.mark.parametrize(
+    ("code", "conf", "files", "where", "text"), CASES, ids=[c[0] for c in CASES]
+)
+def test_each_code_at_its_position(tmp_path, code, conf, files, where, text):
+    write_project(tmp_path, conf, NB, files)
+    found = [d for d in diagnose(tmp_path) if d.code == code]
+    assert found, f"no {code} in {[str(d) for d in diagnose(tmp_path)]}"
+    position, message = position_and_text(found[0])
+    assert position == where
+    assert text in message
+
+
+@pytest.mark.parametrize(
+    ("code", "cell", "where", "text"), DECORATOR_CASES, ids=[c[0] for c in DECORATOR_CASES]
+)
+def test_decorator_codes_at_their_position(tmp_path, code, cell, where, text):
+    conf = HEAD + endpoint() + "decorator_endpoints: [D.ipynb]\n"
+    write_project(tmp_path, conf, NB, decorated_case(cell))
+    found = [d for d in diagnose(tmp_path) if d.code == code]
+    assert found, f"no {code} in {[str(d) for d in diagnose(tmp_path)]}"
+    position, message = position_and_text(found[0])
+    assert position == where
+    assert text in message
+
+
+def test_decorator_notebook_without_endpoint(tmp_path):
+    conf = HEAD + endpoint() + "decorator_endpoints: [nb.ipynb, nb.ipynb]\n"
+    write_project(tmp_path, conf, NB)
+    found = {d.code: str(d.position) for d in diagnose(tmp_path)}
+    assert found["PC305"] == "peach.yaml:7:23"
+    assert found["PC110"] == "peach.yaml:7:33"
+
+
+def test_every_code_is_exercised():
+    exercised = {c[0] for c in CASES} | {c[0] for c in DECORATOR_CASES} | {"PC305", "PC110"}
+    assert exercised == set(CODES)
+
+
+def test_all_problems_in_one_run(tmp_path):
+    conf = (
+        "codops: shop\nendpoints:\n"
+        + endpoint("a", methdo="x")
+        + endpoint("b", url="/a", method="aks")
+        + endpoint("c", url="/c", init="init_needs")
+        + endpoint("d", url="/d", notebook="missing.ipynb")
+        + "tasks:\n  t: {notebook: nb.ipynb, method: nope, py_env: gpu}\n"
+    )
+    write_project(tmp_path, conf, NB)
+    codes = sorted(d.code for d in diagnose(tmp_path))
+    # PC206: the method is missing and cell 9 does not parse, so it is reported too
+    assert codes == ["PC101", "PC114", "PC201", "PC204", "PC204", "PC205", "PC206"]
+
+
+def test_every_diagnostic_has_a_position(tmp_path):
+    write_project(tmp_path, HEAD + endpoint(methdo=1, replicas="2") + "bogus: 1\n", NB)
+    for diagnostic in diagnose(tmp_path):
+        assert diagnostic.position.file == "peach.yaml"
+        assert diagnostic.position.line >= 1
+
+
+@pytest.mark.parametrize("name", ["quickstart"])
+def test_examples_validate_clean(name):
+    plan, diagnostics = build_plan(ROOT / "examples" / name)
+    assert plan is not None
+    assert [d for d in diagnostics if d.severity != "info"] == []
+
+
+def test_user_code_is_never_run(tmp_path):
+    marker = tmp_path / "ran"
+    cell = f"open({str(marker)!r}, 'w').close()\n\ndef ask(model=None):\n    return 1\n"
+    conf = HEAD + endpoint(full_notebook=True) + "decorator_endpoints: [D.ipynb]\n"
+    decorated = [f"open({str(marker)!r}, 'w').close()\n@endpoint('/d')\ndef d():\n    return 1\n"]
+    write_project(tmp_path, conf, {"nb.ipynb": [cell], "D.ipynb": decorated})
+    plan, diagnostics = build_plan(tmp_path)
+    assert plan is not None, [str(d) for d in diagnostics]
+    assert not marker.exists()
