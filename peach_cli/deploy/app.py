@@ -1,0 +1,245 @@
+"""The Ray Serve application of a peach project (runs on the cluster, imports Ray).
+
+``build_application(args)`` is the application builder named by every peach config's
+``import_path``. It binds:
+
+* one ``Component`` deployment per component — a thin host around
+  ``contract.ComponentRunner``: the notebook code and ``init`` run in the (async)
+  constructor, so a failing ``init`` is a replica that fails to start, with the user's
+  exception and traceback in its message; drift re-init happens inside the replica;
+* one ``Gateway`` ingress deployment — the per-codops gateway: it parses each HTTP
+  request with ``contract.parse_request`` and answers with ``contract.answer`` (the
+  ``timeout_s`` bound, fallback, envelope), or relays a stream chunk by chunk through
+  ``handle.options(stream=True)``, ending it cleanly if the generator fails.
+
+Each deployment reads what it runs from the ``.peach/`` folder of its own working_dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from peach_cli import contract
+from peach_cli.deploy import INIT_FAILED_MARKER
+from peach_cli.deploy.config import component_from_json, endpoints_from_json
+from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE
+from peach_cli.plan import EndpointSpec
+
+logger = logging.getLogger("peach.deploy")
+
+JSON_MEDIA_TYPE = "application/json"
+
+
+class PeachInitFailed(RuntimeError):
+    """A component could not start: its message is what ``peach deploy`` shows the user."""
+
+
+assert PeachInitFailed.__name__ == INIT_FAILED_MARKER
+
+
+def _replica_suffix() -> str:
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # outside a replica (tests of this module)
+        return "local"
+
+
+@serve.deployment
+class Component:
+    """One replica of one component: a ``ComponentRunner`` behind a handle."""
+
+    async def __init__(self) -> None:
+        spec = component_from_json(json.loads(Path(COMPONENT_FILE).read_text()))
+        self.runner = contract.ComponentRunner(
+            spec, Path.cwd(), replica_id=f"{spec.key}#{_replica_suffix()}"
+        )
+        try:
+            await self.runner.start()
+        except contract.InitError as error:
+            text = error.message
+            if error.details:
+                text = f"{text}\n{error.details}"
+            raise PeachInitFailed(text) from None
+
+    async def call(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A non-streaming call: a ``CallResult`` as a dict (never raises for user errors)."""
+        result = await self.runner.call(contract.RequestParams.from_dict(params))
+        return result.to_dict()
+
+    async def stream(self, params: dict[str, Any]) -> AsyncIterator[Any]:
+        """A streaming call. The first item describes it, the rest are the chunks (bytes).
+
+        First item: ``{"replica": id, "streams": bool}``, or ``{"replica": id, "code": …,
+        "message": …}`` when the arguments cannot be bound.
+        """
+        replica = self.runner.replica_id
+        if not self.runner.streams:
+            yield {"replica": replica, "streams": False}
+            return
+        try:
+            chunks = await self.runner.open_stream(contract.RequestParams.from_dict(params))
+        except contract.ContractError as error:
+            yield {"replica": replica, "code": error.code, "message": error.message}
+            return
+        try:
+            yield {"replica": replica, "streams": True}
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()
+
+    def check_health(self) -> None:
+        """Healthy once started (a drift re-init keeps the replica healthy)."""
+
+    def __del__(self) -> None:
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            runner.close()
+
+
+@serve.deployment
+class Gateway:
+    """The per-codops gateway: SPEC §2 on top of the component deployments."""
+
+    def __init__(self, components: dict[str, DeploymentHandle]) -> None:
+        data = json.loads(Path(GATEWAY_FILE).read_text())
+        self.timeout_s = float(data["timeout_s"])
+        self.endpoints = endpoints_from_json(data)
+        self.deployments = {
+            (name, component): info["deployment"]
+            for name, item in data["endpoints"].items()
+            for component, info in item["components"].items()
+        }
+        self.handles = components
+
+    def _handle(self, endpoint: EndpointSpec, component: str) -> DeploymentHandle:
+        return self.handles[self.deployments[(endpoint.name, component)]]
+
+    async def __call__(self, request: Request) -> Response:
+        endpoint = self._endpoint_for(request.url.path)
+        if endpoint is None:
+            return _json_response(
+                contract.error_answer("not_found", f"no endpoint at {request.url.path}")
+            )
+        try:
+            body = await request.body()
+            params, stream = contract.parse_request(
+                request.method, request.query_params.multi_items(), body
+            )
+        except contract.ContractError as error:
+            return _json_response(contract.error_answer(error.code, error.message))
+        if stream:
+            response = await self._open_stream(endpoint, params)
+            if response is not None:
+                return response
+        return _json_response(await self._answer(endpoint, params))
+
+    def _endpoint_for(self, path: str) -> EndpointSpec | None:
+        path = path.rstrip("/") or "/"
+        for endpoint in self.endpoints.values():
+            if endpoint.url.rstrip("/") == path or (endpoint.url == "/" and path == "/"):
+                return endpoint
+        return None
+
+    async def _answer(
+        self, endpoint: EndpointSpec, params: contract.RequestParams
+    ) -> contract.Answer:
+        payload = params.to_dict()
+
+        async def call(component: str, attempt: contract.Attempt) -> contract.CallResult:
+            try:
+                data = await self._handle(endpoint, component).call.remote(payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the replica died or cannot be reached
+                return contract.CallResult.failure(
+                    "unavailable",
+                    f"{endpoint.url} ({component}) has no healthy replica: {_first_line(error)}",
+                )
+            result = contract.CallResult.from_dict(data)
+            attempt.replica = result.replica
+            return result
+
+        return await contract.answer(endpoint, params, call, self.timeout_s)
+
+    async def _open_stream(
+        self, endpoint: EndpointSpec, params: contract.RequestParams
+    ) -> Response | None:
+        """A streaming response, or None when the method does not stream (envelope then)."""
+        spec = endpoint.primary_component
+        handle = self._handle(endpoint, endpoint.primary).options(stream=True)
+        generator = handle.stream.remote(params.to_dict())
+        try:
+            first = await generator.__anext__()
+        except StopAsyncIteration:
+            return None
+        except asyncio.CancelledError:
+            generator.cancel()
+            raise
+        except Exception as error:
+            generator.cancel()
+            return _json_response(
+                contract.error_answer(
+                    "unavailable",
+                    f"{endpoint.url} ({endpoint.primary}) has no healthy replica: "
+                    f"{_first_line(error)}",
+                    component=endpoint.primary,
+                )
+            )
+        replica = first.get("replica")
+        if "code" in first:
+            return _json_response(
+                contract.error_answer(
+                    first["code"], first["message"], component=endpoint.primary, replica=replica
+                )
+            )
+        if not first.get("streams"):
+            return None
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in generator:
+                    yield chunk
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the replica failed mid-stream: end it cleanly
+                logger.error("the stream of %s ended with an error: %s", endpoint.url, error)
+            finally:
+                generator.cancel()  # a client that went away closes the user's generator
+
+        headers = {contract.COMPONENT_HEADER: endpoint.primary}
+        if replica:
+            headers[contract.REPLICA_HEADER] = replica
+        headers["Cache-Control"] = "no-cache"
+        headers["X-Accel-Buffering"] = "no"
+        return StreamingResponse(relay(), media_type=spec.media_type, headers=headers)
+
+
+def _first_line(error: BaseException) -> str:
+    text = contract.describe_exception(error)
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _json_response(answer: contract.Answer) -> Response:
+    return Response(
+        answer.body_bytes(),
+        status_code=answer.status,
+        media_type=JSON_MEDIA_TYPE,
+        headers=answer.headers(),
+    )
+
+
+def build_application(args: dict[str, Any]) -> serve.Application:
+    """The application builder: ``args = {"gateway": name, "components": [names]}``."""
+    components = {name: Component.options(name=name).bind() for name in args.get("components", [])}
+    return Gateway.options(name=args.get("gateway", "gateway")).bind(components)

@@ -1,0 +1,243 @@
+"""The Serve config of a project: one application named after the codops.
+
+The application's ``import_path`` is the builder in ``peach_cli.deploy.app``; its ``args``
+name the deployments only, so the application's code version (a hash of import path,
+runtime_env and args) changes only when endpoints or components are added or removed.
+Everything a deployment runs travels in its own ``working_dir`` zip, named by content
+hash: change one notebook cell and only the components built from it get new replicas.
+
+Nothing here imports Ray, except ``validate_config`` (Ray's own schema).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from peach_cli.deploy import APPLICATION_BUILDER
+from peach_cli.deploy.packaging import (
+    COMPONENT_FILE,
+    GATEWAY_FILE,
+    Package,
+    json_bytes,
+    package,
+    project_files,
+    runtime_package,
+)
+from peach_cli.errors import DeployError
+from peach_cli.plan import ComponentSpec, EndpointSpec, ProjectPlan
+
+GATEWAY = "gateway"
+"""The ingress deployment's name (component deployments always contain a dot)."""
+GATEWAY_CPUS = 0.1
+GATEWAY_MAX_ONGOING = 1000
+COMPONENT_MAX_ONGOING = 100
+DEFAULT_HTTP_HOST = "127.0.0.1"
+DEFAULT_HTTP_PORT = 8000
+ROUTE_PREFIX = "/"
+
+
+def deployment_name(spec: ComponentSpec) -> str:
+    """``endpoint.component``: a component's deployment name (``assistant.main``)."""
+    return f"{spec.endpoint}.{spec.name}"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """What a deploy sends: the Serve config and the zips its runtime_envs reference."""
+
+    app_name: str
+    config: dict[str, Any]
+    """A whole ``ServeDeploySchema`` with this one application."""
+    packages: tuple[Package, ...]
+
+    @property
+    def application(self) -> dict[str, Any]:
+        return self.config["applications"][0]
+
+
+# -- plan <-> JSON (the replica side rebuilds the specs from its zip) -------------------
+
+
+def component_to_json(spec: ComponentSpec) -> dict[str, Any]:
+    return dataclasses.asdict(spec)
+
+
+def component_from_json(data: dict[str, Any]) -> ComponentSpec:
+    fields = dict(data)
+    fields["dependencies"] = tuple(fields.get("dependencies") or ())
+    fields["modules"] = tuple(fields.get("modules") or ())
+    fields["line_map"] = tuple(tuple(item) for item in fields.get("line_map") or ())
+    return ComponentSpec(**fields)
+
+
+def gateway_to_json(plan: ProjectPlan) -> dict[str, Any]:
+    """The routing plan the gateway needs: endpoints and component names, no code."""
+    endpoints = {}
+    for name, endpoint in plan.endpoints.items():
+        components = {
+            component_name: {
+                **component_to_json(dataclasses.replace(spec, source="", line_map=())),
+                "deployment": deployment_name(spec),
+            }
+            for component_name, spec in endpoint.components.items()
+        }
+        endpoints[name] = {
+            "name": endpoint.name,
+            "url": endpoint.url,
+            "primary": endpoint.primary,
+            "fallback": endpoint.fallback,
+            "decorated": endpoint.decorated,
+            "components": components,
+        }
+    return {"codops": plan.codops, "timeout_s": plan.timeout_s, "endpoints": endpoints}
+
+
+def endpoints_from_json(data: dict[str, Any]) -> dict[str, EndpointSpec]:
+    """The gateway's endpoints (component specs without code) from ``gateway_to_json``."""
+    endpoints = {}
+    for name, item in data["endpoints"].items():
+        components = {}
+        for component_name, component in item["components"].items():
+            fields = {k: v for k, v in component.items() if k != "deployment"}
+            components[component_name] = component_from_json(fields)
+        endpoints[name] = EndpointSpec(
+            name=item["name"],
+            url=item["url"],
+            components=components,
+            primary=item["primary"],
+            fallback=item["fallback"],
+            decorated=item["decorated"],
+        )
+    return endpoints
+
+
+# -- the config ------------------------------------------------------------------------
+
+
+def build_bundle(
+    plan: ProjectPlan,
+    *,
+    http_host: str = DEFAULT_HTTP_HOST,
+    http_port: int = DEFAULT_HTTP_PORT,
+) -> Bundle:
+    """The Serve config for ``plan`` and the packages it references (nothing uploaded)."""
+    runtime = runtime_package()
+    files = project_files(plan.root, excluded=plan.watched_files)
+    gateway_package = package("gateway", [(GATEWAY_FILE, json_bytes(gateway_to_json(plan)))])
+    packages = {runtime.name: runtime, gateway_package.name: gateway_package}
+    deployments: list[dict[str, Any]] = [
+        {
+            "name": GATEWAY,
+            "num_replicas": 1,
+            "max_ongoing_requests": GATEWAY_MAX_ONGOING,
+            "ray_actor_options": {
+                "num_cpus": GATEWAY_CPUS,
+                "runtime_env": {"working_dir": gateway_package.uri},
+            },
+        }
+    ]
+    for spec in sorted(plan.components(), key=deployment_name):
+        component_package = package(
+            "component", [*files, (COMPONENT_FILE, json_bytes(component_to_json(spec)))]
+        )
+        packages[component_package.name] = component_package
+        runtime_env: dict[str, Any] = {"working_dir": component_package.uri}
+        if spec.dependencies:
+            runtime_env["pip"] = list(spec.dependencies)
+        actor_options: dict[str, Any] = {"num_cpus": spec.cpus}
+        if spec.memory:
+            actor_options["memory"] = spec.memory
+        actor_options["runtime_env"] = runtime_env
+        deployments.append(
+            {
+                "name": deployment_name(spec),
+                "num_replicas": spec.replicas,
+                "max_ongoing_requests": COMPONENT_MAX_ONGOING,
+                "ray_actor_options": actor_options,
+            }
+        )
+    application = {
+        "name": plan.codops,
+        "route_prefix": ROUTE_PREFIX,
+        "import_path": APPLICATION_BUILDER,
+        "args": {
+            "gateway": GATEWAY,
+            "components": [d["name"] for d in deployments if d["name"] != GATEWAY],
+        },
+        "runtime_env": {"py_modules": [runtime.uri]},
+        "deployments": deployments,
+    }
+    config = {
+        "http_options": {"host": http_host, "port": http_port},
+        "applications": [application],
+    }
+    return Bundle(plan.codops, config, tuple(packages.values()))
+
+
+def merge_applications(
+    bundle: Bundle, details: dict[str, Any], *, http_host: str | None, http_port: int | None
+) -> tuple[dict[str, Any], list[str]]:
+    """The config to PUT: the cluster's other declarative applications, then ours.
+
+    A PUT replaces the whole set of declarative applications, so the others must be sent
+    back unchanged. ``http_options`` are those Serve already runs with (they cannot change
+    once Serve is up); a different ``--http-port``/``--http-host`` gives a warning.
+    """
+    warnings: list[str] = []
+    ours = bundle.application
+    others = []
+    for name, app in sorted((details.get("applications") or {}).items()):
+        if name == ours["name"]:
+            continue
+        if app.get("route_prefix") == ours["route_prefix"]:
+            raise DeployError(
+                f"the application '{name}' already serves the route prefix "
+                f"'{ours['route_prefix']}' on this cluster",
+                hint=f"remove it first: peach delete {name}",
+            )
+        deployed = app.get("deployed_app_config")
+        if app.get("source") != "declarative" or not deployed:
+            warnings.append(
+                f"application '{name}' was not deployed from a config; it is left as it is"
+            )
+            continue
+        others.append(deployed)
+    http_options = dict(bundle.config["http_options"])
+    running = details.get("http_options") or {}
+    if details.get("controller_info") and running:
+        current = {"host": running.get("host"), "port": running.get("port")}
+        asked = {"host": http_host, "port": http_port}
+        for key, value in asked.items():
+            if value is not None and current[key] is not None and value != current[key]:
+                warnings.append(
+                    f"Serve is already running with HTTP {key} {current[key]}; "
+                    f"--http-{key} {value} is ignored (it can only be set when Serve starts)"
+                )
+        http_options = {k: v for k, v in current.items() if v is not None} or http_options
+    config = dict(bundle.config)
+    config["http_options"] = http_options
+    config["applications"] = [*others, ours]
+    return config, warnings
+
+
+def validate_config(config: dict[str, Any]) -> None:
+    """Check ``config`` against Ray's own ``ServeDeploySchema``; raise ``DeployError``."""
+    from pydantic import ValidationError
+    from ray.serve.schema import ServeDeploySchema
+
+    try:
+        ServeDeploySchema.model_validate(config)
+    except ValidationError as error:
+        raise DeployError(f"the Serve config is not valid: {error}") from None
+
+
+def http_url(config: dict[str, Any], route: str = "") -> str:
+    """The base URL of the Serve HTTP proxy that the config asks for."""
+    options = config.get("http_options") or {}
+    host = options.get("host") or DEFAULT_HTTP_HOST
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    port = options.get("port") or DEFAULT_HTTP_PORT
+    return f"http://{host}:{port}{route}"

@@ -1,0 +1,211 @@
+"""The REST client of a Ray cluster's dashboard: the only way peach talks to a cluster.
+
+Every call has an explicit timeout; every transport failure and every unexpected status is
+translated here, at one boundary, into a ``DeployError`` a user can act on. A token from
+``RAY_AUTH_TOKEN`` is sent as ``Authorization: Bearer …`` and never appears in a message.
+
+Example::
+
+    address, warnings = resolve_address(None)          # env PEACH_RAY_ADDRESS or the default
+    with DashboardClient(address) as dashboard:
+        dashboard.version()                              # {"ray_version": "2.60.0", ...}
+        dashboard.serve_details()["applications"]
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from peach_cli.errors import DeployError, UsageError
+
+if TYPE_CHECKING:
+    import httpx
+
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+ADDRESS_ENV = "PEACH_RAY_ADDRESS"
+TOKEN_ENV = "RAY_AUTH_TOKEN"
+APPLICATIONS_PATH = "/api/serve/applications/"
+
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 30.0
+UPLOAD_TIMEOUT_S = 300.0
+
+
+def resolve_address(address: str | None) -> tuple[str, list[str]]:
+    """The dashboard URL to use (``--address``, env ``PEACH_RAY_ADDRESS``, the default).
+
+    Returns the URL without a trailing slash and warnings to show (plain HTTP to a host
+    that is not loopback). Raises ``UsageError`` for something that is not an http(s) URL.
+
+    >>> resolve_address("http://127.0.0.1:8265/")
+    ('http://127.0.0.1:8265', [])
+    """
+    text = (address or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS).strip()
+    hint = f"pass the dashboard's URL, e.g. --address {DEFAULT_ADDRESS}"
+    if text == "auto" or text.startswith("ray://"):
+        raise UsageError(
+            f"'{text}' is a Ray client address; peach talks to the dashboard REST API "
+            "(port 8265 by default)",
+            hint=hint,
+        )
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        port_hint = ""
+        if text.rsplit(":", 1)[-1] in ("6379", "10001"):
+            port_hint = " (that port is the cluster's GCS/client port, not its dashboard)"
+        raise UsageError(
+            f"'{text}' is not a dashboard URL{port_hint}: expected http(s)://HOST:PORT",
+            hint=hint,
+        )
+    warnings = []
+    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+        warnings.append(
+            f"talking to {parts.hostname} over plain HTTP: requests (and any token) "
+            "are not encrypted"
+        )
+    return text.rstrip("/"), warnings
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class DashboardClient:
+    """A small, synchronous client of the endpoints peach needs."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        import httpx
+
+        self.address = address
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        headers = {"User-Agent": "peach-cli"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._client = httpx.Client(
+            base_url=address,
+            headers=headers,
+            timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def __enter__(self) -> DashboardClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- the endpoints -------------------------------------------------------------------
+
+    def version(self) -> dict[str, Any]:
+        """``GET /api/version``: checks that the address is a reachable Ray dashboard."""
+        response = self._request("GET", "/api/version")
+        data = _json(response, "/api/version")
+        if not isinstance(data, dict) or "ray_version" not in data:
+            raise DeployError(f"{self.address} answered, but it is not a Ray dashboard")
+        return data
+
+    def serve_details(self) -> dict[str, Any]:
+        """``GET /api/serve/applications/``: Serve's applications, deployments, replicas."""
+        data = _json(self._request("GET", APPLICATIONS_PATH), APPLICATIONS_PATH)
+        if not isinstance(data, dict):
+            raise DeployError(f"unexpected answer from {APPLICATIONS_PATH}: {data!r:.200}")
+        return data
+
+    def put_applications(self, config: dict[str, Any]) -> None:
+        """``PUT /api/serve/applications/``: the whole declarative set of applications."""
+        self._request("PUT", APPLICATIONS_PATH, json=config)
+
+    def shutdown_serve(self) -> None:
+        """``DELETE /api/serve/applications/``: shuts down Serve and every application."""
+        self._request("DELETE", APPLICATIONS_PATH)
+
+    def cluster_status(self) -> dict[str, Any]:
+        """``GET /api/cluster_status``: the cluster's resource usage (used, total) by node."""
+        data = _json(self._request("GET", "/api/cluster_status"), "/api/cluster_status")
+        try:
+            return data["data"]["clusterStatus"]["loadMetricsReport"]
+        except (KeyError, TypeError):
+            raise DeployError("the dashboard did not report the cluster's resources") from None
+
+    def package_exists(self, name: str) -> bool:
+        """Whether ``gcs://<name>`` is already stored on the cluster."""
+        response = self._request("GET", f"/api/packages/gcs/{name}", allow=(404,))
+        return response.status_code == 200
+
+    def upload_package(self, name: str, data: bytes) -> None:
+        """``PUT /api/packages/gcs/<name>``: store a zip for ``runtime_env`` to reference."""
+        import httpx
+
+        self._request(
+            "PUT",
+            f"/api/packages/gcs/{name}",
+            content=data,
+            headers={"Content-Type": "application/zip"},
+            timeout=httpx.Timeout(UPLOAD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+        )
+
+    # -- the boundary --------------------------------------------------------------------
+
+    def _request(
+        self, method: str, path: str, *, allow: tuple[int, ...] = (), **kwargs: Any
+    ) -> httpx.Response:
+        import httpx
+
+        try:
+            response = self._client.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise DeployError(
+                f"the Ray dashboard at {self.address} did not answer {method} {path} in time"
+            ) from None
+        except httpx.HTTPError as error:
+            raise DeployError(
+                f"cannot reach the Ray dashboard at {self.address}: {_reason(error)}",
+                hint="start a cluster with `ray start --head`, or pass --address "
+                f"(env {ADDRESS_ENV})",
+            ) from None
+        if response.status_code in (401, 403):
+            has_token = "Authorization" in self._client.headers
+            raise DeployError(
+                f"the Ray dashboard at {self.address} refused the request ({response.status_code})",
+                hint="check the token in RAY_AUTH_TOKEN"
+                if has_token
+                else f"the cluster needs a token: set {TOKEN_ENV}",
+            )
+        if response.status_code >= 400 and response.status_code not in allow:
+            detail = response.text.strip()
+            if len(detail) > 2000:
+                detail = detail[:2000] + " …"
+            raise DeployError(
+                f"{method} {path} failed with HTTP {response.status_code}: {detail or '(no body)'}"
+            )
+        return response
+
+
+def _json(response: httpx.Response, path: str) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise DeployError(f"{path} did not answer JSON: {response.text[:200]!r}") from None
+
+
+def _reason(error: Exception) -> str:
+    text = str(error).strip()
+    return text or type(error).__name__

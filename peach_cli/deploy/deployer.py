@@ -1,0 +1,268 @@
+"""The steps of `peach deploy`, `peach status` and `peach delete` against a dashboard.
+
+``deploy``: build the bundle → connect → check resources → upload the zips the cluster
+lacks → PUT our application alongside the cluster's other ones → poll until every replica
+runs (or the first replica start failure, or the timeout). Progress goes to a ``Reporter``;
+failures are raised (``DeployError`` and subclasses); nothing here prints.
+
+Example::
+
+    result = deploy(plan, address=None, reporter=Reporter())
+    print(result.url)          # http://127.0.0.1:8000
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from peach_cli.deploy.config import (
+    DEFAULT_HTTP_HOST,
+    DEFAULT_HTTP_PORT,
+    Bundle,
+    build_bundle,
+    http_url,
+    merge_applications,
+    validate_config,
+)
+from peach_cli.deploy.dashboard import DashboardClient, resolve_address
+from peach_cli.deploy.progress import (
+    ApplicationState,
+    read_application,
+    read_applications,
+    startup_failure,
+)
+from peach_cli.deploy.resources import Needs, application_needs, check_fits
+from peach_cli.errors import DeployError
+from peach_cli.plan import ProjectPlan
+
+DEFAULT_TIMEOUT_S = 300.0
+POLL_INTERVAL_S = 0.25
+
+
+class ReplicaStartFailed(DeployError):
+    """A replica could not start; ``error`` is the user's exception and traceback."""
+
+    def __init__(self, app: str, deployment: str, error: str) -> None:
+        where = f"a replica of {deployment}" if deployment else f"the application {app}"
+        super().__init__(
+            f"{where} failed to start:\n{error}",
+            hint="fix the error, then run `peach deploy` again (`peach status` shows the state)",
+        )
+        self.deployment = deployment
+        self.error = error
+
+
+class DeployTimeout(DeployError):
+    """Not every replica was running when ``--timeout`` ran out."""
+
+
+@dataclass
+class Reporter:
+    """Where the steps report; the CLI renders them, tests collect them."""
+
+    note: Callable[[str], None] = lambda message: None
+    warn: Callable[[str], None] = lambda message: None
+    progress: Callable[[ApplicationState, float], None] = lambda app, elapsed: None
+
+
+@dataclass
+class DeployResult:
+    app: ApplicationState
+    url: str
+    elapsed_s: float
+    uploaded: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+
+
+def dry_run_config(
+    plan: ProjectPlan, *, http_host: str | None = None, http_port: int | None = None
+) -> dict[str, Any]:
+    """The exact Serve config a deploy of ``plan`` would send (checked by Ray's schema)."""
+    bundle = build_bundle(
+        plan, http_host=http_host or DEFAULT_HTTP_HOST, http_port=http_port or DEFAULT_HTTP_PORT
+    )
+    validate_config(bundle.config)
+    return bundle.config
+
+
+def connect(address: str | None, reporter: Reporter) -> DashboardClient:
+    url, warnings = resolve_address(address)
+    for warning in warnings:
+        reporter.warn(warning)
+    return DashboardClient(url)
+
+
+def deploy(
+    plan: ProjectPlan,
+    *,
+    address: str | None = None,
+    http_host: str | None = None,
+    http_port: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    reporter: Reporter | None = None,
+    poll_interval_s: float = POLL_INTERVAL_S,
+) -> DeployResult:
+    """Deploy ``plan`` and wait until every replica runs; raise on the first failure."""
+    reporter = reporter or Reporter()
+    started = time.monotonic()
+    bundle = build_bundle(
+        plan, http_host=http_host or DEFAULT_HTTP_HOST, http_port=http_port or DEFAULT_HTTP_PORT
+    )
+    with connect(address, reporter) as dashboard:
+        version = dashboard.version()
+        reporter.note(f"connected to Ray {version.get('ray_version', '?')} at {dashboard.address}")
+        details = dashboard.serve_details()
+        config, warnings = merge_applications(
+            bundle, details, http_host=http_host, http_port=http_port
+        )
+        for warning in warnings:
+            reporter.warn(warning)
+        validate_config(config)
+        _check_resources(dashboard, bundle, details)
+        uploaded, reused = _upload(dashboard, bundle)
+        reporter.note(
+            f"code: {len(uploaded)} package(s) uploaded, {len(reused)} already on the cluster"
+        )
+        dashboard.put_applications(config)
+        reporter.note(f"application '{bundle.app_name}' submitted; waiting for its replicas")
+        app = wait_until_running(
+            dashboard,
+            bundle.app_name,
+            timeout_s=max(0.0, timeout_s - (time.monotonic() - started)),
+            reporter=reporter,
+            started=started,
+            poll_interval_s=poll_interval_s,
+        )
+    return DeployResult(
+        app=app,
+        url=http_url(config),
+        elapsed_s=time.monotonic() - started,
+        uploaded=uploaded,
+        reused=reused,
+    )
+
+
+def _check_resources(dashboard: DashboardClient, bundle: Bundle, details: dict[str, Any]) -> None:
+    current = (details.get("applications") or {}).get(bundle.app_name) or {}
+    held = Needs()
+    if current.get("deployed_app_config") and current.get("status") == "RUNNING":
+        held = application_needs(current["deployed_app_config"])
+    check_fits(application_needs(bundle.application), dashboard.cluster_status(), held)
+
+
+def _upload(dashboard: DashboardClient, bundle: Bundle) -> tuple[list[str], list[str]]:
+    uploaded, reused = [], []
+    for package in bundle.packages:
+        if dashboard.package_exists(package.name):
+            reused.append(package.name)
+        else:
+            dashboard.upload_package(package.name, package.data)
+            uploaded.append(package.name)
+    return uploaded, reused
+
+
+def wait_until_running(
+    dashboard: DashboardClient,
+    app_name: str,
+    *,
+    timeout_s: float,
+    reporter: Reporter,
+    started: float | None = None,
+    poll_interval_s: float = POLL_INTERVAL_S,
+) -> ApplicationState:
+    """Poll until every replica of ``app_name`` runs; raise at the first start failure."""
+    started = time.monotonic() if started is None else started
+    deadline = time.monotonic() + timeout_s
+    app: ApplicationState | None = None
+    while True:
+        details = dashboard.serve_details()
+        raw = (details.get("applications") or {}).get(app_name)
+        if raw is not None:
+            app = read_application(app_name, raw)
+            reporter.progress(app, time.monotonic() - started)
+            failure = startup_failure(app)
+            if failure is not None:
+                raise ReplicaStartFailed(app_name, failure.deployment, failure.error)
+            if app.ready:
+                return app
+        if time.monotonic() >= deadline:
+            raise DeployTimeout(
+                f"not every replica of '{app_name}' was running after {timeout_s:.0f} s",
+                hint=_pending_hint(app),
+            )
+        time.sleep(poll_interval_s)
+
+
+def _pending_hint(app: ApplicationState | None) -> str:
+    if app is None:
+        return "the application never appeared: see `peach status`"
+    waiting = [
+        f"{d.name}: {d.running}/{d.target} running" + (f" — {d.message}" if d.message else "")
+        for d in app.deployments
+        if not d.ready
+    ]
+    return "; ".join(waiting) or f"application status {app.status}: {app.message}"
+
+
+def status(address: str | None = None, reporter: Reporter | None = None) -> list[ApplicationState]:
+    """Every Serve application on the cluster with its deployments and replicas."""
+    with connect(address, reporter or Reporter()) as dashboard:
+        return read_applications(dashboard.serve_details())
+
+
+def delete(
+    app_name: str,
+    *,
+    address: str | None = None,
+    reporter: Reporter | None = None,
+    timeout_s: float = 60.0,
+    poll_interval_s: float = POLL_INTERVAL_S,
+) -> list[str]:
+    """Remove ``app_name`` and keep the others: PUT the remaining declarative applications.
+
+    (``DELETE /api/serve/applications/`` would shut down Serve and every application.)
+    Returns the names of the applications left running.
+    """
+    reporter = reporter or Reporter()
+    with connect(address, reporter) as dashboard:
+        details = dashboard.serve_details()
+        applications = details.get("applications") or {}
+        if app_name not in applications:
+            names = ", ".join(sorted(applications)) or "none"
+            raise DeployError(
+                f"there is no application '{app_name}' on this cluster (applications: {names})"
+            )
+        if applications[app_name].get("source") != "declarative":
+            raise DeployError(
+                f"'{app_name}' was not deployed from a config (it was started from Python); "
+                "it cannot be removed without shutting down Serve",
+                hint="use `serve shutdown` to stop every application",
+            )
+        others = []
+        for name, app in sorted(applications.items()):
+            if name == app_name:
+                continue
+            if app.get("source") == "declarative" and app.get("deployed_app_config"):
+                others.append(app["deployed_app_config"])
+        config: dict[str, Any] = {"applications": others}
+        http_options = details.get("http_options")
+        if http_options:
+            config["http_options"] = {
+                k: http_options[k] for k in ("host", "port") if http_options.get(k) is not None
+            }
+        dashboard.put_applications(config)
+        reporter.note(f"application '{app_name}' removed; waiting for its replicas to stop")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = dashboard.serve_details().get("applications") or {}
+            if app_name not in remaining:
+                return sorted(remaining)
+            if time.monotonic() >= deadline:
+                raise DeployTimeout(
+                    f"'{app_name}' was still shutting down after {timeout_s:.0f} s",
+                    hint="`peach status` shows what is left",
+                )
+            time.sleep(poll_interval_s)

@@ -1,0 +1,184 @@
+"""Reading Serve's view of an application: deployments, replicas, and start failures.
+
+Serve reports an init that raises as ``A replica failed to start …`` in the deployment's
+message within seconds, and only much later as ``DEPLOY_FAILED``; ``startup_failure``
+spots the first, and ``user_error`` cuts the user's exception and notebook traceback out
+of Ray's message (ANSI colour codes stripped).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from peach_cli.deploy import INIT_FAILED_MARKER
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_FAILED_TO_START = ("failed to start", "RuntimeEnvSetupError", "runtime_env setup failed")
+
+
+def strip_ansi(text: str) -> str:
+    r"""Remove terminal colour codes.
+
+    >>> strip_ansi("\x1b[36mray::main\x1b[39m failed")
+    'ray::main failed'
+    """
+    return _ANSI.sub("", text)
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    replica_id: str
+    state: str
+    node_ip: str | None = None
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    name: str
+    status: str
+    message: str
+    target: int | None
+    replicas: tuple[ReplicaState, ...] = ()
+
+    @property
+    def running(self) -> int:
+        return sum(1 for r in self.replicas if r.state == "RUNNING")
+
+    @property
+    def starting(self) -> int:
+        return sum(1 for r in self.replicas if r.state in ("STARTING", "PENDING_MIGRATION"))
+
+    @property
+    def ready(self) -> bool:
+        target = self.target if self.target is not None else self.running
+        return (
+            self.status == "HEALTHY"
+            and self.running >= target
+            and all(r.state == "RUNNING" for r in self.replicas)
+        )
+
+
+@dataclass(frozen=True)
+class ApplicationState:
+    name: str
+    status: str
+    message: str
+    route_prefix: str | None
+    deployments: tuple[DeploymentState, ...] = field(default_factory=tuple)
+    last_deployed_time_s: float | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "RUNNING" and all(d.ready for d in self.deployments)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "message": self.message,
+            "route_prefix": self.route_prefix,
+            "deployments": [
+                {
+                    "name": d.name,
+                    "status": d.status,
+                    "message": d.message,
+                    "target_replicas": d.target,
+                    "replicas": [
+                        {"replica_id": r.replica_id, "state": r.state, "pid": r.pid}
+                        for r in d.replicas
+                    ],
+                }
+                for d in self.deployments
+            ],
+        }
+
+
+def read_application(name: str, app: dict[str, Any]) -> ApplicationState:
+    """One application of ``GET /api/serve/applications/`` as an ``ApplicationState``."""
+    targets = {}
+    for deployment in (app.get("deployed_app_config") or {}).get("deployments") or []:
+        if isinstance(deployment.get("num_replicas"), int):
+            targets[deployment["name"]] = deployment["num_replicas"]
+    deployments = []
+    for deployment_name, deployment in sorted((app.get("deployments") or {}).items()):
+        target = deployment.get("target_num_replicas")
+        if not isinstance(target, int):
+            target = targets.get(deployment_name)
+        replicas = tuple(
+            ReplicaState(
+                replica_id=str(replica.get("replica_id", "?")),
+                state=str(replica.get("state", "?")),
+                node_ip=replica.get("node_ip"),
+                pid=replica.get("pid"),
+            )
+            for replica in deployment.get("replicas") or []
+        )
+        deployments.append(
+            DeploymentState(
+                name=deployment_name,
+                status=str(deployment.get("status", "?")),
+                message=strip_ansi(deployment.get("message") or ""),
+                target=target,
+                replicas=replicas,
+            )
+        )
+    return ApplicationState(
+        name=name,
+        status=str(app.get("status", "?")),
+        message=strip_ansi(app.get("message") or ""),
+        route_prefix=app.get("route_prefix"),
+        deployments=tuple(deployments),
+        last_deployed_time_s=app.get("last_deployed_time_s"),
+    )
+
+
+def read_applications(details: dict[str, Any]) -> list[ApplicationState]:
+    """Every application Serve reports, by name."""
+    return [
+        read_application(name, app)
+        for name, app in sorted((details.get("applications") or {}).items())
+    ]
+
+
+@dataclass(frozen=True)
+class StartupFailure:
+    """A deployment whose replica could not start, and the error to show."""
+
+    deployment: str
+    error: str
+
+
+def startup_failure(app: ApplicationState) -> StartupFailure | None:
+    """The first deployment reporting a replica start failure (or the app failing)."""
+    for deployment in app.deployments:
+        if deployment.status == "DEPLOY_FAILED" or any(
+            marker in deployment.message for marker in _FAILED_TO_START
+        ):
+            return StartupFailure(deployment.name, user_error(deployment.message))
+    if app.status == "DEPLOY_FAILED":
+        return StartupFailure("", user_error(app.message))
+    return None
+
+
+def user_error(message: str) -> str:
+    """The part of Ray's failure message that is about the user's code.
+
+    A component's init failure is raised as ``PeachInitFailed: <message + traceback>``:
+    that text is returned. Anything else (a runtime_env that cannot be set up, a crash
+    of Ray itself) is returned from its last ``Error:`` on, or whole.
+    """
+    text = strip_ansi(message)
+    marker = f"{INIT_FAILED_MARKER}: "
+    index = text.rfind(marker)
+    if index >= 0:
+        return text[index + len(marker) :].strip()
+    index = text.rfind("Error:\n")
+    if index >= 0:
+        tail = text[index + len("Error:\n") :].strip()
+        lines = tail.splitlines()
+        # keep the exception line(s) at the end; a full Ray traceback is noise
+        return "\n".join(lines[-12:]) if len(lines) > 12 else tail
+    return text.strip()

@@ -1,0 +1,104 @@
+"""Whether a cluster can hold what a project asks for, before anything is deployed.
+
+A replica that does not fit stays pending forever in Ray, so ``peach deploy`` checks the
+cluster's free CPUs and memory (plus what the application's current version holds, which
+a redeploy gives back) against the config's replicas × (CPUs, memory) and fails with the
+numbers when it cannot fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from peach_cli.errors import DeployError
+
+_GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Needs:
+    """CPUs and memory (bytes) asked for, and the largest single replica."""
+
+    cpus: float = 0.0
+    memory: float = 0.0
+    largest_cpus: float = 0.0
+    largest_memory: float = 0.0
+    largest_name: str = ""
+
+    def __add__(self, other: Needs) -> Needs:
+        largest = other if other.largest_cpus > self.largest_cpus else self
+        return Needs(
+            self.cpus + other.cpus,
+            self.memory + other.memory,
+            max(self.largest_cpus, other.largest_cpus),
+            max(self.largest_memory, other.largest_memory),
+            largest.largest_name or other.largest_name,
+        )
+
+
+def application_needs(application: dict[str, Any]) -> Needs:
+    """What one application of a Serve config reserves: replicas × (num_cpus, memory)."""
+    total = Needs()
+    for deployment in application.get("deployments") or []:
+        options = deployment.get("ray_actor_options") or {}
+        cpus = float(options.get("num_cpus", 1.0) or 0.0)
+        memory = float(options.get("memory") or 0.0)
+        replicas = deployment.get("num_replicas", 1)
+        replicas = replicas if isinstance(replicas, int) else 1
+        total = total + Needs(
+            cpus * replicas, memory * replicas, cpus, memory, deployment.get("name", "")
+        )
+    return total
+
+
+def check_fits(needs: Needs, report: dict[str, Any], held: Needs | None = None) -> None:
+    """Raise ``DeployError`` when ``needs`` cannot fit the cluster in ``report``.
+
+    ``report`` is the dashboard's load metrics (``usage``: resource → [used, total], and
+    ``usageByNode``); ``held`` is what the application's running version reserves.
+
+    >>> report = {"usage": {"CPU": [1.0, 4.0], "memory": [0.0, 8 * 1024**3]}}
+    >>> check_fits(Needs(2.0, 0.0, 1.0, 0.0, "a.main"), report)
+    >>> check_fits(Needs(4.0, 0.0, 1.0, 0.0, "a.main"), report)
+    Traceback (most recent call last):
+    ...
+    peach_cli.errors.DeployError: the project asks for 4 CPUs and 0 GiB of memory; the cluster has 3 CPUs and 8 GiB free
+    """
+    held = held or Needs()
+    usage = report.get("usage") or {}
+    used_cpus, total_cpus = _pair(usage.get("CPU"))
+    used_memory, total_memory = _pair(usage.get("memory"))
+    free_cpus = total_cpus - used_cpus + held.cpus
+    free_memory = total_memory - used_memory + held.memory
+    if needs.cpus > free_cpus + 1e-9 or needs.memory > free_memory + 1:
+        raise DeployError(
+            f"the project asks for {_cpus(needs.cpus)} CPUs and {_gib(needs.memory)} GiB of "
+            f"memory; the cluster has {_cpus(free_cpus)} CPUs and {_gib(free_memory)} GiB free",
+            hint="lower `replicas`, `cpus` or `memory` in peach.conf, or add nodes "
+            f"(the cluster has {_cpus(total_cpus)} CPUs and {_gib(total_memory)} GiB in all)",
+        )
+    nodes = report.get("usageByNode") or {}
+    if nodes:
+        node_cpus = max(_pair((n or {}).get("CPU"))[1] for n in nodes.values())
+        node_memory = max(_pair((n or {}).get("memory"))[1] for n in nodes.values())
+        if needs.largest_cpus > node_cpus + 1e-9 or needs.largest_memory > node_memory + 1:
+            raise DeployError(
+                f"a replica of {needs.largest_name} asks for {_cpus(needs.largest_cpus)} CPUs "
+                f"and {_gib(needs.largest_memory)} GiB; the largest node has "
+                f"{_cpus(node_cpus)} CPUs and {_gib(node_memory)} GiB"
+            )
+
+
+def _pair(value: Any) -> tuple[float, float]:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return float(value[0]), float(value[1])
+    return 0.0, 0.0
+
+
+def _cpus(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _gib(value: float) -> str:
+    return f"{value / _GIB:.2f}".rstrip("0").rstrip(".")

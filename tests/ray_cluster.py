@@ -1,0 +1,181 @@
+"""A real single-node Ray cluster for tests: `ray start --head` on free loopback ports.
+
+The head runs in its own session (``start_new_session``) with its own ``--temp-dir``, so
+teardown can stop exactly its processes — the daemons and the workers they spawned share
+that session id — and never another head running on the same machine.
+
+Usage::
+
+    with RayHead(num_cpus=32) as head:
+        head.dashboard_url      # http://127.0.0.1:<port>
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+START_TIMEOUT_S = 90.0
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (bind to 0, read, release)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def free_ports(count: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(free_port())
+    return sorted(ports)
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name is in parentheses and may contain spaces
+    fields = stat.rsplit(")", 1)[1].split()  # state ppid pgrp session ...
+    if fields[0] in ("Z", "X"):  # a zombie is already dead; its parent reaps it
+        return None
+    return int(fields[3])
+
+
+def processes_in_session(session: int) -> list[int]:
+    """Pids of every live process whose session id is ``session``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _session_of(int(entry)) == session:
+            pids.append(int(entry))
+    return pids
+
+
+class RayHead:
+    """Start a Ray head on 127.0.0.1 with free ports; stop all of its processes after."""
+
+    def __init__(self, num_cpus: float = 8, *, log: Path | None = None) -> None:
+        self.num_cpus = num_cpus
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="prh", dir="/tmp"))
+        (
+            self.gcs_port,
+            self.dashboard_port,
+            self.client_port,
+            self.node_manager_port,
+            self.object_manager_port,
+            self.agent_http_port,
+            self.agent_grpc_port,
+            self.metrics_port,
+            self.runtime_env_port,
+            self.http_port,
+        ) = free_ports(10)
+        self.dashboard_url = f"http://127.0.0.1:{self.dashboard_port}"
+        self.serve_url = f"http://127.0.0.1:{self.http_port}"
+        self.session: int | None = None
+        self.log = log or self.temp_dir / "ray-start.log"
+
+    def command(self) -> list[str]:
+        ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+        return [
+            ray,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={self.gcs_port}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--ray-client-server-port={self.client_port}",
+            f"--node-manager-port={self.node_manager_port}",
+            f"--object-manager-port={self.object_manager_port}",
+            f"--dashboard-agent-listen-port={self.agent_http_port}",
+            f"--dashboard-agent-grpc-port={self.agent_grpc_port}",
+            f"--metrics-export-port={self.metrics_port}",
+            f"--runtime-env-agent-port={self.runtime_env_port}",
+            f"--num-cpus={self.num_cpus:g}",
+            "--object-store-memory=200000000",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+        ]
+
+    def start(self) -> RayHead:
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+        env.pop("RAY_ADDRESS", None)
+        with open(self.log, "wb") as log:
+            process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+                cwd=self.temp_dir,
+            )
+        self.session = process.pid  # a new session's id is its leader's pid
+        try:
+            process.wait(timeout=START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise RuntimeError(f"ray start did not return in {START_TIMEOUT_S:.0f} s") from None
+        if process.returncode != 0:
+            text = self.log.read_text(errors="replace")[-3000:]
+            self.stop()
+            raise RuntimeError(f"ray start failed ({process.returncode}):\n{text}")
+        self._wait_for_dashboard()
+        return self
+
+    def _wait_for_dashboard(self) -> None:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{self.dashboard_url}/api/version", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the Ray dashboard did not answer within 30 s")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """SIGTERM every process of the head's session, then SIGKILL what is left."""
+        if self.session is not None:
+            for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                pids = processes_in_session(self.session)
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+                deadline = time.monotonic() + grace
+                while processes_in_session(self.session) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            self.session = None
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> RayHead:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":  # a head for manual runs: python tests/ray_cluster.py [CPUS]
+    head = RayHead(num_cpus=float(sys.argv[1]) if len(sys.argv) > 1 else 8).start()
+    print(head.dashboard_url, head.serve_url, "session", head.session, flush=True)
+    try:
+        signal.pause()
+    finally:
+        head.stop()
