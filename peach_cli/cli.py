@@ -159,6 +159,88 @@ def ask(
     )
 
 
+AddressOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--address",
+        help="The Ray dashboard URL. Default: env PEACH_RAY_ADDRESS, else http://127.0.0.1:8265.",
+        show_default=False,
+    ),
+]
+
+
+@app.command()
+def deploy(
+    project: ProjectArg = Path("."),
+    address: AddressOption = None,
+    http_port: Annotated[
+        Optional[int],
+        typer.Option(
+            "--http-port",
+            help="Serve's HTTP port when Serve is not running yet (default 8000).",
+            show_default=False,
+        ),
+    ] = None,
+    http_host: Annotated[
+        Optional[str],
+        typer.Option(
+            "--http-host",
+            help="Serve's HTTP host when Serve is not running yet (default 127.0.0.1).",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the Serve config; do not contact a cluster."),
+    ] = False,
+    format: Annotated[
+        str, typer.Option("--format", help="The --dry-run config as json or yaml.")
+    ] = "json",
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", help="Seconds to wait for every replica to run."),
+    ] = 300.0,
+) -> None:
+    """Deploy the project to a Ray Serve cluster and wait until every replica runs."""
+    from peach_cli.cmd_deploy import run_deploy
+
+    raise typer.Exit(
+        run_deploy(
+            project,
+            address=address,
+            http_host=http_host,
+            http_port=http_port,
+            dry_run=dry_run,
+            output_format=format,
+            timeout_s=timeout,
+        )
+    )
+
+
+@app.command()
+def status(
+    address: AddressOption = None,
+    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+) -> None:
+    """Show the cluster's Serve applications, deployments and replica states."""
+    from peach_cli.cmd_deploy import run_status
+
+    raise typer.Exit(run_status(address=address, output_format=format))
+
+
+@app.command(no_args_is_help=True)
+def delete(
+    app_name: Annotated[
+        str, typer.Argument(help="The application (a codops) to remove.", show_default=False)
+    ],
+    address: AddressOption = None,
+) -> None:
+    """Remove one application from the cluster; the others keep running."""
+    from peach_cli.cmd_deploy import run_delete
+
+    raise typer.Exit(run_delete(app_name, address=address))
+
+
 def main() -> None:
     """Entry point of the `peach` console script: the one catch site for PeachError."""
     try:
