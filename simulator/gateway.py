@@ -1,0 +1,404 @@
+"""The local gateway: one ASGI app that routes every endpoint's url to its replica pools.
+
+The request path is kept short: look the url up in the routing table, read the body, let
+``peach_cli.contract`` parse it (405/413/400), then either answer through
+``contract.answer`` (timeout, fallback, envelope) or relay a stream chunk by chunk with the
+component's media type, no buffering and no compression. A client that goes away closes
+the user's generator in the replica. The routing table is replaced as a whole by a reload;
+requests that began on the old table finish on it.
+
+``GET /_peach/routes`` lists the endpoints (``peach ask`` uses it after a 404) and
+``GET /_peach/health`` the replicas and their states.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route as StarletteRoute
+
+from peach_cli import contract
+from peach_cli.contract import Answer, Attempt, CallResult, ContractError, RequestParams
+from peach_cli.plan import EndpointSpec
+from simulator.events import Event, ReplicaState, RequestLogged
+from simulator.pool import ReplicaPool, Unavailable
+from simulator.replica import ReplicaGone
+
+STREAMING_KINDS = frozenset({"generator", "async_generator"})
+INTERNAL_PREFIX = "/_peach/"
+_JSON = (b"content-type", b"application/json")
+
+
+@dataclass(eq=False)
+class Route:
+    """One endpoint in one routing table: its spec and the pools serving its components."""
+
+    endpoint: EndpointSpec
+    pools: dict[str, ReplicaPool]
+    inflight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def enter(self) -> None:
+        self.inflight += 1
+        self.idle.clear()
+
+    def leave(self) -> None:
+        self.inflight -= 1
+        if self.inflight == 0:
+            self.idle.set()
+
+
+@dataclass(eq=False)
+class RoutingTable:
+    """What the gateway serves: replaced whole, never edited, when the plan changes."""
+
+    codops: str
+    timeout_s: float
+    routes: dict[str, Route]
+
+    def pools(self) -> list[ReplicaPool]:
+        seen: dict[int, ReplicaPool] = {}
+        for route in self.routes.values():
+            for pool in route.pools.values():
+                seen[id(pool)] = pool
+        return list(seen.values())
+
+
+def _lookup(routes: dict[str, Route], path: str) -> Route | None:
+    route = routes.get(path)
+    if route is None and len(path) > 1 and path.endswith("/"):
+        route = routes.get(path.rstrip("/"))
+    return route
+
+
+def _component_headers(component: str | None, replica: str | None) -> list[tuple[bytes, bytes]]:
+    headers = []
+    if component:
+        headers.append((contract.COMPONENT_HEADER.lower().encode(), component.encode()))
+    if replica:
+        headers.append((contract.REPLICA_HEADER.lower().encode(), replica.encode()))
+    return headers
+
+
+class Gateway:
+    """The ASGI application behind ``peach dev``."""
+
+    def __init__(
+        self,
+        table: RoutingTable,
+        on_event: Callable[[Event], None] | None = None,
+        *,
+        max_body_bytes: int = contract.MAX_BODY_BYTES,
+    ) -> None:
+        self.table = table
+        self.on_event = on_event
+        self.max_body_bytes = max_body_bytes
+        self._internal = Starlette(
+            routes=[
+                StarletteRoute("/_peach/routes", self._list_routes, methods=["GET"]),
+                StarletteRoute("/_peach/health", self._health, methods=["GET"]),
+            ]
+        )
+
+    # -- ASGI ----------------------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await self._internal(scope, receive, send)
+            return
+        path = scope["path"]
+        table = self.table
+        route = _lookup(table.routes, path)
+        if route is None:
+            if path.startswith(INTERNAL_PREFIX):
+                await self._internal(scope, receive, send)
+                return
+            await self._not_found(scope, receive, send, table)
+            return
+        route.enter()
+        try:
+            await self._serve(route, table, scope, receive, send)
+        finally:
+            route.leave()
+
+    async def _serve(
+        self, route: Route, table: RoutingTable, scope: dict[str, Any], receive: Any, send: Any
+    ) -> None:
+        started = time.perf_counter()
+        endpoint = route.endpoint
+        body = await _read_body(receive)
+        if body is None:  # the client went away while sending
+            return
+        query = scope["query_string"]
+        query_items = (
+            parse_qsl(query.decode("utf-8", "replace"), keep_blank_values=True) if query else []
+        )
+        try:
+            params, wants_stream = contract.parse_request(
+                scope["method"], query_items, body, max_body_bytes=self.max_body_bytes
+            )
+        except ContractError as error:
+            answer = contract.error_answer(error.code, error.message)
+            await self._send_answer(send, answer, scope, endpoint, started)
+            return
+        primary = route.pools[endpoint.primary]
+        kind = primary.method_kind
+        if kind is None:  # no replica has come up yet: wait for one (or its init error)
+            try:
+                await primary.acquire()
+            except Unavailable as error:
+                answer = contract.error_answer(
+                    "unavailable", str(error), component=endpoint.primary
+                )
+                await self._send_answer(send, answer, scope, endpoint, started)
+                return
+            kind = primary.method_kind
+        if kind in STREAMING_KINDS:
+            if wants_stream:
+                await self._stream(route, primary, params, scope, receive, send, started)
+            else:
+                answer = contract.stream_required_answer(endpoint)
+                await self._send_answer(send, answer, scope, endpoint, started)
+            return
+        pools = route.pools
+
+        async def call(component: str, attempt: Attempt) -> CallResult:
+            return await pools[component].call(params, attempt)
+
+        answer = await contract.answer(endpoint, params, call, table.timeout_s)
+        await self._send_answer(send, answer, scope, endpoint, started)
+
+    async def _send_answer(
+        self,
+        send: Any,
+        answer: Answer,
+        scope: dict[str, Any],
+        endpoint: EndpointSpec | None,
+        started: float,
+    ) -> None:
+        payload = answer.body_bytes()
+        headers = [_JSON, (b"content-length", str(len(payload)).encode())]
+        headers += _component_headers(answer.component, answer.replica)
+        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+        if self.on_event is not None:
+            error = None
+            if answer.status >= 400:
+                details = answer.body.get("error") or {}
+                error = f"{details.get('code')}: {details.get('message')}"
+            self.on_event(
+                RequestLogged(
+                    scope["method"],
+                    scope["path"],
+                    answer.status,
+                    endpoint.name if endpoint else None,
+                    answer.component,
+                    answer.replica,
+                    time.perf_counter() - started,
+                    error=error,
+                )
+            )
+
+    async def _not_found(
+        self, scope: dict[str, Any], receive: Any, send: Any, table: RoutingTable
+    ) -> None:
+        urls = sorted(route.endpoint.url for route in table.routes.values())
+        listed = ", ".join(urls) if urls else "none"
+        answer = contract.error_answer(
+            "not_found", f"no endpoint at {scope['path']} (endpoints: {listed})"
+        )
+        await _read_body(receive)
+        await self._send_answer(send, answer, scope, None, time.perf_counter())
+
+    # -- streams -------------------------------------------------------------------------
+
+    async def _stream(
+        self,
+        route: Route,
+        pool: ReplicaPool,
+        params: RequestParams,
+        scope: dict[str, Any],
+        receive: Any,
+        send: Any,
+        started: float,
+    ) -> None:
+        endpoint = route.endpoint
+        component = endpoint.primary
+        try:
+            replica, chunks = await pool.stream(params)
+        except Unavailable as error:
+            answer = contract.error_answer("unavailable", str(error), component=component)
+            await self._send_answer(send, answer, scope, endpoint, started)
+            return
+        iterator = chunks.__aiter__()
+        first_chunk = asyncio.ensure_future(_next(iterator))
+        disconnect = asyncio.ensure_future(_wait_disconnect(receive))
+        await asyncio.wait((first_chunk, disconnect), return_when=asyncio.FIRST_COMPLETED)
+        if not first_chunk.done():  # the client left before the first chunk
+            first_chunk.cancel()
+            await asyncio.gather(first_chunk, return_exceptions=True)
+            await chunks.aclose()  # type: ignore[attr-defined]
+            self._log_stream(scope, endpoint, replica.id, started, 499, "client disconnected")
+            return
+        disconnect.cancel()
+        first: bytes | None = None
+        try:
+            first = first_chunk.result()
+        except StopAsyncIteration:
+            first = None
+        except ContractError as error:
+            answer = contract.error_answer(
+                error.code, error.message, component=component, replica=replica.id
+            )
+            await self._send_answer(send, answer, scope, endpoint, started)
+            return
+        except ReplicaGone as error:
+            answer = contract.error_answer(
+                "method_error", str(error), component=component, replica=replica.id
+            )
+            await self._send_answer(send, answer, scope, endpoint, started)
+            return
+        outcome: dict[str, str | None] = {"error": None}
+        headers = {
+            "content-type": pool.spec.media_type,
+            "cache-control": "no-cache",
+            "x-accel-buffering": "no",
+            contract.COMPONENT_HEADER: component,
+            contract.REPLICA_HEADER: replica.id,
+        }
+        response = StreamingResponse(_relay(first, iterator, outcome), headers=headers)
+        try:
+            await response(scope, receive, send)
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+            self._log_stream(scope, endpoint, replica.id, started, 200, outcome["error"])
+
+    def _log_stream(
+        self,
+        scope: dict[str, Any],
+        endpoint: EndpointSpec,
+        replica: str,
+        started: float,
+        status: int,
+        error: str | None,
+    ) -> None:
+        if self.on_event is not None:
+            self.on_event(
+                RequestLogged(
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    endpoint.name,
+                    endpoint.primary,
+                    replica,
+                    time.perf_counter() - started,
+                    stream=True,
+                    error=error,
+                )
+            )
+
+    # -- internal routes -----------------------------------------------------------------
+
+    async def _list_routes(self, request: Request) -> JSONResponse:
+        table = self.table
+        endpoints = []
+        for route in sorted(table.routes.values(), key=lambda r: r.endpoint.url):
+            kind = route.pools[route.endpoint.primary].method_kind
+            endpoints.append(
+                {
+                    "name": route.endpoint.name,
+                    "url": route.endpoint.url,
+                    "components": list(route.endpoint.components),
+                    "streams": None if kind is None else kind in STREAMING_KINDS,
+                }
+            )
+        return JSONResponse({"codops": table.codops, "endpoints": endpoints})
+
+    async def _health(self, request: Request) -> JSONResponse:
+        components = []
+        ready = True
+        healthy = True
+        for pool in self.table.pools():
+            replicas = []
+            for replica in pool.replicas:
+                if replica.state in (ReplicaState.STARTING, ReplicaState.RESTARTING):
+                    ready = False
+                if replica.state is not ReplicaState.HEALTHY:
+                    healthy = False
+                replicas.append(
+                    {
+                        "id": replica.id,
+                        "state": replica.state.value,
+                        "pid": replica.pid,
+                        "outstanding": replica.outstanding,
+                        "rss": replica.rss,
+                        "error": replica.error,
+                    }
+                )
+            components.append({"component": pool.key, "replicas": replicas})
+        status = "ok" if healthy else ("starting" if not ready else "degraded")
+        return JSONResponse(
+            {
+                "status": status,
+                "ready": ready,
+                "codops": self.table.codops,
+                "components": components,
+            }
+        )
+
+
+async def _relay(
+    first: bytes | None, chunks: AsyncIterator[bytes], outcome: dict[str, str | None]
+) -> AsyncIterator[bytes]:
+    """The stream's chunks after the first; a replica that dies ends the stream."""
+    if first is None:
+        return
+    yield first
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except ReplicaGone as error:
+        outcome["error"] = str(error)
+    except ContractError as error:
+        outcome["error"] = f"{error.code}: {error.message}"
+
+
+async def _next(iterator: AsyncIterator[bytes]) -> bytes:
+    return await iterator.__anext__()
+
+
+async def _read_body(receive: Any) -> bytes | None:
+    """The whole request body (None if the client disconnected)."""
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        return None
+    body = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body
+    parts = [body]
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+async def _wait_disconnect(receive: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

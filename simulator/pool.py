@@ -1,0 +1,155 @@
+"""The replicas of one component, and the choice of which one serves a request.
+
+``ReplicaPool`` starts ``spec.replicas`` replicas, sends each request to the healthy replica
+with the fewest outstanding requests (ties go round-robin), avoids a replica that is
+re-running ``init`` after drift while another one is healthy, waits for replicas that are
+still starting or restarting, and reports ``unavailable`` with the init error when none can
+serve. ``drain_and_stop`` lets in-flight work finish before stopping the processes (how a
+reload retires a component).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from peach_cli.contract import Attempt, CallResult, RequestParams
+from peach_cli.plan import ComponentSpec
+from simulator.events import Event, ReplicaState
+from simulator.replica import Replica
+
+STARTUP_WAIT_S = 60.0
+"""How long a request waits for a replica that is starting or restarting."""
+
+_WAITING = (ReplicaState.STARTING, ReplicaState.RESTARTING)
+_replica_numbers: dict[str, itertools.count[int]] = {}
+
+
+class Unavailable(Exception):
+    """No replica of the component can serve (the message says why)."""
+
+
+def _next_number(key: str) -> int:
+    return next(_replica_numbers.setdefault(key, itertools.count(1)))
+
+
+class ReplicaPool:
+    """All replicas of one component."""
+
+    def __init__(self, spec: ComponentSpec, root: Path, on_event: Callable[[Event], None]) -> None:
+        self.spec = spec
+        self.root = Path(root)
+        self.key = spec.key
+        self._changed = asyncio.Event()
+        self.replicas = [
+            Replica(
+                spec,
+                self.root,
+                f"{spec.key}#{_next_number(spec.key)}",
+                on_event,
+                on_change=self._notify,
+            )
+            for _ in range(max(1, spec.replicas))
+        ]
+        self._turn = 0
+        self.retired = False
+
+    async def start(self) -> None:
+        """Start every replica at once; return when each is healthy, unhealthy or restarting."""
+        await asyncio.gather(*(replica.start() for replica in self.replicas))
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    @property
+    def method_kind(self) -> str | None:
+        for replica in self.replicas:
+            if replica.method_kind is not None:
+                return replica.method_kind
+        return None
+
+    def _pick(self) -> Replica | None:
+        candidates = [r for r in self.replicas if r.state is ReplicaState.HEALTHY]
+        if not candidates:
+            candidates = [r for r in self.replicas if r.state is ReplicaState.RELOADING]
+        if not candidates:  # a retired pool still serves the requests that began on it
+            candidates = [r for r in self.replicas if r.state is ReplicaState.DRAINING]
+        if not candidates:
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        self._turn += 1
+        count = len(candidates)
+        best = None
+        for offset in range(count):
+            replica = candidates[(self._turn + offset) % count]
+            if best is None or replica.outstanding < best.outstanding:
+                best = replica
+        return best
+
+    async def acquire(self) -> Replica:
+        """The replica that should serve the next request; ``Unavailable`` if none can."""
+        replica = self._pick()
+        if replica is not None:
+            return replica
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STARTUP_WAIT_S
+        while True:
+            replica = self._pick()
+            if replica is not None:
+                return replica
+            if not any(r.state in _WAITING for r in self.replicas) or self.retired:
+                raise Unavailable(self._unavailable_message())
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise Unavailable(self._unavailable_message())
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+
+    def _unavailable_message(self) -> str:
+        errors = sorted({r.error for r in self.replicas if r.error})
+        where = f"{self.spec.endpoint}/{self.spec.name}"
+        if errors:
+            return f"no healthy replica of {where}: " + "; ".join(errors)
+        states = ", ".join(sorted({r.state.value for r in self.replicas}))
+        return f"no healthy replica of {where} (replicas are {states})"
+
+    async def call(self, params: RequestParams, attempt: Attempt) -> CallResult:
+        """Call the component on the best replica; the contract's ``call`` for this pool."""
+        try:
+            replica = await self.acquire()
+        except Unavailable as error:
+            return CallResult.failure("unavailable", str(error))
+        attempt.replica = replica.id
+        return await replica.call(params)
+
+    async def stream(self, params: RequestParams) -> tuple[Replica, AsyncIterator[bytes]]:
+        """Pick a replica and open a stream on it (raises ``Unavailable``)."""
+        replica = await self.acquire()
+        return replica, replica.stream(params)
+
+    @property
+    def outstanding(self) -> int:
+        return sum(r.outstanding for r in self.replicas)
+
+    async def drain_and_stop(self, timeout_s: float | None = None) -> None:
+        """Let in-flight calls and streams finish (up to ``timeout_s``), then stop."""
+        self.retired = True
+        for replica in self.replicas:
+            replica.mark_draining()
+        waits = [asyncio.ensure_future(r.wait_idle()) for r in self.replicas]
+        if waits:
+            _, pending = await asyncio.wait(waits, timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+        await self.stop()
+
+    async def stop(self) -> None:
+        """Stop every replica now (their streams are closed by the replica processes)."""
+        self.retired = True
+        await asyncio.gather(*(replica.stop() for replica in self.replicas))

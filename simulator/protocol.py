@@ -1,0 +1,90 @@
+"""The frames a gateway and a replica process exchange over their private Unix socket.
+
+A frame is a 4-byte big-endian length followed by a pickled tuple ``(kind, request_id,
+payload)``. Both ends are this package, on one machine, over a socketpair nobody else can
+open, so pickle is safe here and avoids re-encoding results and chunks.
+
+Gateway → replica::
+
+    ("start", 0, (ComponentSpec, root, replica_id))   load the code, run init
+    ("call", id, RequestParams)                        one non-streaming call
+    ("stream", id, RequestParams)                      one stream
+    ("cancel", id, None)                               the caller went away / timed out
+    ("ping", id, None)                                 health and memory
+    ("stop", 0, None)                                  close streams and exit
+
+Replica → gateway::
+
+    ("ready", 0, {"method_kind", "pid"})               init done, serving
+    ("init_error", 0, {"message", "details"})          init raised; the process exits
+    ("result", id, CallResult)
+    ("chunk", id, bytes)                               one yielded chunk
+    ("end", id, None)                                  the stream is over
+    ("stream_error", id, {"code", "message"})          the stream could not start
+    ("pong", id, {"rss", "reinitializing"})
+    ("state", 0, {"reinitializing", "error"})          drift re-init started / finished
+    ("log", 0, {"level", "message"})                   a log record from the replica
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+HEADER_BYTES = 4
+Frame = tuple[str, int, Any]
+
+
+def encode_frame(kind: str, request_id: int, payload: Any = None) -> bytes:
+    """A frame ready to write: length prefix and pickled body."""
+    body = pickle.dumps((kind, request_id, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    return len(body).to_bytes(HEADER_BYTES, "big") + body
+
+
+class FrameProtocol(asyncio.Protocol):
+    """An asyncio protocol that splits the byte stream into frames and hands each on.
+
+    ``on_frame`` is called for every complete frame, in order; ``on_lost`` once when the
+    connection closes (the other process exited or closed its end).
+    """
+
+    def __init__(
+        self, on_frame: Callable[[Frame], None], on_lost: Callable[[Exception | None], None]
+    ) -> None:
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self._buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        offset = 0
+        size = len(buffer)
+        while size - offset >= HEADER_BYTES:
+            length = int.from_bytes(buffer[offset : offset + HEADER_BYTES], "big")
+            end = offset + HEADER_BYTES + length
+            if end > size:
+                break
+            frame = pickle.loads(buffer[offset + HEADER_BYTES : end])
+            offset = end
+            self._on_frame(frame)
+        if offset:
+            del buffer[:offset]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._on_lost(exc)
+
+    def send(self, kind: str, request_id: int, payload: Any = None) -> bool:
+        """Write one frame; False when the connection is already gone."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return False
+        transport.write(encode_frame(kind, request_id, payload))
+        return True

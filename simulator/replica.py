@@ -1,0 +1,421 @@
+"""One replica: a worker process hosting one component, seen from the gateway.
+
+A ``Replica`` spawns ``python -m simulator.worker`` (cwd = the project root), sends it the
+component, and waits for ``init``: the replica becomes healthy, or unhealthy with the init
+error. Calls and streams are multiplexed over the replica's socket by request id; the
+replica counts what is outstanding (the pool's load-balancing signal). When the process
+dies, every in-flight call fails at once with an error saying so, in-flight streams end,
+and the replica restarts itself (with a growing pause if it keeps dying).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from peach_cli.contract import CallResult, ContractError, RequestParams
+from peach_cli.plan import ComponentSpec
+from simulator.events import (
+    Event,
+    MemoryWarning,
+    ReplicaChanged,
+    ReplicaLog,
+    ReplicaMemory,
+    ReplicaState,
+)
+from simulator.protocol import Frame, FrameProtocol
+
+HEALTH_INTERVAL_S = 1.0
+STOP_TIMEOUT_S = 3.0
+RESTART_PAUSES_S = (0.0, 0.5, 1.0, 2.0, 5.0)
+"""Pause before each successive restart of a replica that keeps dying soon after start."""
+STABLE_AFTER_S = 10.0
+"""A replica that ran this long resets its restart pause."""
+
+
+class ReplicaGone(Exception):
+    """The replica process died while serving a stream."""
+
+
+def _exit_description(returncode: int | None) -> str:
+    if returncode is None:
+        return "closed its connection"
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+def _worker_command() -> list[str]:
+    command = [sys.executable]
+    if sys.version_info >= (3, 11):
+        command.append("-P")  # a project folder named like our modules must not shadow them
+    return [*command, "-m", "simulator.worker"]
+
+
+def _worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    # The simulator package must be importable from the replica even when peach runs
+    # from a source checkout that is not installed.
+    here = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    return env
+
+
+class Replica:
+    """A replica process of one component, and the gateway's handle on it."""
+
+    def __init__(
+        self,
+        spec: ComponentSpec,
+        root: Path,
+        replica_id: str,
+        on_event: Callable[[Event], None],
+        *,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.root = Path(root).resolve()
+        self.id = replica_id
+        self.on_event = on_event
+        self.on_change = on_change
+        self.state = ReplicaState.STARTING
+        self.error: str | None = None
+        self.pid: int | None = None
+        self.rss = 0
+        self.method_kind: str | None = None
+        self.outstanding = 0
+        self._process: asyncio.subprocess.Process | None = None
+        self._channel: FrameProtocol | None = None
+        self._calls: dict[int, asyncio.Future[CallResult]] = {}
+        self._streams: dict[int, asyncio.Queue[tuple[str, Any]]] = {}
+        self._pings: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._next_id = 0
+        self._started: asyncio.Future[None] | None = None
+        self._stopping = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._ready_at = 0.0
+        self._restarts = 0
+        self._over_limit = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Spawn the process and wait until init succeeded, failed, or the process died."""
+        self._stopping = False
+        self._set_state(ReplicaState.STARTING)
+        await self._spawn()
+
+    async def _spawn(self) -> None:
+        loop = asyncio.get_running_loop()
+        parent_end, child_end = socket.socketpair()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *_worker_command(),
+                "--fd",
+                str(child_end.fileno()),
+                pass_fds=(child_end.fileno(),),
+                cwd=str(self.root),
+                env=_worker_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        except OSError as error:
+            parent_end.close()
+            self._set_state(ReplicaState.UNHEALTHY, error=f"could not start a replica: {error}")
+            return
+        finally:
+            child_end.close()
+        self._process = process
+        self.pid = process.pid
+        channel = FrameProtocol(self._on_frame, lambda exc: self._on_lost(process))
+        self._channel = channel
+        await loop.create_connection(lambda: channel, sock=parent_end)
+        self._started = loop.create_future()
+        self._background(self._pump_output(process))
+        channel.send("start", 0, (self.spec, str(self.root), self.id))
+        await asyncio.shield(self._started)
+
+    async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stop the process: its streams are closed first; killed if it does not exit."""
+        self._stopping = True
+        process = self._process
+        if self._channel is not None:
+            self._channel.send("stop", 0, None)
+        if process is not None and process.returncode is None:
+            try:
+                await asyncio.wait_for(process.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        self._fail_in_flight(f"the replica {self.id} was stopped")
+        for task in list(self._tasks):
+            task.cancel()
+        self._set_state(ReplicaState.STOPPED)
+
+    def mark_draining(self) -> None:
+        """Retired by a reload: finish what is in flight, take what began before."""
+        if self.serving:
+            self._set_state(ReplicaState.DRAINING)
+
+    def kill_now(self) -> None:
+        """Last resort at interpreter exit: SIGKILL without waiting."""
+        process = self._process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+
+    @property
+    def serving(self) -> bool:
+        return self.state in (ReplicaState.HEALTHY, ReplicaState.RELOADING)
+
+    async def wait_idle(self) -> None:
+        """Wait until no call or stream is in flight on this replica."""
+        await self._idle.wait()
+
+    # -- calls and streams ---------------------------------------------------------------
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _begin(self) -> None:
+        self.outstanding += 1
+        self._idle.clear()
+
+    def _end(self) -> None:
+        self.outstanding -= 1
+        if self.outstanding == 0:
+            self._idle.set()
+
+    async def call(self, params: RequestParams) -> CallResult:
+        """One non-streaming call; cancelling it cancels the call in the replica."""
+        channel = self._channel
+        request_id = self._new_id()
+        future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
+        if channel is None or not channel.send("call", request_id, params):
+            return CallResult.failure(
+                "unavailable", f"the replica {self.id} is not running", self.id
+            )
+        self._calls[request_id] = future
+        self._begin()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            channel.send("cancel", request_id, None)
+            raise
+        finally:
+            self._calls.pop(request_id, None)
+            self._end()
+
+    async def stream(self, params: RequestParams) -> AsyncIterator[bytes]:
+        """The replica's chunks as they come; closing this iterator closes the generator.
+
+        Raises ``ContractError`` when the stream cannot start (a binding error) and
+        ``ReplicaGone`` when the process dies mid-stream.
+        """
+        channel = self._channel
+        if channel is None:
+            raise ReplicaGone(f"the replica {self.id} is not running")
+        request_id = self._new_id()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._streams[request_id] = queue
+        self._begin()
+        finished = False
+        try:
+            channel.send("stream", request_id, params)
+            while True:
+                kind, data = await queue.get()
+                if kind == "chunk":
+                    yield data
+                elif kind == "end":
+                    finished = True
+                    return
+                elif kind == "stream_error":
+                    finished = True
+                    raise ContractError(data["code"], data["message"])
+                else:  # "gone"
+                    finished = True
+                    raise ReplicaGone(data)
+        finally:
+            self._streams.pop(request_id, None)
+            if not finished:
+                channel.send("cancel", request_id, None)
+            self._end()
+
+    async def ping(self, timeout_s: float = 2.0) -> dict[str, Any] | None:
+        channel = self._channel
+        if channel is None:
+            return None
+        request_id = self._new_id()
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pings[request_id] = future
+        try:
+            if not channel.send("ping", request_id, None):
+                return None
+            return await asyncio.wait_for(future, timeout_s)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            self._pings.pop(request_id, None)
+
+    # -- frames from the process ---------------------------------------------------------
+
+    def _on_frame(self, frame: Frame) -> None:
+        kind, request_id, payload = frame
+        if kind == "result":
+            future = self._calls.get(request_id)
+            if future is not None and not future.done():
+                future.set_result(payload)
+        elif kind in ("chunk", "end", "stream_error"):
+            queue = self._streams.get(request_id)
+            if queue is not None:
+                queue.put_nowait((kind, payload))
+        elif kind == "pong":
+            ping = self._pings.get(request_id)
+            if ping is not None and not ping.done():
+                ping.set_result(payload)
+        elif kind == "state":
+            if payload["reinitializing"]:
+                self._set_state(ReplicaState.RELOADING, message="drift detected: re-running init")
+            else:
+                error = payload.get("error")
+                self._set_state(
+                    ReplicaState.HEALTHY,
+                    error=error,
+                    message="re-init failed, kept the previous state" if error else "re-init done",
+                )
+        elif kind == "log":
+            self.on_event(ReplicaLog(self.spec.key, self.id, payload["level"], payload["message"]))
+        elif kind == "ready":
+            self.method_kind = payload["method_kind"]
+            self._ready_at = time.monotonic()
+            message = "restarted" if self._restarts else None
+            self._set_state(ReplicaState.HEALTHY, message=message)
+            self._background(self._monitor())
+            self._settle()
+        elif kind == "init_error":
+            details = payload.get("details") or ""
+            if details:
+                self.on_event(ReplicaLog(self.spec.key, self.id, "error", details))
+            self._set_state(ReplicaState.UNHEALTHY, error=payload["message"])
+            self._settle()
+
+    def _settle(self) -> None:
+        if self._started is not None and not self._started.done():
+            self._started.set_result(None)
+
+    def _on_lost(self, process: asyncio.subprocess.Process) -> None:
+        if process is not self._process:
+            return
+        self._channel = None
+        self._background(self._after_exit(process))
+
+    async def _after_exit(self, process: asyncio.subprocess.Process) -> None:
+        try:
+            returncode: int | None = await asyncio.wait_for(process.wait(), 2.0)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            returncode = await process.wait()
+        if self._stopping or self.state is ReplicaState.UNHEALTHY:
+            self._settle()
+            return
+        how = _exit_description(returncode)
+        self._fail_in_flight(
+            f"the replica {self.id} (pid {process.pid}) {how} while handling the request; "
+            "peach dev is restarting it"
+        )
+        if self.state is ReplicaState.STARTING and self._started and not self._started.done():
+            error = f"the replica process {how} during init"
+        else:
+            error = f"the replica process {how}"
+        self._set_state(ReplicaState.RESTARTING, error=error, message=f"{error}; restarting")
+        self._settle()
+        ran_for = time.monotonic() - self._ready_at if self._ready_at else 0.0
+        if ran_for > STABLE_AFTER_S:
+            self._restarts = 0
+        pause = RESTART_PAUSES_S[min(self._restarts, len(RESTART_PAUSES_S) - 1)]
+        self._restarts += 1
+        if pause:
+            await asyncio.sleep(pause)
+        if not self._stopping:
+            await self._spawn()
+
+    def _fail_in_flight(self, message: str) -> None:
+        for future in list(self._calls.values()):
+            if not future.done():
+                future.set_result(CallResult.failure("method_error", message, self.id))
+        for queue in list(self._streams.values()):
+            queue.put_nowait(("gone", message))
+        for ping in list(self._pings.values()):
+            if not ping.done():
+                ping.set_result({})
+
+    # -- background work -----------------------------------------------------------------
+
+    def _background(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _pump_output(self, process: asyncio.subprocess.Process) -> None:
+        """Forward what the replica prints (the user's prints, crashes) as log events."""
+        stream = process.stdout
+        if stream is None:
+            return
+        while True:
+            try:
+                line = await stream.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                continue
+            if not line:
+                return
+            text = line.decode("utf-8", "replace").rstrip("\n")
+            self.on_event(ReplicaLog(self.spec.key, self.id, "output", text))
+
+    async def _monitor(self) -> None:
+        """Sample memory about once a second; warn once each time it crosses the limit."""
+        process = self._process
+        while process is self._process and process is not None and process.returncode is None:
+            info = await self.ping()
+            if info and "rss" in info:
+                self.rss = info["rss"]
+                limit = self.spec.memory
+                self.on_event(ReplicaMemory(self.spec.key, self.id, self.rss, limit))
+                over = limit is not None and self.rss > limit
+                if over and not self._over_limit:
+                    assert limit is not None
+                    self.on_event(MemoryWarning(self.spec.key, self.id, self.rss, limit))
+                self._over_limit = over
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+
+    def _set_state(
+        self, state: ReplicaState, *, error: str | None = None, message: str | None = None
+    ) -> None:
+        self.state = state
+        if error is not None or state in (ReplicaState.HEALTHY, ReplicaState.STARTING):
+            self.error = error
+        self.on_event(
+            ReplicaChanged(
+                self.spec.key, self.id, state, pid=self.pid, error=error, message=message
+            )
+        )
+        if self.on_change is not None:
+            self.on_change()

@@ -1,0 +1,297 @@
+"""``DevServer``: a project plan served locally — replica pools, the gateway, uvicorn.
+
+Usage (inside a running event loop)::
+
+    server = DevServer(plan, host="127.0.0.1", port=0, on_event=print)
+    await server.start()          # binds (port 0 picks one), starts every replica
+    print(server.url)             # the bound address
+    await server.wait_ready()     # every replica healthy, unhealthy or restarting
+    ...
+    await server.apply_plan(new_plan)   # swap only the components that changed
+    await server.stop()           # streams closed, replicas stopped, socket closed
+
+The server reports what happens through ``on_event`` (see ``simulator.events``); it never
+prints. Replica processes exit when the server stops, and on their own when its process
+dies (their socket closes), so none is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import uvicorn
+
+from peach_cli.errors import PeachError
+from peach_cli.plan import ComponentSpec, ProjectPlan
+from simulator.events import Event, ServerNote
+from simulator.gateway import Gateway, Route, RoutingTable
+from simulator.pool import ReplicaPool
+
+DRAIN_TIMEOUT_S = 300.0
+"""How long a retired component may keep serving in-flight streams after a reload."""
+UVICORN_SHUTDOWN_S = 2.0
+
+
+class ServeError(PeachError):
+    """The server could not start (the port is taken, the address is wrong)."""
+
+
+@dataclass
+class PlanChange:
+    """What ``apply_plan`` did, per component key (``endpoint/component``)."""
+
+    started: list[str] = field(default_factory=list)
+    """New components and components whose code or config changed (new replicas)."""
+    kept: list[str] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
+    """Components no longer in the plan or replaced (drained, then stopped)."""
+    seconds: float = 0.0
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine.
+
+    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    (True, True, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        raise ServeError(
+            f"cannot listen on {host}:{port}: {error.strerror or error}",
+            hint="use --port 0 to pick a free port" if port else None,
+        ) from None
+    sock.setblocking(False)
+    return sock
+
+
+class DevServer:
+    """Serves a ``ProjectPlan`` on ``host:port`` with the platform's semantics."""
+
+    def __init__(
+        self,
+        plan: ProjectPlan,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        timeout_s: float | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.host = host
+        self.port = port
+        self.timeout_override = timeout_s
+        self._on_event = on_event
+        self._pools: dict[str, ReplicaPool] = {}
+        self._fingerprints: dict[str, str] = {}
+        self._socket: socket.socket | None = None
+        self._uvicorn: _QuietServer | None = None
+        self._serve_task: asyncio.Task[None] | None = None
+        self._starting: asyncio.Future[object] | None = None
+        self._draining: set[asyncio.Task[None]] = set()
+        self._stopped = False
+        self.gateway: Gateway | None = None
+
+    # -- events --------------------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        if self._on_event is not None:
+            self._on_event(event)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        assert self._socket is not None, "start() first"
+        host, port = self._socket.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{port}"
+
+    @property
+    def bound_port(self) -> int:
+        assert self._socket is not None, "start() first"
+        return int(self._socket.getsockname()[1])
+
+    def _timeout(self, plan: ProjectPlan) -> float:
+        return self.timeout_override if self.timeout_override is not None else plan.timeout_s
+
+    async def start(self) -> None:
+        """Bind, start serving, and start every replica (``wait_ready`` waits for them)."""
+        self._socket = _bind(self.host, self.port)
+        for spec in self.plan.components():
+            self._pools[spec.key] = self._new_pool(spec)
+        table = self._table(self.plan, self._pools)
+        self.gateway = Gateway(table, self._on_event)
+        config = uvicorn.Config(
+            self.gateway,
+            http="httptools",
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,
+            timeout_keep_alive=30,
+        )
+        server = _QuietServer(config)
+        self._uvicorn = server
+        self._serve_task = asyncio.ensure_future(server.serve(sockets=[self._socket]))
+        while not server.started:
+            if self._serve_task.done():
+                self._serve_task.result()
+                raise ServeError(f"the server on {self.host}:{self.port} stopped at startup")
+            await asyncio.sleep(0.002)
+        # Requests that arrive before their component is up wait for it (or its init error).
+        self._starting = asyncio.ensure_future(
+            asyncio.gather(*(pool.start() for pool in self._pools.values()))
+        )
+
+    async def wait_ready(self) -> None:
+        """Wait until every replica has started (healthy) or failed (unhealthy, restarting)."""
+        if self._starting is not None:
+            await asyncio.shield(self._starting)
+
+    async def wait_closed(self) -> None:
+        """Wait until the HTTP server stops (it stops only through ``stop``)."""
+        if self._serve_task is not None:
+            await asyncio.shield(self._serve_task)
+
+    async def stop(self) -> None:
+        """Stop serving: close streams, stop every replica, close the socket."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.emit(ServerNote("stopping"))
+        server = self._uvicorn
+        if server is not None:
+            server.should_exit = True
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
+        for task in list(self._draining):
+            task.cancel()
+        pools = list(self._pools.values())
+        if self.gateway is not None:
+            pools += [p for p in self.gateway.table.pools() if p not in pools]
+        # Stopping a replica closes its generators (their `finally` runs) and ends the
+        # streams relaying them, so the HTTP connections can finish.
+        await asyncio.gather(*(pool.stop() for pool in pools), return_exceptions=True)
+        if self._serve_task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._serve_task), UVICORN_SHUTDOWN_S + 2)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                if server is not None:
+                    server.force_exit = True
+                self._serve_task.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._serve_task
+        if self._socket is not None:
+            self._socket.close()
+
+    def kill_replicas(self) -> None:
+        """Kill every replica process at once, without waiting (a second Ctrl-C)."""
+        for pool in self.all_pools():
+            for replica in pool.replicas:
+                replica.kill_now()
+
+    def all_pools(self) -> list[ReplicaPool]:
+        pools = list(self._pools.values())
+        if self.gateway is not None:
+            pools += [p for p in self.gateway.table.pools() if p not in pools]
+        return pools
+
+    # -- plans and reloads ---------------------------------------------------------------
+
+    def _new_pool(self, spec: ComponentSpec) -> ReplicaPool:
+        self._fingerprints[spec.key] = spec.fingerprint(self.plan.root)
+        return ReplicaPool(spec, self.plan.root, self.emit)
+
+    def _table(self, plan: ProjectPlan, pools: dict[str, ReplicaPool]) -> RoutingTable:
+        routes = {}
+        for endpoint in plan.endpoints.values():
+            routes[endpoint.url] = Route(
+                endpoint,
+                {name: pools[spec.key] for name, spec in endpoint.components.items()},
+            )
+        return RoutingTable(plan.codops, self._timeout(plan), routes)
+
+    async def apply_plan(self, new_plan: ProjectPlan) -> PlanChange:
+        """Serve ``new_plan``: new replicas only for components that changed.
+
+        Changed and new components get new pools, started before the switch; unchanged ones
+        keep their replicas and state. The routing table is swapped at once; requests and
+        streams that began before finish on the old replicas, which are then stopped.
+        """
+        assert self.gateway is not None, "start() first"
+        began = time.perf_counter()
+        change = PlanChange()
+        old_table = self.gateway.table
+        old_pools = dict(self._pools)
+        pools: dict[str, ReplicaPool] = {}
+        fresh: list[ReplicaPool] = []
+        self.plan = new_plan
+        for spec in new_plan.components():
+            fingerprint = spec.fingerprint(new_plan.root)
+            existing = old_pools.get(spec.key)
+            if existing is not None and self._fingerprints.get(spec.key) == fingerprint:
+                pools[spec.key] = existing
+                change.kept.append(spec.key)
+            else:
+                pool = self._new_pool(spec)
+                pools[spec.key] = pool
+                fresh.append(pool)
+                change.started.append(spec.key)
+        await asyncio.gather(*(pool.start() for pool in fresh))
+        self._pools = pools
+        self.gateway.table = self._table(new_plan, pools)
+        kept = {id(pool) for pool in pools.values()}
+        retired = [pool for key, pool in old_pools.items() if id(pool) not in kept]
+        change.retired = [pool.key for pool in retired]
+        if retired:
+            task = asyncio.ensure_future(self._retire(old_table, retired))
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+        change.seconds = time.perf_counter() - began
+        return change
+
+    async def _retire(self, old_table: RoutingTable, pools: list[ReplicaPool]) -> None:
+        """Wait for requests that began on the old table, then drain and stop ``pools``."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(
+                asyncio.gather(*(route.idle.wait() for route in old_table.routes.values())),
+                DRAIN_TIMEOUT_S,
+            )
+        await asyncio.gather(*(pool.drain_and_stop(timeout_s=DRAIN_TIMEOUT_S) for pool in pools))
+
+    async def wait_retired(self) -> None:
+        """Wait until every pool retired by ``apply_plan`` has stopped."""
+        if self._draining:
+            await asyncio.gather(*list(self._draining), return_exceptions=True)
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn's server without its own signal handling: the caller decides when to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

@@ -1,0 +1,241 @@
+"""One replica process: ``python -m simulator.worker --fd N``.
+
+The gateway starts one of these per replica, with the project root as the working
+directory and one end of a Unix socketpair as file descriptor ``N``. The first frame says
+which component to host; the worker wraps ``peach_cli.contract.ComponentRunner`` (exec the
+notebook code, run ``init`` once, bind, call, stream, drift re-init) and adds only
+transport: calls and streams multiplexed by request id, each in its own task (async methods
+on this loop, sync ones in threads), ``cancel`` closing a stream's generator so its
+``finally`` runs, and ``ping`` answered with the resident memory read from ``/proc``.
+
+The process exits when the gateway says ``stop`` or when its socket closes (the gateway
+exited or died), and on Linux also when its parent dies, so no replica outlives ``peach dev``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from peach_cli.contract import (
+    CallResult,
+    ComponentRunner,
+    ContractError,
+    InitError,
+    RequestParams,
+)
+from simulator.aio import run
+from simulator.protocol import Frame, FrameProtocol
+
+THREADS = 64
+"""Threads for sync methods: a few slow calls must not starve the replica."""
+STOP_GRACE_S = 2.0
+"""How long closing generators may take when the replica stops."""
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_memory() -> int:
+    """This process's resident set size in bytes (0 where /proc is not available)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (best effort elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent is already gone
+        os._exit(0)
+
+
+class _ForwardLogs(logging.Handler):
+    """Sends the replica's log records (user tracebacks included) to the gateway."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(logging.INFO)
+        self.worker = worker
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad log call must not break the replica
+            message = str(record.msg)
+        self.worker.send_threadsafe(
+            "log", 0, {"level": record.levelname.lower(), "message": message}
+        )
+
+
+class Worker:
+    """The replica's side of the socket: dispatches frames to a ``ComponentRunner``."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+        self.channel = FrameProtocol(self.on_frame, self.on_lost)
+        self.runner: ComponentRunner | None = None
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.closed = asyncio.Event()
+        self._started = False
+
+    async def run(self) -> None:
+        await self.loop.create_connection(lambda: self.channel, sock=self.sock)
+        await self.closed.wait()
+        await self.close_all()
+
+    def send_threadsafe(self, kind: str, request_id: int, payload: Any = None) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self.channel.send(kind, request_id, payload)
+        else:
+            self.loop.call_soon_threadsafe(self.channel.send, kind, request_id, payload)
+
+    # -- frames --------------------------------------------------------------------------
+
+    def on_frame(self, frame: Frame) -> None:
+        kind, request_id, payload = frame
+        if kind == "call":
+            self._spawn(request_id, self.handle_call(request_id, payload))
+        elif kind == "stream":
+            self._spawn(request_id, self.handle_stream(request_id, payload))
+        elif kind == "cancel":
+            task = self.tasks.get(request_id)
+            if task is not None:
+                task.cancel()
+        elif kind == "ping":
+            runner = self.runner
+            self.channel.send(
+                "pong",
+                request_id,
+                {
+                    "rss": resident_memory(),
+                    "reinitializing": bool(runner and self._started and runner.reinitializing),
+                },
+            )
+        elif kind == "start":
+            self.loop.create_task(self.start(*payload))
+        elif kind == "stop":
+            self.closed.set()
+
+    def on_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
+    def _spawn(self, request_id: int, coroutine: Any) -> None:
+        task = self.loop.create_task(coroutine)
+        self.tasks[request_id] = task
+        task.add_done_callback(lambda _: self.tasks.pop(request_id, None))
+
+    # -- work ----------------------------------------------------------------------------
+
+    async def start(self, spec: Any, root: str, replica_id: str) -> None:
+        self.runner = ComponentRunner(spec, root, replica_id=replica_id)
+        try:
+            await self.runner.start()
+        except InitError as error:
+            self.channel.send("init_error", 0, {"message": error.message, "details": error.details})
+            self.closed.set()
+            return
+        except Exception as error:  # noqa: BLE001 - report anything, never hang the gateway
+            self.channel.send(
+                "init_error", 0, {"message": f"{type(error).__name__}: {error}", "details": ""}
+            )
+            self.closed.set()
+            return
+        self._started = True
+        self.channel.send("ready", 0, {"method_kind": self.runner.method_kind, "pid": os.getpid()})
+
+    async def handle_call(self, request_id: int, params: RequestParams) -> None:
+        runner = self.runner
+        assert runner is not None
+        try:
+            result: CallResult = await runner.call(params)
+        except Exception as error:  # noqa: BLE001 - the gateway must get an answer
+            result = CallResult.failure(
+                "method_error", f"{type(error).__name__}: {error}", runner.replica_id
+            )
+        self.channel.send("result", request_id, result)
+        if result.drift and runner.reinitializing:
+            self.channel.send("state", 0, {"reinitializing": True, "error": None})
+            await runner.wait_reinit()
+            self.channel.send(
+                "state", 0, {"reinitializing": False, "error": runner.last_reinit_error}
+            )
+
+    async def handle_stream(self, request_id: int, params: RequestParams) -> None:
+        runner = self.runner
+        assert runner is not None
+        send = self.channel.send
+        chunks = runner.stream(params)
+        try:
+            async for chunk in chunks:
+                send("chunk", request_id, chunk)
+        except ContractError as error:
+            send("stream_error", request_id, {"code": error.code, "message": error.message})
+            return
+        except Exception as error:  # noqa: BLE001 - end the stream, never hang the gateway
+            logging.getLogger("peach.worker").error(
+                "stream failed: %s: %s", type(error).__name__, error
+            )
+        finally:
+            await chunks.aclose()
+        send("end", request_id, None)
+
+    async def close_all(self) -> None:
+        """Cancel every call and stream, letting generators run their ``finally``."""
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_GRACE_S)
+
+
+async def serve(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="peach"))
+    sock = socket.socket(fileno=fd)
+    worker = Worker(sock)
+    logging.getLogger("peach").addHandler(_ForwardLogs(worker))
+    logging.getLogger("peach").setLevel(logging.INFO)
+    await worker.run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m simulator.worker")
+    parser.add_argument("--fd", type=int, required=True, help="the socket to the gateway")
+    options = parser.parse_args(argv)
+    # Ctrl-C in the terminal reaches the whole process group: the gateway decides when
+    # replicas stop (it closes their streams first), so the replica ignores it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    try:
+        run(serve(options.fd))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Threads still running a slow sync call must not keep the process alive.
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
