@@ -29,7 +29,7 @@ import uvicorn
 
 from peach_cli.errors import PeachError
 from peach_cli.plan import ComponentSpec, ProjectPlan
-from simulator.events import Event, ServerNote
+from simulator.events import Event
 from simulator.gateway import Gateway, Route, RoutingTable
 from simulator.pool import ReplicaPool
 
@@ -182,7 +182,6 @@ class DevServer:
         if self._stopped:
             return
         self._stopped = True
-        self.emit(ServerNote("stopping"))
         server = self._uvicorn
         if server is not None:
             server.should_exit = True

@@ -1,0 +1,129 @@
+"""`peach dev`: build the plan, serve it with the local simulator, render what happens.
+
+The command resolves everything once (plan, options), hands the plan to
+``simulator.server.DevServer`` and renders its events with ``peach_cli.dev_view``. Ctrl-C
+(or SIGTERM) stops it cleanly: in-flight streams are closed, every replica process is
+stopped; a second Ctrl-C kills the replicas at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.dev_view import DevView
+    from peach_cli.plan import ProjectPlan
+    from simulator.server import DevServer
+
+
+def run_dev(
+    project: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    reload: bool = True,
+    timeout_s: float | None = None,
+) -> int:
+    """Serve the project at ``project`` until interrupted; return the exit code."""
+    if timeout_s is not None and not timeout_s > 0:
+        raise UsageError(f"--timeout-s must be a positive number of seconds, not {timeout_s:g}")
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, not {port}")
+    from peach_cli import console
+    from peach_cli.diagnostics import sort_key
+    from peach_cli.project import build_plan
+
+    plan, diagnostics = build_plan(project)
+    diagnostics.sort(key=sort_key)
+    if plan is None:
+        errors = sum(d.severity == "error" for d in diagnostics)
+        console.print_diagnostics(
+            diagnostics,
+            summary=f"{errors} error{'' if errors == 1 else 's'} in {project}: not serving",
+            ok=False,
+        )
+        return 1
+    warnings = [d for d in diagnostics if d.severity == "warning"]
+    if warnings:
+        console.print_diagnostics(
+            warnings, summary=f"{project}: {len(warnings)} warning(s), serving anyway", ok=True
+        )
+    from peach_cli.dev_view import DevView
+    from simulator import aio
+
+    out = console.stdout()
+    view = DevView(out, live=out.is_terminal)
+    view.set_plan(plan)
+    return aio.run(serve(plan, view, host=host, port=port, reload=reload, timeout_s=timeout_s))
+
+
+async def serve(
+    plan: ProjectPlan,
+    view: DevView,
+    *,
+    host: str,
+    port: int,
+    reload: bool,
+    timeout_s: float | None,
+) -> int:
+    """Run the dev server until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
+    from simulator.server import DevServer, is_loopback
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    server = DevServer(plan, host=host, port=port, timeout_s=timeout_s, on_event=view.handle)
+    interrupts = 0
+
+    def on_signal() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            stop.set()
+        else:  # a second Ctrl-C: do not wait for anything
+            server.kill_replicas()
+            os._exit(130)
+
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(number, on_signal)
+    began = time.perf_counter()
+    try:
+        await server.start()
+        view.serving(server.url)
+        if not is_loopback(host):
+            view.warn(
+                f"bound to {host}: every endpoint is reachable from other machines, "
+                "with no authentication"
+            )
+        if reload:
+            view.note("hot reload is not available yet: serving without it (--no-reload)")
+        view.start()
+        ready = loop.create_task(_report_ready(server, view, began))
+        await stop.wait()
+        ready.cancel()
+    finally:
+        view.note("stopping: closing streams and replicas", "yellow")
+        view.flush()
+        try:
+            await server.stop()
+        finally:
+            view.stop()
+            for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                loop.remove_signal_handler(number)
+    return 0
+
+
+async def _report_ready(server: DevServer, view: DevView, began: float) -> None:
+    from simulator.events import ReplicaState
+
+    await server.wait_ready()
+    rows = list(view.replicas.values())
+    healthy = sum(row.state is ReplicaState.HEALTHY for row in rows)
+    message = f"{healthy}/{len(rows)} replicas healthy in {time.perf_counter() - began:.2f} s"
+    view.line(message if healthy == len(rows) else f"{message} (see errors above)", now=True)

@@ -1,0 +1,319 @@
+"""What ``peach dev`` shows: a live table of endpoints → components → replicas, and log lines.
+
+``DevView`` receives the simulator's events (``simulator.events``) and renders them with
+Rich: one line per request (status, component, replica, latency), replica state changes,
+user tracebacks and prints, memory warnings; on a terminal, a live table underneath with
+each replica's state, request count, p50 latency, memory and last error. When stdout is
+not a terminal there is no live table and every line is plain text, flushed at once, so
+``peach dev serving on http://…`` can be parsed by scripts and tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from statistics import median
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from simulator.events import (
+    Event,
+    MemoryWarning,
+    ReplicaChanged,
+    ReplicaLog,
+    ReplicaMemory,
+    ReplicaState,
+    RequestLogged,
+    ServerNote,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
+
+    from peach_cli.plan import ProjectPlan
+
+REFRESH_S = 0.25
+LOG_FLUSH_S = 0.05
+LATENCY_WINDOW = 200
+
+_STATE_STYLE = {
+    ReplicaState.STARTING: "yellow",
+    ReplicaState.HEALTHY: "green",
+    ReplicaState.RELOADING: "cyan",
+    ReplicaState.UNHEALTHY: "bold red",
+    ReplicaState.RESTARTING: "magenta",
+    ReplicaState.DRAINING: "dim",
+    ReplicaState.STOPPED: "dim",
+}
+
+
+def format_bytes(size: int) -> str:
+    """``512.0 MiB`` / ``1.5 GiB``.
+
+    >>> format_bytes(3 * 1024**2), format_bytes(3 * 1024**3 // 2)
+    ('3.0 MiB', '1.5 GiB')
+    """
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"  # pragma: no cover
+
+
+def format_latency(seconds: float) -> str:
+    """``0.8 ms`` / ``12 ms`` / ``1.50 s``.
+
+    >>> format_latency(0.0008), format_latency(0.012), format_latency(1.5)
+    ('0.8 ms', '12 ms', '1.50 s')
+    """
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f} ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.2f} s"
+
+
+@dataclass
+class ReplicaRow:
+    """What the view knows about one replica."""
+
+    id: str
+    component: str
+    state: ReplicaState = ReplicaState.STARTING
+    pid: int | None = None
+    requests: int = 0
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+    rss: int | None = None
+    limit: int | None = None
+    last_error: str | None = None
+
+    @property
+    def p50(self) -> float | None:
+        return median(self.latencies) if self.latencies else None
+
+
+class DevView:
+    """Renders ``peach dev``'s events; ``live=True`` adds the live table (terminals only)."""
+
+    def __init__(self, console: Console, *, live: bool) -> None:
+        self.console = console
+        self.live_enabled = live
+        self.endpoints: list[tuple[str, str, list[str]]] = []
+        """(endpoint name, url, component keys) in plan order."""
+        self.replicas: dict[str, ReplicaRow] = {}
+        self.limits: dict[str, int | None] = {}
+        self._live: Live | None = None
+        self._pending: list[Text] = []
+        self._dirty = True
+        self._task: asyncio.Task[None] | None = None
+
+    # -- plan and lifecycle --------------------------------------------------------------
+
+    def set_plan(self, plan: ProjectPlan) -> None:
+        """Show the endpoints and components of ``plan`` (again after a reload)."""
+        self.endpoints = [
+            (name, spec.url, [c.key for c in spec.components.values()])
+            for name, spec in plan.endpoints.items()
+        ]
+        self.limits = {c.key: c.memory for c in plan.components()}
+        keys = set(self.limits)
+        for replica_id in [r for r, row in self.replicas.items() if row.component not in keys]:
+            del self.replicas[replica_id]
+        self._dirty = True
+
+    def start(self) -> None:
+        """Start the live table (if enabled) and the periodic flush of log lines."""
+        if self.live_enabled:
+            from rich.live import Live
+
+            self._live = Live(
+                self.render(),
+                console=self.console,
+                auto_refresh=False,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._live.start()
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        self.flush()
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    async def _tick(self) -> None:
+        since_refresh = 0.0
+        while True:
+            await asyncio.sleep(LOG_FLUSH_S)
+            since_refresh += LOG_FLUSH_S
+            self.flush()
+            if self._live is not None and self._dirty and since_refresh >= REFRESH_S:
+                since_refresh = 0.0
+                self._dirty = False
+                self._live.update(self.render(), refresh=True)
+
+    # -- lines ---------------------------------------------------------------------------
+
+    def line(self, text: Text | str, *, now: bool = False) -> None:
+        """Queue a log line (printed within ``LOG_FLUSH_S``); ``now`` prints it at once."""
+        self._pending.append(text if isinstance(text, Text) else Text(text))
+        if now or self._task is None:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        lines, self._pending = self._pending, []
+        target = self._live.console if self._live is not None else self.console
+        target.print(Text("\n").join(lines), soft_wrap=True, highlight=False)
+        sys.stdout.flush()
+
+    def serving(self, url: str) -> None:
+        """The line scripts wait for: ``peach dev serving on http://host:port``."""
+        self.line(Text.assemble(("peach dev serving on ", "bold green"), (url, "bold")), now=True)
+
+    def note(self, message: str, style: str = "dim") -> None:
+        self.line(Text(message, style=style))
+
+    def warn(self, message: str) -> None:
+        self.line(Text.assemble(("warning: ", "bold yellow"), message), now=True)
+
+    # -- events --------------------------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        """The ``on_event`` callback given to ``DevServer``."""
+        if isinstance(event, RequestLogged):
+            self._on_request(event)
+        elif isinstance(event, ReplicaMemory):
+            row = self._row(event.replica, event.component)
+            row.rss, row.limit = event.rss, event.limit
+            self._dirty = True
+        elif isinstance(event, ReplicaChanged):
+            self._on_replica(event)
+        elif isinstance(event, ReplicaLog):
+            self._on_log(event)
+        elif isinstance(event, MemoryWarning):
+            self.warn(
+                f"{event.replica} uses {format_bytes(event.rss)}, over its memory request of "
+                f"{format_bytes(event.limit)}: on the platform this replica would be killed"
+            )
+        elif isinstance(event, ServerNote):
+            self.note(event.message, "yellow" if event.level == "warning" else "dim")
+
+    def _row(self, replica: str, component: str) -> ReplicaRow:
+        row = self.replicas.get(replica)
+        if row is None:
+            row = self.replicas[replica] = ReplicaRow(replica, component)
+        return row
+
+    def _on_request(self, event: RequestLogged) -> None:
+        if event.replica:
+            row = self._row(event.replica, f"{event.endpoint}/{event.component}")
+            row.requests += 1
+            row.latencies.append(event.latency_s)
+            if event.error and event.status >= 500:
+                row.last_error = event.error
+            self._dirty = True
+        status_style = (
+            "green" if event.status < 400 else ("yellow" if event.status < 500 else "red")
+        )
+        parts: list[Any] = [
+            (f"{event.method} ", "dim"),
+            (event.path, "bold"),
+            " ",
+            (str(event.status), status_style),
+        ]
+        if event.component:
+            parts += [" ", (event.component, "cyan")]
+        if event.replica:
+            parts += [" ", (event.replica, "dim")]
+        parts += [" ", format_latency(event.latency_s)]
+        if event.stream:
+            parts += [" ", ("stream", "magenta")]
+        if event.error:
+            parts += ["  ", (event.error, "red" if event.status >= 500 else "yellow")]
+        self.line(Text.assemble(*parts))
+
+    def _on_replica(self, event: ReplicaChanged) -> None:
+        row = self._row(event.replica, event.component)
+        previous = row.state
+        row.state = event.state
+        row.pid = event.pid or row.pid
+        if event.error:
+            row.last_error = event.error
+        self._dirty = True
+        style = _STATE_STYLE.get(event.state, "")
+        text = Text.assemble((event.replica, "bold"), " ", (event.state.value, style))
+        if event.pid and event.state is ReplicaState.HEALTHY:
+            text.append(f" (pid {event.pid})", "dim")
+        if event.message:
+            text.append(f": {event.message}")
+        if event.error and event.state in (ReplicaState.UNHEALTHY, ReplicaState.RESTARTING):
+            text.append(f": {event.error}", "red")
+        elif event.error:
+            text.append(f" ({event.error})", "yellow")
+        quiet = event.state is ReplicaState.STARTING or (
+            event.state is ReplicaState.STOPPED and previous is not ReplicaState.DRAINING
+        )
+        if not quiet or not self.live_enabled:
+            self.line(text)
+
+    def _on_log(self, event: ReplicaLog) -> None:
+        if event.level == "output":
+            self.line(Text.assemble((f"{event.replica} | ", "dim"), event.message))
+            return
+        style = "red" if event.level in ("error", "critical") else "yellow"
+        if event.level in ("error", "critical"):
+            row = self.replicas.get(event.replica)
+            if row is not None:
+                row.last_error = event.message.splitlines()[0] if event.message else None
+        self.line(Text(event.message, style=style))
+
+    # -- the table -----------------------------------------------------------------------
+
+    def render(self) -> Group:
+        table = Table(box=None, pad_edge=False, header_style="bold dim", expand=False)
+        for column in ("endpoint", "component", "replica", "state", "reqs", "p50", "memory"):
+            table.add_column(
+                column, no_wrap=True, justify="right" if column in ("reqs", "p50") else "left"
+            )
+        table.add_column("last error", overflow="ellipsis", no_wrap=True, max_width=60)
+        by_component: dict[str, list[ReplicaRow]] = {}
+        for row in self.replicas.values():
+            by_component.setdefault(row.component, []).append(row)
+        for name, url, components in self.endpoints:
+            first_endpoint = True
+            for key in components:
+                rows = by_component.get(key) or [ReplicaRow("-", key)]
+                first_component = True
+                for row in rows:
+                    memory = Text("")
+                    if row.rss:
+                        over = row.limit is not None and row.rss > row.limit
+                        memory = Text(format_bytes(row.rss), style="bold red" if over else "")
+                        if row.limit:
+                            memory.append(f"/{format_bytes(row.limit)}", "dim")
+                    table.add_row(
+                        Text(f"{name} {url}") if first_endpoint else "",
+                        key.split("/", 1)[1] if first_component else "",
+                        Text(row.id, style="dim"),
+                        Text(row.state.value, style=_STATE_STYLE.get(row.state, "")),
+                        str(row.requests),
+                        format_latency(row.p50) if row.p50 is not None else "-",
+                        memory,
+                        Text(row.last_error or "", style="red"),
+                    )
+                    first_endpoint = first_component = False
+        return Group(Text(""), table)
