@@ -237,9 +237,9 @@ def _top_level_bindings(cell: Cell) -> Iterator[Definition]:
     assert cell.tree is not None
     for node in cell.tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            text = cell.line(node.lineno) or ""
-            column = text.find(node.name, node.col_offset)
-            column = column + 1 if column >= 0 else node.col_offset + 1
+            name = re.compile(rf"def\s+({re.escape(node.name)})\b")
+            match = name.search(cell.line(node.lineno) or "", node.col_offset)
+            column = match.start(1) + 1 if match else node.col_offset + 1
             yield Definition(node.name, cell, node.lineno, column, node)
         elif isinstance(node, ast.ClassDef):
             yield Definition(node.name, cell, node.lineno, node.col_offset + 1)
@@ -289,15 +289,12 @@ def required_parameters(function: FunctionNode) -> list[str]:
 
 def _own_nodes(function: FunctionNode) -> Iterator[ast.AST]:
     """The function's body nodes, not descending into nested functions, lambdas or classes."""
-    stack: list[ast.AST] = list(function.body)
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    stack: list[ast.AST] = [n for n in function.body if not isinstance(n, nested)]
     while stack:
         node = stack.pop()
         yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(
-                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-            ):
-                stack.append(child)
+        stack += [c for c in ast.iter_child_nodes(node) if not isinstance(c, nested)]
 
 
 def is_generator(function: FunctionNode) -> bool:
@@ -367,10 +364,11 @@ class DecoratedFunction:
 def find_endpoint_functions(notebook: Notebook) -> list[DecoratedFunction]:
     """Every ``@endpoint(...)`` function of the notebook (the last definition of a name wins)."""
     found: dict[str, DecoratedFunction] = {}
+    trees = [cell.tree for cell in notebook.cells if cell.tree is not None]
+    direct, modules = _decorator_names(trees)
     for cell in notebook.cells:
         if cell.tree is None:
             continue
-        direct, modules = _decorator_names(cell.tree)
         for node in cell.tree.body:
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -384,9 +382,10 @@ def find_endpoint_functions(notebook: Notebook) -> list[DecoratedFunction]:
     return list(found.values())
 
 
-def _decorator_names(tree: ast.Module) -> tuple[set[str], set[str]]:
+def _decorator_names(trees: list[ast.Module]) -> tuple[set[str], set[str]]:
+    """Names that mean ``peach_cli.endpoint`` in the notebook, and names of ``peach_cli``."""
     direct, modules = {"endpoint"}, {"peach_cli"}
-    for node in ast.walk(tree):
+    for node in (n for tree in trees for n in tree.body):
         if isinstance(node, ast.ImportFrom) and node.module in ("peach_cli", "peach_cli.decorator"):
             direct |= {a.asname or a.name for a in node.names if a.name == "endpoint"}
         elif isinstance(node, ast.Import):

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from projectkit import BASE_CELLS, diagnose, notebook_json, write_project
 
 from peach_cli.diagnostics import CODES
 from peach_cli.project import build_plan
-from projectkit import BASE_CELLS, diagnose, notebook_json, write_project
 
 ROOT = Path(__file__).resolve().parent.parent
 NB = {"nb.ipynb": BASE_CELLS}

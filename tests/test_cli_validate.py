@@ -1,0 +1,171 @@
+"""`peach validate` and `peach schema` as a user runs them: a real process, exit codes, output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from projectkit import BASE_CELLS, write_project
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "examples" / "quickstart"
+GOOD = "codops: shop\nendpoints:\n  e:\n    url: /e\n    components:\n      main: {notebook: nb.ipynb, method: ask}\n"
+
+
+def peach(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "80"}
+    return subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=60,
+    )
+
+
+def test_clean_project_exits_0_with_a_summary():
+    result = peach("validate", str(QUICKSTART))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is valid: 2 endpoints" in result.stdout.splitlines()[-1]
+
+
+def test_current_folder_is_the_default(tmp_path):
+    write_project(tmp_path, GOOD, {"nb.ipynb": BASE_CELLS})
+    result = peach("validate", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_errors_exit_1_one_line_each_with_excerpt_caret_and_hint(tmp_path):
+    conf = (
+        GOOD.replace("method: ask", "methdo: ask")
+        + "  f:\n    url: /f\n    py_env: lmm\n    components: {main: {notebook: nb.ipynb, method: ask}}\n"
+    )
+    write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS})
+    result = peach("validate", str(tmp_path))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert (
+        "peach.yaml:6:34: error PC101 unknown key 'methdo' in endpoints.e.components.main" in lines
+    )
+    index = lines.index(
+        "peach.yaml:6:34: error PC101 unknown key 'methdo' in endpoints.e.components.main"
+    )
+    assert lines[index + 1].endswith("main: {notebook: nb.ipynb, methdo: ask}")
+    assert lines[index + 2].endswith("|" + " " * 34 + "^^^^^^")
+    assert lines[index + 3] == "  hint: did you mean 'method'?"
+    assert any(
+        line.startswith("peach.yaml:6:7: error PC102 missing required key 'method'")
+        for line in lines
+    )
+    assert any("error PC114" in line for line in lines)
+    assert lines[-1].startswith("✗ 3 errors in ")
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_json_format_lists_every_field(tmp_path):
+    cells = BASE_CELLS[:-1]  # without the cell that does not parse
+    write_project(tmp_path, GOOD.replace("method: ask", "method: aks"), {"nb.ipynb": cells})
+    result = peach("validate", str(tmp_path), "--format", "json")
+    assert result.returncode == 1
+    data = json.loads(result.stdout)
+    assert data == [
+        {
+            "file": "peach.yaml",
+            "line": 6,
+            "column": 42,
+            "cell": None,
+            "severity": "error",
+            "code": "PC204",
+            "message": "method 'aks' is not defined at the top level of nb.ipynb",
+            "hint": "did you mean 'ask'?",
+        }
+    ]
+
+
+def test_json_of_a_clean_project_is_an_empty_list(tmp_path):
+    write_project(tmp_path, GOOD, {"nb.ipynb": BASE_CELLS})
+    result = peach("validate", str(tmp_path), "--format", "json")
+    assert (result.returncode, json.loads(result.stdout)) == (0, [])
+
+
+def test_warnings_pass_unless_strict(tmp_path):
+    write_project(
+        tmp_path, GOOD.replace("method: ask", "method: with_magic"), {"nb.ipynb": BASE_CELLS}
+    )
+    relaxed = peach("validate", str(tmp_path))
+    strict = peach("validate", str(tmp_path), "--strict")
+    assert relaxed.returncode == 0 and "warning PC304" in relaxed.stdout
+    assert strict.returncode == 1 and "--strict" in strict.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["validate", "/nonexistent/project"], "does not exist"),
+        (["validate", "{tmp}"], "not a peach project"),
+        (["validate", str(QUICKSTART), "--format", "xml"], "unknown --format"),
+        (["validate", str(QUICKSTART), "--no-such-option"], "No such option"),
+    ],
+)
+def test_usage_errors_exit_2_without_traceback(tmp_path, args, message):
+    result = peach(*[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\x00\x01\x02\xff\xfe binary",
+        b"- a list\n- of things\n",
+        b"codops: [unclosed\n",
+        b"\t\x0b\x0c",
+    ],
+    ids=["binary", "list", "syntax", "control"],
+)
+def test_bad_conf_files_are_diagnostics_not_tracebacks(tmp_path, content):
+    (tmp_path / "peach.yaml").write_bytes(content)
+    result = peach("validate", str(tmp_path))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stdout.startswith("peach.yaml:")
+
+
+def test_a_50_megabyte_conf_is_refused_quickly(tmp_path):
+    with open(tmp_path / "peach.yaml", "w") as f:
+        f.write("codops: x\n")
+        f.write(("# " + "x" * 1022 + "\n") * 50 * 1024)
+    result = peach("validate", str(tmp_path))
+    assert result.returncode == 1
+    assert "PC002" in result.stdout and "too large" in result.stdout
+
+
+def test_a_single_yaml_file_is_a_project(tmp_path):
+    write_project(tmp_path, None, {"nb.ipynb": BASE_CELLS}, {"other.yaml": GOOD})
+    assert peach("validate", str(tmp_path / "other.yaml")).returncode == 0
+
+
+def test_schema_is_json_schema_of_the_conf():
+    result = peach("schema")
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    assert schema["$schema"].startswith("https://json-schema.org/")
+    assert schema["required"] == ["codops"]
+    assert schema["additionalProperties"] is False
+    assert {
+        "codops",
+        "timeout_s",
+        "py_environments",
+        "endpoints",
+        "decorator_endpoints",
+        "tasks",
+    } == set(schema["properties"])
+    component = schema["$defs"]["Component"]
+    assert component["additionalProperties"] is False
+    assert set(component["required"]) == {"notebook", "method"}
