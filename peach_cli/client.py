@@ -382,8 +382,8 @@ def translate_error(
 
 def _ssl_reason(error: ssl.SSLError) -> str:
     if isinstance(error, ssl.SSLCertVerificationError):
-        return f"certificate verify failed: {error.verify_message}"
-    return error.reason or str(error)
+        return f"certificate verify failed: {getattr(error, 'verify_message', None) or error}"
+    return getattr(error, "reason", None) or str(error)
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, BinaryIO
@@ -130,7 +131,7 @@ def _dim_line(parts: list[str]) -> None:
 
     from peach_cli import console
 
-    console.stderr().print(f"[dim]{escape(' · '.join(parts))}[/]")
+    console.stderr().print(f"[dim]{escape(' · '.join(parts))}[/]", soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- streams
@@ -291,8 +292,12 @@ class _MarkdownRenderer(_FramedRenderer):
 
     Finished blocks (up to the last blank line outside a code fence) are printed once, above
     the live area, and never redrawn; only the block still being written stays live, cropped
-    to its last lines so the live area always fits the terminal.
+    to its last lines so the live area always fits the terminal. Redraws happen at most 12
+    times a second, from one thread at a time: printing a block and redrawing the live area
+    share a lock, or two redraws could each erase only the previous (smaller) live area.
     """
+
+    refresh_per_second = 12
 
     def __init__(self, content_type: str) -> None:
         super().__init__(content_type)
@@ -300,29 +305,42 @@ class _MarkdownRenderer(_FramedRenderer):
 
         from peach_cli import console
 
-        self._console = console.stdout()
         self._text = ""
         self._committed = 0
         self._printed_blocks = 0
         self._tail = _MarkdownTail()
+        self._lock = threading.Lock()
+        self._dirty = False
+        self._stopped = threading.Event()
         self._live = Live(
             self._tail,
-            console=self._console,
-            auto_refresh=True,
-            refresh_per_second=12,
+            console=console.stdout(),
+            auto_refresh=False,
             transient=True,
             redirect_stdout=False,
             redirect_stderr=False,
         )
         self._live.start()
+        self._refresher = threading.Thread(target=self._refresh_loop, daemon=True)
+        self._refresher.start()
+
+    def _refresh_loop(self) -> None:
+        while not self._stopped.wait(1 / self.refresh_per_second):
+            with self._lock:
+                if self._dirty and not self._stopped.is_set():
+                    self._dirty = False
+                    self._live.refresh()
 
     def _write(self, text: str) -> None:
-        self._text += text
-        boundary = _last_block_boundary(self._text, self._committed)
-        if boundary > self._committed:
-            self._print_block(self._text[self._committed : boundary])
-            self._committed = boundary
-        self._tail.text = self._text[self._committed :]
+        with self._lock:
+            self._text += text
+            boundary = _last_block_boundary(self._text, self._committed)
+            block = self._text[self._committed : boundary]
+            self._committed = max(boundary, self._committed)
+            self._tail.text = self._text[self._committed :]
+            if block:
+                self._print_block(block)  # also redraws the live area, with the new tail
+            self._dirty = True
 
     def _print_block(self, block: str) -> None:
         from rich.markdown import Markdown
@@ -335,10 +353,13 @@ class _MarkdownRenderer(_FramedRenderer):
         self._printed_blocks += 1
 
     def stop(self) -> None:
-        self._tail.text = ""
-        self._live.stop()
-        self._print_block(self._text[self._committed :])
-        self._committed = len(self._text)
+        self._stopped.set()
+        self._refresher.join(timeout=2)
+        with self._lock:
+            self._tail.text = ""
+            self._live.stop()
+            self._print_block(self._text[self._committed :])
+            self._committed = len(self._text)
 
 
 class _MarkdownTail:
@@ -355,9 +376,11 @@ class _MarkdownTail:
             return
         lines = console.render_lines(Markdown(self.text), options, pad=False)
         room = max(1, (options.height or console.height) - 1)
-        for line in lines[-room:]:
+        shown = lines[-room:]
+        for index, line in enumerate(shown):
             yield from line
-            yield Segment.line()
+            if index < len(shown) - 1:
+                yield Segment.line()
 
 
 def _last_block_boundary(text: str, start: int) -> int:

@@ -124,11 +124,14 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
         return StreamingResponse(_chunks(SSE_CHUNKS), media_type=media)
 
     async def markdown(request: Request) -> Response:
-        count = int(request.query_params.get("paragraphs", "60"))
+        count = int(request.query_params.get("paragraphs", "40"))
+        code_lines = int(request.query_params.get("code_lines", "30"))
         pieces = [b"# Title\n\n"]
         for index in range(count):
-            pieces.append(f"Paragraph **{index}** has some words.\n\n".encode())
-        pieces += [b"```python\n", b"print('code')\n", b"```\n"]
+            pieces += [f"Paragraph **{index}** has ".encode(), b"some words.\n\n"]
+        pieces.append(b"```python\n")
+        pieces += [f"line_{index} = {index}\n".encode() for index in range(code_lines)]
+        pieces.append(b"```\n\nAfter the code.\n")
         return StreamingResponse(_chunks(pieces, delay=0.002), media_type="text/markdown")
 
     async def gated(request: Request) -> Response:
@@ -224,14 +227,22 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def run_server(app: Starlette) -> Iterator[str]:
-    """Serve ``app`` on a free loopback port in a thread; yield its base URL."""
+def run_server(app: Starlette, **options) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port in a thread; yield its base URL.
+
+    ``options`` go to ``uvicorn.Config`` (``ssl_certfile``/``ssl_keyfile`` serve https).
+    """
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, log_level="critical", lifespan="off", timeout_graceful_shutdown=1, http="h11"
+        app,
+        log_level="critical",
+        lifespan="off",
+        timeout_graceful_shutdown=1,
+        http="h11",
+        **options,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -242,7 +253,8 @@ def run_server(app: Starlette) -> Iterator[str]:
             raise RuntimeError("the test server did not start")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}"
+        scheme = "https" if options.get("ssl_certfile") else "http"
+        yield f"{scheme}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=5)
@@ -352,3 +364,42 @@ class Child:
         if self._master is not None:
             os.close(self._master)
             self._master = None
+
+
+def self_signed_certificate(folder) -> tuple[str, str]:
+    """Write a self-signed certificate for 127.0.0.1; return (certfile, keyfile)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    certfile, keyfile = folder / "cert.pem", folder / "key.pem"
+    certfile.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(certfile), str(keyfile)

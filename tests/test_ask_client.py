@@ -1,0 +1,247 @@
+"""The client core: request building, the error boundary, streams read as they arrive."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+
+import httpx
+import pytest
+from ask_support import JSONL_CHUNKS, PLAIN_CHUNKS, ServerState, make_app, run_server
+
+from peach_cli import client as client_module
+from peach_cli.client import (
+    EXIT_CODES,
+    BadResponse,
+    Client,
+    ClientError,
+    EndpointFailed,
+    EndpointNotFound,
+    HostNotFound,
+    RequestTimedOut,
+    ServerUnreachable,
+    StreamCut,
+    TLSFailed,
+    build_request,
+    parse_items,
+    resolve_url,
+    translate_error,
+)
+from peach_cli.errors import UsageError
+
+
+@pytest.fixture(scope="module")
+def server():
+    state = ServerState()
+    with run_server(make_app(state)) as url:
+        yield url, state
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def test_items_follow_httpie_conventions():
+    body, query = parse_items(
+        ["q=hello", "size:=5", 'tags:=["a","b"]', "eq=a=b", "page==2", "flag:=true", 's:="x"']
+    )
+    assert body == {
+        "q": "hello",
+        "size": 5,
+        "tags": ["a", "b"],
+        "eq": "a=b",
+        "flag": True,
+        "s": "x",
+    }
+    assert query == [("page", "2")]
+
+
+@pytest.mark.parametrize("item", ["novalue", "=x", "size:=nope", ":=1"])
+def test_bad_items_are_usage_errors(item):
+    with pytest.raises(UsageError):
+        parse_items([item])
+
+
+def test_resolve_url(monkeypatch):
+    monkeypatch.delenv("PEACH_URL", raising=False)
+    assert resolve_url("/assistant") == "http://127.0.0.1:8000/assistant"
+    assert resolve_url("assistant") == "http://127.0.0.1:8000/assistant"
+    assert resolve_url("/a", "http://h:9/zzebu/") == "http://h:9/zzebu/a"
+    assert resolve_url("/a", "h:9") == "http://h:9/a"
+    assert resolve_url("https://x.example/a?b=1", "http://ignored") == "https://x.example/a?b=1"
+    assert resolve_url(":9000/a") == "http://127.0.0.1:9000/a"
+    monkeypatch.setenv("PEACH_URL", "http://10.0.0.1:7000")
+    assert resolve_url("/a") == "http://10.0.0.1:7000/a"
+    assert resolve_url("/a", "http://flag:1") == "http://flag:1/a"  # --url beats the env
+    for bad in ("ftp://x/a", "http://", "http://h:notaport/a"):
+        with pytest.raises(UsageError):
+            resolve_url(bad)
+
+
+def test_build_request_body_query_stream_and_headers(tmp_path):
+    request = build_request("/a", ["q=hi", "n:=2"], stream=True, headers=["X-Trace: 7"])
+    assert request.method == "POST"
+    assert request.body == {"q": "hi", "n": 2, "stream": True}
+    assert ("X-Trace", "7") in request.headers
+    assert ("Accept-Encoding", "identity") in request.headers
+
+    request = build_request("/a", ["q=hi", "ids:=[1,2]", "on:=true"], get=True, stream=True)
+    assert request.method == "GET" and request.body is None
+    assert request.params == (
+        ("q", "hi"),
+        ("ids", "1"),
+        ("ids", "2"),
+        ("on", "true"),
+        ("stream", "true"),
+    )
+
+    assert build_request("/a").method == "GET"
+    assert build_request("/a", stream=True).body == {"stream": True}
+
+    body_file = tmp_path / "body.json"
+    body_file.write_text(json.dumps({"q": "from file", "size": 3}))
+    request = build_request("/a", ["size:=9"], json_body=f"@{body_file}")
+    assert request.body == {"q": "from file", "size": 9}  # items win over --json
+    assert build_request("/a", json_body='{"x": 1}').body == {"x": 1}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"json_body": "[1, 2]"},
+        {"json_body": "{nope"},
+        {"json_body": "@/nonexistent/body.json"},
+        {"json_body": "{}", "get": True},
+        {"headers": ["no-colon"]},
+        {"headers": ["bad name: x"]},
+        {"timeout_s": 0},
+    ],
+)
+def test_build_request_usage_errors(kwargs):
+    with pytest.raises(UsageError):
+        build_request("/a", **kwargs)
+
+
+# --------------------------------------------------------------------------- the error boundary
+
+
+def _all_httpx_exceptions():
+    return [
+        obj
+        for obj in vars(httpx).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, Exception)
+        and (issubclass(obj, httpx.HTTPError) or obj is httpx.InvalidURL)
+        and obj not in (httpx.HTTPError, httpx.HTTPStatusError)
+    ]
+
+
+@pytest.mark.parametrize("error_class", _all_httpx_exceptions(), ids=lambda c: c.__name__)
+def test_every_httpx_exception_is_translated(error_class):
+    # HTTPStatusError is never raised (the client does not call raise_for_status).
+    error = error_class("boom") if error_class is not httpx.InvalidURL else error_class("bad")
+    for in_body in (False, True):
+        translated = translate_error(error, url="http://h:1/a", timeout_s=5, in_body=in_body)
+        assert isinstance(translated, ClientError)
+        assert type(translated) is not ClientError, "mapped to the generic class"
+
+
+def test_translation_picks_the_specific_cause():
+    import socket
+    import ssl
+
+    def connect_error(cause):
+        try:
+            raise httpx.ConnectError("x") from cause
+        except httpx.ConnectError as error:
+            return translate_error(error, url="http://h:1/a", timeout_s=5, in_body=False)
+
+    assert isinstance(connect_error(ConnectionRefusedError(111, "refused")), ServerUnreachable)
+    assert isinstance(connect_error(socket.gaierror(-2, "Name or service not known")), HostNotFound)
+    assert isinstance(connect_error(ssl.SSLError(1, "WRONG_VERSION_NUMBER")), TLSFailed)
+    cut = translate_error(
+        httpx.RemoteProtocolError("incomplete"), url="http://h:1/a", timeout_s=5, in_body=True
+    )
+    assert isinstance(cut, StreamCut)
+    early = translate_error(
+        httpx.RemoteProtocolError("no answer"), url="http://h:1/a", timeout_s=5, in_body=False
+    )
+    assert isinstance(early, BadResponse)
+    gap = translate_error(httpx.ReadTimeout("t"), url="http://h:1/a", timeout_s=5, in_body=True)
+    assert isinstance(gap, RequestTimedOut) and "stalled" in gap.message
+
+
+def test_exit_codes_are_distinct_and_documented():
+    classes = [
+        obj
+        for obj in vars(client_module).values()
+        if inspect.isclass(obj) and issubclass(obj, ClientError) and obj is not ClientError
+    ]
+    codes = [cls.exit_code for cls in classes]
+    assert len(classes) == 8 and len(set(codes)) == len(codes)
+    documented = {code for code, _ in EXIT_CODES}
+    assert set(codes) <= documented
+    assert {EndpointFailed.exit_code, EndpointNotFound.exit_code} == {1, 8}
+    for cls in classes:
+        assert f"exit {cls.exit_code}" in client_module.__doc__.replace("  ", " ")
+
+
+# --------------------------------------------------------------------------- live streams
+
+
+def test_stream_chunks_arrive_before_the_stream_ends(server):
+    url, state = server
+    state.reset()
+    request = build_request(f"{url}/gated", stream=True, timeout_s=10)
+    with Client.for_request(request) as client, client.stream(request) as stream:
+        chunks = stream.chunks()
+        assert next(chunks) == b"first chunk\n"
+        assert not state.gate.is_set()  # the server is still holding the stream open
+        state.gate.set()
+        assert b"".join(chunks) == b"second chunk\n"
+    assert state.closed.wait(5)
+    assert stream.stats.chunks == 2 and stream.stats.bytes == len(b"first chunk\nsecond chunk\n")
+    assert stream.stats.first_chunk is not None and stream.stats.ended is not None
+
+
+def test_closing_a_stream_early_closes_the_server_generator(server):
+    url, state = server
+    state.reset()
+    request = build_request(f"{url}/gated", stream=True, timeout_s=10)
+    with Client.for_request(request) as client:
+        with client.stream(request) as stream:
+            assert next(stream.chunks()) == b"first chunk\n"
+        # Leaving the block dropped the connection: the generator's finally has run.
+        assert state.closed.wait(5)
+
+
+def test_stream_bytes_are_exact(server):
+    url, _ = server
+    for path, expected in (("/plain", PLAIN_CHUNKS), ("/jsonl", JSONL_CHUNKS)):
+        request = build_request(url + path, stream=True)
+        with Client.for_request(request) as client, client.stream(request) as stream:
+            assert b"".join(stream.chunks()) == b"".join(expected)
+
+
+def test_stream_errors_are_translated(server):
+    url, state = server
+    request = build_request(f"{url}/cut", stream=True)
+    with Client.for_request(request) as client, client.stream(request) as stream:
+        with pytest.raises(StreamCut):
+            list(stream.chunks())
+
+    state.reset()
+    request = build_request(f"{url}/stall", stream=True, timeout_s=0.3)
+    started = time.monotonic()
+    with Client.for_request(request) as client, client.stream(request) as stream:
+        with pytest.raises(RequestTimedOut, match="stalled"):
+            list(stream.chunks())
+    assert time.monotonic() - started < 3
+    state.gate.set()
+
+
+def test_routes_of_a_dev_server(server):
+    url, _ = server
+    with Client() as client:
+        routes = client.fetch_routes(f"{url}/missing")
+    assert [route["url"] for route in routes] == ["/assistant", "/recommend"]

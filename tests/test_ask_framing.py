@@ -1,0 +1,192 @@
+"""Stream framing: detection, SSE / JSON lines / plain decoding, Markdown block boundaries."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from peach_cli.cmd_ask import _last_block_boundary
+from peach_cli.framing import (
+    JSON_LINES,
+    PLAIN,
+    SSE,
+    JSONLinesDecoder,
+    PlainDecoder,
+    SSEDecoder,
+    detect_framing,
+    extract_text,
+)
+
+
+def feed_all(decoder, chunks):
+    frames = []
+    for chunk in chunks:
+        frames += decoder.feed(chunk)
+    return frames + decoder.close()
+
+
+# --------------------------------------------------------------------------- detection
+
+
+@pytest.mark.parametrize(
+    ("content_type", "head", "expected"),
+    [
+        ("text/event-stream", b"hello", SSE),
+        ("text/event-stream; charset=utf-8", b"", SSE),
+        ("application/x-ndjson", b"plain", JSON_LINES),
+        ("application/jsonl", b"", JSON_LINES),
+        ("text/plain; charset=utf-8", b'{"token": "a"}\n', JSON_LINES),
+        ("text/plain", b"data: hi\n\n", SSE),
+        ("text/plain", b": comment\n\n", SSE),
+        ("text/plain", b"event: x\n", SSE),
+        ("text/plain", b"\n\nid: 3\n", SSE),
+        ("text/plain", b"Hello world", PLAIN),
+        ("", b"database rows", PLAIN),  # starts like "data" but is not a field
+        (None, b"[1, 2]", PLAIN),
+    ],
+)
+def test_detect_framing(content_type, head, expected):
+    assert detect_framing(content_type, head) == expected
+
+
+def test_detection_waits_for_enough_bytes():
+    assert detect_framing("text/plain", b"") is None
+    assert detect_framing("text/plain", b"da") is None  # could become "data:"
+    assert detect_framing("text/plain", b"da", final=True) == PLAIN
+    assert detect_framing("text/plain", b"", final=True) == PLAIN
+    assert detect_framing("text/plain", b"x") == PLAIN  # no waiting for ordinary text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ({"text": "a"}, "a"),
+        ({"token": "b"}, "b"),
+        ({"delta": "c"}, "c"),
+        ({"delta": {"text": "d"}}, "d"),
+        ({"token": {"id": 5, "text": "e"}}, "e"),
+        ({"choices": [{"delta": {"content": "f"}}]}, "f"),
+        ({"usage": 3}, None),
+        ({"choices": [{"delta": {}}]}, None),
+        (["text"], None),
+        ("text", None),
+    ],
+)
+def test_extract_text(value, text):
+    assert extract_text(value) == text
+
+
+# --------------------------------------------------------------------------- SSE
+
+
+def test_sse_fields_comments_multiline_and_done():
+    stream = (
+        b": a comment\n\n"
+        b"event: greeting\nid: 1\ndata: first\ndata: second\n\n"
+        b"data:no-space\n\n"
+        b'data: {"token": "hi"}\n\n'
+        b"retry: 1000\ndata: x\n\n"
+        b"data: [DONE]\n\n"
+    )
+    decoder = SSEDecoder()
+    frames = feed_all(decoder, [stream])
+    assert [f.data for f in frames] == [
+        "first\nsecond",
+        "no-space",
+        '{"token": "hi"}',
+        "x",
+        "[DONE]",
+    ]
+    assert frames[0].event == "greeting" and frames[0].id == "1"
+    assert frames[1].event is None and frames[1].id == "1"  # the last id carries over
+    assert frames[2].is_json and frames[2].text == "hi"
+    assert frames[-1].done and not any(f.done for f in frames[:-1])
+    assert decoder.comments == 1
+
+
+def test_sse_line_endings_crlf_and_cr_even_split_across_chunks():
+    decoder = SSEDecoder()
+    frames = feed_all(decoder, [b"data: a\r", b"\n\r", b"\ndata: b\r\r", b"data: c\n\n"])
+    assert [f.data for f in frames] == ["a", "b", "c"]
+
+
+def test_sse_empty_data_and_no_data_events():
+    frames = feed_all(SSEDecoder(), [b"event: ping\n\n", b"data\n\n", b"id: 9\n\n"])
+    # An event without data is not dispatched; a bare "data" line is empty data.
+    assert [f.data for f in frames] == [""]
+
+
+def test_sse_unterminated_event_is_dispatched_at_end():
+    frames = feed_all(SSEDecoder(), [b"data: tail"])
+    assert [f.data for f in frames] == ["tail"]
+
+
+def test_sse_utf8_split_inside_a_character():
+    text = "data: café ☕\n\n".encode()
+    frames = feed_all(SSEDecoder(), [text[:10], text[10:13], text[13:]])
+    assert [f.data for f in frames] == ["café ☕"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_sse_any_chunking_gives_the_same_frames(data):
+    stream = (
+        b": c\r\nevent: e\r\nid: 1\r\ndata: one\r\ndata: two\r\n\r\n"
+        b'data: {"delta": "\xc3\xa9"}\n\n'
+        b"data: x\rdata: y\r\r"
+        b"data: [DONE]\n\n"
+    )
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(stream) - 1), max_size=12)))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    expected = feed_all(SSEDecoder(), [stream])
+    assert feed_all(SSEDecoder(), chunks) == expected
+    assert [f.data for f in expected] == ["one\ntwo", '{"delta": "é"}', "x\ny", "[DONE]"]
+
+
+# --------------------------------------------------------------------------- JSON lines
+
+
+def test_json_lines_partial_lines_and_non_json():
+    decoder = JSONLinesDecoder()
+    assert decoder.feed(b'{"token": "He') == []
+    frames = decoder.feed(b'l"}\n{"n": 1}\r\nnot json\n\n')
+    assert [f.text for f in frames] == ["Hel", None, None]
+    assert frames[1].value == {"n": 1} and frames[1].is_json
+    assert frames[2].data == "not json" and not frames[2].is_json
+    assert decoder.feed(b'{"text": "end"}') == []
+    assert [f.text for f in decoder.close()] == ["end"]  # no final newline needed
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_json_lines_any_chunking_gives_the_same_frames(data):
+    stream = '{"token": "é"}\n{"a": [1, 2]}\nplain\n{"delta": {"text": "☕"}}'.encode()
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(stream) - 1), max_size=10)))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    frames = feed_all(JSONLinesDecoder(), chunks)
+    assert [f.data for f in frames] == ['{"token": "é"}', '{"a": [1, 2]}', "plain", frames[3].data]
+    assert [f.text for f in frames] == ["é", None, None, "☕"]
+
+
+# --------------------------------------------------------------------------- plain
+
+
+def test_plain_keeps_every_byte_and_never_splits_a_character():
+    payload = "naïve ☕ text\n".encode()
+    chunks = [payload[i : i + 1] for i in range(len(payload))]
+    frames = feed_all(PlainDecoder(), chunks)
+    assert "".join(f.data for f in frames) == payload.decode()
+
+
+# --------------------------------------------------------------------------- Markdown blocks
+
+
+def test_markdown_block_boundary_skips_code_fences_and_unfinished_lines():
+    text = "# T\n\npara one\n\n```\ncode\n\nmore\n```\n\nnext para"
+    boundary = _last_block_boundary(text, 0)
+    assert text[:boundary] == "# T\n\npara one\n\n```\ncode\n\nmore\n```\n\n"
+    assert _last_block_boundary("para\n\n```\nopen fence\n\n", 0) == len("para\n\n")
+    assert _last_block_boundary("no blank line yet\n", 0) == 0
+    start = len("# T\n\n")
+    assert _last_block_boundary(text, start) == boundary
