@@ -1,0 +1,178 @@
+"""Shared fixtures: `peach dev` as a real subprocess on a free loopback port.
+
+``base_url`` is the address of ``peach dev tests/projects/semantics`` (one server for the
+session, every replica up). The HTTP semantics tests only use ``base_url``, so the same
+cases run against another host by overriding that fixture.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+PROJECTS = TESTS / "projects"
+SEMANTICS = PROJECTS / "semantics"
+REPO = TESTS.parent
+URL_LINE = re.compile(r"peach dev serving on (http://\S+)")
+START_TIMEOUT_S = 60.0
+
+
+@dataclass
+class DevProcess:
+    """A running `peach dev`: its URL, its process and its output (a file)."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    url: str = ""
+    worker_pids: list[int] = field(default_factory=list)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_output(self, pattern: str, timeout_s: float = 20.0) -> re.Match[str]:
+        """Poll the output until ``pattern`` (a regex) appears."""
+        deadline = time.monotonic() + timeout_s
+        regex = re.compile(pattern)
+        while True:
+            match = regex.search(self.output())
+            if match:
+                return match
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{pattern!r} not in peach dev output:\n{self.output()}")
+            time.sleep(0.02)
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> dict:
+        """Poll ``/_peach/health`` until no replica is starting; return the health data."""
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                health = httpx.get(f"{self.url}/_peach/health", timeout=5).json()
+                if health["ready"]:
+                    self.worker_pids = [
+                        r["pid"] for c in health["components"] for r in c["replicas"] if r["pid"]
+                    ]
+                    return health
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"replicas not ready in {timeout_s} s:\n{self.output()}")
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        """Ctrl-C, then SIGKILL to the whole process group if it does not exit in time."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGINT)
+                return self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+            except ProcessLookupError:
+                return self.process.wait()
+        with_group_killed(self.process)
+        return self.process.wait()
+
+
+def with_group_killed(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def start_peach_dev(project: Path, log_path: Path, *args: str, wait_url: bool = True) -> DevProcess:
+    """Start ``peach dev PROJECT --port 0 --no-reload ARGS`` in its own process group.
+
+    Its output goes to ``log_path`` (a file never fills up the way a pipe does). With
+    ``wait_url`` the call returns once the server printed its URL.
+    """
+    log = log_path.open("wb")
+    env = dict(os.environ, NO_COLOR="1", COLUMNS="200", PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "peach_cli.cli",
+            "dev",
+            str(project),
+            "--port",
+            "0",
+            "--no-reload",
+            *args,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+    )
+    log.close()
+    dev = DevProcess(process, log_path)
+    if not wait_url:
+        return dev
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        while True:
+            match = URL_LINE.search(dev.output())
+            if match:
+                dev.url = match.group(1)
+                return dev
+            if process.poll() is not None:
+                raise AssertionError(f"peach dev exited with {process.returncode}:\n{dev.output()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"peach dev printed no URL in {START_TIMEOUT_S} s:\n{dev.output()}"
+                )
+            time.sleep(0.02)
+    except BaseException:
+        dev.stop()
+        raise
+
+
+@pytest.fixture
+def peach_dev(tmp_path: Path) -> Iterator:
+    """A factory: ``peach_dev(project, *args)`` starts `peach dev`; all are stopped after."""
+    started: list[DevProcess] = []
+
+    def start(project: Path, *args: str, wait_url: bool = True) -> DevProcess:
+        dev = start_peach_dev(
+            project, tmp_path / f"peach-dev-{len(started)}.log", *args, wait_url=wait_url
+        )
+        started.append(dev)
+        return dev
+
+    try:
+        yield start
+    finally:
+        for dev in started:
+            dev.stop()
+
+
+@pytest.fixture(scope="session")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+    """`peach dev tests/projects/semantics`, every replica started, for the whole session."""
+    log_path = tmp_path_factory.mktemp("peach-dev") / "semantics.log"
+    dev = start_peach_dev(SEMANTICS, log_path)
+    try:
+        dev.wait_ready()
+        yield dev
+    finally:
+        dev.stop()
+
+
+@pytest.fixture(scope="session")
+def base_url(dev_server: DevProcess) -> str:
+    """The base URL of a host serving ``tests/projects/semantics``."""
+    return dev_server.url

@@ -1,0 +1,424 @@
+"""Every serving rule of SPEC §2, over real HTTP, against ``tests/projects/semantics``.
+
+The tests use only the ``base_url`` fixture (a host serving that project) and HTTP, so the
+same cases run against `peach dev` (the default fixture in conftest.py) and against Ray
+Serve (override ``base_url``). Nothing here waits with a sleep: streams are synchronised
+with files the generator waits on, everything else polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+COMPONENT = "x-peach-component"
+REPLICA = "x-peach-replica"
+TIMEOUT_S = 1.0  # timeout_s in tests/projects/semantics/peach.yaml
+
+
+@pytest.fixture
+def client(base_url: str):
+    with httpx.Client(base_url=base_url, timeout=20) as client:
+        yield client
+
+
+def ok(response: httpx.Response):
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "ok", body
+    return body["result"]
+
+
+def error(response: httpx.Response, status: int, code: str) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["status"] == "error", body
+    assert body["error"]["code"] == code, body
+    return body["error"]["message"]
+
+
+def wait_for_file(path: Path, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} was never written"
+        time.sleep(0.01)
+
+
+def sample_replicas(client: httpx.Client, url: str, replicas: int, limit: int = 200) -> dict:
+    """Request ``url`` until ``replicas`` distinct replicas answered: replica id → results."""
+    seen: dict[str, list] = {}
+    for _ in range(limit):
+        response = client.get(url)
+        seen.setdefault(response.headers[REPLICA], []).append(ok(response))
+        if len(seen) == replicas and all(len(v) >= 2 for v in seen.values()):
+            return seen
+    raise AssertionError(f"only {sorted(seen)} answered {url} in {limit} requests")
+
+
+# -- replicas and init --------------------------------------------------------------------
+
+
+def test_init_runs_once_per_replica(client):
+    seen = sample_replicas(client, "/token", replicas=2)
+    tokens = {replica: {r["token"] for r in results} for replica, results in seen.items()}
+    assert all(len(t) == 1 for t in tokens.values()), tokens  # init once, state held
+    assert len({t for ts in tokens.values() for t in ts}) == 2  # one state per replica
+    pids = {r["pid"] for results in seen.values() for r in results}
+    assert len(pids) == 2  # each replica is its own process
+
+
+def test_answers_carry_component_and_replica_headers(client):
+    response = client.get("/token")
+    ok(response)
+    assert response.headers[COMPONENT] == "main"
+    assert response.headers[REPLICA]
+
+
+# -- parameters ---------------------------------------------------------------------------
+
+
+def test_args_fill_what_the_request_did_not_send(client):
+    result = ok(client.get("/params", params={"a": "1"}))
+    assert result["values"]["size"] == 7  # args, not the signature default 3
+    assert result["values"]["b"] == 1.5  # the signature default
+    assert ok(client.get("/params", params={"a": "1", "size": "2"}))["values"]["size"] == 2
+
+
+def test_query_values_are_converted_to_annotations(client):
+    query = [
+        ("a", "5"),
+        ("b", "2.5"),
+        ("flag", "true"),
+        ("tags", "1"),
+        ("tags", "2"),
+        ("name", "x"),
+    ]
+    result = ok(client.get("/params", params=query))
+    assert result["values"] == {
+        "a": 5,
+        "b": 2.5,
+        "flag": True,
+        "tags": [1, 2],
+        "name": "x",
+        "size": 7,
+    }
+    assert result["types"]["a"] == "int" and result["types"]["b"] == "float"
+    assert result["types"]["flag"] == "bool"
+
+
+def test_body_wins_over_query_and_keeps_json_types(client):
+    result = ok(client.post("/params?a=1&name=query", json={"a": 2, "tags": [3, 4], "flag": True}))
+    assert result["values"]["a"] == 2
+    assert result["values"]["tags"] == [3, 4]
+    assert result["values"]["flag"] is True
+    assert result["values"]["name"] == "query"
+
+
+def test_parameters_not_in_the_signature_are_dropped(client):
+    result = ok(client.get("/params", params={"a": "1", "unknown": "2"}))
+    assert "unknown" not in result["values"]
+
+
+def test_kwargs_receives_every_parameter_but_stream_and_model(client):
+    result = ok(
+        client.get("/kwargs", params={"x": "1", "y": "two", "stream": "false", "model": "evil"})
+    )
+    assert result == {"model": "state-from-init", "kwargs": {"x": "1", "y": "two"}}
+
+
+def test_request_cannot_set_model(client):
+    assert (
+        ok(client.get("/params", params={"a": "1", "model": "evil"}))["model"] == "state-from-init"
+    )
+    result = ok(client.post("/params", json={"a": 1, "model": "evil"}))
+    assert result["model"] == "state-from-init"
+
+
+def test_request_cannot_set_init_state(client):
+    result = ok(client.post("/similar", json={"item_id": "a", "init_state": "evil"}))
+    assert result["items"] == ["b", "c"]  # args size=2 from the decorator
+
+
+def test_missing_required_parameter_is_400_naming_it(client):
+    message = error(client.get("/params"), 400, "bad_request")
+    assert "'a'" in message
+
+
+def test_unconvertible_parameter_is_400_naming_it(client):
+    message = error(client.get("/params", params={"a": "five"}), 400, "bad_request")
+    assert "'a'" in message and "five" in message
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("numpy", {"scalar": 3, "array": [0, 1, 2], "real": 0.5}),
+        ("dataclass", {"left": 1, "right": "x"}),
+        ("tuple", [1, "two"]),
+        ("set", [3]),
+    ],
+)
+def test_results_are_converted_to_json(client, kind, expected):
+    assert ok(client.get("/results", params={"kind": kind})) == expected
+
+
+def test_non_json_result_is_method_error_naming_the_type(client):
+    message = error(client.get("/results", params={"kind": "object"}), 500, "method_error")
+    assert "object" in message
+
+
+def test_method_raising_is_500_with_type_and_text(client):
+    response = client.get("/raises")
+    message = error(response, 500, "method_error")
+    assert "ValueError" in message and "primary failed" in message
+    assert response.headers[COMPONENT] == "main"
+
+
+def test_empty_result_without_fallback_is_returned(client):
+    assert ok(client.get("/empty")) == []
+
+
+# -- fallback -----------------------------------------------------------------------------
+
+
+def test_fallback_answers_when_the_primary_raises(client):
+    response = client.get("/fallback/raise", params={"size": "2"})
+    assert ok(response) == ["popular-0", "popular-1"]  # same parameters reach the fallback
+    assert response.headers[COMPONENT] == "fallback"
+    assert response.headers[REPLICA]
+
+
+@pytest.mark.parametrize("kind", ["list", "dict", "none", "str", "tuple"])
+def test_fallback_answers_when_the_primary_returns_nothing(client, kind):
+    response = client.get("/fallback/empty", params={"kind": kind})
+    assert ok(response) == ["popular-0", "popular-1", "popular-2"]
+    assert response.headers[COMPONENT] == "fallback"
+
+
+def test_fallback_answers_at_the_timeout(client):
+    began = time.monotonic()
+    response = client.get("/fallback/timeout", params={"seconds": "5"})
+    elapsed = time.monotonic() - began
+    assert ok(response) == ["popular-0", "popular-1", "popular-2"]
+    assert response.headers[COMPONENT] == "fallback"
+    assert TIMEOUT_S - 0.05 <= elapsed < TIMEOUT_S + 0.5
+
+
+def test_primary_answering_in_time_is_not_replaced(client):
+    response = client.get("/fallback/timeout", params={"seconds": "0.01"})
+    assert ok(response) == "finally done"
+    assert response.headers[COMPONENT] == "main"
+
+
+# -- timeouts -----------------------------------------------------------------------------
+
+
+def test_timeout_is_504_while_other_requests_keep_answering(base_url, client):
+    outcome: dict = {}
+
+    def slow_call() -> None:
+        with httpx.Client(base_url=base_url, timeout=20) as own:
+            began = time.monotonic()
+            outcome["response"] = own.get("/slow", params={"seconds": "3"})
+            outcome["elapsed"] = time.monotonic() - began
+
+    thread = threading.Thread(target=slow_call)
+    thread.start()
+    try:
+        latencies = []
+        while thread.is_alive():
+            began = time.monotonic()
+            ok(client.get("/token"))
+            ok(client.get("/slow", params={"seconds": "0"}))  # the same replica, a fast call
+            latencies.append(time.monotonic() - began)
+    finally:
+        thread.join(timeout=10)
+    message = error(outcome["response"], 504, "timeout")
+    assert "timeout_s" in message
+    assert outcome["elapsed"] < TIMEOUT_S + 0.5
+    assert latencies and max(latencies) < TIMEOUT_S / 2, latencies
+
+
+# -- streaming ----------------------------------------------------------------------------
+
+
+def test_stream_chunks_arrive_as_they_are_yielded(base_url, tmp_path):
+    gate, marker = tmp_path / "gate", tmp_path / "marker"
+    params = {"stream": "true", "gate": str(gate), "marker": str(marker)}
+    with httpx.Client(base_url=base_url, timeout=20) as client:
+        with client.stream("GET", "/stream", params=params) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/plain")
+            assert response.headers[COMPONENT] == "main" and response.headers[REPLICA]
+            assert "content-encoding" not in response.headers
+            chunks = response.iter_raw()
+            first = next(chunks)
+            # The generator is still waiting on the gate: the first chunk came before its end.
+            assert first == b"chunk-0\n"
+            assert not marker.exists()
+            gate.write_text("go")
+            rest = b"".join(chunks)
+    assert rest == b"chunk-1\nchunk-2\n"
+    wait_for_file(marker)
+
+
+def test_client_disconnect_closes_the_generator(base_url, tmp_path):
+    gate, marker = tmp_path / "never", tmp_path / "marker"
+    params = {"stream": "true", "gate": str(gate), "marker": str(marker)}
+    with httpx.Client(base_url=base_url, timeout=20) as client:
+        with client.stream("GET", "/stream", params=params) as response:
+            chunks = response.iter_raw()  # (an iterator dropped early closes the response)
+            assert next(chunks) == b"chunk-0\n"
+            assert not marker.exists()
+    # Leaving the block closed the connection while the generator waited on the gate.
+    wait_for_file(marker)
+    assert marker.read_text() == "closed"
+
+
+def test_generator_without_stream_is_stream_required(client):
+    # `stream: true` in the component's args is never seen: the caller must send it.
+    response = client.get("/stream")
+    message = error(response, 400, "stream_required")
+    assert "async_generator" in message
+    assert "?stream=true" in message and '"stream": "true"' in message
+
+
+@pytest.mark.parametrize("value", ["true", "1", "yes"])
+def test_truthy_stream_values_in_the_query(client, value):
+    response = client.get("/stream", params={"stream": value, "count": "2"})
+    assert response.status_code == 200
+    assert response.content == b"chunk-0\nchunk-1\n"
+
+
+def test_stream_requested_in_the_json_body(client):
+    for stream in ("true", True):
+        response = client.post("/stream", json={"stream": stream, "count": 2})
+        assert response.status_code == 200
+        assert response.content == b"chunk-0\nchunk-1\n"
+
+
+def test_sync_generator_streams_too(client):
+    response = client.get("/sync-stream", params={"stream": "true"})
+    assert response.status_code == 200
+    assert response.content == b"sync-0\nsync-1\nsync-2\n"
+
+
+def test_generator_error_ends_the_stream(client):
+    response = client.get("/stream-fail", params={"stream": "true"})
+    assert response.status_code == 200
+    assert response.content == b"before-error\n"
+
+
+def test_stream_uses_the_component_media_type(client):
+    response = client.get("/sse", params={"stream": "true"})
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.content == b"data: event-0\n\ndata: event-1\n\n"
+
+
+def test_str_chunks_are_utf8_and_bytes_pass_unchanged(client):
+    response = client.get("/stream-bytes", params={"stream": "true"})
+    assert response.content == b"\x00\x01raw" + "é".encode()
+
+
+def test_streams_are_not_compressed(client):
+    response = client.get("/stream", params={"stream": "true"}, headers={"accept-encoding": "gzip"})
+    assert "content-encoding" not in response.headers
+    assert response.content == b"chunk-0\nchunk-1\nchunk-2\n"
+
+
+def test_stream_request_to_a_plain_method_gets_the_envelope(client):
+    assert ok(client.get("/params", params={"a": "1", "stream": "true"}))["values"]["a"] == 1
+
+
+def test_decorated_stream(client):
+    response = client.get("/decorated-stream", params={"stream": "1", "count": "3"})
+    assert response.content == b"d-0\nd-1\nd-2\n"
+
+
+# -- drift --------------------------------------------------------------------------------
+
+
+def test_drift_reinitialises_only_the_replica_that_saw_it(client):
+    before = {
+        replica: results[-1]["token"]
+        for replica, results in sample_replicas(client, "/drift", 2).items()
+    }
+    response = client.get("/drift", params={"signal": "true"})
+    drifted = response.headers[REPLICA]
+    assert ok(response)["token"] == before[drifted]  # answered from the state already loaded
+    deadline = time.monotonic() + 20
+    while True:
+        after = {
+            replica: results[-1]["token"]
+            for replica, results in sample_replicas(client, "/drift", 2).items()
+        }
+        if after[drifted] != before[drifted]:
+            break
+        assert time.monotonic() < deadline, "the drifted replica never re-ran init"
+    others = [replica for replica in before if replica != drifted]
+    assert all(after[replica] == before[replica] for replica in others)
+
+
+def test_failed_reinit_keeps_the_previous_state(client):
+    token = ok(client.get("/drift/reinit-fails"))["token"]
+    assert ok(client.get("/drift/reinit-fails", params={"signal": "true"}))["token"] == token
+    for _ in range(3):
+        assert ok(client.get("/drift/reinit-fails"))["token"] == token
+
+
+# -- code loading -------------------------------------------------------------------------
+
+
+def test_decorator_endpoint_gets_init_state_and_args(client):
+    result = ok(client.get("/similar", params={"item_id": "a"}))
+    assert result["items"] == ["b", "c"]
+    assert ok(client.get("/similar", params={"item_id": "a", "size": "3"}))["items"] == [
+        "b",
+        "c",
+        "d",
+    ]
+
+
+def test_full_notebook_runs_every_cell(client):
+    assert ok(client.get("/greet", params={"name": "peach"})) == "hello peach"
+
+
+def test_project_modules_are_importable(client):
+    assert ok(client.get("/loud", params={"text": "hi"})) == "HI!"
+
+
+# -- bad requests -------------------------------------------------------------------------
+
+
+def test_invalid_json_body_is_400(client):
+    response = client.post(
+        "/params", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    error(response, 400, "bad_request")
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'"text"', b"3"])
+def test_body_that_is_not_an_object_is_400(client, body):
+    error(client.post("/params", content=body), 400, "bad_request")
+
+
+def test_body_over_10_mib_is_413(client):
+    body = b'{"a": "' + b"x" * (10 * 1024 * 1024) + b'"}'
+    error(client.post("/params", content=body), 413, "payload_too_large")
+
+
+def test_unknown_url_is_404(client):
+    message = error(client.get("/no-such-endpoint"), 404, "not_found")
+    assert "/no-such-endpoint" in message
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
+def test_other_methods_are_405(client, method):
+    error(client.request(method, "/token"), 405, "method_not_allowed")
