@@ -13,7 +13,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from peach_cli import fasthelp
 from peach_cli.errors import PeachError
+
+fasthelp.install()  # `peach --help` without markdown-it and pygments
 
 app = typer.Typer(
     name="peach",
