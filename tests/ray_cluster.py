@@ -109,7 +109,14 @@ class RayHead:
         ]
 
     def start(self) -> RayHead:
-        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+        env = dict(
+            os.environ,
+            RAY_USAGE_STATS_ENABLED="0",
+            PYTHONUNBUFFERED="1",
+            # no idle workers prestarted per logical CPU: on 2 cores they only cost time
+            RAY_enable_worker_prestart="0",
+            RAY_prestart_worker_first_driver="0",
+        )
         env.pop("RAY_ADDRESS", None)
         with open(self.log, "wb") as log:
             process = subprocess.Popen(
@@ -175,6 +182,8 @@ class RayHead:
 if __name__ == "__main__":  # a head for manual runs: python tests/ray_cluster.py [CPUS]
     head = RayHead(num_cpus=float(sys.argv[1]) if len(sys.argv) > 1 else 8).start()
     print(head.dashboard_url, head.serve_url, "session", head.session, flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
     try:
         signal.pause()
     finally:

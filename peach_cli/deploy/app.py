@@ -71,10 +71,15 @@ class Component:
                 text = f"{text}\n{error.details}"
             raise PeachInitFailed(text) from None
 
-    async def call(self, params: dict[str, Any]) -> dict[str, Any]:
-        """A non-streaming call: a ``CallResult`` as a dict (never raises for user errors)."""
+    async def call(self, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """A non-streaming call, sent as two items: ``{"replica": id}`` at once, then the
+        ``CallResult`` as a dict (never raises for user errors).
+
+        The first item tells the gateway which replica took the call, so a timeout names it.
+        """
+        yield {"replica": self.runner.replica_id}
         result = await self.runner.call(contract.RequestParams.from_dict(params))
-        return result.to_dict()
+        yield result.to_dict()
 
     async def stream(self, params: dict[str, Any]) -> AsyncIterator[Any]:
         """A streaming call. The first item describes it, the rest are the chunks (bytes).
@@ -157,17 +162,24 @@ class Gateway:
         payload = params.to_dict()
 
         async def call(component: str, attempt: contract.Attempt) -> contract.CallResult:
+            handle = self._handle(endpoint, component).options(stream=True)
+            items = handle.call.remote(payload)
             try:
-                data = await self._handle(endpoint, component).call.remote(payload)
-            except asyncio.CancelledError:
+                first = await items.__anext__()
+                attempt.replica = first.get("replica")
+                data = await items.__anext__()
+            except asyncio.CancelledError:  # timeout_s ran out: stop the call on the replica
+                items.cancel()
                 raise
             except Exception as error:  # the replica died or cannot be reached
+                items.cancel()
                 return contract.CallResult.failure(
                     "unavailable",
                     f"{endpoint.url} ({component}) has no healthy replica: {_first_line(error)}",
+                    attempt.replica,
                 )
             result = contract.CallResult.from_dict(data)
-            attempt.replica = result.replica
+            attempt.replica = result.replica or attempt.replica
             return result
 
         return await contract.answer(endpoint, params, call, self.timeout_s)

@@ -113,17 +113,29 @@ def project_files(root: Path, excluded: Iterable[str] = ()) -> list[tuple[str, b
     return files
 
 
+RUNTIME_MODULES = (
+    "__init__.py",
+    "decorator.py",
+    "errors.py",
+    "plan.py",
+    "contract.py",
+    "deploy/__init__.py",
+    "deploy/app.py",
+    "deploy/config.py",
+    "deploy/packaging.py",
+)
+"""The part of ``peach_cli`` that replicas import (notebooks' ``from peach_cli import
+endpoint`` included): a change anywhere else in the tool does not restart replicas."""
+
+
 def runtime_package() -> Package:
-    """The ``peach_cli`` package itself, for ``py_modules``: the cluster needs only Ray."""
+    """The runtime part of ``peach_cli``, for ``py_modules``: the cluster needs only Ray."""
     import peach_cli
 
     source = Path(peach_cli.__file__).parent
-    entries = []
-    for path in sorted(source.rglob("*.py")):
-        relative = path.relative_to(source.parent)
-        if "__pycache__" in relative.parts:
-            continue
-        entries.append((relative.as_posix(), path.read_bytes()))
+    entries = [
+        (f"peach_cli/{module}", (source / module).read_bytes()) for module in RUNTIME_MODULES
+    ]
     return package("runtime", entries)
 
 

@@ -1,0 +1,507 @@
+"""`peach deploy` without a cluster: address checks, the dashboard client's boundary,
+packaging, the Serve config (checked by Ray's own schema), resources and progress parsing."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from peach_cli.deploy import APPLICATION_BUILDER
+from peach_cli.deploy.config import (
+    GATEWAY,
+    build_bundle,
+    component_from_json,
+    component_to_json,
+    endpoints_from_json,
+    gateway_to_json,
+    merge_applications,
+    validate_config,
+)
+from peach_cli.deploy.dashboard import DashboardClient, resolve_address
+from peach_cli.deploy.packaging import (
+    COMPONENT_FILE,
+    RUNTIME_MODULES,
+    build_zip,
+    project_files,
+    runtime_package,
+)
+from peach_cli.deploy.progress import read_application, startup_failure, strip_ansi
+from peach_cli.deploy.resources import Needs, application_needs, check_fits
+from peach_cli.errors import DeployError, UsageError
+from peach_cli.project import build_plan
+
+TESTS = Path(__file__).resolve().parent
+PROJECTS = TESTS / "projects"
+BASIC = PROJECTS / "deploy_basic"
+SEMANTICS = PROJECTS / "semantics"
+REPO = TESTS.parent
+
+
+def plan_of(path: Path):
+    plan, diagnostics = build_plan(path)
+    assert plan is not None, diagnostics
+    return plan
+
+
+# -- the address ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", ["auto", "ray://10.0.0.1:10001"])
+def test_ray_client_addresses_are_refused_with_a_clear_message(address):
+    with pytest.raises(UsageError) as caught:
+        resolve_address(address)
+    assert "dashboard" in caught.value.message
+    assert "http://127.0.0.1:8265" in (caught.value.hint or "")
+
+
+@pytest.mark.parametrize("address", ["10.0.0.1:6379", "localhost:6379", "head-node"])
+def test_addresses_that_are_not_urls_are_refused(address):
+    with pytest.raises(UsageError) as caught:
+        resolve_address(address)
+    assert "not a dashboard URL" in caught.value.message
+
+
+def test_plain_http_to_another_host_warns_but_loopback_does_not():
+    assert resolve_address("http://127.0.0.1:8265/") == ("http://127.0.0.1:8265", [])
+    assert resolve_address("http://localhost:8265")[1] == []
+    assert resolve_address("https://ray.example.com")[1] == []
+    url, warnings = resolve_address("http://ray.example.com:8265")
+    assert url == "http://ray.example.com:8265"
+    assert warnings and "not encrypted" in warnings[0]
+
+
+def test_the_address_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("PEACH_RAY_ADDRESS", "http://10.1.2.3:8265")
+    assert resolve_address(None)[0] == "http://10.1.2.3:8265"
+    monkeypatch.delenv("PEACH_RAY_ADDRESS")
+    assert resolve_address(None)[0] == "http://127.0.0.1:8265"
+
+
+# -- the dashboard client -------------------------------------------------------------------
+
+
+def recording_transport(handler):
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return handler(request)
+
+    return httpx.MockTransport(handle), seen
+
+
+def test_the_token_goes_in_the_authorization_header(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "s3cret-token")
+    transport, seen = recording_transport(
+        lambda request: httpx.Response(200, json={"ray_version": "2.60.0"})
+    )
+    with DashboardClient("http://ray.example.com:8265", transport=transport) as client:
+        assert client.version()["ray_version"] == "2.60.0"
+    assert seen[0].headers["authorization"] == "Bearer s3cret-token"
+
+
+def test_no_token_no_authorization_header(monkeypatch):
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    transport, seen = recording_transport(
+        lambda request: httpx.Response(200, json={"ray_version": "2.60.0"})
+    )
+    with DashboardClient("http://127.0.0.1:8265", transport=transport) as client:
+        client.version()
+    assert "authorization" not in seen[0].headers
+
+
+def test_a_refused_token_is_explained_and_never_shown(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "s3cret-token")
+    transport, _ = recording_transport(lambda request: httpx.Response(401, text="unauthorized"))
+    with DashboardClient("http://127.0.0.1:8265", transport=transport) as client:
+        with pytest.raises(DeployError) as caught:
+            client.serve_details()
+    text = f"{caught.value.message} {caught.value.hint}"
+    assert "401" in text and "RAY_AUTH_TOKEN" in text
+    assert "s3cret" not in text
+
+
+def test_an_unreachable_dashboard_is_one_clear_error():
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    transport, _ = recording_transport(refuse)
+    with DashboardClient("http://127.0.0.1:1", transport=transport) as client:
+        with pytest.raises(DeployError) as caught:
+            client.version()
+    assert "cannot reach the Ray dashboard at http://127.0.0.1:1" in caught.value.message
+    assert "ray start --head" in (caught.value.hint or "")
+
+
+def test_a_server_that_is_not_a_dashboard_is_named():
+    transport, _ = recording_transport(lambda request: httpx.Response(200, json={"hello": 1}))
+    with DashboardClient("http://127.0.0.1:8000", transport=transport) as client:
+        with pytest.raises(DeployError, match="not a Ray dashboard"):
+            client.version()
+
+
+def test_package_exists_is_a_get_and_upload_is_a_put_of_the_zip():
+    stored: dict[str, bytes] = {}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        name = request.url.path.rsplit("/", 1)[-1]
+        assert request.url.path.startswith("/api/packages/gcs/")
+        if request.method == "GET":
+            return httpx.Response(200 if name in stored else 404)
+        stored[name] = request.content
+        return httpx.Response(200)
+
+    transport, _ = recording_transport(handle)
+    with DashboardClient("http://127.0.0.1:8265", transport=transport) as client:
+        assert not client.package_exists("peach_x.zip")
+        client.upload_package("peach_x.zip", b"PK")
+        assert client.package_exists("peach_x.zip")
+    assert stored == {"peach_x.zip": b"PK"}
+
+
+def test_a_failed_put_shows_rays_reason():
+    transport, _ = recording_transport(
+        lambda request: httpx.Response(400, text="ValidationError: route_prefix ...")
+    )
+    with DashboardClient("http://127.0.0.1:8265", transport=transport) as client:
+        with pytest.raises(DeployError, match="HTTP 400: ValidationError"):
+            client.put_applications({"applications": []})
+
+
+# -- packaging ------------------------------------------------------------------------------
+
+
+def test_zips_are_reproducible_and_named_by_content():
+    plan = plan_of(BASIC)
+    first, second = build_bundle(plan), build_bundle(plan)
+    assert [p.name for p in first.packages] == [p.name for p in second.packages]
+    assert first.config == second.config
+    assert build_zip([("a", b"1")]) != build_zip([("a", b"2")])
+
+
+def test_component_zips_hold_project_files_and_spec_but_no_notebooks_or_conf(tmp_path):
+    plan = plan_of(SEMANTICS)
+    names = [name for name, _ in project_files(plan.root, excluded=plan.watched_files)]
+    assert "helpers.py" in names
+    assert not any(n.endswith(".ipynb") or n == "peach.yaml" for n in names)
+    bundle = build_bundle(plan)
+    deployment = next(d for d in bundle.application["deployments"] if d["name"] == "loud.main")
+    uri = deployment["ray_actor_options"]["runtime_env"]["working_dir"]
+    package = next(p for p in bundle.packages if p.uri == uri)
+    with zipfile.ZipFile(io.BytesIO(package.data)) as archive:
+        assert "helpers.py" in archive.namelist()
+        spec = component_from_json(json.loads(archive.read(COMPONENT_FILE)))
+    assert spec == next(c for c in plan.components() if c.key == "loud/main")
+
+
+def test_changing_one_component_changes_only_its_deployment(tmp_path):
+    import shutil
+
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    before = build_bundle(plan_of(project)).application
+    conf = project / "peach.yaml"
+    conf.write_text(conf.read_text().replace("replicas: 2", "replicas: 3"))
+    notebook = project / "notebooks" / "Hello.ipynb"
+    notebook.write_text(notebook.read_text().replace("hello {name}", "hi {name}"))
+    after = build_bundle(plan_of(project)).application
+
+    def by_name(app):
+        return {d["name"]: d for d in app["deployments"]}
+
+    assert after["args"] == before["args"] and after["runtime_env"] == before["runtime_env"]
+    assert by_name(after)["count.main"] == by_name(before)["count.main"]
+    assert by_name(after)["hello.main"] != by_name(before)["hello.main"]
+    assert by_name(after)["hello.main"]["num_replicas"] == 3
+
+
+def test_the_runtime_package_is_importable_on_its_own(tmp_path):
+    """The replicas import peach_cli from this zip only: it must be self-contained."""
+    package = runtime_package()
+    with zipfile.ZipFile(io.BytesIO(package.data)) as archive:
+        archive.extractall(tmp_path)
+        assert sorted(archive.namelist()) == sorted(f"peach_cli/{m}" for m in RUNTIME_MODULES)
+    code = (
+        "import sys, peach_cli.deploy.app, peach_cli;"
+        "from peach_cli import endpoint;"
+        "bad = [m.__file__ for n, m in sys.modules.items()"
+        f" if n.startswith('peach_cli') and not m.__file__.startswith({str(tmp_path)!r})];"
+        "assert not bad, bad"
+    )
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# -- the Serve config -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("project", [BASIC, SEMANTICS], ids=["deploy_basic", "semantics"])
+def test_the_config_is_accepted_by_rays_schema(project):
+    plan = plan_of(project)
+    bundle = build_bundle(plan, http_host="0.0.0.0", http_port=9123)
+    validate_config(bundle.config)
+    from ray.serve.schema import ServeDeploySchema
+
+    schema = ServeDeploySchema.model_validate(bundle.config)
+    app = schema.applications[0]
+    assert app.name == plan.codops and app.import_path == APPLICATION_BUILDER
+    assert schema.http_options.host == "0.0.0.0" and schema.http_options.port == 9123
+    names = {d.name for d in app.deployments}
+    assert names == {GATEWAY} | {f"{c.endpoint}.{c.name}" for c in plan.components()}
+
+
+def test_component_deployments_carry_replicas_cpus_memory():
+    plan = plan_of(BASIC)
+    deployments = {d["name"]: d for d in build_bundle(plan).application["deployments"]}
+    hello = deployments["hello.main"]
+    assert hello["num_replicas"] == 2
+    assert hello["ray_actor_options"]["num_cpus"] == 0.1
+    assert hello["ray_actor_options"]["memory"] == 64 * 1024 * 1024
+    assert "memory" not in deployments["count.main"]["ray_actor_options"]
+    # no dependencies: no pip, so the deploy needs no network
+    assert all("pip" not in d["ray_actor_options"]["runtime_env"] for d in deployments.values())
+    # Serve's request_timeout_s is never set: the gateway enforces timeout_s itself
+    assert "request_timeout_s" not in json.dumps(build_bundle(plan).config)
+
+
+def test_py_env_dependencies_become_pip(tmp_path):
+    import shutil
+
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    conf = project / "peach.yaml"
+    conf.write_text(
+        conf.read_text().replace(
+            "endpoints:",
+            "py_environments:\n  base: {dependencies: [orjson]}\n"
+            '  extra: {dependencies: ["numpy>=1.24"]}\n\nendpoints:',
+        )
+    )
+    conf.write_text(conf.read_text().replace("url: /count", "url: /count\n    py_env: extra"))
+    deployments = {d["name"]: d for d in build_bundle(plan_of(project)).application["deployments"]}
+    assert deployments["hello.main"]["ray_actor_options"]["runtime_env"]["pip"] == ["orjson"]
+    assert deployments["count.main"]["ray_actor_options"]["runtime_env"]["pip"] == [
+        "orjson",
+        "numpy>=1.24",
+    ]
+
+
+def test_plan_round_trips_through_the_gateway_and_component_json():
+    plan = plan_of(SEMANTICS)
+    for spec in plan.components():
+        assert component_from_json(json.loads(json.dumps(component_to_json(spec)))) == spec
+    endpoints = endpoints_from_json(json.loads(json.dumps(gateway_to_json(plan))))
+    assert set(endpoints) == set(plan.endpoints)
+    for name, endpoint in endpoints.items():
+        original = plan.endpoints[name]
+        assert (endpoint.url, endpoint.primary, endpoint.fallback) == (
+            original.url,
+            original.primary,
+            original.fallback,
+        )
+        assert all(c.source == "" for c in endpoint.components.values())  # no code
+
+
+def test_merge_keeps_the_other_applications_and_the_running_http_options():
+    bundle = build_bundle(plan_of(BASIC), http_port=9000)
+    other = {"name": "other", "route_prefix": "/other", "import_path": "x:y"}
+    details = {
+        "controller_info": {"node_id": "n"},
+        "http_options": {"host": "127.0.0.1", "port": 8123},
+        "applications": {
+            "other": {
+                "source": "declarative",
+                "route_prefix": "/other",
+                "deployed_app_config": other,
+            },
+            "deploy-basic": {
+                "source": "declarative",
+                "route_prefix": "/",
+                "deployed_app_config": {},
+            },
+        },
+    }
+    config, warnings = merge_applications(bundle, details, http_host=None, http_port=9000)
+    assert [a["name"] for a in config["applications"]] == ["other", "deploy-basic"]
+    assert config["applications"][0] == other
+    assert config["http_options"] == {"host": "127.0.0.1", "port": 8123}
+    assert any("--http-port 9000 is ignored" in w for w in warnings)
+
+
+def test_merge_refuses_a_route_prefix_taken_by_another_application():
+    bundle = build_bundle(plan_of(BASIC))
+    details = {"applications": {"shop": {"source": "declarative", "route_prefix": "/"}}}
+    with pytest.raises(DeployError, match="'shop' already serves the route prefix '/'"):
+        merge_applications(bundle, details, http_host=None, http_port=None)
+
+
+# -- resources ------------------------------------------------------------------------------
+
+
+def test_needs_count_replicas_times_cpus_and_memory():
+    needs = application_needs(build_bundle(plan_of(BASIC)).application)
+    assert needs.cpus == pytest.approx(0.1 + 0.1 + 2 * 0.1)  # gateway, count, 2 × hello
+    assert needs.memory == 2 * 64 * 1024 * 1024
+
+
+def test_a_project_that_does_not_fit_fails_with_the_numbers():
+    report = {"usage": {"CPU": [3.0, 4.0], "memory": [0, 8 * 1024**3]}}
+    with pytest.raises(DeployError) as caught:
+        check_fits(Needs(2.5, 1024**3, 1.0, 1024**3, "a.main"), report)
+    assert "asks for 2.5 CPUs and 1 GiB" in caught.value.message
+    assert "has 1 CPUs and 8 GiB free" in caught.value.message
+    # what the running version holds is given back by the redeploy
+    check_fits(Needs(2.5, 0, 1.0, 0, "a.main"), report, held=Needs(2.0, 0))
+
+
+def test_a_replica_larger_than_any_node_fails():
+    report = {
+        "usage": {"CPU": [0.0, 8.0], "memory": [0, 8 * 1024**3]},
+        "usageByNode": {"n1": {"CPU": [0.0, 4.0]}, "n2": {"CPU": [0.0, 4.0]}},
+    }
+    with pytest.raises(DeployError, match="a replica of big.main asks for 6 CPUs"):
+        check_fits(Needs(6.0, 0, 6.0, 0, "big.main"), report)
+
+
+# -- progress -------------------------------------------------------------------------------
+
+RAY_FAILURE = (
+    "A replica failed to start with exception. Retrying 5 more time(s). Error:\n"
+    "\x1b[36mray::ServeReplica:x:broken.main.initialize_and_get_metadata()\x1b[39m (pid=1)\n"
+    '  File "/ray/serve/_private/replica.py", line 1928, in initialize\n'
+    "    raise RuntimeError(traceback.format_exc()) from None\n"
+    "RuntimeError: Traceback (most recent call last):\n"
+    '  File "/x/peach_cli/deploy/app.py", line 70, in __init__\n'
+    "    raise PeachInitFailed(text) from None\n"
+    "peach_cli.deploy.app.PeachInitFailed: load_model() raised FileNotFoundError: no weights\n"
+    "Traceback (most recent call last):\n"
+    "  File notebooks/Broken.ipynb, cell 1, line 6, in load_model\n"
+    "FileNotFoundError: no weights"
+)
+
+
+def app_details(deployments: dict, status: str = "DEPLOYING") -> dict:
+    return {
+        "status": status,
+        "message": "",
+        "route_prefix": "/",
+        "deployments": deployments,
+        "deployed_app_config": {"deployments": [{"name": "broken.main", "num_replicas": 2}]},
+    }
+
+
+def test_the_first_replica_start_failure_is_found_with_the_users_error_only():
+    app = read_application(
+        "x",
+        app_details(
+            {
+                "broken.main": {
+                    "status": "UPDATING",
+                    "message": RAY_FAILURE,
+                    "replicas": [{"replica_id": "a", "state": "STARTING"}],
+                }
+            }
+        ),
+    )
+    failure = startup_failure(app)
+    assert failure is not None and failure.deployment == "broken.main"
+    assert failure.error.startswith("load_model() raised FileNotFoundError: no weights")
+    assert "notebooks/Broken.ipynb, cell 1, line 6" in failure.error
+    assert "\x1b" not in failure.error and "replica.py" not in failure.error
+
+
+def test_replicas_starting_are_not_a_failure_and_not_ready():
+    app = read_application(
+        "x",
+        app_details(
+            {
+                "broken.main": {
+                    "status": "UPDATING",
+                    "message": "",
+                    "replicas": [
+                        {"replica_id": "a", "state": "RUNNING"},
+                        {"replica_id": "b", "state": "STARTING"},
+                    ],
+                }
+            }
+        ),
+    )
+    assert startup_failure(app) is None and not app.ready
+    assert app.deployments[0].running == 1 and app.deployments[0].target == 2
+
+
+def test_strip_ansi():
+    assert strip_ansi("\x1b[1m\x1b[31mboom\x1b[0m") == "boom"
+
+
+# -- the command line (no cluster) ----------------------------------------------------------
+
+
+def run_peach(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, NO_COLOR="1", COLUMNS="200", **(env or {})),
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("output_format", ["json", "yaml"])
+def test_dry_run_prints_the_exact_config_without_a_cluster(output_format):
+    # an address nobody listens on: a dry run must not try it
+    result = run_peach(
+        "deploy",
+        str(BASIC),
+        "--dry-run",
+        "--format",
+        output_format,
+        "--http-port",
+        "9321",
+        env={"PEACH_RAY_ADDRESS": "http://127.0.0.1:9"},
+    )
+    assert result.returncode == 0, result.stderr
+    config = json.loads(result.stdout) if output_format == "json" else yaml.safe_load(result.stdout)
+    from ray.serve.schema import ServeDeploySchema
+
+    ServeDeploySchema.model_validate(config)
+    assert config == build_bundle(plan_of(BASIC), http_port=9321).config
+
+
+def test_deploy_of_an_invalid_project_shows_the_diagnostics_and_exits_1(tmp_path):
+    import shutil
+
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    conf = project / "peach.yaml"
+    conf.write_text(conf.read_text().replace("method: hello", "method: helo"))
+    result = run_peach("deploy", str(project), "--dry-run")
+    assert result.returncode == 1
+    assert "error" in result.stdout and "not deployed" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_deploy_to_a_non_dashboard_address_exits_2_with_a_message():
+    result = run_peach("deploy", str(BASIC), "--address", "auto")
+    assert result.returncode == 2
+    assert "dashboard REST API" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_status_with_nothing_listening_exits_1_with_a_message():
+    result = run_peach("status", "--address", "http://127.0.0.1:9")
+    assert result.returncode == 1
+    assert "cannot reach the Ray dashboard" in result.stderr
+    assert "Traceback" not in result.stderr
