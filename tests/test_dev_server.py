@@ -1,0 +1,323 @@
+"""`peach dev` itself: the command, replica processes, crashes, shutdown, reload plumbing.
+
+What only the simulator does (or does its own way) is tested here; the serving rules shared
+with Ray Serve are in test_gateway_semantics.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import PROJECTS, DevProcess
+from projectkit import write_project
+
+from peach_cli.project import build_plan
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie waiting for its parent is not running anymore
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_until(predicate, timeout_s: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+SMALL_CONF = """\
+codops: small
+timeout_s: 30
+endpoints:
+  hello:
+    url: /hello
+    components:
+      main: {notebook: nb.ipynb, init: init_state, method: hello, memory: 1Mi}
+  slow:
+    url: /slow
+    components:
+      main: {notebook: nb.ipynb, method: slow}
+  stream:
+    url: /stream
+    components:
+      main: {notebook: nb.ipynb, method: words}
+"""
+SMALL_CELLS = [
+    'import os\n\ndef init_state():\n    return {"pid": os.getpid()}\n\n'
+    'def hello(model, name: str = "world"):\n    print(f"hello called with {name}")\n'
+    '    return {"hello": name, "pid": model["pid"]}\n',
+    "import asyncio\n\nasync def slow(seconds: float = 5):\n    await asyncio.sleep(seconds)\n"
+    '    return "done"\n',
+    "import asyncio, pathlib\n\nasync def words(marker: str = ''):\n    try:\n"
+    '        yield "first\\n"\n        await asyncio.sleep(60)\n        yield "never\\n"\n'
+    "    finally:\n        if marker:\n            pathlib.Path(marker).write_text('closed')\n",
+]
+
+
+@pytest.fixture
+def small_project(tmp_path: Path) -> Path:
+    return write_project(tmp_path / "small", SMALL_CONF, {"nb.ipynb": SMALL_CELLS})
+
+
+# -- crashes and broken replicas ----------------------------------------------------------
+
+
+def test_crashed_replica_fails_its_request_and_restarts(base_url, dev_server: DevProcess):
+    with httpx.Client(base_url=base_url, timeout=20) as client:
+        before = client.get("/crash").json()["result"]
+        began = time.monotonic()
+        response = client.get("/crash", params={"die": "true"})
+        assert time.monotonic() - began < 5  # a clear error at once, not a hang
+        assert response.status_code == 500
+        message = response.json()["error"]["message"]
+        assert "exited with code 17" in message and "restarting" in message
+        deadline = time.monotonic() + 30
+        while True:
+            response = client.get("/crash")
+            if response.status_code == 200:
+                break
+            assert time.monotonic() < deadline, response.text
+        after = response.json()["result"]
+    assert after["pid"] != before["pid"] and after["token"] != before["token"]  # init ran again
+    assert not alive(before["pid"])
+    dev_server.wait_for_output(
+        r"crash/main#\d+ restarting: the replica process exited with code 17"
+    )
+    dev_server.wait_for_output(r"crash/main#\d+ healthy \(pid \d+\): restarted")
+
+
+def test_failed_init_is_503_with_the_error_and_other_endpoints_answer(peach_dev):
+    dev = peach_dev(PROJECTS / "broken")
+    dev.wait_ready()
+    with httpx.Client(base_url=dev.url, timeout=20) as client:
+        response = client.get("/broken")
+        assert response.status_code == 503
+        body = response.json()
+        assert body["error"]["code"] == "unavailable"
+        assert "model file missing: /models/never.bin" in body["error"]["message"]
+        assert client.get("/ok").json() == {"result": "pong", "status": "ok"}
+    output = dev.output()
+    assert "unhealthy" in output and "raise RuntimeError" in output  # the user's traceback
+
+
+# -- the command --------------------------------------------------------------------------
+
+
+def test_invalid_project_prints_diagnostics_and_exits_1(peach_dev, tmp_path):
+    project = write_project(tmp_path / "bad", "codops: bad\nendpoints:\n  x: {url: nope}\n")
+    dev = peach_dev(project, wait_url=False)
+    assert dev.process.wait(timeout=30) == 1
+    output = dev.output()
+    assert "peach.yaml:" in output and "error" in output
+    assert "Traceback" not in output and "serving on" not in output
+
+
+def test_port_in_use_is_a_clear_error(tmp_path, small_project):
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "peach_cli.cli",
+                "dev",
+                str(small_project),
+                "--port",
+                str(port),
+                "--no-reload",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_non_loopback_host_is_warned_about(peach_dev, small_project):
+    dev = peach_dev(small_project, "--host", "0.0.0.0")
+    dev.wait_for_output(r"warning: bound to 0\.0\.0\.0")
+
+
+def test_request_log_lines_and_replica_output(peach_dev, small_project):
+    dev = peach_dev(small_project)
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", dev.url)
+    assert httpx.get(f"{dev.url}/hello?name=log", timeout=20).status_code == 200
+    dev.wait_for_output(r"GET /hello 200 main hello/main#1 [\d.]+ m?s")
+    dev.wait_for_output(r"hello/main#1 \| hello called with log")  # the user's print
+
+
+def test_memory_over_the_request_is_warned_about(peach_dev, small_project):
+    dev = peach_dev(small_project)  # hello/main asks for 1Mi; a Python process uses more
+    dev.wait_for_output(
+        r"warning: hello/main#1 uses [\d.]+ MiB, over its memory request of 1\.0 MiB", 30
+    )
+
+
+def test_timeout_option_overrides_the_conf(peach_dev, small_project):
+    dev = peach_dev(small_project, "--timeout-s", "0.3")
+    dev.wait_ready()
+    began = time.monotonic()
+    response = httpx.get(f"{dev.url}/slow", timeout=20)
+    assert response.status_code == 504
+    assert time.monotonic() - began < 2
+
+
+def test_routes_and_health(peach_dev, small_project):
+    dev = peach_dev(small_project)
+    health = dev.wait_ready()
+    assert health["status"] == "ok"
+    assert {c["component"] for c in health["components"]} == {
+        "hello/main",
+        "slow/main",
+        "stream/main",
+    }
+    routes = httpx.get(f"{dev.url}/_peach/routes", timeout=20).json()
+    assert routes["codops"] == "small"
+    by_url = {e["url"]: e for e in routes["endpoints"]}
+    assert by_url["/hello"] == {
+        "name": "hello",
+        "url": "/hello",
+        "components": ["main"],
+        "streams": False,
+    }
+    assert by_url["/stream"]["streams"] is True
+
+
+# -- shutdown -----------------------------------------------------------------------------
+
+
+def test_ctrl_c_closes_streams_and_stops_every_replica(peach_dev, small_project, tmp_path):
+    dev = peach_dev(small_project)
+    dev.wait_ready()
+    pids = list(dev.worker_pids)
+    assert len(pids) == 3 and all(alive(pid) for pid in pids)
+    marker = tmp_path / "marker"
+    with httpx.Client(base_url=dev.url, timeout=20) as client:
+        with client.stream(
+            "GET", "/stream", params={"stream": "1", "marker": str(marker)}
+        ) as response:
+            chunks = response.iter_raw()
+            assert next(chunks) == b"first\n"
+            os.kill(dev.process.pid, signal.SIGINT)  # Ctrl-C to peach dev only
+            rest = b"".join(chunks)  # the stream ends instead of hanging
+    assert rest == b""
+    assert dev.process.wait(timeout=20) == 0
+    assert marker.read_text() == "closed"  # the generator's finally ran
+    wait_until(lambda: not any(alive(pid) for pid in pids), what="replicas to exit")
+
+
+def test_replicas_exit_when_peach_dev_is_killed(peach_dev, small_project):
+    dev = peach_dev(small_project)
+    dev.wait_ready()
+    pids = list(dev.worker_pids)
+    os.kill(dev.process.pid, signal.SIGKILL)
+    dev.process.wait(timeout=10)
+    wait_until(lambda: not any(alive(pid) for pid in pids), what="orphaned replicas to exit")
+
+
+# -- reload plumbing (DevServer.apply_plan) -----------------------------------------------
+
+
+def test_apply_plan_restarts_only_changed_components(tmp_path, small_project):
+    from simulator.server import DevServer
+
+    async def scenario() -> None:
+        plan, diagnostics = build_plan(small_project)
+        assert plan is not None, diagnostics
+        server = DevServer(plan, port=0)
+        await server.start()
+        try:
+            await server.wait_ready()
+            async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
+                hello_before = (await client.get("/hello")).json()["result"]["pid"]
+                slow_before = (await client.get("/slow?seconds=0")).headers["x-peach-replica"]
+                marker = tmp_path / "old-stream"
+                async with client.stream("GET", f"/stream?stream=1&marker={marker}") as response:
+                    chunks = response.aiter_raw()
+                    assert await chunks.__anext__() == b"first\n"
+                    # Change only the slow endpoint's code, then apply the new plan.
+                    cells = [
+                        SMALL_CELLS[0],
+                        SMALL_CELLS[1].replace('"done"', '"changed"'),
+                        SMALL_CELLS[2],
+                    ]
+                    write_project(small_project, None, {"nb.ipynb": cells})
+                    new_plan, _ = build_plan(small_project)
+                    assert new_plan is not None
+                    change = await server.apply_plan(new_plan)
+                    assert change.started == ["slow/main"]
+                    assert sorted(change.kept) == ["hello/main", "stream/main"]
+                    assert not marker.exists()  # the kept stream component was not touched
+                after = await client.get("/slow?seconds=0")
+                assert after.json()["result"] == "changed"
+                assert after.headers["x-peach-replica"] != slow_before
+                assert (await client.get("/hello")).json()["result"]["pid"] == hello_before
+            await asyncio.wait_for(server.wait_retired(), 20)
+        finally:
+            await server.stop()
+
+    from simulator import aio
+
+    aio.run(scenario())
+
+
+def test_apply_plan_lets_in_flight_streams_finish_on_retired_replicas(tmp_path, small_project):
+    from simulator.server import DevServer
+
+    async def scenario() -> None:
+        plan, _ = build_plan(small_project)
+        assert plan is not None
+        server = DevServer(plan, port=0)
+        await server.start()
+        try:
+            await server.wait_ready()
+            async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
+                marker = tmp_path / "marker"
+                async with client.stream("GET", f"/stream?stream=1&marker={marker}") as response:
+                    chunks = response.aiter_raw()
+                    assert await chunks.__anext__() == b"first\n"
+                    cells = [
+                        SMALL_CELLS[0],
+                        SMALL_CELLS[1],
+                        SMALL_CELLS[2].replace("first", "second"),
+                    ]
+                    write_project(small_project, None, {"nb.ipynb": cells})
+                    new_plan, _ = build_plan(small_project)
+                    assert new_plan is not None
+                    change = await server.apply_plan(new_plan)
+                    assert change.retired == ["stream/main"]
+                    async with client.stream("GET", "/stream?stream=1") as fresh:
+                        assert await fresh.aiter_raw().__anext__() == b"second\n"
+                    assert not marker.exists()  # the old stream is still running
+                # The client closed the old stream: its generator is closed, then retired.
+                await asyncio.wait_for(server.wait_retired(), 20)
+                assert marker.read_text() == "closed"
+        finally:
+            await server.stop()
+
+    from simulator import aio
+
+    aio.run(scenario())
