@@ -237,9 +237,9 @@ def _top_level_bindings(cell: Cell) -> Iterator[Definition]:
     assert cell.tree is not None
     for node in cell.tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            name = re.compile(rf"def\s+({re.escape(node.name)})\b")
-            match = name.search(cell.line(node.lineno) or "", node.col_offset)
-            column = match.start(1) + 1 if match else node.col_offset + 1
+            text = cell.line(node.lineno) or ""
+            at = text.find(node.name, text.find("def", node.col_offset) + 3)
+            column = at + 1 if at > 0 else node.col_offset + 1
             yield Definition(node.name, cell, node.lineno, column, node)
         elif isinstance(node, ast.ClassDef):
             yield Definition(node.name, cell, node.lineno, node.col_offset + 1)

@@ -36,6 +36,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SCALARS = yaml.SafeLoader("")  # only its safe scalar constructors are used
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _STANDARD_PREFIX = "tag:yaml.org,2002:"
+_STR_TAG = "tag:yaml.org,2002:str"
 _SAFE_SCALAR_TAGS = {
     f"tag:yaml.org,2002:{name}"
     for name in ("null", "bool", "int", "float", "str", "binary", "timestamp")
@@ -244,6 +245,8 @@ def _to_value(
                 )
             )
             return None
+        if node.tag == _STR_TAG:
+            return node.value
         try:
             return _SCALARS.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError):

@@ -73,6 +73,8 @@ class _Checker:
         self.notebooks: dict[str, nb.Notebook | None] = {}
         self.reported: set[tuple[str, int, str]] = set()
         self.urls: dict[str, tuple[str, Position]] = {}
+        self.imports: dict[tuple[Path, Path | str, int], list[Path]] = {}
+        self.paths: dict[str, str | None] = {}
 
     # -- reporting --
 
@@ -193,13 +195,10 @@ class _Checker:
 
     def load_notebook(self, relative: str, where: Position) -> nb.Notebook | None:
         """Read a notebook once; report a bad path or an unreadable file at ``where``."""
-        pure = PurePosixPath(relative.replace("\\", "/"))
-        root = self.project.root.resolve()
-        if (
-            pure.is_absolute()
-            or Path(relative).is_absolute()
-            or not ((root / relative).resolve().is_relative_to(root))
-        ):
+        if relative not in self.paths:
+            self.paths[relative] = self.inside_project(relative)
+        key = self.paths[relative]
+        if key is None:
             self.report(
                 "PC202",
                 f"notebook {relative} is outside the project folder",
@@ -207,7 +206,7 @@ class _Checker:
                 "notebook paths are relative to the project folder and stay inside it",
             )
             return None
-        key = (root / relative).resolve().relative_to(root).as_posix()
+        root = self.project.root.resolve()
         if key not in self.notebooks:
             try:
                 self.notebooks[key] = nb.read_notebook(root, key)
@@ -218,6 +217,14 @@ class _Checker:
                 return None
             self.result.notebooks.append(key)
         return self.notebooks[key]
+
+    def inside_project(self, relative: str) -> str | None:
+        """The project-relative posix path of ``relative``, or None if it leaves the project."""
+        root = self.project.root.resolve()
+        if PurePosixPath(relative.replace("\\", "/")).is_absolute() or Path(relative).is_absolute():
+            return None
+        resolved = (root / relative).resolve()
+        return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else None
 
     def similar_notebooks(self, relative: str) -> str | None:
         root = self.project.root
@@ -527,17 +534,25 @@ class _Checker:
         notebook_dir = (root / code.notebook.path).parent
         search = [root] if notebook_dir == root else [root, notebook_dir]
         found: list[Path] = []
-        queue: list[tuple[ast.AST, Path | None]] = [
-            (cell.tree, None) for cell in code.extraction.cells if cell.tree is not None
+        queue: list[tuple[Path | str, int]] = [
+            (code.notebook.path, cell.number) for cell in code.extraction.cells
         ]
+        cells = {cell.number: cell for cell in code.extraction.cells}
         while queue:
-            tree, origin = queue.pop()
-            for path in self.resolve_imports(tree, origin, search, root):
+            source, number = queue.pop()
+            key = (notebook_dir, source, number)
+            if key not in self.imports:  # each cell and module is resolved once per run
+                if isinstance(source, Path):
+                    tree, origin = self.parse_module(source), source
+                else:
+                    tree, origin = cells[number].tree, None
+                self.imports[key] = (
+                    [] if tree is None else self.resolve_imports(tree, origin, search, root)
+                )
+            for path in self.imports[key]:
                 if path not in found:
                     found.append(path)
-                    module_tree = self.parse_module(path)
-                    if module_tree is not None:
-                        queue.append((module_tree, path))
+                    queue.append((path, 0))
         return tuple(sorted(p.relative_to(root).as_posix() for p in found))
 
     @staticmethod
