@@ -9,6 +9,7 @@ stopped; a second Ctrl-C kills the replicas at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -61,7 +62,17 @@ def run_dev(
     out = console.stdout()
     view = DevView(out, live=out.is_terminal)
     view.set_plan(plan)
-    return aio.run(serve(plan, view, host=host, port=port, reload=reload, timeout_s=timeout_s))
+    return aio.run(
+        serve(
+            plan,
+            view,
+            host=host,
+            port=port,
+            reload=reload,
+            timeout_s=timeout_s,
+            project=project,
+        )
+    )
 
 
 async def serve(
@@ -72,6 +83,7 @@ async def serve(
     port: int,
     reload: bool,
     timeout_s: float | None,
+    project: Path | None = None,
 ) -> int:
     """Run the dev server until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
     from simulator.server import DevServer, is_loopback
@@ -93,6 +105,7 @@ async def serve(
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(number, on_signal)
     began = time.perf_counter()
+    reloading: asyncio.Task[None] | None = None
     try:
         await server.start()
         view.serving(server.url)
@@ -101,8 +114,11 @@ async def serve(
                 f"bound to {host}: every endpoint is reachable from other machines, "
                 "with no authentication"
             )
-        if reload:
-            view.note("hot reload is not available yet: serving without it (--no-reload)")
+        if reload and project is not None:
+            from simulator.reload import Reloader
+
+            reloader = Reloader(server, project, on_event=view.handle)
+            reloading = loop.create_task(reloader.run(stop))
         view.start()
         ready = loop.create_task(_report_ready(server, view, began))
         await stop.wait()
@@ -110,6 +126,10 @@ async def serve(
     finally:
         view.note("stopping: closing streams and replicas", "yellow")
         view.flush()
+        if reloading is not None:  # no reload may start replicas while they stop
+            reloading.cancel()
+            with contextlib.suppress(BaseException):
+                await reloading
         try:
             await server.stop()
         finally:

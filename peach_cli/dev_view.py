@@ -31,12 +31,14 @@ from simulator.events import (
     RequestLogged,
     ServerNote,
 )
+from simulator.reload import RELOAD_EVENTS
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.live import Live
 
     from peach_cli.plan import ProjectPlan
+    from simulator.reload import ReloadEvent
 
 REFRESH_S = 0.25
 LOG_FLUSH_S = 0.05
@@ -211,6 +213,42 @@ class DevView:
             )
         elif isinstance(event, ServerNote):
             self.note(event.message, "yellow" if event.level == "warning" else "dim")
+        elif isinstance(event, RELOAD_EVENTS):
+            self._on_reload(event)
+
+    def _on_reload(self, event: ReloadEvent) -> None:
+        """Hot reload: replicas being replaced show as reloading; one line per reload."""
+        from simulator.reload import (
+            ReloadFailed,
+            ReloadRejected,
+            ReloadSkipped,
+            ReloadStarted,
+            Watching,
+        )
+
+        if isinstance(event, ReloadStarted):
+            for row in self.replicas.values():
+                if row.component in event.restarting and row.state is ReplicaState.HEALTHY:
+                    row.state = ReplicaState.RELOADING
+            self._dirty = True
+        elif isinstance(event, ReloadRejected):
+            from peach_cli.console import print_diagnostics
+
+            self.flush()
+            shown = [d for d in event.diagnostics if d.severity != "info"]
+            print_diagnostics(shown, summary=event.message, ok=False)
+        elif isinstance(event, ReloadFailed):
+            self.line(Text(event.message, style="bold red"), now=True)
+            for row in self.replicas.values():  # the previous replicas keep serving
+                if row.component == event.key and row.state is ReplicaState.RELOADING:
+                    row.state = ReplicaState.HEALTHY
+            self._dirty = True
+        elif isinstance(event, (ReloadSkipped, Watching)):
+            self.note(event.message)
+        else:  # Reloaded
+            if event.plan is not None:
+                self.set_plan(event.plan)
+            self.line(Text(event.message, style="bold cyan"), now=True)
 
     def _row(self, replica: str, component: str) -> ReplicaRow:
         row = self.replicas.get(replica)
@@ -264,6 +302,8 @@ class DevView:
             text.append(f": {event.error}", "red")
         elif event.error:
             text.append(f" ({event.error})", "yellow")
+        if event.state is ReplicaState.STOPPED and previous is ReplicaState.DRAINING:
+            self.replicas.pop(event.replica, None)  # retired by a reload: it leaves the table
         quiet = event.state is ReplicaState.STARTING or (
             event.state is ReplicaState.STOPPED and previous is not ReplicaState.DRAINING
         )
