@@ -91,8 +91,11 @@ def with_group_killed(process: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def start_peach_dev(project: Path, log_path: Path, *args: str, wait_url: bool = True) -> DevProcess:
-    """Start ``peach dev PROJECT --port 0 --no-reload ARGS`` in its own process group.
+def start_peach_dev(
+    project: Path, log_path: Path, *args: str, wait_url: bool = True, reload: bool = False
+) -> DevProcess:
+    """Start ``peach dev PROJECT --port 0 --no-reload ARGS`` in its own process group
+    (``reload=True``: without ``--no-reload``).
 
     Its output goes to ``log_path`` (a file never fills up the way a pipe does). With
     ``wait_url`` the call returns once the server printed its URL.
@@ -108,7 +111,7 @@ def start_peach_dev(project: Path, log_path: Path, *args: str, wait_url: bool = 
             str(project),
             "--port",
             "0",
-            "--no-reload",
+            *([] if reload else ["--no-reload"]),
             *args,
         ],
         stdout=log,
@@ -146,9 +149,13 @@ def peach_dev(tmp_path: Path) -> Iterator:
     """A factory: ``peach_dev(project, *args)`` starts `peach dev`; all are stopped after."""
     started: list[DevProcess] = []
 
-    def start(project: Path, *args: str, wait_url: bool = True) -> DevProcess:
+    def start(project: Path, *args: str, wait_url: bool = True, reload: bool = False) -> DevProcess:
         dev = start_peach_dev(
-            project, tmp_path / f"peach-dev-{len(started)}.log", *args, wait_url=wait_url
+            project,
+            tmp_path / f"peach-dev-{len(started)}.log",
+            *args,
+            wait_url=wait_url,
+            reload=reload,
         )
         started.append(dev)
         return dev
