@@ -131,11 +131,10 @@ class Gateway:
         return self.handles[self.deployments[(endpoint.name, component)]]
 
     async def __call__(self, request: Request) -> Response:
-        endpoint = self._endpoint_for(request.url.path)
+        path = _route_path(request)
+        endpoint = self._endpoint_for(path)
         if endpoint is None:
-            return _json_response(
-                contract.error_answer("not_found", f"no endpoint at {request.url.path}")
-            )
+            return _json_response(contract.error_answer("not_found", f"no endpoint at {path}"))
         try:
             body = await request.body()
             params, stream = contract.parse_request(
@@ -235,6 +234,15 @@ class Gateway:
         headers["Cache-Control"] = "no-cache"
         headers["X-Accel-Buffering"] = "no"
         return StreamingResponse(relay(), media_type=spec.media_type, headers=headers)
+
+
+def _route_path(request: Request) -> str:
+    """The request's path below the application's route prefix (Serve's ``root_path``)."""
+    path = request.scope.get("path") or "/"
+    root = (request.scope.get("root_path") or "").rstrip("/")
+    if root and (path == root or path.startswith(root + "/")):
+        path = path[len(root) :] or "/"
+    return path
 
 
 def _first_line(error: BaseException) -> str:

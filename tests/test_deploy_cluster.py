@@ -1,0 +1,215 @@
+"""`peach deploy`, `status` and `delete` against a real Ray cluster started by this module.
+
+The head runs on free loopback ports with a few logical CPUs (the test projects reserve
+0.1 CPU per replica); every test starts from a cluster without applications.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from ray_cluster import RayHead
+
+from peach_cli.deploy.config import build_bundle, merge_applications
+from peach_cli.deploy.dashboard import DashboardClient
+from peach_cli.deploy.deployer import ReplicaStartFailed, Reporter, deploy, wait_until_running
+from peach_cli.project import build_plan
+
+pytestmark = pytest.mark.ray
+
+TESTS = Path(__file__).resolve().parent
+PROJECTS = TESTS / "projects"
+BASIC = PROJECTS / "deploy_basic"
+INITFAIL = PROJECTS / "deploy_initfail"
+SEMANTICS = PROJECTS / "semantics"
+REPO = TESTS.parent
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[RayHead]:
+    with RayHead(num_cpus=4) as running:
+        yield running
+
+
+@pytest.fixture
+def cluster(head: RayHead) -> RayHead:
+    """The head, with no Serve application left by an earlier test."""
+    with DashboardClient(head.dashboard_url) as dashboard:
+        if dashboard.serve_details().get("applications"):
+            dashboard.put_applications({"applications": []})
+        deadline = time.monotonic() + 60
+        while dashboard.serve_details().get("applications"):
+            assert time.monotonic() < deadline, "applications did not go away"
+            time.sleep(0.2)
+    return head
+
+
+def peach(*args: str, timeout: float = 110) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, NO_COLOR="1", COLUMNS="200"),
+        timeout=timeout,
+    )
+
+
+def plan_of(path: Path):
+    plan, diagnostics = build_plan(path)
+    assert plan is not None, diagnostics
+    return plan
+
+
+def replica_ids(head: RayHead) -> dict[str, list[str]]:
+    result = peach("status", "--address", head.dashboard_url, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return {
+        f"{app['name']}/{d['name']}": sorted(r["replica_id"] for r in d["replicas"])
+        for app in json.loads(result.stdout)["applications"]
+        for d in app["deployments"]
+    }
+
+
+def test_deploy_waits_until_running_then_answers_and_shows_status(cluster):
+    result = peach(
+        "deploy", str(BASIC), "--address", cluster.dashboard_url,
+        "--http-port", str(cluster.http_port),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "deploy-basic is running: 4 replica(s)" in result.stderr
+    assert f"/hello  {cluster.serve_url}/hello" in result.stdout
+
+    response = httpx.get(f"{cluster.serve_url}/hello", params={"name": "ray"}, timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.json()["result"]["greeting"] == "hello ray"
+    assert response.headers["x-peach-component"] == "main"
+    assert response.headers["x-peach-replica"].startswith("hello/main#")
+    streamed = httpx.get(f"{cluster.serve_url}/count", params={"stream": "1", "n": "2"}, timeout=10)
+    assert streamed.content == b"0\n1\n"
+
+    status = peach("status", "--address", cluster.dashboard_url, "--format", "json")
+    assert status.returncode == 0, status.stderr
+    (app,) = json.loads(status.stdout)["applications"]
+    assert app["name"] == "deploy-basic" and app["status"] == "RUNNING"
+    deployments = {d["name"]: d for d in app["deployments"]}
+    assert set(deployments) == {"gateway", "hello.main", "count.main"}
+    assert [r["state"] for r in deployments["hello.main"]["replicas"]] == ["RUNNING"] * 2
+
+    text = peach("status", "--address", cluster.dashboard_url)
+    assert text.returncode == 0, text.stderr
+    assert "deploy-basic" in text.stdout and "hello.main" in text.stdout and "2/2" in text.stdout
+
+
+def test_redeploy_keeps_unchanged_replicas_and_restarts_only_changed_ones(cluster, tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    deploy(plan_of(project), address=cluster.dashboard_url, http_port=cluster.http_port)
+    before = replica_ids(cluster)
+    token = httpx.get(f"{cluster.serve_url}/hello", timeout=10).json()["result"]["token"]
+
+    began = time.monotonic()
+    result = deploy(plan_of(project), address=cluster.dashboard_url)
+    assert time.monotonic() - began < 10
+    assert result.uploaded == []  # same content, same package names
+    assert replica_ids(cluster) == before
+    tokens = {
+        httpx.get(f"{cluster.serve_url}/hello", timeout=10).json()["result"]["token"]
+        for _ in range(10)
+    }
+    assert token in tokens  # the same replicas, with the state their init loaded
+
+    notebook = project / "notebooks" / "Hello.ipynb"
+    notebook.write_text(notebook.read_text().replace("hello {name}", "hi {name}"))
+    deploy(plan_of(project), address=cluster.dashboard_url)
+    after = replica_ids(cluster)
+    assert after["deploy-basic/count.main"] == before["deploy-basic/count.main"]
+    assert after["deploy-basic/gateway"] == before["deploy-basic/gateway"]
+    assert not set(after["deploy-basic/hello.main"]) & set(before["deploy-basic/hello.main"])
+    greeting = httpx.get(f"{cluster.serve_url}/hello", timeout=10).json()["result"]["greeting"]
+    assert greeting == "hi world"
+
+
+def test_a_failing_init_fails_the_deploy_fast_with_the_users_error(cluster):
+    began = time.monotonic()
+    result = peach("deploy", str(INITFAIL), "--address", cluster.dashboard_url)
+    elapsed = time.monotonic() - began
+    assert result.returncode == 1, result.stderr
+    assert "a replica of broken.main failed to start" in result.stderr
+    assert "load_model() raised FileNotFoundError: no weights at /models/latest.bin" in (
+        result.stderr
+    )
+    # the user's traceback, in notebook terms: cell and line of each frame
+    assert re.search(r"notebooks/Broken\.ipynb, cell \d+, line 6, in load_model", result.stderr)
+    assert re.search(r"notebooks/Broken\.ipynb, cell \d+, line 2, in read_weights", result.stderr)
+    assert "\x1b[" not in result.stderr
+    assert "replica.py" not in result.stderr  # Ray's own frames are left out
+    # Serve itself retries for a long time before DEPLOY_FAILED; peach stops at the first
+    assert elapsed < 30, elapsed
+
+
+def test_the_first_failure_is_reported_within_seconds_of_the_replica_starting(cluster):
+    reports: list[tuple[float, str]] = []
+
+    def progress(app, elapsed):
+        states = [r.state for d in app.deployments for r in d.replicas if d.name == "broken.main"]
+        reports.append((time.monotonic(), ",".join(states)))
+
+    with pytest.raises(ReplicaStartFailed) as caught:
+        deploy(
+            plan_of(INITFAIL),
+            address=cluster.dashboard_url,
+            reporter=Reporter(progress=progress),
+            poll_interval_s=0.1,
+        )
+    failed_at = time.monotonic()
+    started = next(t for t, states in reports if "STARTING" in states)
+    assert failed_at - started <= 5.0, reports
+    assert caught.value.deployment == "broken.main"
+
+
+def test_delete_removes_one_application_and_keeps_the_others(cluster):
+    deploy(plan_of(BASIC), address=cluster.dashboard_url, http_port=cluster.http_port)
+    # a second application under another route prefix, deployed through the same API
+    other = build_bundle(plan_of(BASIC))
+    other.application["name"] = "other"
+    other.application["route_prefix"] = "/other"
+    with DashboardClient(cluster.dashboard_url) as dashboard:
+        for package in other.packages:
+            if not dashboard.package_exists(package.name):
+                dashboard.upload_package(package.name, package.data)
+        config, _ = merge_applications(
+            other, dashboard.serve_details(), http_host=None, http_port=None
+        )
+        dashboard.put_applications(config)
+        wait_until_running(dashboard, "other", timeout_s=90, reporter=Reporter())
+    assert httpx.get(f"{cluster.serve_url}/other/hello", timeout=10).status_code == 200
+
+    result = peach("delete", "deploy-basic", "--address", cluster.dashboard_url)
+    assert result.returncode == 0, result.stderr
+    assert "deleted deploy-basic (still running: other)" in result.stderr
+    apps = replica_ids(cluster)
+    assert not any(name.startswith("deploy-basic/") for name in apps)
+    response = httpx.get(f"{cluster.serve_url}/other/hello", timeout=10)
+    assert response.status_code == 200 and response.json()["result"]["greeting"] == "hello world"
+
+    missing = peach("delete", "deploy-basic", "--address", cluster.dashboard_url)
+    assert missing.returncode == 1
+    assert "no application 'deploy-basic'" in missing.stderr and "other" in missing.stderr
+
+
+def test_a_project_larger_than_the_cluster_is_refused_with_the_numbers(cluster):
+    result = peach("deploy", str(SEMANTICS), "--address", cluster.dashboard_url)
+    assert result.returncode == 1
+    assert re.search(r"asks for [\d.]+ CPUs .* the cluster has [\d.]+ CPUs", result.stderr)
+    assert replica_ids(cluster) == {}  # nothing was deployed
