@@ -64,6 +64,8 @@ class Project:
     """Conf files, project-relative posix paths, in merge order."""
     positions: dict[Path_, NodePosition] = field(default_factory=dict)
     schema_ok: bool = True
+    partial: set[str] = field(default_factory=set)
+    """Endpoints with schema errors, of which ``conf`` holds only the valid parts."""
 
     def position(self, path: Path_, *, key: bool = False) -> Position:
         """The position of the value at ``path`` (or of its key), else the nearest parent's."""
@@ -466,37 +468,65 @@ def _allowed_keys(model: Any, path: Path_) -> list[str]:
     return []
 
 
-def _partial_conf(raw: dict) -> PeachConf:
-    """The valid entries of a conf whose schema has errors, so later checks still run."""
+def _partial_conf(raw: dict) -> tuple[PeachConf, set[str]]:
+    """The valid parts of a conf whose schema has errors, so that later checks still run.
+
+    An endpoint with an invalid component keeps its url, py_env and valid components; its
+    name is in the returned set, so checks of its component structure are skipped.
+    """
     from pydantic import ValidationError
 
-    from peach_cli.conf import Endpoint, PeachConf, PyEnvironment, Task
+    from peach_cli.conf import BASE_ENV, Component, Endpoint, PeachConf, PyEnvironment, Task
 
-    def valid(section: str, model: type) -> dict:
-        items = raw.get(section)
-        if not isinstance(items, dict):
-            return {}
-        good = {}
-        for name, value in items.items():
-            try:
-                good[name] = model.model_validate(value)
-            except ValidationError:
-                pass
-        return good
+    def valid(value: Any, model: type) -> Any:
+        try:
+            return model.model_validate(value)
+        except ValidationError:
+            return None
+
+    def section(name: str) -> dict:
+        items = raw.get(name)
+        return items if isinstance(items, dict) else {}
+
+    partial: set[str] = set()
+    endpoints = {}
+    for name, value in section("endpoints").items():
+        endpoint = valid(value, Endpoint)
+        if endpoint is None and isinstance(value, dict):
+            components = value.get("components")
+            components = components if isinstance(components, dict) else {}
+            url, py_env = value.get("url"), value.get("py_env", BASE_ENV)
+            endpoint = Endpoint.model_construct(
+                url=url if isinstance(url, str) and url.startswith("/") else "",
+                py_env=py_env if isinstance(py_env, str) else BASE_ENV,
+                components={
+                    n: c
+                    for n, c in ((n, valid(c, Component)) for n, c in components.items())
+                    if c is not None
+                },
+            )
+            partial.add(name)
+        if endpoint is not None:
+            endpoints[name] = endpoint
+
+    def entries(name: str, model: type) -> dict:
+        found = {n: valid(v, model) for n, v in section(name).items()}
+        return {n: v for n, v in found.items() if v is not None}
 
     listed = raw.get("decorator_endpoints")
     codops = raw.get("codops")
     timeout = raw.get("timeout_s")
-    return PeachConf.model_construct(
+    conf = PeachConf.model_construct(
         codops=codops if isinstance(codops, str) else "",
         timeout_s=float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else 30.0,
-        py_environments=valid("py_environments", PyEnvironment),
-        endpoints=valid("endpoints", Endpoint),
-        tasks=valid("tasks", Task),
+        py_environments=entries("py_environments", PyEnvironment),
+        endpoints=endpoints,
+        tasks=entries("tasks", Task),
         decorator_endpoints=[p for p in listed if isinstance(p, str)]
         if isinstance(listed, list)
         else [],
     )
+    return conf, partial
 
 
 def load_project(path: Path | str) -> tuple[Project | None, list[Diagnostic]]:
@@ -525,7 +555,7 @@ def load_project(path: Path | str) -> tuple[Project | None, list[Diagnostic]]:
             diagnostic = schema_diagnostic(item, project.position, PeachConf)
             if str(diagnostic.position) not in rejected:  # already reported as a bad tag
                 diagnostics.append(diagnostic)
-        project.conf = _partial_conf(raw)
+        project.conf, project.partial = _partial_conf(raw)
         project.schema_ok = False
     return project, diagnostics
 

@@ -99,7 +99,13 @@ class _Checker:
         conf = self.conf
         for name, env in conf.endpoints.items():
             self.check_py_env(("endpoints", name, "py_env"), env.py_env)
-            self.check_url(name, env.url, self.at(("endpoints", name, "url")))
+            if env.url:
+                self.check_url(name, env.url, self.at(("endpoints", name, "url")))
+            if name in self.project.partial:  # its schema errors are reported already
+                for component_name, component in env.components.items():
+                    where = ("endpoints", name, "components", component_name)
+                    self.check_code(where, component, "model")
+                continue
             components = self.check_endpoint_components(name, list(env.components))
             specs = {}
             for component_name, component in env.components.items():
