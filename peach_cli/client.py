@@ -33,12 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from peach_cli.errors import ClientError, UsageError
+import httpx
 
-# httpx's own command line (click, pygments, rich) is imported by `import httpx` unless it
-# is absent; `peach ask` never uses it and starts ~80 ms faster without it.
-sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
-import httpx  # noqa: E402
+from peach_cli.errors import ClientError, UsageError
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 ROUTES_PATH = "/_peach/routes"
