@@ -11,7 +11,6 @@ not a terminal there is no live table and every line is plain text, flushed at o
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
 REFRESH_S = 0.25
 LOG_FLUSH_S = 0.05
 LATENCY_WINDOW = 200
+MAX_LINES_PER_FLUSH = 25
 
 _STATE_STYLE = {
     ReplicaState.STARTING: "yellow",
@@ -112,7 +112,7 @@ class DevView:
         self.replicas: dict[str, ReplicaRow] = {}
         self.limits: dict[str, int | None] = {}
         self._live: Live | None = None
-        self._pending: list[Text] = []
+        self._pending: list[Text | str] = []
         self._dirty = True
         self._task: asyncio.Task[None] | None = None
 
@@ -170,7 +170,7 @@ class DevView:
 
     def line(self, text: Text | str, *, now: bool = False) -> None:
         """Queue a log line (printed within ``LOG_FLUSH_S``); ``now`` prints it at once."""
-        self._pending.append(text if isinstance(text, Text) else Text(text))
+        self._pending.append(text)
         if now or self._task is None:
             self.flush()
 
@@ -178,9 +178,21 @@ class DevView:
         if not self._pending:
             return
         lines, self._pending = self._pending, []
+        if not self.live_enabled:
+            # Plain output (a pipe, a file): no styling to render, one write per batch.
+            text = "\n".join(line if isinstance(line, str) else line.plain for line in lines)
+            self.console.file.write(text + "\n")
+            self.console.file.flush()
+            return
+        if len(lines) > MAX_LINES_PER_FLUSH:  # faster than anyone reads: keep the latest
+            skipped = len(lines) - MAX_LINES_PER_FLUSH
+            lines = [Text(f"… {skipped} more lines", style="dim"), *lines[-MAX_LINES_PER_FLUSH:]]
         target = self._live.console if self._live is not None else self.console
-        target.print(Text("\n").join(lines), soft_wrap=True, highlight=False)
-        sys.stdout.flush()
+        target.print(
+            Text("\n").join(line if isinstance(line, Text) else Text(line) for line in lines),
+            soft_wrap=True,
+            highlight=False,
+        )
 
     def serving(self, url: str) -> None:
         """The line scripts wait for: ``peach dev serving on http://host:port``."""
@@ -264,6 +276,19 @@ class DevView:
             if event.error and event.status >= 500:
                 row.last_error = event.error
             self._dirty = True
+        if not self.live_enabled:
+            text = f"{event.method} {event.path} {event.status}"
+            if event.component:
+                text += f" {event.component}"
+            if event.replica:
+                text += f" {event.replica}"
+            text += f" {format_latency(event.latency_s)}"
+            if event.stream:
+                text += " stream"
+            if event.error:
+                text += f"  {event.error}"
+            self.line(text)
+            return
         status_style = (
             "green" if event.status < 400 else ("yellow" if event.status < 500 else "red")
         )

@@ -1,14 +1,14 @@
 """The frames a gateway and a replica process exchange over their private Unix socket.
 
 A frame is a 4-byte big-endian length followed by a pickled tuple ``(kind, request_id,
-payload)``. Both ends are this package, on one machine, over a socketpair nobody else can
+payload)``; payloads are plain tuples and dicts (dataclasses pickle several times slower). Both ends are this package, on one machine, over a socketpair nobody else can
 open, so pickle is safe here and avoids re-encoding results and chunks.
 
 Gateway → replica::
 
     ("start", 0, (ComponentSpec, root, replica_id))   load the code, run init
-    ("call", id, RequestParams)                        one non-streaming call
-    ("stream", id, RequestParams)                      one stream
+    ("call", id, (query, body))                        one non-streaming call
+    ("stream", id, (query, body))                      one stream
     ("cancel", id, None)                               the caller went away / timed out
     ("ping", id, None)                                 health and memory
     ("stop", 0, None)                                  close streams and exit
@@ -17,7 +17,7 @@ Replica → gateway::
 
     ("ready", 0, {"method_kind", "pid"})               init done, serving
     ("init_error", 0, {"message", "details"})          init raised; the process exits
-    ("result", id, CallResult)
+    ("result", id, CallResult fields as a tuple)
     ("chunk", id, bytes)                               one yielded chunk
     ("end", id, None)                                  the stream is over
     ("stream_error", id, {"code", "message"})          the stream could not start

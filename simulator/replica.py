@@ -209,7 +209,7 @@ class Replica:
         channel = self._channel
         request_id = self._new_id()
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
-        if channel is None or not channel.send("call", request_id, params):
+        if channel is None or not channel.send("call", request_id, (params.query, params.body)):
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id
             )
@@ -239,7 +239,7 @@ class Replica:
         self._begin()
         finished = False
         try:
-            channel.send("stream", request_id, params)
+            channel.send("stream", request_id, (params.query, params.body))
             while True:
                 kind, data = await queue.get()
                 if kind == "chunk":
@@ -282,7 +282,7 @@ class Replica:
         if kind == "result":
             future = self._calls.get(request_id)
             if future is not None and not future.done():
-                future.set_result(payload)
+                future.set_result(CallResult(*payload))
         elif kind in ("chunk", "end", "stream_error"):
             queue = self._streams.get(request_id)
             if queue is not None:

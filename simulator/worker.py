@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -65,6 +66,14 @@ def _die_with_parent() -> None:
         pass
     if os.getppid() == 1:  # the parent is already gone
         os._exit(0)
+
+
+def _as_tuple(result: CallResult) -> tuple[Any, ...]:
+    """A CallResult as the tuple of its fields (pickles several times faster)."""
+    return tuple(getattr(result, name) for name in _RESULT_FIELDS)
+
+
+_RESULT_FIELDS = tuple(field.name for field in dataclasses.fields(CallResult))
 
 
 class _ForwardLogs(logging.Handler):
@@ -165,16 +174,16 @@ class Worker:
         self._started = True
         self.channel.send("ready", 0, {"method_kind": self.runner.method_kind, "pid": os.getpid()})
 
-    async def handle_call(self, request_id: int, params: RequestParams) -> None:
+    async def handle_call(self, request_id: int, params: tuple[dict, dict]) -> None:
         runner = self.runner
         assert runner is not None
         try:
-            result: CallResult = await runner.call(params)
+            result: CallResult = await runner.call(RequestParams(*params))
         except Exception as error:  # noqa: BLE001 - the gateway must get an answer
             result = CallResult.failure(
                 "method_error", f"{type(error).__name__}: {error}", runner.replica_id
             )
-        self.channel.send("result", request_id, result)
+        self.channel.send("result", request_id, _as_tuple(result))
         if result.drift and runner.reinitializing:
             self.channel.send("state", 0, {"reinitializing": True, "error": None})
             await runner.wait_reinit()
@@ -182,11 +191,11 @@ class Worker:
                 "state", 0, {"reinitializing": False, "error": runner.last_reinit_error}
             )
 
-    async def handle_stream(self, request_id: int, params: RequestParams) -> None:
+    async def handle_stream(self, request_id: int, params: tuple[dict, dict]) -> None:
         runner = self.runner
         assert runner is not None
         send = self.channel.send
-        chunks = runner.stream(params)
+        chunks = runner.stream(RequestParams(*params))
         try:
             async for chunk in chunks:
                 send("chunk", request_id, chunk)

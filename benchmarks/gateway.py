@@ -1,0 +1,338 @@
+"""How much `peach dev` adds over a bare Starlette app on uvicorn, measured in the same run.
+
+Both servers serve the same trivial function and the same stream; each runs alone while it
+is measured, on the same uvicorn settings (httptools, uvloop when installed):
+
+* latency: sequential requests on one keep-alive connection, median and p99;
+* throughput: 16 concurrent keep-alive clients for a few seconds;
+* streaming: the delay between the generator yielding a chunk (it sends its own clock) and
+  the client receiving it, and whether two yields ever arrived merged.
+
+Usage::
+
+    python benchmarks/gateway.py                 # prints a table and the ratios
+    python benchmarks/gateway.py --requests 500 --seconds 2   # quicker
+
+Targets (issue 3): median ≤ 2× bare; ≥ 1,000 req/s with 16 clients; first chunk ≤ 5 ms
+after the yield; no merged yields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CHUNKS = 20
+CHUNK_GAP_S = 0.02
+
+TRIVIAL_SOURCE = '''\
+def hello(name: str = "world"):
+    return {"hello": name}
+'''
+STREAM_SOURCE = '''\
+import asyncio
+import time
+
+
+async def ticks(count: int = 20, gap: float = 0.02):
+    for index in range(count):
+        await asyncio.sleep(gap)
+        yield f"{index} {time.time():.6f}\\n"
+'''
+
+BARE_APP = f'''\
+import asyncio, time
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+{TRIVIAL_SOURCE}
+{STREAM_SOURCE}
+
+async def hello_route(request):
+    name = request.query_params.get("name", "world")
+    return JSONResponse({{"result": hello(name), "status": "ok"}})
+
+
+async def stream_route(request):
+    count = int(request.query_params.get("count", "20"))
+    gap = float(request.query_params.get("gap", "0.02"))
+    return StreamingResponse(ticks(count, gap), media_type="text/plain; charset=utf-8")
+
+
+app = Starlette(routes=[Route("/hello", hello_route), Route("/ticks", stream_route)])
+'''
+
+CONF = """\
+codops: bench
+endpoints:
+  hello:
+    url: /hello
+    components:
+      main: {notebook: Bench.ipynb, method: hello}
+  ticks:
+    url: /ticks
+    components:
+      main: {notebook: Bench.ipynb, method: ticks}
+"""
+
+
+def notebook(*sources: str) -> str:
+    cells = [
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": source.splitlines(True),
+        }
+        for source in sources
+    ]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+# -- servers ------------------------------------------------------------------------------
+
+
+class Server:
+    def __init__(self, name: str, command: list[str], cwd: Path, log: Path) -> None:
+        self.name = name
+        self.log = log
+        self.process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(os.environ, NO_COLOR="1", PYTHONUNBUFFERED="1"),
+            start_new_session=True,
+        )
+        self.url = self._wait_url()
+        self.host, port = self.url.removeprefix("http://").split(":")
+        self.port = int(port)
+
+    def _wait_url(self, timeout_s: float = 60) -> str:
+        deadline = time.monotonic() + timeout_s
+        pattern = re.compile(r"(?:serving on|running on) (http://[\d.]+:\d+)")
+        while time.monotonic() < deadline:
+            match = pattern.search(self.log.read_text(errors="replace"))
+            if match:
+                return match.group(1)
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop()
+        raise SystemExit(f"{self.name} did not start:\n{self.log.read_text(errors='replace')}")
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                connection = http.client.HTTPConnection(self.host, self.port, timeout=5)
+                connection.request("GET", "/hello")
+                if connection.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise SystemExit(f"{self.name} never answered /hello")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGINT)
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+            except ProcessLookupError:
+                pass
+
+
+def start_bare(folder: Path) -> Server:
+    (folder / "bare_app.py").write_text(BARE_APP)
+    runner = (
+        "import socket, uvicorn\n"
+        "sock = socket.socket(); sock.bind(('127.0.0.1', 0)); sock.listen(2048)\n"
+        "print('running on http://127.0.0.1:%d' % sock.getsockname()[1], flush=True)\n"
+        "from bare_app import app\n"
+        "uvicorn.Server(uvicorn.Config(app, http='httptools', lifespan='off', log_level='warning',"
+        " access_log=False, proxy_headers=False)).run(sockets=[sock])\n"
+    )
+    return Server("bare", [sys.executable, "-c", runner], folder, folder / "bare.log")
+
+
+def start_peach(folder: Path) -> Server:
+    project = folder / "project"
+    project.mkdir()
+    (project / "peach.yaml").write_text(CONF)
+    (project / "Bench.ipynb").write_text(notebook(TRIVIAL_SOURCE, STREAM_SOURCE))
+    command = [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0", "--no-reload"]
+    return Server("peach dev", command, REPO, folder / "peach.log")
+
+
+# -- measurements -------------------------------------------------------------------------
+
+
+def measure_latency(server: Server, requests: int) -> list[float]:
+    connection = http.client.HTTPConnection(server.host, server.port, timeout=10)
+    path = "/hello?name=bench"
+    for _ in range(min(200, requests)):
+        connection.request("GET", path)
+        connection.getresponse().read()
+    samples = []
+    for _ in range(requests):
+        began = time.perf_counter()
+        connection.request("GET", path)
+        response = connection.getresponse()
+        response.read()
+        samples.append(time.perf_counter() - began)
+        assert response.status == 200
+    connection.close()
+    return samples
+
+
+async def _client(host: str, port: int, stop_at: float, counts: list[int]) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    request = f"GET /hello?name=bench HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    done = 0
+    try:
+        while time.perf_counter() < stop_at:
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            match = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+            assert match and head.startswith(b"HTTP/1.1 200"), head
+            await reader.readexactly(int(match.group(1)))
+            done += 1
+    finally:
+        counts.append(done)
+        writer.close()
+
+
+def measure_throughput(server: Server, clients: int, seconds: float) -> float:
+    async def run() -> float:
+        counts: list[int] = []
+        began = time.perf_counter()
+        await asyncio.gather(
+            *(_client(server.host, server.port, began + seconds, counts) for _ in range(clients))
+        )
+        return sum(counts) / (time.perf_counter() - began)
+
+    try:
+        import uvloop
+
+        return uvloop.run(run())  # type: ignore[no-any-return]
+    except ImportError:
+        return asyncio.run(run())
+
+
+def measure_stream(server: Server, rounds: int) -> tuple[list[float], int, int]:
+    """Yield-to-receive delays of every chunk, chunks received, reads that held >1 chunk."""
+    delays: list[float] = []
+    received = merged = 0
+    for _ in range(rounds):
+        connection = http.client.HTTPConnection(server.host, server.port, timeout=10)
+        connection.request("GET", f"/ticks?stream=true&count={CHUNKS}&gap={CHUNK_GAP_S}")
+        response = connection.getresponse()
+        assert response.status == 200, response.read()
+        while True:
+            data = response.read1(65536)
+            now = time.time()
+            if not data:
+                break
+            lines = data.decode().splitlines()
+            received += len(lines)
+            merged += len(lines) > 1
+            for line in lines:
+                delays.append(now - float(line.split()[1]))
+        connection.close()
+    return delays, received, merged
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def run_all(options: argparse.Namespace) -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="peach-bench-") as tmp:
+        folder = Path(tmp)
+        for name, start in (("bare", start_bare), ("peach dev", start_peach)):
+            server = start(folder)
+            try:
+                server.wait_ready()
+                latency = measure_latency(server, options.requests)
+                throughput = measure_throughput(server, options.clients, options.seconds)
+                delays, received, merged = measure_stream(server, options.stream_rounds)
+            finally:
+                server.stop()
+            results[name] = {
+                "median_ms": statistics.median(latency) * 1000,
+                "p99_ms": percentile(latency, 0.99) * 1000,
+                "rps": throughput,
+                "chunk_median_ms": statistics.median(delays) * 1000,
+                "chunk_p99_ms": percentile(delays, 0.99) * 1000,
+                "chunks": received,
+                "merged": merged,
+            }
+    return results
+
+
+def report(results: dict[str, dict[str, float]], clients: int) -> bool:
+    bare, peach = results["bare"], results["peach dev"]
+    rows = [
+        ("median latency", "median_ms", "ms"),
+        ("p99 latency", "p99_ms", "ms"),
+        (f"throughput ({clients} clients)", "rps", "req/s"),
+        ("chunk yield→receive median", "chunk_median_ms", "ms"),
+        ("chunk yield→receive p99", "chunk_p99_ms", "ms"),
+    ]
+    print(f"{'':34} {'bare':>12} {'peach dev':>12} {'ratio':>8}")
+    for label, key, unit in rows:
+        ratio = peach[key] / bare[key] if bare[key] else float("inf")
+        print(f"{label:34} {bare[key]:>9.2f} {unit:<2} {peach[key]:>9.2f} {unit:<2} {ratio:>7.2f}×")
+    print(
+        f"{'chunks received / reads merged':34} {bare['chunks']:>6.0f}/{bare['merged']:<5.0f}"
+        f" {peach['chunks']:>6.0f}/{peach['merged']:<5.0f}"
+    )
+    checks = [
+        ("median ≤ 2× bare", peach["median_ms"] <= 2 * bare["median_ms"]),
+        (f"≥ 1,000 req/s with {clients} clients", peach["rps"] >= 1000),
+        ("first chunk ≤ 5 ms after the yield (median)", peach["chunk_median_ms"] <= 5),
+        ("no two yields merged", peach["merged"] == 0),
+    ]
+    print()
+    for label, passed in checks:
+        print(f"{'PASS' if passed else 'MISS'}  {label}")
+    return all(passed for _, passed in checks)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000, help="sequential requests")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients")
+    parser.add_argument("--seconds", type=float, default=3.0, help="throughput duration")
+    parser.add_argument("--stream-rounds", type=int, default=5, help="streams of 20 chunks")
+    parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+    options = parser.parse_args()
+    results = run_all(options)
+    if options.json:
+        print(json.dumps(results, indent=2))
+    report(results, options.clients)
+
+
+if __name__ == "__main__":
+    main()
