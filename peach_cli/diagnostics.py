@@ -2,43 +2,9 @@
 
 A ``Diagnostic`` is plain data (code, message, position, hint); its severity follows from its
 code. Codes are stable: tests, editors and users' scripts match on them, so a code is never
-reused for another meaning. Nothing here prints: ``peach_cli.console`` renders diagnostics.
-
-=====  ========  =============================================================================
-code   severity  meaning
-=====  ========  =============================================================================
-PC001  error     YAML syntax error
-PC002  error     a conf file cannot be read (not UTF-8 text, binary, too large, unreadable)
-PC003  error     a conf file's top level is not a mapping
-PC004  error     a YAML tag or structure peach does not accept (``!!python/...``, huge aliases)
-PC005  error     the same key twice in one YAML mapping
-PC101  error     unknown key (with "did you mean")
-PC102  error     missing required key
-PC103  error     invalid value (wrong type, out of range, bad format)
-PC104  error     ``dependencies:`` outside a py_environment
-PC110  error     a name (endpoint, task, py_environment, decorator notebook) defined twice
-PC111  error     two different values for ``codops`` (or ``timeout_s``) in different files
-PC112  error     two endpoints with the same url
-PC113  error     an endpoint with several non-fallback components and none named ``main``
-PC114  error     an undeclared ``py_env`` (with "did you mean")
-PC115  error     an endpoint whose only component is ``fallback``
-PC116  error     a url under ``/_peach``, which is reserved for the dev server
-PC201  error     a notebook named by the conf does not exist
-PC202  error     a notebook path that leaves the project folder
-PC203  error     a notebook that cannot be read (not JSON, not nbformat 4, too large)
-PC204  error     a function named by the conf (or by ``init_fn``) is not defined in the notebook
-PC205  error     ``init`` (or ``init_fn``) takes required parameters
-PC206  error     a code cell that is not valid Python (after dropping magics)
-PC207  error     an ``@endpoint(...)`` argument that is not a literal
-PC208  error     an invalid ``@endpoint(...)`` call (no url, unknown keyword, extra argument)
-PC301  warning   a component with ``init`` whose method declares no ``model``/``init_state``
-PC302  warning   ``stream`` in ``args``: the gateway decides before defaults apply
-PC303  warning   drift signalled from a generator method (streams cannot signal drift)
-PC304  warning   IPython magics or shell escapes dropped from a code cell
-PC305  warning   a decorator notebook without any ``@endpoint`` function
-PC306  warning   the project defines no endpoint
-PC401  info      an async-generator method: callers must send ``stream``
-=====  ========  =============================================================================
+reused for another meaning. ``CODES`` is the table of codes; README.md ("Check a project")
+documents the same table for users, and ``tests/test_validate.py`` keeps the two in step.
+Nothing here prints: ``peach_cli.console`` renders diagnostics.
 """
 
 from __future__ import annotations

@@ -309,3 +309,13 @@ def test_an_endpoint_with_a_schema_error_is_still_checked(tmp_path):
     write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS[:-1]})
     codes = sorted(d.code for d in diagnose(tmp_path))
     assert codes == ["PC101", "PC102", "PC112", "PC114", "PC204"]
+
+
+def test_the_readme_documents_every_code_with_its_severity():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| `(PC\d{3})` \| (\w+) \| (.+) \|$", readme, re.MULTILINE)
+    assert {code: severity for code, severity, _ in rows} == {
+        code: severity for code, (severity, _) in CODES.items()
+    }
