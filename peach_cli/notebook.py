@@ -130,20 +130,6 @@ def join_cells(cells: list[Cell]) -> Extraction:
     return Extraction("".join(parts), tuple(line_map), tuple(cells))
 
 
-def cell_position(line_map: Iterable[tuple[int, int, int]], module_line: int) -> tuple[int, int]:
-    """Map a line of an extracted module back to ``(cell number, line in cell)``.
-
-    >>> cell_position([(1, 2, 1), (5, 4, 1)], 6)
-    (4, 2)
-    """
-    best = (0, 0, 1)
-    for entry in line_map:
-        if entry[0] <= module_line:
-            best = entry
-    first_line, cell, cell_line = best
-    return cell, module_line - first_line + cell_line
-
-
 def read_notebook(root: Path, relative: str) -> Notebook:
     """Read and parse ``root/relative``; raise ``NotebookError`` if it is not a notebook."""
     path = root / relative
@@ -264,11 +250,6 @@ def _names(target: ast.expr) -> Iterator[str]:
 
 
 # --- what a function looks like, from its ast -------------------------------------------------
-
-
-def parameter_names(function: FunctionNode) -> list[str]:
-    a = function.args
-    return [p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]]
 
 
 def accepts(function: FunctionNode, name: str) -> bool:

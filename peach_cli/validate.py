@@ -16,7 +16,7 @@ from typing import Any
 
 from peach_cli import notebook as nb
 from peach_cli.conf import BASE_ENV, RESERVED_URL_PREFIX, Component, memory_bytes
-from peach_cli.diagnostics import Diagnostic, Position, did_you_mean, has_errors
+from peach_cli.diagnostics import Diagnostic, Position, did_you_mean
 from peach_cli.plan import FALLBACK, PRIMARY, ComponentSpec, EndpointSpec, ProjectPlan
 from peach_cli.project import Path_, Project, schema_diagnostic
 
@@ -32,12 +32,8 @@ class Validation:
     endpoints: dict[str, EndpointSpec] = field(default_factory=dict)
     notebooks: list[str] = field(default_factory=list)
 
-    @property
-    def ok(self) -> bool:
-        return not has_errors(self.diagnostics)
-
     def plan(self) -> ProjectPlan:
-        """The serving plan (only meaningful when ``ok``)."""
+        """The serving plan (only meaningful when no diagnostic is an error)."""
         conf = self.project.conf
         envs = {BASE_ENV, *conf.py_environments}
         return ProjectPlan(
