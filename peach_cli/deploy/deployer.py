@@ -34,7 +34,7 @@ from peach_cli.deploy.progress import (
     read_applications,
     startup_failure,
 )
-from peach_cli.deploy.resources import Needs, application_needs, check_fits
+from peach_cli.deploy.resources import Needs, application_needs, check_fits, has_totals
 from peach_cli.errors import DeployError
 from peach_cli.plan import ProjectPlan
 
@@ -121,7 +121,7 @@ def deploy(
         for warning in warnings:
             reporter.warn(warning)
         validate_config(config)
-        _check_resources(dashboard, bundle, details)
+        _check_resources(dashboard, bundle, details, reporter)
         uploaded, reused = _upload(dashboard, bundle)
         reporter.note(
             f"code: {len(uploaded)} package(s) uploaded, {len(reused)} already on the cluster"
@@ -145,12 +145,27 @@ def deploy(
     )
 
 
-def _check_resources(dashboard: DashboardClient, bundle: Bundle, details: dict[str, Any]) -> None:
+RESOURCE_REPORT_WAIT_S = 15.0
+
+
+def _check_resources(
+    dashboard: DashboardClient, bundle: Bundle, details: dict[str, Any], reporter: Reporter
+) -> None:
     current = (details.get("applications") or {}).get(bundle.app_name) or {}
     held = Needs()
     if current.get("deployed_app_config") and current.get("status") == "RUNNING":
         held = application_needs(current["deployed_app_config"])
-    check_fits(application_needs(bundle.application), dashboard.cluster_status(), held)
+    # a cluster that just started has no resource report for a few seconds
+    deadline = time.monotonic() + RESOURCE_REPORT_WAIT_S
+    while True:
+        report = dashboard.cluster_status()
+        if has_totals(report):
+            break
+        if time.monotonic() >= deadline:
+            reporter.warn("the cluster reports no resources yet: CPUs and memory not checked")
+            return
+        time.sleep(0.5)
+    check_fits(application_needs(bundle.application), report, held)
 
 
 def _upload(dashboard: DashboardClient, bundle: Bundle) -> tuple[list[str], list[str]]:

@@ -90,6 +90,11 @@ def check_fits(needs: Needs, report: dict[str, Any], held: Needs | None = None) 
             )
 
 
+def has_totals(report: dict[str, Any]) -> bool:
+    """Whether the report knows the cluster's CPUs yet (a new cluster takes a few seconds)."""
+    return _pair((report.get("usage") or {}).get("CPU"))[1] > 0
+
+
 def _pair(value: Any) -> tuple[float, float]:
     if isinstance(value, (list, tuple)) and len(value) == 2:
         return float(value[0]), float(value[1])
