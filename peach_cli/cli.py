@@ -129,7 +129,11 @@ def ask(
     ] = 60.0,
     markdown: Annotated[
         bool,
-        typer.Option("--markdown", "-m", help="Render a stream as live Markdown (terminal only)."),
+        typer.Option(
+            "--markdown",
+            "-m",
+            help="Render text as Markdown: a stream live, a text result at once (terminal only).",
+        ),
     ] = False,
 ) -> None:
     """Call an endpoint and print its answer, or render its stream as it arrives.

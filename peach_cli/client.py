@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import socket
 import ssl
 import sys
@@ -38,6 +39,7 @@ import httpx
 from peach_cli.errors import ClientError, UsageError
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+_HOST_PORT = re.compile(r"^(localhost|[\w.-]+:\d+)(/|\?|$)")
 ROUTES_PATH = "/_peach/routes"
 DEFAULT_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 10.0
@@ -91,8 +93,10 @@ class EndpointFailed(ClientError):
 
     exit_code = 1
 
-    def __init__(self, message: str, *, code: str | None = None, status: int = 0) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, *, code: str | None = None, status: int = 0, hint: str | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
         self.code = code
         self.status = status
 
@@ -133,12 +137,15 @@ def resolve_url(target: str, base: str | None = None) -> str:
 
     ``base`` defaults to env ``PEACH_URL``, then ``http://127.0.0.1:8000``. A base with a
     path (a route prefix) keeps it: ``resolve_url("/a", "http://h/zzebu") == "http://h/zzebu/a"``.
-    ``:9000/a`` is shorthand for ``http://127.0.0.1:9000/a``.
+    ``:9000/a`` is shorthand for ``http://127.0.0.1:9000/a``, and ``localhost:9000/a`` (a
+    host and port without a scheme) means ``http://localhost:9000/a``.
     """
     if "://" in target:
         url = target
     elif target.startswith(":"):
         url = "http://127.0.0.1" + target
+    elif _HOST_PORT.match(target):
+        url = "http://" + target
     else:
         base_url = (base or os.environ.get("PEACH_URL") or DEFAULT_BASE_URL).strip()
         if "://" not in base_url:
@@ -599,8 +606,8 @@ def not_found_error(url: str, routes: list[dict[str, Any]] | None) -> EndpointNo
     return EndpointNotFound(message, hint=f"endpoints: {listing}")
 
 
-def check_answer(answer: Answer, client: Client, url: str) -> Any:
-    """Raise for an error answer (404, error envelope, 4xx/5xx); return the parsed JSON body.
+def check_answer(answer: Answer, client: Client, url: str) -> tuple[bool, Any]:
+    """Raise for an error answer (404, error envelope, redirect, 4xx/5xx).
 
     Returns ``(is_json, value)`` of the body for a successful answer.
     """
@@ -612,7 +619,15 @@ def check_answer(answer: Answer, client: Client, url: str) -> Any:
     envelope = envelope_error(value) if is_json else None
     if envelope is not None:
         code, message = envelope
-        raise EndpointFailed(f"{code}: {message}", code=code, status=answer.status)
+        hint = "add --stream to ask for the stream" if code == "stream_required" else None
+        raise EndpointFailed(f"{code}: {message}", code=code, status=answer.status, hint=hint)
+    if 300 <= answer.status < 400:
+        location = answer.headers.get("location", "")
+        raise EndpointFailed(
+            f"HTTP {answer.status} {answer.reason}: redirected to {location or '(nowhere)'}",
+            status=answer.status,
+            hint="ask that URL instead" if location else None,
+        )
     if answer.status >= 400:
         text = answer.body.decode("utf-8", "replace").strip()
         detail = f": {text[:500]}" if text else ""

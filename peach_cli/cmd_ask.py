@@ -64,11 +64,13 @@ def run_ask(
         with Client.for_request(request) as client:
             if not request.stream:
                 answer = client.send(request)
-                return _render_answer(answer, client, request.url, tty=tty, raw=raw)
+                return _render_answer(answer, client, request.url, tty=tty, raw=raw, md=markdown)
             with client.stream(request) as response:
-                if response.status >= 400 or not response.is_stream:
+                if response.status >= 300 or not response.is_stream:
                     answer = response.read_all()
-                    return _render_answer(answer, client, request.url, tty=tty, raw=raw)
+                    return _render_answer(
+                        answer, client, request.url, tty=tty, raw=raw, md=markdown
+                    )
                 return _render_stream(response, tty=tty, raw=raw, markdown=markdown)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -92,7 +94,9 @@ def _skip_unused_imports() -> None:
 # --------------------------------------------------------------------------- one answer
 
 
-def _render_answer(answer: Answer, client: Client, url: str, *, tty: bool, raw: bool) -> int:
+def _render_answer(
+    answer: Answer, client: Client, url: str, *, tty: bool, raw: bool, md: bool = False
+) -> int:
     from peach_cli.client import check_answer, is_ok_envelope
 
     if tty:
@@ -108,7 +112,11 @@ def _render_answer(answer: Answer, client: Client, url: str, *, tty: bool, raw: 
     if tty:
         from peach_cli import console
 
-        if is_json:
+        if md and isinstance(value, str):
+            from rich.markdown import Markdown
+
+            console.stdout().print(Markdown(value))
+        elif is_json:
             console.stdout().print_json(data=value)
         else:
             console.stdout().print(answer.body.decode("utf-8", "replace"), markup=False)

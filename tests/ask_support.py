@@ -179,6 +179,13 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
             headers=PEACH_HEADERS,
         )
 
+    async def prose(request: Request) -> Response:
+        text = "# Heading\n\nSome **bold** words.\n"
+        return JSONResponse({"result": text, "status": "ok"}, headers=PEACH_HEADERS)
+
+    async def redirect(request: Request) -> Response:
+        return Response(status_code=307, headers={"Location": "/ok"})
+
     async def foreign_json(request: Request) -> Response:
         return JSONResponse({"hello": "world"})
 
@@ -211,6 +218,8 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
         Route("/slow", slow, methods=["GET", "POST"]),
         Route("/ok", ok, methods=["GET", "POST"]),
         Route("/error", error, methods=["GET", "POST"]),
+        Route("/prose", prose, methods=["GET", "POST"]),
+        Route("/redirect", redirect, methods=["GET", "POST"]),
         Route("/foreign-json", foreign_json),
         Route("/foreign-text", foreign_text),
         Route("/foreign-500", foreign_500),

@@ -167,6 +167,31 @@ def test_terminal_stream_renders_the_framing(server, path, expected):
         assert "5 lines" in summary
 
 
+def test_raw_on_a_terminal_shows_the_frames_as_received(server):
+    url, _ = server
+    child = Child(f"{url}/sse", "--stream", "--raw", tty=True)
+    try:
+        result = child.finish()
+    finally:
+        child.kill()
+    assert result.code == 0
+    # The terminal turns each "\n" into "\r\n" (onlcr); the bytes are otherwise as sent.
+    assert result.stdout == b"".join(SSE_CHUNKS).replace(b"\n", b"\r\n")
+
+
+def test_markdown_text_answer_is_rendered(server):
+    url, _ = server
+    child = Child(f"{url}/prose", "--markdown", tty=True)
+    try:
+        result = child.finish()
+    finally:
+        child.kill()
+    assert result.code == 0
+    text = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout.decode())
+    assert "Some bold words." in text and "**" not in text and "#" not in text
+    assert ask(f"{url}/prose", "--markdown").stdout == b'"# Heading\\n\\nSome **bold** words.\\n"\n'
+
+
 def test_first_chunk_is_printed_before_the_stream_ends(server):
     url, state = server
     child = Child(f"{url}/gated", "--stream")
@@ -370,10 +395,22 @@ def test_error_envelope_prints_code_and_message_and_exits_1(server, extra):
     assert one_line(result.stderr) == "error: method_error: ValueError: boom"
 
 
-def test_stream_required_error_is_shown(server):
+def test_stream_required_error_is_shown_with_what_to_do(server):
     url, _ = server
     result = ask(f"{url}/plain")  # a generator endpoint asked without --stream
-    assert result.code == 1 and "stream_required" in result.stderr
+    assert result.code == 1
+    assert result.stderr.splitlines() == [
+        "error: stream_required: send stream",
+        "hint: add --stream to ask for the stream",
+    ]
+
+
+@pytest.mark.parametrize("extra", [[], ["--stream"]], ids=["answer", "stream"])
+def test_redirect_is_reported_not_followed(server, extra):
+    url, _ = server
+    result = ask(f"{url}/redirect", *extra)
+    assert result.code == 1
+    assert one_line(result.stderr) == "error: HTTP 307 Temporary Redirect: redirected to /ok"
 
 
 def test_foreign_server_error_exits_1(foreign_server):

@@ -70,6 +70,8 @@ def test_resolve_url(monkeypatch):
     assert resolve_url("/a", "h:9") == "http://h:9/a"
     assert resolve_url("https://x.example/a?b=1", "http://ignored") == "https://x.example/a?b=1"
     assert resolve_url(":9000/a") == "http://127.0.0.1:9000/a"
+    assert resolve_url("localhost:9000/a") == "http://localhost:9000/a"
+    assert resolve_url("my-host.lan:80/a?x=1") == "http://my-host.lan:80/a?x=1"
     monkeypatch.setenv("PEACH_URL", "http://10.0.0.1:7000")
     assert resolve_url("/a") == "http://10.0.0.1:7000/a"
     assert resolve_url("/a", "http://flag:1") == "http://flag:1/a"  # --url beats the env

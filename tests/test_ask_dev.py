@@ -130,7 +130,9 @@ def test_sigint_mid_stream_exits_130_and_closes_the_generator(env, tmp_path, tty
 
 def test_stalled_stream_times_out_and_the_generator_is_closed(env, tmp_path):
     gate, marker = tmp_path / "gate", tmp_path / "marker"
-    result = ask("/gated", f"gate={gate}", f"marker={marker}", "--stream", "--timeout", "0.5", env=env)
+    result = ask(
+        "/gated", f"gate={gate}", f"marker={marker}", "--stream", "--timeout", "0.5", env=env
+    )
     assert result.code == 6
     assert result.stdout == b"first chunk\n"
     assert "stalled" in result.stderr
@@ -162,6 +164,7 @@ def test_stream_not_requested_exits_1_and_says_what_to_send(env):
     result = ask("/plain", env=env)
     assert result.code == 1
     assert "stream_required" in result.stderr and "stream=true" in result.stderr
+    assert result.stderr.splitlines()[-1] == "hint: add --stream to ask for the stream"
 
 
 def test_unknown_url_lists_the_endpoints(env):
