@@ -138,7 +138,12 @@ class Gateway:
     ) -> None:
         started = time.perf_counter()
         endpoint = route.endpoint
-        body = await _read_body(receive)
+        try:
+            body = await _read_body(receive, scope, self.max_body_bytes)
+        except ContractError as error:  # over the limit: refused before it is all in memory
+            answer = contract.error_answer(error.code, error.message)
+            await self._send_answer(send, answer, scope, endpoint, started)
+            return
         if body is None:  # the client went away while sending
             return
         query = scope["query_string"]
@@ -219,7 +224,10 @@ class Gateway:
         answer = contract.error_answer(
             "not_found", f"no endpoint at {scope['path']} (endpoints: {listed})"
         )
-        await _read_body(receive)
+        try:
+            await _read_body(receive, scope, self.max_body_bytes)
+        except ContractError:
+            pass  # not found either way
         await self._send_answer(send, answer, scope, None, time.perf_counter())
 
     # -- streams -------------------------------------------------------------------------
@@ -379,20 +387,42 @@ async def _next(iterator: AsyncIterator[bytes]) -> bytes:
     return await iterator.__anext__()
 
 
-async def _read_body(receive: Any) -> bytes | None:
-    """The whole request body (None if the client disconnected)."""
+def _too_large(limit: int, size: int | None = None) -> ContractError:
+    size_text = f"{size} bytes, " if size is not None else ""
+    return ContractError(
+        "payload_too_large",
+        f"the request body is {size_text}over the limit of {limit} bytes",
+    )
+
+
+async def _read_body(receive: Any, scope: dict[str, Any], limit: int) -> bytes | None:
+    """The whole request body (None if the client disconnected).
+
+    Raises ``ContractError('payload_too_large')`` as soon as the declared length or the
+    bytes received pass ``limit``: a huge body is never held in memory.
+    """
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise _too_large(limit, int(value))
     message = await receive()
     if message["type"] == "http.disconnect":
         return None
     body = message.get("body", b"")
+    if len(body) > limit:
+        raise _too_large(limit)
     if not message.get("more_body", False):
         return body
     parts = [body]
+    size = len(body)
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        parts.append(message.get("body", b""))
+        part = message.get("body", b"")
+        size += len(part)
+        if size > limit:
+            raise _too_large(limit)
+        parts.append(part)
         if not message.get("more_body", False):
             return b"".join(parts)
 

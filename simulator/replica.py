@@ -40,6 +40,12 @@ RESTART_PAUSES_S = (0.0, 0.5, 1.0, 2.0, 5.0)
 """Pause before each successive restart of a replica that keeps dying soon after start."""
 STABLE_AFTER_S = 10.0
 """A replica that ran this long resets its restart pause."""
+INIT_STUCK_S = 10.0
+"""An init still running after this long is reported (the replica keeps waiting for it)."""
+OUTPUT_LINES_PER_S = 100
+"""Lines of a replica's output shown per second; the others are counted, then summarised."""
+OUTPUT_LINE_BYTES = 4096
+"""Longer lines of a replica's output are cut (the size of the rest is shown)."""
 
 
 class ReplicaGone(Exception):
@@ -149,7 +155,14 @@ class Replica:
         self._started = loop.create_future()
         self._background(self._pump_output(process))
         channel.send("start", 0, (self.spec, str(self.root), self.id))
-        await asyncio.shield(self._started)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._started), INIT_STUCK_S)
+        except asyncio.TimeoutError:
+            if self.state is ReplicaState.STARTING and process is self._process:
+                stuck = f"init has not returned after {INIT_STUCK_S:g} s; still waiting for it"
+                self._set_state(ReplicaState.STARTING, message=stuck)
+                self.error = stuck
+            await asyncio.shield(self._started)
 
     async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Stop the process: its streams are closed first; killed if it does not exit."""
@@ -376,19 +389,27 @@ class Replica:
         task.add_done_callback(self._tasks.discard)
 
     async def _pump_output(self, process: asyncio.subprocess.Process) -> None:
-        """Forward what the replica prints (the user's prints, crashes) as log events."""
+        """Forward what the replica prints (the user's prints, crashes) as log events.
+
+        A replica printing without pause must not starve the gateway: long lines are cut
+        and lines over ``OUTPUT_LINES_PER_S`` are counted and summarised, not shown.
+        """
         stream = process.stdout
         if stream is None:
             return
+        output = _OutputLimiter(
+            lambda text: self.on_event(ReplicaLog(self.spec.key, self.id, "output", text))
+        )
         while True:
             try:
-                line = await stream.readline()
-            except (ValueError, asyncio.LimitOverrunError):
+                data = await asyncio.wait_for(stream.read(1 << 16), output.seconds_to_summary())
+            except asyncio.TimeoutError:
+                output.summarise()
                 continue
-            if not line:
+            if not data:
+                output.close()
                 return
-            text = line.decode("utf-8", "replace").rstrip("\n")
-            self.on_event(ReplicaLog(self.spec.key, self.id, "output", text))
+            output.feed(data)
 
     async def _monitor(self) -> None:
         """Sample memory about once a second; warn once each time it crosses the limit."""
@@ -419,3 +440,64 @@ class Replica:
         )
         if self.on_change is not None:
             self.on_change()
+
+
+class _OutputLimiter:
+    """Splits a replica's output into lines, cut at ``OUTPUT_LINE_BYTES`` and shown at
+    most ``OUTPUT_LINES_PER_S`` a second; ``emit`` gets each shown line and the summaries."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self.emit = emit
+        self.line = bytearray()
+        self.cut = 0
+        self.shown = 0
+        self.hidden = 0
+        self.window = time.monotonic()
+
+    def feed(self, data: bytes) -> None:
+        if time.monotonic() - self.window >= 1.0:
+            self.summarise()
+        pieces = data.split(b"\n")
+        self._add(pieces[0])
+        for piece in pieces[1:]:
+            self._end_line()
+            self._add(piece)
+
+    def _add(self, piece: bytes) -> None:
+        room = OUTPUT_LINE_BYTES - len(self.line)
+        if room > 0:
+            self.line += piece[:room]
+        self.cut += max(0, len(piece) - max(room, 0))
+
+    def _end_line(self) -> None:
+        if self.shown < OUTPUT_LINES_PER_S:
+            self.shown += 1
+            text = self.line.decode("utf-8", "replace")
+            if self.cut:
+                text += f" … ({self.cut} more bytes not shown)"
+            self.emit(text)
+        else:
+            self.hidden += 1
+        self.line.clear()
+        self.cut = 0
+
+    def seconds_to_summary(self) -> float | None:
+        """How long until hidden lines are due to be summarised (None: nothing hidden)."""
+        if not self.hidden:
+            return None
+        return max(0.0, 1.0 - (time.monotonic() - self.window))
+
+    def summarise(self) -> None:
+        if self.hidden:
+            self.emit(
+                f"… {self.hidden} more lines of output not shown "
+                f"(at most {OUTPUT_LINES_PER_S} lines a second are)"
+            )
+        self.hidden = 0
+        self.shown = 0
+        self.window = time.monotonic()
+
+    def close(self) -> None:
+        if self.line or self.cut:
+            self._end_line()
+        self.summarise()

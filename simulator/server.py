@@ -186,7 +186,8 @@ class DevServer:
         if server is not None:
             server.should_exit = True
         if self._starting is not None and not self._starting.done():
-            self._starting.cancel()
+            self._starting.cancel()  # an init still running: nobody waits for it any more
+            self._starting.add_done_callback(_consume)
         for task in list(self._draining):
             task.cancel()
         pools = list(self._pools.values())
@@ -286,6 +287,12 @@ class DevServer:
         """Wait until every pool retired by ``apply_plan`` has stopped."""
         if self._draining:
             await asyncio.gather(*list(self._draining), return_exceptions=True)
+
+
+def _consume(future: asyncio.Future[object]) -> None:
+    """Retrieve a cancelled future's outcome, so asyncio does not log it at exit."""
+    if not future.cancelled():
+        future.exception()
 
 
 class _QuietServer(uvicorn.Server):

@@ -33,12 +33,15 @@ from peach_cli.contract import (
     RequestParams,
 )
 from simulator.aio import run
-from simulator.protocol import Frame, FrameProtocol
+from simulator.protocol import Frame, FrameProtocol, encode_frame
 
 THREADS = 64
 """Threads for sync methods: a few slow calls must not starve the replica."""
 STOP_GRACE_S = 2.0
 """How long closing generators may take when the replica stops."""
+
+MAX_RESULT_BYTES = 32 * 1024 * 1024
+"""The largest result a replica sends back; a larger one is a method_error saying so."""
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -183,13 +186,32 @@ class Worker:
             result = CallResult.failure(
                 "method_error", f"{type(error).__name__}: {error}", runner.replica_id
             )
-        self.channel.send("result", request_id, _as_tuple(result))
+        self._send_result(request_id, result, runner.spec.method)
         if result.drift and runner.reinitializing:
             self.channel.send("state", 0, {"reinitializing": True, "error": None})
             await runner.wait_reinit()
             self.channel.send(
                 "state", 0, {"reinitializing": False, "error": runner.last_reinit_error}
             )
+
+    def _send_result(self, request_id: int, result: CallResult, method: str) -> None:
+        """Send a call's result, or a clear error when it is too large to relay."""
+        try:
+            frame = encode_frame("result", request_id, _as_tuple(result))
+            size = len(frame)
+        except OverflowError:  # the frame's length prefix cannot say it (4 GiB and more)
+            frame, size = b"", 1 << 32
+        if size > MAX_RESULT_BYTES:
+            too_large = CallResult.failure(
+                "method_error",
+                f"{method}() returned a result of {size / 2**20:.0f} MiB, over the limit of "
+                f"{MAX_RESULT_BYTES // 2**20} MiB: return less (page it), or stream it",
+                result.replica,
+            )
+            frame = encode_frame("result", request_id, _as_tuple(too_large))
+        transport = self.channel.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(frame)
 
     async def handle_stream(self, request_id: int, params: tuple[dict, dict]) -> None:
         runner = self.runner

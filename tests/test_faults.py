@@ -1,0 +1,395 @@
+"""Fault injection against a real `peach dev`: replicas killed, methods that never return,
+inits that hang, generators that raise, results that are not JSON or far too large, floods
+of output, and a project that breaks on disk while it is served.
+
+Every test drives the server over real HTTP on loopback and asserts what a user would see
+(the status, the error envelope, how fast it came) and that nothing is lost afterwards (the
+next request works, no process is left behind, the gateway's memory stays bounded).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import PROJECTS, REPO, URL_LINE, DevProcess, start_peach_dev
+
+FAULTS = PROJECTS / "faults"
+SERVING = FAULTS / "serving"
+MiB = 1024 * 1024
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_until(predicate, timeout_s: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def memory_kib(pid: int, field: str = "VmRSS") -> int:
+    """A ``/proc/PID/status`` memory figure in KiB (``VmRSS``, ``VmHWM``)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def health(dev: DevProcess) -> dict:
+    return httpx.get(f"{dev.url}/_peach/health", timeout=5).json()
+
+
+def replica(dev: DevProcess, component: str) -> dict:
+    """The health record of the (only) replica of ``component``."""
+    for entry in health(dev)["components"]:
+        if entry["component"] == component:
+            return entry["replicas"][0]
+    raise AssertionError(f"no component {component}")
+
+
+class Background:
+    """An HTTP request running in a thread; ``result()`` waits for it (bounded)."""
+
+    def __init__(self, method: str, url: str, **kwargs) -> None:
+        self.response: httpx.Response | None = None
+        self.error: BaseException | None = None
+        self.finished_at = 0.0
+        self._thread = threading.Thread(target=self._run, args=(method, url), kwargs=kwargs)
+        self._thread.daemon = True
+        self._thread.start()
+
+    def _run(self, method: str, url: str, **kwargs) -> None:
+        try:
+            self.response = httpx.request(method, url, timeout=60, **kwargs)
+        except BaseException as error:  # noqa: BLE001 - reported by result()
+            self.error = error
+        finally:
+            self.finished_at = time.monotonic()
+
+    def result(self, timeout_s: float = 60.0) -> httpx.Response:
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), "the request did not finish"
+        if self.error is not None:
+            raise self.error
+        assert self.response is not None
+        return self.response
+
+
+def start_session_server(factory: pytest.TempPathFactory, project: Path, *args: str):
+    dev = start_peach_dev(project, factory.mktemp("faults") / "peach-dev.log", *args)
+    try:
+        dev.wait_ready()
+    except BaseException:
+        dev.stop()
+        raise
+    return dev
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+    """`peach dev tests/projects/faults/serving`, timeout_s = 1 s."""
+    dev = start_session_server(tmp_path_factory, SERVING)
+    try:
+        yield dev
+    finally:
+        dev.stop()
+
+
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+    """The same project with a 60 s timeout, for the calls that take a while to misbehave."""
+    dev = start_session_server(tmp_path_factory, SERVING, "--timeout-s", "60")
+    try:
+        yield dev
+    finally:
+        dev.stop()
+
+
+# -- a replica killed -----------------------------------------------------------------------
+
+
+def test_sigkill_mid_request_is_an_error_at_once_and_the_replica_restarts(faults):
+    before = replica(faults, "sleepy/main")
+    call = Background("GET", f"{faults.url}/sleepy", params={"seconds": 30})
+    wait_until(lambda: replica(faults, "sleepy/main")["outstanding"] == 1, what="the call")
+    os.kill(before["pid"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    response = call.result()
+    assert call.finished_at - killed_at < 3, "the caller waited instead of failing at once"
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["code"] == "method_error"
+    assert "killed by SIGKILL" in error["message"] and "restarting" in error["message"]
+    assert response.headers["x-peach-replica"] == before["id"]
+    deadline = time.monotonic() + 30
+    while True:  # later requests succeed on a fresh process (init ran again)
+        again = httpx.get(f"{faults.url}/sleepy", params={"seconds": 0}, timeout=30)
+        if again.status_code == 200:
+            break
+        assert again.json()["error"]["code"] in ("unavailable", "method_error"), again.text
+        assert time.monotonic() < deadline, again.text
+        time.sleep(0.05)
+    assert again.json()["result"]["pid"] not in (before["pid"], None)
+    assert not alive(before["pid"])
+    faults.wait_for_output(r"sleepy/main#\d+ restarting: the replica process was killed by SIGKILL")
+    assert httpx.get(f"{faults.url}/hello", timeout=10).status_code == 200
+
+
+def test_sigkill_mid_stream_ends_the_stream_and_the_next_one_works(faults):
+    with httpx.Client(base_url=faults.url, timeout=30) as client:
+        with client.stream("GET", "/drip", params={"stream": "1"}) as response:
+            assert response.status_code == 200
+            chunks = response.iter_raw()
+            assert next(chunks) == b"drop-0\n"
+            os.kill(replica(faults, "drip/main")["pid"], signal.SIGKILL)
+            killed_at = time.monotonic()
+            rest = b"".join(chunks)  # ends (cleanly) instead of hanging
+            assert time.monotonic() - killed_at < 3
+        assert b"drop-0" not in rest
+        deadline = time.monotonic() + 30
+        while True:
+            with client.stream("GET", "/drip", params={"stream": "1"}) as response:
+                if response.status_code == 200:
+                    assert next(response.iter_raw()) == b"drop-0\n"
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+# -- methods that never return --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["/hang", "/hang-async"])
+def test_a_method_that_never_returns_times_out_and_its_replica_keeps_serving(faults, url):
+    hung = [Background("GET", f"{faults.url}{url}", params={"mode": "forever"}) for _ in range(3)]
+    began = time.monotonic()
+    with httpx.Client(base_url=faults.url, timeout=10) as client:
+        for _ in range(5):  # the same replica answers its other requests meanwhile
+            fast = client.get(url)
+            assert fast.status_code == 200 and fast.elapsed.total_seconds() < 0.5
+    for call in hung:
+        response = call.result()
+        assert response.status_code == 504
+        assert response.json()["error"]["code"] == "timeout"
+        assert "timeout_s = 1 s" in response.json()["error"]["message"]
+        assert call.finished_at - began < 3  # at the bound, not whenever the method ends
+        assert response.headers["x-peach-replica"] == fast.headers["x-peach-replica"]
+    assert httpx.get(f"{faults.url}{url}", timeout=10).json()["result"]["mode"] == "ok"
+
+
+# -- an init that never returns -------------------------------------------------------------
+
+
+def test_an_init_that_hangs_is_reported_and_ctrl_c_still_exits_without_orphans(peach_dev):
+    from simulator.replica import INIT_STUCK_S
+
+    dev = peach_dev(FAULTS / "stuck_init")
+    with httpx.Client(base_url=dev.url, timeout=10) as client:
+        deadline = time.monotonic() + 30
+        while client.get("/ok").status_code != 200:  # the other endpoint answers meanwhile
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        stuck = replica(dev, "stuck/main")
+        assert stuck["state"] == "starting" and alive(stuck["pid"])
+        dev.wait_for_output(
+            r"stuck/main#1 starting: init has not returned after \d+ s", INIT_STUCK_S + 10
+        )
+        stuck = replica(dev, "stuck/main")
+        assert stuck["state"] == "starting"
+        assert "init has not returned" in (stuck["error"] or "")
+        assert client.get("/ok").json()["result"] == "pong"
+    pids = [r["pid"] for c in health(dev)["components"] for r in c["replicas"]]
+    os.killpg(dev.process.pid, signal.SIGINT)  # Ctrl-C in the terminal
+    assert dev.process.wait(timeout=15) == 0
+    wait_until(lambda: not any(alive(pid) for pid in pids), 10, "the replicas to exit")
+    assert "Traceback" not in dev.output()
+
+
+# -- streams that fail ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "chunks", "error"),
+    [
+        ("/three-then-raise", [b"chunk-0\n", b"chunk-1\n", b"chunk-2\n"], "after 3 chunks"),
+        ("/sync-three-then-raise", [b"sync-0\n", b"sync-1\n", b"sync-2\n"], "sync generator"),
+    ],
+)
+def test_a_generator_raising_after_three_chunks_ends_the_stream_cleanly(
+    faults, tmp_path, url, chunks, error
+):
+    marker = tmp_path / "closed"
+    with httpx.Client(base_url=faults.url, timeout=10) as client:
+        for attempt in range(2):  # and the next request works the same
+            params = {"stream": "true"}
+            if url == "/three-then-raise":
+                params["marker"] = str(marker)
+            with client.stream("GET", url, params=params) as response:
+                assert response.status_code == 200
+                received = list(response.iter_raw())  # a clean end: no protocol error
+            assert b"".join(received) == b"".join(chunks), attempt
+        assert client.get("/hello").status_code == 200
+    if url == "/three-then-raise":
+        assert marker.read_text() == "closed"
+    faults.wait_for_output(error)
+
+
+# -- results that cannot be sent ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("object", "result is of type peach_component_not_json_main.Opaque, which is not JSON"),
+        ("nested", "result['items'][2] is of type peach_component_not_json_main.Opaque"),
+        ("nan", "result[0] is nan, which JSON cannot represent"),
+    ],
+)
+def test_a_result_that_is_not_json_is_a_method_error_naming_the_type(faults, kind, expected):
+    response = httpx.get(f"{faults.url}/not-json", params={"kind": kind}, timeout=10)
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["code"] == "method_error"
+    assert "not_json() returned a result that is not JSON" in error["message"]
+    assert expected in error["message"]
+    assert httpx.get(f"{faults.url}/hello", timeout=10).status_code == 200
+
+
+def test_a_200_mb_result_is_a_clear_error_and_the_gateway_stays_small(patient):
+    from simulator.worker import MAX_RESULT_BYTES
+
+    gateway = patient.process.pid
+    before = memory_kib(gateway)
+    response = httpx.get(f"{patient.url}/huge", params={"megabytes": 200}, timeout=60)
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["code"] == "method_error"
+    assert "huge() returned" in error["message"] and "over the limit" in error["message"]
+    assert f"{MAX_RESULT_BYTES // MiB} MiB" in error["message"]
+    # The gateway never held the result: its peak memory barely moved.
+    assert memory_kib(gateway, "VmHWM") - before < 64 * 1024
+    small = httpx.get(f"{patient.url}/huge", params={"megabytes": 1}, timeout=60)
+    assert small.status_code == 200 and len(small.json()["result"]) == 1_000_000
+
+
+@pytest.mark.parametrize("lines", [True, False], ids=["100-byte-lines", "one-line"])
+def test_100_mb_of_prints_neither_stall_the_gateway_nor_flood_the_log(patient, lines):
+    gateway = patient.process.pid
+    before = memory_kib(gateway)
+    log_before = patient.log_path.stat().st_size
+    loud = Background("GET", f"{patient.url}/loud", params={"megabytes": 100, "lines": lines})
+    slowest = 0.0
+    with httpx.Client(base_url=patient.url, timeout=10) as client:
+        while loud.finished_at == 0.0:  # other requests keep their latency meanwhile
+            began = time.monotonic()
+            assert client.get("/hello").status_code == 200
+            slowest = max(slowest, time.monotonic() - began)
+            assert time.monotonic() - began < 2
+    response = loud.result()
+    assert response.status_code == 200, response.text
+    assert response.json()["result"] == {"printed_mb": 100}
+    assert response.elapsed.total_seconds() < 30
+    assert slowest < 1.0, f"a request took {slowest:.2f} s while the replica printed"
+    assert memory_kib(gateway, "VmHWM") - before < 64 * 1024
+    assert patient.log_path.stat().st_size - log_before < 2 * MiB  # summarised, not copied
+    patient.wait_for_output(r"loud/main#1 \| .*not shown")
+
+
+# -- the project breaks on disk while it is served ------------------------------------------
+
+
+def start_reloading(project: Path, log_path: Path) -> DevProcess:
+    """`peach dev PROJECT --port 0` with hot reload (the shared fixture turns it off)."""
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env=dict(os.environ, NO_COLOR="1", COLUMNS="200", PYTHONUNBUFFERED="1"),
+        start_new_session=True,
+    )
+    log.close()
+    dev = DevProcess(process, log_path)
+    try:
+        dev.url = dev.wait_for_output(URL_LINE.pattern, 60).group(1)
+        dev.wait_ready()
+        dev.wait_for_output(r"watching .* for changes")
+    except BaseException:
+        dev.stop()
+        raise
+    return dev
+
+
+def edited_notebook(version: int) -> str:
+    from projectkit import notebook_json
+
+    return notebook_json(
+        [f'VERSION = {version}\n\n\ndef version():\n    return {{"version": VERSION}}\n']
+    )
+
+
+def test_a_project_broken_on_disk_during_reload_keeps_the_old_version_serving(tmp_path):
+    project = tmp_path / "soak"
+    shutil.copytree(FAULTS / "soak", project)
+    notebook = project / "notebooks" / "Edited.ipynb"
+    dev = start_reloading(project, tmp_path / "peach-dev.log")
+    try:
+        url = f"{dev.url}/edited"
+        with httpx.Client(timeout=10) as client:
+
+            def version() -> int:
+                return client.get(url).json()["result"]["version"]
+
+            notebook.write_text(edited_notebook(1))
+            wait_until(lambda: version() == 1, 30, "the first reload")
+            good = notebook.read_bytes()
+            rejected = 0
+
+            def breaks(damage) -> None:
+                nonlocal rejected
+                damage()
+                rejected += 1
+                wait_until(
+                    lambda: dev.output().count("still serving the previous version") >= rejected,
+                    30,
+                    "the reload to be refused",
+                )
+                assert version() == 1
+                assert client.get(f"{dev.url}/recommend").status_code == 200
+
+            # a disk that filled up mid-save: the notebook is cut short
+            breaks(lambda: notebook.write_bytes(good[: len(good) // 2]))
+            breaks(lambda: notebook.write_bytes(b""))  # a save that wrote nothing
+            breaks(notebook.unlink)  # the file is gone
+            breaks(lambda: notebook.symlink_to(tmp_path / "nowhere.ipynb"))  # dangling link
+            notebook.unlink()
+            breaks(lambda: notebook.mkdir())  # a folder where the notebook was
+            notebook.rmdir()
+            notebook.write_text(edited_notebook(2))  # fixed: the new version serves
+            wait_until(lambda: version() == 2, 30, "the reload after the fix")
+        assert "Traceback" not in dev.output()
+    finally:
+        assert dev.stop() == 0
