@@ -206,10 +206,14 @@ def test_first_chunk_is_printed_before_the_stream_ends(server):
     assert result.stdout == b"first chunk\nsecond chunk\n"
 
 
-@pytest.mark.parametrize("tty", [False, True], ids=["piped", "terminal"])
-def test_ctrl_c_closes_the_connection_keeps_the_output_and_exits_130(server, tty):
+@pytest.mark.parametrize(
+    ("tty", "extra"),
+    [(False, []), (True, []), (True, ["--markdown"])],
+    ids=["piped", "terminal", "markdown"],
+)
+def test_ctrl_c_closes_the_connection_keeps_the_output_and_exits_130(server, tty, extra):
     url, state = server
-    child = Child(f"{url}/gated", "--stream", tty=tty)
+    child = Child(f"{url}/gated", "--stream", *extra, tty=tty)
     try:
         child.read_until(b"first chunk")
         child.interrupt()
@@ -217,7 +221,10 @@ def test_ctrl_c_closes_the_connection_keeps_the_output_and_exits_130(server, tty
     finally:
         child.kill()
     assert result.code == 130
-    assert result.stdout.replace(b"\r\n", b"\n") == b"first chunk\n"
+    if extra:
+        assert [line for line in render_screen(result.stdout) if line] == ["first chunk"]
+    else:
+        assert result.stdout.replace(b"\r\n", b"\n") == b"first chunk\n"
     assert state.closed.wait(5), "the server's generator was not closed"
     assert not state.gate.is_set()  # it was closed by the disconnect, not by finishing
     summary = one_line(result.stderr)
