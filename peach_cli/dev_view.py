@@ -54,6 +54,9 @@ _STATE_STYLE = {
     ReplicaState.STOPPED: "dim",
 }
 
+_RETIRED_FROM = (ReplicaState.DRAINING, ReplicaState.UNHEALTHY, ReplicaState.RESTARTING)
+"""States a replica leaves the table from when it stops (a reload retired or refused it)."""
+
 
 def format_bytes(size: int) -> str:
     """``512.0 MiB`` / ``1.5 GiB``.
@@ -327,8 +330,8 @@ class DevView:
             text.append(f": {event.error}", "red")
         elif event.error:
             text.append(f" ({event.error})", "yellow")
-        if event.state is ReplicaState.STOPPED and previous is ReplicaState.DRAINING:
-            self.replicas.pop(event.replica, None)  # retired by a reload: it leaves the table
+        if event.state is ReplicaState.STOPPED and previous in _RETIRED_FROM:
+            self.replicas.pop(event.replica, None)  # retired or refused by a reload
         quiet = event.state is ReplicaState.STARTING or (
             event.state is ReplicaState.STOPPED and previous is not ReplicaState.DRAINING
         )

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from simulator.spare import keep_spares, release_spares
 from simulator.watch import DEBOUNCE_MS, STEP_MS, ProjectFilter, awatch_project
 
 if TYPE_CHECKING:
@@ -401,7 +402,16 @@ class Reloader:
         on_event: Callable[[Any], None] | None = None,
         step_ms: int = STEP_MS,
         debounce_ms: int = DEBOUNCE_MS,
+        spares: int = 1,
     ) -> None:
+        r"""
+        Args:
+            server: the running server whose plan is reloaded.
+            project: the project folder (or single conf file) as given to ``peach dev``.
+            on_event: receives the reload events.
+            step_ms, debounce_ms: the watcher's grouping of changes (``simulator.watch``).
+            spares: replica processes kept started ahead of need (``simulator.spare``).
+        """
         self.server = server
         self.project = Path(project)
         self.on_event = on_event
@@ -409,6 +419,7 @@ class Reloader:
         self.filter = project_filter_for(self.project, server.plan)
         self.step_ms = step_ms
         self.debounce_ms = debounce_ms
+        self.spares = spares
 
     def emit(self, event: ReloadEvent) -> None:
         if self.on_event is not None:
@@ -423,6 +434,7 @@ class Reloader:
             self.filter, stop_event=stop_event, step_ms=self.step_ms, debounce_ms=self.debounce_ms
         )
         batch: asyncio.Future[set[str]] = asyncio.ensure_future(anext(changes))
+        prepare = asyncio.ensure_future(self._keep_spares())
         try:
             await asyncio.sleep(0)  # the first step of `batch` has started the watcher
             self.emit(Watching(self.filter.root, tuple(sorted(self.filter.notebooks or ()))))
@@ -437,11 +449,19 @@ class Reloader:
                     logger.exception("reload failed")
                 batch = asyncio.ensure_future(anext(changes))
         finally:
-            if not batch.done():
-                batch.cancel()
-                with contextlib.suppress(BaseException):
-                    await batch
+            for task in (batch, prepare):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
             await changes.aclose()
+            await release_spares(self.filter.root)
+
+    async def _keep_spares(self) -> None:
+        """Once the first replicas are up, keep spare processes for the next reload."""
+        if self.spares > 0:
+            await self.server.wait_ready()
+            await keep_spares(self.filter.root, count=self.spares).fill()
 
     async def reload(self, files: Iterable[str]) -> ReloadEvent:
         """Rebuild the plan after ``files`` changed and serve it if it is valid."""
