@@ -310,9 +310,13 @@ class ReloadSkipped:
     """A save changed nothing that is served (a comment in an unused cell, a new file)."""
 
     files: tuple[str, ...]
+    recovered: bool = False
+    """The previous save was rejected and this one is back to what is served."""
 
     @property
     def message(self) -> str:
+        if self.recovered:
+            return f"{_files(self.files)} changed: the project is valid again, nothing to reload"
         return f"{_files(self.files)} changed: nothing to reload"
 
 
@@ -322,6 +326,8 @@ class ReloadRejected:
 
     files: tuple[str, ...]
     diagnostics: tuple[Diagnostic, ...]
+    problem: str | None = None
+    """What is wrong when it is not a diagnostic (the conf file is gone)."""
 
     @property
     def errors(self) -> int:
@@ -329,10 +335,8 @@ class ReloadRejected:
 
     @property
     def message(self) -> str:
-        return (
-            f"{_files(self.files)} changed, but the project has "
-            f"{_count(self.errors, 'error')}: still serving the previous version"
-        )
+        what = self.problem or f"the project has {_count(self.errors, 'error')}"
+        return f"{_files(self.files)} changed, but {what}: still serving the previous version"
 
 
 @dataclass(frozen=True)
@@ -420,6 +424,8 @@ class Reloader:
         self.step_ms = step_ms
         self.debounce_ms = debounce_ms
         self.spares = spares
+        self.rejected = False
+        """The last save was rejected (the served version is older than the files)."""
 
     def emit(self, event: ReloadEvent) -> None:
         if self.on_event is not None:
@@ -466,22 +472,33 @@ class Reloader:
     async def reload(self, files: Iterable[str]) -> ReloadEvent:
         """Rebuild the plan after ``files`` changed and serve it if it is valid."""
         from peach_cli.diagnostics import sort_key
+        from peach_cli.errors import PeachError
         from peach_cli.project import build_plan
 
         detected = time.perf_counter()
         changed = tuple(sorted(files))
-        plan, diagnostics = await asyncio.to_thread(build_plan, self.project)
+        event: ReloadEvent
+        try:
+            plan, diagnostics = await asyncio.to_thread(build_plan, self.project)
+        except PeachError as error:  # no conf file any more (a rename in progress)
+            plan, diagnostics = None, []
+            problem: str | None = error.message
+        else:
+            problem = None
         if plan is None:
             self.filter.use_plan(None)  # a fix may name a notebook the last plan did not use
-            event: ReloadEvent = ReloadRejected(changed, tuple(sorted(diagnostics, key=sort_key)))
+            self.rejected = True
+            ordered = tuple(sorted(diagnostics, key=sort_key))
+            event = ReloadRejected(changed, ordered, problem)
             self.emit(event)
             return event
+        recovered, self.rejected = self.rejected, False
         snapshot = Snapshot.take(plan)
         changes = analyze_changes(self.served, snapshot)
         self.filter.use_plan(plan)
         if changes.empty:
             self.served = snapshot
-            event = ReloadSkipped(changed)
+            event = ReloadSkipped(changed, recovered)
             self.emit(event)
             return event
         self.emit(ReloadStarted(changed, tuple(changes.needs_new_replicas)))

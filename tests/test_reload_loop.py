@@ -1,0 +1,152 @@
+"""The reload loop against a recording stand-in for ``DevServer``: which saves are applied,
+which are refused, and what is reported. Real projects, real file edits, a real watcher."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from reload_support import copy_project, edit_cell, edit_file
+
+from peach_cli.plan import ProjectPlan
+from peach_cli.project import build_plan
+from simulator.reload import (
+    Reloaded,
+    Reloader,
+    ReloadFailed,
+    ReloadRejected,
+    ReloadSkipped,
+    ReloadStarted,
+    Watching,
+)
+
+DEADLINE_S = 10.0
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@dataclass
+class Change:
+    failed: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.01
+
+
+class RecordingServer:
+    """Has what the reloader uses of ``DevServer``: ``plan`` and ``apply_plan``."""
+
+    def __init__(self, plan: ProjectPlan) -> None:
+        self.plan = plan
+        self.applied: list[ProjectPlan] = []
+        self.fail: dict[str, str] = {}
+
+    async def apply_plan(self, plan: ProjectPlan) -> Change:
+        self.applied.append(plan)
+        self.plan = plan
+        return Change(dict(self.fail))
+
+    async def wait_ready(self) -> None:
+        return None
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return copy_project("reload_basic", tmp_path)
+
+
+@pytest.fixture
+def setup(project: Path) -> tuple[RecordingServer, Reloader, list[Any]]:
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, diagnostics
+    server = RecordingServer(plan)
+    events: list[Any] = []
+    return server, Reloader(server, project, on_event=events.append, spares=0), events  # type: ignore[arg-type]
+
+
+def test_a_valid_save_is_applied_and_reported(project: Path, setup: Any) -> None:
+    server, reloader, events = setup
+    edit_cell(project, '"v1"', '"v2"')
+    event = asyncio.run(reloader.reload({"notebooks/Endpoints.ipynb"}))
+    assert isinstance(event, Reloaded)
+    assert event.changes.restarted == ["hello/main"]
+    assert len(server.applied) == 1
+    assert [type(e) for e in events] == [ReloadStarted, Reloaded]
+    assert events[0].restarting == ("hello/main",)
+    assert event.message.startswith("reloaded hello/main (code changed) in ")
+
+
+def test_a_broken_save_is_refused_then_a_fix_back_to_the_served_code_recovers(
+    project: Path, setup: Any
+) -> None:
+    server, reloader, events = setup
+    edit_file(project, "peach.yaml", "method: hello}", "methd: hello}")
+    event = asyncio.run(reloader.reload({"peach.yaml"}))
+    assert isinstance(event, ReloadRejected)
+    assert event.errors >= 1
+    assert {d.code for d in event.diagnostics if d.severity == "error"} >= {"PC101"}
+    assert server.applied == []
+    assert reloader.filter.notebooks is None  # any notebook may be the fix
+
+    edit_file(project, "peach.yaml", "methd: hello}", "method: hello}")
+    event = asyncio.run(reloader.reload({"peach.yaml"}))
+    assert isinstance(event, ReloadSkipped) and event.recovered
+    assert "valid again" in event.message
+    assert server.applied == []
+
+
+def test_a_missing_conf_file_is_refused_with_a_message(project: Path, setup: Any) -> None:
+    server, reloader, events = setup
+    (project / "peach.yaml").unlink()
+    event = asyncio.run(reloader.reload({"peach.yaml"}))
+    assert isinstance(event, ReloadRejected)
+    assert event.problem and "peach" in event.problem
+    assert "still serving the previous version" in event.message
+    assert server.applied == []
+
+
+def test_a_component_that_failed_to_start_is_retried_on_the_next_save(
+    project: Path, setup: Any
+) -> None:
+    server, reloader, events = setup
+    served = dict(reloader.served.fingerprints)
+    server.fail = {"guarded/main": "init_guarded() raised RuntimeError: no"}
+    edit_cell(project, 'return "ready"', 'raise RuntimeError("no")')
+    event = asyncio.run(reloader.reload({"notebooks/Endpoints.ipynb"}))
+    assert isinstance(event, Reloaded)
+    assert event.failed == server.fail
+    failed = [e for e in events if isinstance(e, ReloadFailed)]
+    assert [e.key for e in failed] == ["guarded/main"]
+    assert "RuntimeError: no" in failed[0].message
+    # What serves is still the previous version of guarded/main.
+    assert reloader.served.fingerprints["guarded/main"] == served["guarded/main"]
+
+    server.fail = {}
+    edit_cell(project, 'raise RuntimeError("no")', 'return "steady"')
+    event = asyncio.run(reloader.reload({"notebooks/Endpoints.ipynb"}))
+    assert isinstance(event, Reloaded) and event.changes.restarted == ["guarded/main"]
+
+
+def test_the_loop_reloads_on_a_save_and_stops_on_its_event(project: Path, setup: Any) -> None:
+    server, reloader, events = setup
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(reloader.run(stop))
+        try:
+            async with asyncio.timeout(DEADLINE_S):
+                while not any(isinstance(e, Watching) for e in events):
+                    await asyncio.sleep(0.01)
+                edit_file(project, "helpers.py", '+ "!"', '+ "?"')
+                while not any(isinstance(e, Reloaded) for e in events):
+                    await asyncio.sleep(0.01)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, DEADLINE_S)
+
+    asyncio.run(scenario())
+    reloaded = [e for e in events if isinstance(e, Reloaded)]
+    assert len(reloaded) == 1
+    assert reloaded[0].files == ("helpers.py",)
+    assert reloaded[0].changes.restarted == ["loud/main"]
