@@ -150,3 +150,39 @@ def test_the_loop_reloads_on_a_save_and_stops_on_its_event(project: Path, setup:
     assert len(reloaded) == 1
     assert reloaded[0].files == ("helpers.py",)
     assert reloaded[0].changes.restarted == ["loud/main"]
+
+
+def test_a_save_during_a_reload_is_reloaded_after_it(project: Path, setup: Any) -> None:
+    server, reloader, events = setup
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+        original = server.apply_plan
+
+        async def slow_apply(plan: ProjectPlan) -> Change:
+            await release.wait()  # a slow init: the second save lands meanwhile
+            return await original(plan)
+
+        server.apply_plan = slow_apply
+        stop = asyncio.Event()
+        task = asyncio.create_task(reloader.run(stop))
+        try:
+            async with asyncio.timeout(DEADLINE_S):
+                while not any(isinstance(e, Watching) for e in events):
+                    await asyncio.sleep(0.01)
+                edit_cell(project, '"v1"', '"v2"')
+                while not any(isinstance(e, ReloadStarted) for e in events):
+                    await asyncio.sleep(0.01)
+                edit_file(project, "helpers.py", '+ "!"', '+ "?"')
+                # Not for the outcome: lets the watcher record the save while the reload waits.
+                await asyncio.sleep(0.2)
+                release.set()
+                while sum(isinstance(e, Reloaded) for e in events) < 2:
+                    await asyncio.sleep(0.01)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, DEADLINE_S)
+
+    asyncio.run(scenario())
+    reloaded = [e for e in events if isinstance(e, Reloaded)]
+    assert [e.changes.restarted for e in reloaded] == [["hello/main"], ["loud/main"]]
