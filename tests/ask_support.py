@@ -52,6 +52,7 @@ ROUTES = {
 }
 PEACH_HEADERS = {"X-Peach-Component": "main", "X-Peach-Replica": "main-0"}
 WAIT_LIMIT_S = 10.0
+DURATION = r"(?:\d+ ms|\d+\.\d\d s)"  # how the summary writes a duration
 
 
 @dataclass
