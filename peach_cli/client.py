@@ -361,12 +361,15 @@ def translate_error(
                 )
             if isinstance(cause, ConnectionRefusedError):
                 break
+            if isinstance(cause, OSError) and cause.strerror:
+                return ServerUnreachable(f"cannot connect to {address}: {cause.strerror}")
         text = str(error)
         if "SSL" in text or "CERTIFICATE" in text:
             return TLSFailed(f"TLS with {address} failed: {text}")
         if "Name or service not known" in text or "nodename nor servname" in text:
             return HostNotFound(f"cannot resolve host {urlsplit(url).hostname!r} ({text})")
-        return ServerUnreachable(f"is `peach dev` running on {address}? (connection refused)")
+        server = "`peach dev`" if _is_local(url) else "the server"
+        return ServerUnreachable(f"is {server} running on {address}? (connection refused)")
     if isinstance(error, httpx.ReadError | httpx.RemoteProtocolError | httpx.CloseError):
         if in_body:
             return StreamCut(f"{address} closed the connection before the end of the response")
@@ -382,6 +385,11 @@ def translate_error(
     if isinstance(error, httpx.TooManyRedirects):
         return BadResponse(f"{address} redirected too many times")
     return BadResponse(f"request to {address} failed: {error}")
+
+
+def _is_local(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 def _ssl_reason(error: ssl.SSLError) -> str:

@@ -158,7 +158,12 @@ def test_translation_picks_the_specific_cause():
         except httpx.ConnectError as error:
             return translate_error(error, url="http://h:1/a", timeout_s=5, in_body=False)
 
-    assert isinstance(connect_error(ConnectionRefusedError(111, "refused")), ServerUnreachable)
+    refused = connect_error(ConnectionRefusedError(111, "refused"))
+    assert isinstance(refused, ServerUnreachable)
+    assert refused.message == "is the server running on h:1? (connection refused)"
+    unreachable = connect_error(OSError(101, "Network is unreachable"))
+    assert isinstance(unreachable, ServerUnreachable)
+    assert unreachable.message == "cannot connect to h:1: Network is unreachable"
     assert isinstance(connect_error(socket.gaierror(-2, "Name or service not known")), HostNotFound)
     assert isinstance(connect_error(ssl.SSLError(1, "WRONG_VERSION_NUMBER")), TLSFailed)
     cut = translate_error(
