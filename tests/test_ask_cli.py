@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import threading
 
 import pytest
 from ask_support import (
@@ -371,6 +373,33 @@ def test_stream_cut_by_the_server_exits_7(server):
     lines = result.stderr.splitlines()
     assert "2 chunks" in lines[0]
     assert "closed the connection before the end of the response" in lines[1]
+
+
+def test_an_answer_that_is_not_http_exits_9():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(20)
+    port = listener.getsockname()[1]
+
+    def answer_garbage():
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+
+    thread = threading.Thread(target=answer_garbage, daemon=True)
+    thread.start()
+    try:
+        result = ask(f"http://127.0.0.1:{port}/answer")
+    finally:
+        listener.close()
+        thread.join(timeout=5)
+    assert result.code == 9, result.stderr
+    assert f"127.0.0.1:{port}" in one_line(result.stderr)
 
 
 def test_not_found_on_a_dev_server_lists_endpoints_and_guesses(server):
