@@ -373,7 +373,9 @@ def translate_error(
     if isinstance(error, httpx.ReadError | httpx.RemoteProtocolError | httpx.CloseError):
         if in_body:
             return StreamCut(f"{address} closed the connection before the end of the response")
-        return BadResponse(f"{address} closed the connection without answering ({error})")
+        if isinstance(error, httpx.RemoteProtocolError) and "disconnected" not in str(error):
+            return BadResponse(f"{address} did not answer in HTTP ({error})")
+        return BadResponse(f"{address} closed the connection without answering")
     if isinstance(error, httpx.WriteError):
         return BadResponse(f"{address} closed the connection while the request was sent")
     if isinstance(error, httpx.UnsupportedProtocol | httpx.InvalidURL):

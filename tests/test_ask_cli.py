@@ -399,7 +399,7 @@ def test_an_answer_that_is_not_http_exits_9():
         listener.close()
         thread.join(timeout=5)
     assert result.code == 9, result.stderr
-    assert f"127.0.0.1:{port}" in one_line(result.stderr)
+    assert f"127.0.0.1:{port} did not answer in HTTP" in one_line(result.stderr)
 
 
 def test_not_found_on_a_dev_server_lists_endpoints_and_guesses(server):
