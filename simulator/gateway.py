@@ -30,7 +30,7 @@ from peach_cli.contract import Answer, Attempt, CallResult, ContractError, Reque
 from peach_cli.plan import EndpointSpec
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.pool import ReplicaPool, Unavailable
-from simulator.replica import ReplicaGone
+from simulator.replica import ReplicaGone, ReplicaStream
 
 STREAMING_KINDS = frozenset({"generator", "async_generator"})
 INTERNAL_PREFIX = "/_peach/"
@@ -244,60 +244,50 @@ class Gateway:
     ) -> None:
         endpoint = route.endpoint
         component = endpoint.primary
+        opening = asyncio.ensure_future(pool.open_stream(params))
+        disconnect = asyncio.ensure_future(_wait_disconnect(receive))
+        await asyncio.wait((opening, disconnect), return_when=asyncio.FIRST_COMPLETED)
+        if not opening.done():  # the client left before the stream started
+            opening.cancel()
+            await asyncio.gather(opening, return_exceptions=True)
+            self._log_stream(scope, endpoint, None, started, 499, "client disconnected")
+            return
+        disconnect.cancel()
         try:
-            replica, chunks = await pool.stream(params)
+            chunks = opening.result()
         except Unavailable as error:
             answer = contract.error_answer("unavailable", str(error), component=component)
             await self._send_answer(send, answer, scope, endpoint, started)
             return
-        iterator = chunks.__aiter__()
-        first_chunk = asyncio.ensure_future(_next(iterator))
-        disconnect = asyncio.ensure_future(_wait_disconnect(receive))
-        await asyncio.wait((first_chunk, disconnect), return_when=asyncio.FIRST_COMPLETED)
-        if not first_chunk.done():  # the client left before the first chunk
-            first_chunk.cancel()
-            await asyncio.gather(first_chunk, return_exceptions=True)
-            await chunks.aclose()  # type: ignore[attr-defined]
-            self._log_stream(scope, endpoint, replica.id, started, 499, "client disconnected")
-            return
-        disconnect.cancel()
-        first: bytes | None = None
-        try:
-            first = first_chunk.result()
-        except StopAsyncIteration:
-            first = None
         except ContractError as error:
-            answer = contract.error_answer(
-                error.code, error.message, component=component, replica=replica.id
-            )
+            answer = contract.error_answer(error.code, error.message, component=component)
             await self._send_answer(send, answer, scope, endpoint, started)
             return
         except ReplicaGone as error:
-            answer = contract.error_answer(
-                "method_error", str(error), component=component, replica=replica.id
-            )
+            answer = contract.error_answer("method_error", str(error), component=component)
             await self._send_answer(send, answer, scope, endpoint, started)
             return
+        replica = chunks.replica.id
         outcome: dict[str, str | None] = {"error": None}
         headers = {
             "content-type": pool.spec.media_type,
             "cache-control": "no-cache",
             "x-accel-buffering": "no",
             contract.COMPONENT_HEADER: component,
-            contract.REPLICA_HEADER: replica.id,
+            contract.REPLICA_HEADER: replica,
         }
-        response = StreamingResponse(_relay(first, iterator, outcome), headers=headers)
+        response = StreamingResponse(_relay(chunks, outcome), headers=headers)
         try:
             await response(scope, receive, send)
         finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
-            self._log_stream(scope, endpoint, replica.id, started, 200, outcome["error"])
+            await chunks.aclose()
+            self._log_stream(scope, endpoint, replica, started, 200, outcome["error"])
 
     def _log_stream(
         self,
         scope: dict[str, Any],
         endpoint: EndpointSpec,
-        replica: str,
+        replica: str | None,
         started: float,
         status: int,
         error: str | None,
@@ -367,24 +357,13 @@ class Gateway:
         )
 
 
-async def _relay(
-    first: bytes | None, chunks: AsyncIterator[bytes], outcome: dict[str, str | None]
-) -> AsyncIterator[bytes]:
-    """The stream's chunks after the first; a replica that dies ends the stream."""
-    if first is None:
-        return
-    yield first
+async def _relay(chunks: ReplicaStream, outcome: dict[str, str | None]) -> AsyncIterator[bytes]:
+    """The stream's chunks; a replica that dies ends the stream (and is logged)."""
     try:
         async for chunk in chunks:
             yield chunk
     except ReplicaGone as error:
         outcome["error"] = str(error)
-    except ContractError as error:
-        outcome["error"] = f"{error.code}: {error.message}"
-
-
-async def _next(iterator: AsyncIterator[bytes]) -> bytes:
-    return await iterator.__anext__()
 
 
 def _too_large(limit: int, size: int | None = None) -> ContractError:

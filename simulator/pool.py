@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 from peach_cli.contract import Attempt, CallResult, RequestParams
 from peach_cli.plan import ComponentSpec
 from simulator.events import Event, ReplicaState
-from simulator.replica import Replica
+from simulator.replica import Replica, ReplicaStream
 
 STARTUP_WAIT_S = 60.0
 """How long a request waits for a replica that is starting or restarting."""
@@ -128,10 +128,11 @@ class ReplicaPool:
         attempt.replica = replica.id
         return await replica.call(params)
 
-    async def stream(self, params: RequestParams) -> tuple[Replica, AsyncIterator[bytes]]:
-        """Pick a replica and open a stream on it (raises ``Unavailable``)."""
+    async def open_stream(self, params: RequestParams) -> ReplicaStream:
+        """Open a stream on the best replica (raises ``Unavailable``, ``ContractError``,
+        ``ReplicaGone``)."""
         replica = await self.acquire()
-        return replica, replica.stream(params)
+        return await replica.open_stream(params)
 
     @property
     def outstanding(self) -> int:

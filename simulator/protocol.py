@@ -18,6 +18,7 @@ Replica → gateway::
     ("ready", 0, {"method_kind", "pid"})               init done, serving
     ("init_error", 0, {"message", "details"})          init raised; the process exits
     ("result", id, CallResult fields as a tuple)
+    ("started", id, None)                              the stream is bound and running
     ("chunk", id, bytes)                               one yielded chunk
     ("end", id, None)                                  the stream is over
     ("stream_error", id, {"code", "message"})          the stream could not start

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,50 @@ def _worker_env() -> dict[str, str]:
     here = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     return env
+
+
+class ReplicaStream:
+    """The chunks of one stream from a replica; ``aclose()`` stops it in the replica."""
+
+    def __init__(
+        self,
+        replica: Replica,
+        channel: FrameProtocol,
+        request_id: int,
+        queue: asyncio.Queue[tuple[str, Any]],
+    ) -> None:
+        self.replica = replica
+        self._channel = channel
+        self._request_id = request_id
+        self._queue = queue
+        self._released = False
+
+    def __aiter__(self) -> ReplicaStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._released:
+            raise StopAsyncIteration
+        try:
+            kind, data = await self._queue.get()
+        except BaseException:  # cancelled: the caller went away
+            self.release(finished=False)
+            raise
+        if kind == "chunk":
+            return data  # type: ignore[no-any-return]
+        self.release(finished=True)
+        if kind == "end":
+            raise StopAsyncIteration
+        raise ReplicaGone(data)
+
+    def release(self, *, finished: bool) -> None:
+        """Forget the stream (telling the replica to close it unless it ended)."""
+        if not self._released:
+            self._released = True
+            self.replica._stream_done(self._request_id, self._channel, finished)
+
+    async def aclose(self) -> None:
+        self.release(finished=False)
 
 
 class Replica:
@@ -237,11 +281,12 @@ class Replica:
             self._calls.pop(request_id, None)
             self._end()
 
-    async def stream(self, params: RequestParams) -> AsyncIterator[bytes]:
-        """The replica's chunks as they come; closing this iterator closes the generator.
+    async def open_stream(self, params: RequestParams) -> ReplicaStream:
+        """Start a stream; return its chunks once the replica has bound the call.
 
         Raises ``ContractError`` when the stream cannot start (a binding error) and
-        ``ReplicaGone`` when the process dies mid-stream.
+        ``ReplicaGone`` when the process dies first. Cancelling this call, or closing the
+        returned stream, closes the user's generator in the replica.
         """
         channel = self._channel
         if channel is None:
@@ -250,27 +295,25 @@ class Replica:
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._streams[request_id] = queue
         self._begin()
-        finished = False
+        stream = ReplicaStream(self, channel, request_id, queue)
         try:
             channel.send("stream", request_id, (params.query, params.body))
-            while True:
-                kind, data = await queue.get()
-                if kind == "chunk":
-                    yield data
-                elif kind == "end":
-                    finished = True
-                    return
-                elif kind == "stream_error":
-                    finished = True
-                    raise ContractError(data["code"], data["message"])
-                else:  # "gone"
-                    finished = True
-                    raise ReplicaGone(data)
-        finally:
-            self._streams.pop(request_id, None)
-            if not finished:
-                channel.send("cancel", request_id, None)
-            self._end()
+            kind, data = await queue.get()
+        except BaseException:
+            stream.release(finished=False)
+            raise
+        if kind == "started":
+            return stream
+        stream.release(finished=True)
+        if kind == "stream_error":
+            raise ContractError(data["code"], data["message"])
+        raise ReplicaGone(data)
+
+    def _stream_done(self, request_id: int, channel: FrameProtocol, finished: bool) -> None:
+        self._streams.pop(request_id, None)
+        if not finished:
+            channel.send("cancel", request_id, None)
+        self._end()
 
     async def ping(self, timeout_s: float = 2.0) -> dict[str, Any] | None:
         channel = self._channel
@@ -296,7 +339,7 @@ class Replica:
             future = self._calls.get(request_id)
             if future is not None and not future.done():
                 future.set_result(CallResult(*payload))
-        elif kind in ("chunk", "end", "stream_error"):
+        elif kind in ("chunk", "end", "started", "stream_error"):
             queue = self._streams.get(request_id)
             if queue is not None:
                 queue.put_nowait((kind, payload))

@@ -217,16 +217,22 @@ class Worker:
         runner = self.runner
         assert runner is not None
         send = self.channel.send
-        chunks = runner.stream(RequestParams(*params))
         try:
-            async for chunk in chunks:
-                send("chunk", request_id, chunk)
+            chunks = await runner.open_stream(RequestParams(*params))
         except ContractError as error:
             send("stream_error", request_id, {"code": error.code, "message": error.message})
             return
+        except Exception as error:  # noqa: BLE001 - report it, never hang the gateway
+            message = f"{type(error).__name__}: {error}"
+            send("stream_error", request_id, {"code": "method_error", "message": message})
+            return
+        send("started", request_id, None)
+        try:
+            async for chunk in chunks:
+                send("chunk", request_id, chunk)
         except Exception as error:  # noqa: BLE001 - end the stream, never hang the gateway
             logging.getLogger("peach.worker").error(
-                "stream failed: %s: %s", type(error).__name__, error
+                "the stream failed: %s: %s", type(error).__name__, error
             )
         finally:
             await chunks.aclose()

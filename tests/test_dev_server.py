@@ -57,6 +57,10 @@ endpoints:
     url: /stream
     components:
       main: {notebook: nb.ipynb, method: words}
+  held:
+    url: /held
+    components:
+      main: {notebook: nb.ipynb, method: held}
 """
 SMALL_CELLS = [
     'import os\n\ndef init_state():\n    return {"pid": os.getpid()}\n\n'
@@ -67,6 +71,10 @@ SMALL_CELLS = [
     "import asyncio, pathlib\n\nasync def words(marker: str = ''):\n    try:\n"
     '        yield "first\\n"\n        await asyncio.sleep(60)\n        yield "never\\n"\n'
     "    finally:\n        if marker:\n            pathlib.Path(marker).write_text('closed')\n",
+    "import asyncio, os, pathlib\n\nasync def held(gate: str, marker: str):\n    try:\n"
+    "        for _ in range(3000):\n            if os.path.exists(gate):\n                break\n"
+    '            await asyncio.sleep(0.01)\n        yield "released\\n"\n'
+    "    finally:\n        pathlib.Path(marker).write_text('closed')\n",
 ]
 
 
@@ -193,6 +201,7 @@ def test_routes_and_health(peach_dev, small_project):
         "hello/main",
         "slow/main",
         "stream/main",
+        "held/main",
     }
     routes = httpx.get(f"{dev.url}/_peach/routes", timeout=20).json()
     assert routes["codops"] == "small"
@@ -206,6 +215,32 @@ def test_routes_and_health(peach_dev, small_project):
     assert by_url["/stream"]["streams"] is True
 
 
+def test_stream_headers_come_before_the_first_chunk(peach_dev, small_project, tmp_path):
+    dev = peach_dev(small_project)
+    gate, marker = tmp_path / "gate", tmp_path / "marker"
+    params = {"stream": "1", "gate": str(gate), "marker": str(marker)}
+    with httpx.Client(base_url=dev.url, timeout=20) as client:
+        with client.stream("GET", "/held", params=params) as response:
+            # Headers are here while the generator has not yielded anything yet.
+            assert response.status_code == 200
+            assert response.headers["x-peach-replica"] == "held/main#1"
+            gate.write_text("go")
+            assert response.read() == b"released\n"
+    wait_until(marker.exists, what="the generator to finish")
+
+
+def test_disconnect_before_the_first_chunk_closes_the_generator(peach_dev, small_project, tmp_path):
+    dev = peach_dev(small_project)
+    gate, marker = tmp_path / "never", tmp_path / "marker"
+    params = {"stream": "1", "gate": str(gate), "marker": str(marker)}
+    with httpx.Client(base_url=dev.url, timeout=20) as client:
+        with client.stream("GET", "/held", params=params) as response:
+            assert response.status_code == 200
+            assert not marker.exists()
+    wait_until(marker.exists, what="the generator's finally")
+    dev.wait_for_output(r"GET /held 200 main held/main#1 .* stream")
+
+
 # -- shutdown -----------------------------------------------------------------------------
 
 
@@ -213,7 +248,7 @@ def test_ctrl_c_closes_streams_and_stops_every_replica(peach_dev, small_project,
     dev = peach_dev(small_project)
     dev.wait_ready()
     pids = list(dev.worker_pids)
-    assert len(pids) == 3 and all(alive(pid) for pid in pids)
+    assert len(pids) == 4 and all(alive(pid) for pid in pids)
     marker = tmp_path / "marker"
     with httpx.Client(base_url=dev.url, timeout=20) as client:
         with client.stream(
@@ -259,17 +294,14 @@ def test_apply_plan_restarts_only_changed_components(tmp_path, small_project):
                     chunks = response.aiter_raw()
                     assert await chunks.__anext__() == b"first\n"
                     # Change only the slow endpoint's code, then apply the new plan.
-                    cells = [
-                        SMALL_CELLS[0],
-                        SMALL_CELLS[1].replace('"done"', '"changed"'),
-                        SMALL_CELLS[2],
-                    ]
+                    cells = list(SMALL_CELLS)
+                    cells[1] = cells[1].replace('"done"', '"changed"')
                     write_project(small_project, None, {"nb.ipynb": cells})
                     new_plan, _ = build_plan(small_project)
                     assert new_plan is not None
                     change = await server.apply_plan(new_plan)
                     assert change.started == ["slow/main"]
-                    assert sorted(change.kept) == ["hello/main", "stream/main"]
+                    assert sorted(change.kept) == ["held/main", "hello/main", "stream/main"]
                     assert not marker.exists()  # the kept stream component was not touched
                 after = await client.get("/slow?seconds=0")
                 assert after.json()["result"] == "changed"
@@ -299,11 +331,8 @@ def test_apply_plan_lets_in_flight_streams_finish_on_retired_replicas(tmp_path, 
                 async with client.stream("GET", f"/stream?stream=1&marker={marker}") as response:
                     chunks = response.aiter_raw()
                     assert await chunks.__anext__() == b"first\n"
-                    cells = [
-                        SMALL_CELLS[0],
-                        SMALL_CELLS[1],
-                        SMALL_CELLS[2].replace("first", "second"),
-                    ]
+                    cells = list(SMALL_CELLS)
+                    cells[2] = cells[2].replace("first", "second")
                     write_project(small_project, None, {"nb.ipynb": cells})
                     new_plan, _ = build_plan(small_project)
                     assert new_plan is not None
