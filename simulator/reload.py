@@ -505,10 +505,10 @@ class Reloader:
         result = await self.server.apply_plan(plan)
         failed: dict[str, str] = dict(getattr(result, "failed", {}) or {})
         served = snapshot
-        for key, error in failed.items():
+        for key, message in failed.items():
             if key in self.served.fingerprints:  # the previous version still serves
                 served = served.replace(key, self.served)
-                self.emit(ReloadFailed(key, error))
+                self.emit(ReloadFailed(key, message))
         self.served = served
         event = Reloaded(
             changed,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -180,7 +180,7 @@ async def awatch_project(
     debounce_ms: int = DEBOUNCE_MS,
     step_ms: int = STEP_MS,
     **options: Any,
-) -> AsyncIterator[set[str]]:
+) -> AsyncGenerator[set[str], None]:
     """The asynchronous ``watch_project``: stops when ``stop_event`` (an asyncio or anyio
     event) is set or when the consuming task is cancelled."""
     async for changes in awatch(
