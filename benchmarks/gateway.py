@@ -1,6 +1,7 @@
 """How much `peach dev` adds over a bare Starlette app on uvicorn, measured in the same run.
 
-Both servers serve the same trivial function and the same stream; each runs alone while it
+Both servers serve the same trivial function (as ``def`` — run in a replica thread, as the
+platform does — and as ``async def``) and the same stream; each runs alone while it
 is measured, on the same uvicorn settings (httptools, uvloop when installed):
 
 * latency: sequential requests on one keep-alive connection, median and p99;
@@ -35,13 +36,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CHUNKS = 20
+SYNC_PATH = "/hello?name=bench"
+ASYNC_PATH = "/hello-async?name=bench"
 CHUNK_GAP_S = 0.02
 
-TRIVIAL_SOURCE = '''\
+TRIVIAL_SOURCE = """\
 def hello(name: str = "world"):
     return {"hello": name}
-'''
-STREAM_SOURCE = '''\
+
+
+async def hello_async(name: str = "world"):
+    return {"hello": name}
+"""
+STREAM_SOURCE = """\
 import asyncio
 import time
 
@@ -50,9 +57,9 @@ async def ticks(count: int = 20, gap: float = 0.02):
     for index in range(count):
         await asyncio.sleep(gap)
         yield f"{index} {time.time():.6f}\\n"
-'''
+"""
 
-BARE_APP = f'''\
+BARE_APP = f"""\
 import asyncio, time
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
@@ -66,14 +73,25 @@ async def hello_route(request):
     return JSONResponse({{"result": hello(name), "status": "ok"}})
 
 
+async def hello_async_route(request):
+    name = request.query_params.get("name", "world")
+    return JSONResponse({{"result": await hello_async(name), "status": "ok"}})
+
+
 async def stream_route(request):
     count = int(request.query_params.get("count", "20"))
     gap = float(request.query_params.get("gap", "0.02"))
     return StreamingResponse(ticks(count, gap), media_type="text/plain; charset=utf-8")
 
 
-app = Starlette(routes=[Route("/hello", hello_route), Route("/ticks", stream_route)])
-'''
+app = Starlette(
+    routes=[
+        Route("/hello", hello_route),
+        Route("/hello-async", hello_async_route),
+        Route("/ticks", stream_route),
+    ]
+)
+"""
 
 CONF = """\
 codops: bench
@@ -82,6 +100,10 @@ endpoints:
     url: /hello
     components:
       main: {notebook: Bench.ipynb, method: hello}
+  hello_async:
+    url: /hello-async
+    components:
+      main: {notebook: Bench.ipynb, method: hello_async}
   ticks:
     url: /ticks
     components:
@@ -179,16 +201,24 @@ def start_peach(folder: Path) -> Server:
     project.mkdir()
     (project / "peach.yaml").write_text(CONF)
     (project / "Bench.ipynb").write_text(notebook(TRIVIAL_SOURCE, STREAM_SOURCE))
-    command = [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0", "--no-reload"]
+    command = [
+        sys.executable,
+        "-m",
+        "peach_cli.cli",
+        "dev",
+        str(project),
+        "--port",
+        "0",
+        "--no-reload",
+    ]
     return Server("peach dev", command, REPO, folder / "peach.log")
 
 
 # -- measurements -------------------------------------------------------------------------
 
 
-def measure_latency(server: Server, requests: int) -> list[float]:
+def measure_latency(server: Server, requests: int, path: str) -> list[float]:
     connection = http.client.HTTPConnection(server.host, server.port, timeout=10)
-    path = "/hello?name=bench"
     for _ in range(min(200, requests)):
         connection.request("GET", path)
         connection.getresponse().read()
@@ -204,9 +234,9 @@ def measure_latency(server: Server, requests: int) -> list[float]:
     return samples
 
 
-async def _client(host: str, port: int, stop_at: float, counts: list[int]) -> None:
+async def _client(host: str, port: int, path: str, stop_at: float, counts: list[int]) -> None:
     reader, writer = await asyncio.open_connection(host, port)
-    request = f"GET /hello?name=bench HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
     done = 0
     try:
         while time.perf_counter() < stop_at:
@@ -221,12 +251,15 @@ async def _client(host: str, port: int, stop_at: float, counts: list[int]) -> No
         writer.close()
 
 
-def measure_throughput(server: Server, clients: int, seconds: float) -> float:
+def measure_throughput(server: Server, clients: int, seconds: float, path: str) -> float:
     async def run() -> float:
         counts: list[int] = []
         began = time.perf_counter()
         await asyncio.gather(
-            *(_client(server.host, server.port, began + seconds, counts) for _ in range(clients))
+            *(
+                _client(server.host, server.port, path, began + seconds, counts)
+                for _ in range(clients)
+            )
         )
         return sum(counts) / (time.perf_counter() - began)
 
@@ -274,15 +307,23 @@ def run_all(options: argparse.Namespace) -> dict[str, dict[str, float]]:
             server = start(folder)
             try:
                 server.wait_ready()
-                latency = measure_latency(server, options.requests)
-                throughput = measure_throughput(server, options.clients, options.seconds)
+                sync = measure_latency(server, options.requests, SYNC_PATH)
+                asynchronous = measure_latency(server, options.requests, ASYNC_PATH)
+                throughput = measure_throughput(server, options.clients, options.seconds, SYNC_PATH)
+                async_throughput = measure_throughput(
+                    server, options.clients, options.seconds, ASYNC_PATH
+                )
+                measure_stream(server, 1)  # warm-up: first-use imports and code paths
                 delays, received, merged = measure_stream(server, options.stream_rounds)
             finally:
                 server.stop()
             results[name] = {
-                "median_ms": statistics.median(latency) * 1000,
-                "p99_ms": percentile(latency, 0.99) * 1000,
+                "median_ms": statistics.median(sync) * 1000,
+                "p99_ms": percentile(sync, 0.99) * 1000,
                 "rps": throughput,
+                "async_median_ms": statistics.median(asynchronous) * 1000,
+                "async_p99_ms": percentile(asynchronous, 0.99) * 1000,
+                "async_rps": async_throughput,
                 "chunk_median_ms": statistics.median(delays) * 1000,
                 "chunk_p99_ms": percentile(delays, 0.99) * 1000,
                 "chunks": received,
@@ -294,23 +335,27 @@ def run_all(options: argparse.Namespace) -> dict[str, dict[str, float]]:
 def report(results: dict[str, dict[str, float]], clients: int) -> bool:
     bare, peach = results["bare"], results["peach dev"]
     rows = [
-        ("median latency", "median_ms", "ms"),
-        ("p99 latency", "p99_ms", "ms"),
-        (f"throughput ({clients} clients)", "rps", "req/s"),
+        ("def: median latency", "median_ms", "ms"),
+        ("def: p99 latency", "p99_ms", "ms"),
+        (f"def: throughput ({clients} clients)", "rps", "req/s"),
+        ("async def: median latency", "async_median_ms", "ms"),
+        ("async def: p99 latency", "async_p99_ms", "ms"),
+        (f"async def: throughput ({clients} clients)", "async_rps", "req/s"),
         ("chunk yield→receive median", "chunk_median_ms", "ms"),
         ("chunk yield→receive p99", "chunk_p99_ms", "ms"),
     ]
-    print(f"{'':34} {'bare':>12} {'peach dev':>12} {'ratio':>8}")
+    print(f"{'':38} {'bare':>12} {'peach dev':>12} {'ratio':>8}")
     for label, key, unit in rows:
         ratio = peach[key] / bare[key] if bare[key] else float("inf")
-        print(f"{label:34} {bare[key]:>9.2f} {unit:<2} {peach[key]:>9.2f} {unit:<2} {ratio:>7.2f}×")
+        print(f"{label:38} {bare[key]:>9.2f} {unit:<2} {peach[key]:>9.2f} {unit:<2} {ratio:>7.2f}×")
     print(
-        f"{'chunks received / reads merged':34} {bare['chunks']:>6.0f}/{bare['merged']:<5.0f}"
+        f"{'chunks received / reads merged':38} {bare['chunks']:>6.0f}/{bare['merged']:<5.0f}"
         f" {peach['chunks']:>6.0f}/{peach['merged']:<5.0f}"
     )
     checks = [
-        ("median ≤ 2× bare", peach["median_ms"] <= 2 * bare["median_ms"]),
-        (f"≥ 1,000 req/s with {clients} clients", peach["rps"] >= 1000),
+        ("def: median ≤ 2× bare", peach["median_ms"] <= 2 * bare["median_ms"]),
+        ("async def: median ≤ 2× bare", peach["async_median_ms"] <= 2 * bare["async_median_ms"]),
+        (f"def: ≥ 1,000 req/s with {clients} clients", peach["rps"] >= 1000),
         ("first chunk ≤ 5 ms after the yield (median)", peach["chunk_median_ms"] <= 5),
         ("no two yields merged", peach["merged"] == 0),
     ]
