@@ -33,6 +33,7 @@ from simulator.events import (
     ReplicaState,
 )
 from simulator.protocol import Frame, FrameProtocol
+from simulator.spare import take_spare
 
 HEALTH_INTERVAL_S = 1.0
 STOP_TIMEOUT_S = 3.0
@@ -172,25 +173,29 @@ class Replica:
 
     async def _spawn(self) -> None:
         loop = asyncio.get_running_loop()
-        parent_end, child_end = socket.socketpair()
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *_worker_command(),
-                "--fd",
-                str(child_end.fileno()),
-                pass_fds=(child_end.fileno(),),
-                cwd=str(self.root),
-                env=_worker_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-        except OSError as error:
-            parent_end.close()
-            self._set_state(ReplicaState.UNHEALTHY, error=f"could not start a replica: {error}")
-            return
-        finally:
-            child_end.close()
+        spare = take_spare(self.root)  # started ahead of need when hot reload is on
+        if spare is not None:
+            process, parent_end = spare
+        else:
+            parent_end, child_end = socket.socketpair()
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *_worker_command(),
+                    "--fd",
+                    str(child_end.fileno()),
+                    pass_fds=(child_end.fileno(),),
+                    cwd=str(self.root),
+                    env=_worker_env(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            except OSError as error:
+                parent_end.close()
+                self._set_state(ReplicaState.UNHEALTHY, error=f"could not start a replica: {error}")
+                return
+            finally:
+                child_end.close()
         self._process = process
         self.pid = process.pid
         channel = FrameProtocol(self._on_frame, lambda exc: self._on_lost(process))

@@ -29,7 +29,7 @@ import uvicorn
 
 from peach_cli.errors import PeachError
 from peach_cli.plan import ComponentSpec, ProjectPlan
-from simulator.events import Event
+from simulator.events import Event, ReplicaState
 from simulator.gateway import Gateway, Route, RoutingTable
 from simulator.pool import ReplicaPool
 
@@ -51,6 +51,9 @@ class PlanChange:
     kept: list[str] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)
     """Components no longer in the plan or replaced (drained, then stopped)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Changed components whose new replicas could not start, with the error: their
+    previous replicas keep serving."""
     seconds: float = 0.0
 
 
@@ -240,13 +243,16 @@ class DevServer:
 
         Changed and new components get new pools, started before the switch; unchanged ones
         keep their replicas and state. The routing table is swapped at once; requests and
-        streams that began before finish on the old replicas, which are then stopped.
+        streams that began before finish on the old replicas, which are then stopped. A
+        changed component whose new replicas do not become healthy keeps its old ones
+        (``PlanChange.failed`` says why).
         """
         assert self.gateway is not None, "start() first"
         began = time.perf_counter()
         change = PlanChange()
         old_table = self.gateway.table
         old_pools = dict(self._pools)
+        old_fingerprints = dict(self._fingerprints)
         pools: dict[str, ReplicaPool] = {}
         fresh: list[ReplicaPool] = []
         self.plan = new_plan
@@ -262,6 +268,19 @@ class DevServer:
                 fresh.append(pool)
                 change.started.append(spec.key)
         await asyncio.gather(*(pool.start() for pool in fresh))
+        rejected: list[ReplicaPool] = []
+        for pool in [p for p in fresh if not _all_healthy(p)]:
+            # The new version cannot serve but the previous one can: keep it (on the
+            # platform the new replicas would stay unhealthy; the caller says so).
+            existing = old_pools.get(pool.key)
+            if existing is None or not any(r.serving for r in existing.replicas):
+                continue
+            pools[pool.key] = existing
+            self._fingerprints[pool.key] = old_fingerprints[pool.key]
+            change.started.remove(pool.key)
+            change.kept.append(pool.key)
+            change.failed[pool.key] = _start_error(pool)
+            rejected.append(pool)
         self._pools = pools
         self.gateway.table = self._table(new_plan, pools)
         kept = {id(pool) for pool in pools.values()}
@@ -271,6 +290,7 @@ class DevServer:
             task = asyncio.ensure_future(self._retire(old_table, retired))
             self._draining.add(task)
             task.add_done_callback(self._draining.discard)
+        await asyncio.gather(*(pool.stop() for pool in rejected))
         change.seconds = time.perf_counter() - began
         return change
 
@@ -293,6 +313,15 @@ def _consume(future: asyncio.Future[object]) -> None:
     """Retrieve a cancelled future's outcome, so asyncio does not log it at exit."""
     if not future.cancelled():
         future.exception()
+
+
+def _all_healthy(pool: ReplicaPool) -> bool:
+    return all(replica.state is ReplicaState.HEALTHY for replica in pool.replicas)
+
+
+def _start_error(pool: ReplicaPool) -> str:
+    errors = [r.error for r in pool.replicas if r.error]
+    return errors[0] if errors else "its replicas did not become healthy"
 
 
 class _QuietServer(uvicorn.Server):

@@ -8,7 +8,9 @@ hammers an endpoint: not one of its requests may fail.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -204,9 +206,6 @@ def test_a_stream_started_before_the_edit_finishes_on_the_old_code(
         assert b"".join(chunks) == b"s1 ends\n"
 
 
-@pytest.mark.xfail(
-    reason="DevServer.apply_plan does not keep the previous replicas yet", strict=True
-)
 def test_an_init_that_raises_after_an_edit_leaves_the_old_version_serving(
     served: Served, hammer: Callable[..., Hammer]
 ) -> None:
@@ -249,3 +248,50 @@ def test_a_helper_module_edit_reloads_only_the_components_importing_it(served: S
     assert count(served.dev, r"reloaded ") == 1
     assert served.result("/token") == token
     assert served.get("/hello").headers["x-peach-replica"] == hello_replica
+
+
+def children(pid: int) -> set[int]:
+    """The direct child processes of ``pid`` (Linux)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
+def test_no_replica_or_spare_process_outlives_peach_dev(served: Served, how: str) -> None:
+    """With reload on, a spare replica process waits for the next reload; it goes with
+    the server, whether the server stops or is killed."""
+    pid = served.dev.process.pid
+
+    def idle_spares() -> set[int]:
+        health = served.dev.wait_ready()
+        replicas = {r["pid"] for c in health["components"] for r in c["replicas"]}
+        return children(pid) - replicas
+
+    first = poll(idle_spares, "a spare replica process")
+    edit_cell(served.project, '"v1"', '"v2"')
+    served.wait_result("/hello", "v2 hello world")
+    # The reload took the spare (its pid now serves /hello) and a new one replaces it.
+    health = served.get("/_peach/health").json()
+    hello = [c for c in health["components"] if c["component"] == "hello/main"]
+    assert {r["pid"] for r in hello[0]["replicas"]} <= first, health
+    second = poll(lambda: idle_spares() - first, "a new spare after the reload")
+    everything = first | second | children(pid)
+    if how == "ctrl-c":
+        assert served.dev.stop() == 0
+    else:
+        os.kill(pid, signal.SIGKILL)
+        served.dev.process.wait(timeout=DEADLINE_S)
+    poll(lambda: not any(alive(p) for p in everything), "every child process to exit")
