@@ -22,13 +22,10 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
-import re
 import socket
 import ssl
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,14 +33,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from peach_cli.errors import ClientError, UsageError
+from peach_cli.ask_request import DEFAULT_TIMEOUT_S, AskRequest
+from peach_cli.errors import ClientError
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8000"
-_HOST_PORT = re.compile(r"^(localhost|[\w.-]+:\d+)(/|\?|$)")
 ROUTES_PATH = "/_peach/routes"
-DEFAULT_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 10.0
-USER_AGENT = "peach-ask"
 
 
 class ServerUnreachable(ClientError):
@@ -114,196 +108,6 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (9, "the server's answer is not valid HTTP"),
     (130, "interrupted (Ctrl-C); what was printed is kept"),
 )
-
-
-# --------------------------------------------------------------------------- the request
-
-
-@dataclass(frozen=True)
-class AskRequest:
-    """One fully resolved request: what `peach ask` will send."""
-
-    method: str
-    url: str
-    params: tuple[tuple[str, str], ...] = ()
-    body: dict[str, Any] | None = None
-    headers: tuple[tuple[str, str], ...] = ()
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    stream: bool = False
-
-
-def resolve_url(target: str, base: str | None = None) -> str:
-    """The absolute URL for TARGET: a full URL as is, a path joined to ``base``.
-
-    ``base`` defaults to env ``PEACH_URL``, then ``http://127.0.0.1:8000``. A base with a
-    path (a route prefix) keeps it: ``resolve_url("/a", "http://h/zzebu") == "http://h/zzebu/a"``.
-    ``:9000/a`` is shorthand for ``http://127.0.0.1:9000/a``, and ``localhost:9000/a`` (a
-    host and port without a scheme) means ``http://localhost:9000/a``.
-    """
-    if "://" in target:
-        url = target
-    elif target.startswith(":"):
-        url = "http://127.0.0.1" + target
-    elif _HOST_PORT.match(target):
-        url = "http://" + target
-    else:
-        base_url = (base or os.environ.get("PEACH_URL") or DEFAULT_BASE_URL).strip()
-        if "://" not in base_url:
-            base_url = "http://" + base_url
-        check_url(base_url, what="--url")
-        url = base_url.rstrip("/") + "/" + target.lstrip("/")
-    check_url(url, what="TARGET")
-    return url
-
-
-def check_url(url: str, *, what: str) -> None:
-    """Raise UsageError unless ``url`` is an http(s) URL with a host."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as error:
-        raise UsageError(f"{what}: {url!r} is not a valid URL ({error})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(
-            f"{what}: {url!r} is not an http:// or https:// URL",
-            hint="give a path like /assistant, or a full URL like http://127.0.0.1:8000/assistant",
-        )
-
-
-def parse_items(items: Sequence[str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Split httpie-style items into body fields and query parameters.
-
-    ``KEY=VALUE`` is a string field, ``KEY:=JSON`` a raw JSON field, ``KEY==VALUE`` a query
-    parameter. The separator that comes first wins, so values may contain ``=``.
-    """
-    body: dict[str, Any] = {}
-    query: list[tuple[str, str]] = []
-    for item in items:
-        positions = [(item.find(sep), sep) for sep in (":=", "==", "=") if sep in item]
-        if not positions:
-            raise UsageError(
-                f"{item!r} is not KEY=VALUE, KEY:=JSON or KEY==VALUE",
-                hint='strings as query=hello, JSON as size:=5 or tags:=\'["a","b"]\'',
-            )
-        index, sep = min(positions, key=lambda pair: (pair[0], -len(pair[1])))
-        key, value = item[:index], item[index + len(sep) :]
-        if not key:
-            raise UsageError(f"{item!r} has no name before {sep!r}")
-        if sep == ":=":
-            try:
-                body[key] = json.loads(value)
-            except ValueError as error:
-                raise UsageError(f"{item!r}: the value after := is not JSON ({error})") from None
-        elif sep == "==":
-            query.append((key, value))
-        else:
-            body[key] = value
-    return body, query
-
-
-def load_json_body(source: str) -> Any:
-    """``--json``: a JSON text, or ``@path`` to read it from a file (``@-`` for stdin)."""
-    if source.startswith("@"):
-        path = source[1:]
-        try:
-            if path == "-":
-                text = sys.stdin.read()
-            else:
-                with open(path, encoding="utf-8") as handle:
-                    text = handle.read()
-        except OSError as error:
-            raise UsageError(f"--json {source}: cannot read it ({error.strerror})") from None
-    else:
-        text = source
-    try:
-        return json.loads(text)
-    except ValueError as error:
-        raise UsageError(f"--json: not valid JSON ({error})") from None
-
-
-def parse_headers(headers: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """``-H NAME:VALUE`` options as (name, value) pairs."""
-    pairs = []
-    for header in headers:
-        name, sep, value = header.partition(":")
-        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
-            raise UsageError(f"-H {header!r}: expected NAME:VALUE, like -H 'X-Request-Id: 42'")
-        pairs.append((name.strip(), value.strip()))
-    return tuple(pairs)
-
-
-def _query_value(value: Any) -> list[str]:
-    if isinstance(value, bool):
-        return ["true" if value else "false"]
-    if isinstance(value, list):
-        return [item for element in value for item in _query_value(element)]
-    if value is None:
-        return [""]
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, int | float):
-        return [json.dumps(value)]
-    return [json.dumps(value, separators=(",", ":"))]
-
-
-def build_request(
-    target: str,
-    items: Sequence[str] = (),
-    *,
-    base: str | None = None,
-    stream: bool = False,
-    get: bool = False,
-    json_body: str | None = None,
-    headers: Sequence[str] = (),
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> AskRequest:
-    """Resolve TARGET, items, ``--json``, ``--get`` and ``--stream`` into one AskRequest.
-
-    Without ``--get`` the fields travel as a JSON object body (POST); with it, or when
-    there is nothing to send, as the query string (GET). ``--stream`` adds ``stream=true``.
-    """
-    if timeout_s <= 0:
-        raise UsageError(f"--timeout must be more than 0 seconds, not {timeout_s:g}")
-    url = resolve_url(target, base)
-    fields, query = parse_items(items)
-    body: dict[str, Any] | None = None
-    if json_body is not None:
-        if get:
-            raise UsageError("--json sends a body; it cannot be combined with --get")
-        loaded = load_json_body(json_body)
-        if not isinstance(loaded, dict):
-            raise UsageError(
-                f"--json must be a JSON object (the endpoint's parameters), not {type(loaded).__name__}"
-            )
-        body = {**loaded, **fields}
-    elif fields and not get:
-        body = dict(fields)
-    if stream:
-        if body is None and not get:
-            body = {}
-        if body is not None:
-            body["stream"] = True
-    params = list(query)
-    if get:
-        params += [(key, text) for key, value in fields.items() for text in _query_value(value)]
-        if stream:
-            params.append(("stream", "true"))
-    extra = parse_headers(headers)
-    names = {name.lower() for name, _ in extra}
-    defaults = [("User-Agent", USER_AGENT)]
-    if stream:
-        # A compressed stream arrives in bursts: ask for the bytes as they are.
-        defaults.append(("Accept-Encoding", "identity"))
-    merged = tuple((n, v) for n, v in defaults if n.lower() not in names) + extra
-    return AskRequest(
-        method="POST" if body is not None else "GET",
-        url=url,
-        params=tuple(params),
-        body=body,
-        headers=merged,
-        timeout_s=timeout_s,
-        stream=stream,
-    )
 
 
 # --------------------------------------------------------------------------- errors

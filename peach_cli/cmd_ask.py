@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from peach_cli.ask_request import DEFAULT_TIMEOUT_S, build_request
 from peach_cli.framing import (
     JSON_LINES,
     PLAIN,
@@ -42,13 +43,10 @@ def run_ask(
     get: bool = False,
     json_body: str | None = None,
     headers: Sequence[str] = (),
-    timeout_s: float = 60.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     markdown: bool = False,
 ) -> int:
     """Run `peach ask`; return the exit code (errors are raised as ClientError/UsageError)."""
-    _skip_unused_imports()
-    from peach_cli.client import Client, build_request
-
     request = build_request(
         target,
         items,
@@ -59,6 +57,9 @@ def run_ask(
         headers=headers,
         timeout_s=timeout_s,
     )
+    _skip_unused_imports()
+    from peach_cli.client import Client
+
     tty = sys.stdout.isatty()
     try:
         with Client.for_request(request) as client:

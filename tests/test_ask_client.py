@@ -11,6 +11,7 @@ import pytest
 from ask_support import JSONL_CHUNKS, PLAIN_CHUNKS, ServerState, make_app, run_server
 
 from peach_cli import client as client_module
+from peach_cli.ask_request import build_request, parse_items, resolve_url
 from peach_cli.client import (
     EXIT_CODES,
     BadResponse,
@@ -23,9 +24,6 @@ from peach_cli.client import (
     ServerUnreachable,
     StreamCut,
     TLSFailed,
-    build_request,
-    parse_items,
-    resolve_url,
     translate_error,
 )
 from peach_cli.errors import UsageError
