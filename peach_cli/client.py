@@ -1,4 +1,4 @@
-"""The HTTP side of `peach ask`: build the request, send it, read the answer or its stream.
+"""The HTTP side of `peach ask`: send an AskRequest, read the answer or its stream.
 
 Everything httpx can raise is translated at one boundary (``translate_error``) into one of
 the exceptions below, each with its own exit code; the CLI renders them::
