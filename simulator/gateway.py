@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -31,48 +30,11 @@ from peach_cli.plan import EndpointSpec
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.pool import ReplicaPool, Unavailable
 from simulator.replica import ReplicaGone, ReplicaStream
+from simulator.routing import Route, RoutingTable
 
 STREAMING_KINDS = frozenset({"generator", "async_generator"})
 INTERNAL_PREFIX = "/_peach/"
 _JSON = (b"content-type", b"application/json")
-
-
-@dataclass(eq=False)
-class Route:
-    """One endpoint in one routing table: its spec and the pools serving its components."""
-
-    endpoint: EndpointSpec
-    pools: dict[str, ReplicaPool]
-    inflight: int = 0
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def __post_init__(self) -> None:
-        self.idle.set()
-
-    def enter(self) -> None:
-        self.inflight += 1
-        self.idle.clear()
-
-    def leave(self) -> None:
-        self.inflight -= 1
-        if self.inflight == 0:
-            self.idle.set()
-
-
-@dataclass(eq=False)
-class RoutingTable:
-    """What the gateway serves: replaced whole, never edited, when the plan changes."""
-
-    codops: str
-    timeout_s: float
-    routes: dict[str, Route]
-
-    def pools(self) -> list[ReplicaPool]:
-        seen: dict[int, ReplicaPool] = {}
-        for route in self.routes.values():
-            for pool in route.pools.values():
-                seen[id(pool)] = pool
-        return list(seen.values())
 
 
 def _lookup(routes: dict[str, Route], path: str) -> Route | None:

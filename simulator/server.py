@@ -24,14 +24,16 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-
-import uvicorn
+from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import PeachError
 from peach_cli.plan import ComponentSpec, ProjectPlan
 from simulator.events import Event, ReplicaState
-from simulator.gateway import Gateway, Route, RoutingTable
 from simulator.pool import ReplicaPool
+from simulator.routing import Route, RoutingTable
+
+if TYPE_CHECKING:
+    from simulator.gateway import Gateway
 
 DRAIN_TIMEOUT_S = 300.0
 """How long a retired component may keep serving in-flight streams after a reload."""
@@ -108,7 +110,7 @@ class DevServer:
         self._pools: dict[str, ReplicaPool] = {}
         self._fingerprints: dict[str, str] = {}
         self._socket: socket.socket | None = None
-        self._uvicorn: _QuietServer | None = None
+        self._uvicorn: Any = None
         self._serve_task: asyncio.Task[None] | None = None
         self._starting: asyncio.Future[object] | None = None
         self._draining: set[asyncio.Task[None]] = set()
@@ -143,6 +145,15 @@ class DevServer:
         self._socket = _bind(self.host, self.port)
         for spec in self.plan.components():
             self._pools[spec.key] = self._new_pool(spec)
+        # Replica processes start first: they boot while the HTTP stack is imported.
+        # Requests that arrive before their component is up wait for it (or its init error).
+        self._starting = asyncio.ensure_future(
+            asyncio.gather(*(pool.start() for pool in self._pools.values()))
+        )
+        import uvicorn
+
+        from simulator.gateway import Gateway
+
         table = self._table(self.plan, self._pools)
         self.gateway = Gateway(table, self._on_event)
         config = uvicorn.Config(
@@ -165,10 +176,6 @@ class DevServer:
                 self._serve_task.result()
                 raise ServeError(f"the server on {self.host}:{self.port} stopped at startup")
             await asyncio.sleep(0.002)
-        # Requests that arrive before their component is up wait for it (or its init error).
-        self._starting = asyncio.ensure_future(
-            asyncio.gather(*(pool.start() for pool in self._pools.values()))
-        )
 
     async def wait_ready(self) -> None:
         """Wait until every replica has started (healthy) or failed (unhealthy, restarting)."""
@@ -324,9 +331,13 @@ def _start_error(pool: ReplicaPool) -> str:
     return errors[0] if errors else "its replicas did not become healthy"
 
 
-class _QuietServer(uvicorn.Server):
+def _QuietServer(config: Any) -> Any:  # noqa: N802 - a class factory, named as the class
     """uvicorn's server without its own signal handling: the caller decides when to stop."""
+    import uvicorn
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+    class QuietServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return QuietServer(config)

@@ -1,0 +1,51 @@
+"""The routing table: which pools serve which url, swapped whole when the plan changes.
+
+Kept apart from the gateway (and free of web-framework imports) so replicas can start
+while the HTTP stack is still being imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from peach_cli.plan import EndpointSpec
+from simulator.pool import ReplicaPool
+
+
+@dataclass(eq=False)
+class Route:
+    """One endpoint in one routing table: its spec and the pools serving its components."""
+
+    endpoint: EndpointSpec
+    pools: dict[str, ReplicaPool]
+    inflight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def enter(self) -> None:
+        self.inflight += 1
+        self.idle.clear()
+
+    def leave(self) -> None:
+        self.inflight -= 1
+        if self.inflight == 0:
+            self.idle.set()
+
+
+@dataclass(eq=False)
+class RoutingTable:
+    """What the gateway serves: replaced whole, never edited, when the plan changes."""
+
+    codops: str
+    timeout_s: float
+    routes: dict[str, Route]
+
+    def pools(self) -> list[ReplicaPool]:
+        seen: dict[int, ReplicaPool] = {}
+        for route in self.routes.values():
+            for pool in route.pools.values():
+                seen[id(pool)] = pool
+        return list(seen.values())
