@@ -353,6 +353,8 @@ class Replica:
             if ping is not None and not ping.done():
                 ping.set_result(payload)
         elif kind == "state":
+            if self.state in (ReplicaState.DRAINING, ReplicaState.STOPPED):
+                return  # retired: it only finishes what it has, whatever its state
             if payload["reinitializing"]:
                 self._set_state(ReplicaState.RELOADING, message="drift detected: re-running init")
             else:
