@@ -44,6 +44,8 @@ logger = logging.getLogger("peach.contract")
 COMPONENT_HEADER = "X-Peach-Component"
 REPLICA_HEADER = "X-Peach-Replica"
 MAX_BODY_BYTES = 10 * 1024 * 1024
+MAX_BODY_DEPTH = 100
+"""How deeply a request's JSON body may nest; deeper is a 400 (it could not be passed on)."""
 ALLOWED_METHODS = frozenset({"GET", "POST"})
 STATE_PARAMS = frozenset({"model", "init_state"})
 """Parameter names a request can never set: the gateway injects them."""
@@ -179,6 +181,11 @@ def parse_request(
                 "bad_request",
                 f"the request body must be a JSON object, not {_json_kind(decoded)}",
             )
+        brackets = body.count(b"{") + body.count(b"[")  # a cheap bound on the depth
+        if brackets > MAX_BODY_DEPTH and _nests_deeper(decoded, MAX_BODY_DEPTH):
+            raise ContractError(
+                "bad_request", f"the request body is nested more than {MAX_BODY_DEPTH} levels deep"
+            )
         payload = decoded
     stream = False
     if "stream" in query:
@@ -186,6 +193,18 @@ def parse_request(
     if "stream" in payload:
         stream = is_truthy(payload.pop("stream"))
     return RequestParams(query=query, body=payload), stream
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether JSON data has containers nested more than ``limit`` levels (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def _json_kind(value: Any) -> str:

@@ -296,7 +296,7 @@ def test_a_200_mb_result_is_a_clear_error_and_the_gateway_stays_small(patient):
 @pytest.mark.parametrize("lines", [True, False], ids=["100-byte-lines", "one-line"])
 def test_100_mb_of_prints_neither_stall_the_gateway_nor_flood_the_log(patient, lines):
     gateway = patient.process.pid
-    before = memory_kib(gateway)
+    before = memory_kib(gateway, "VmHWM")
     log_before = patient.log_path.stat().st_size
     loud = Background("GET", f"{patient.url}/loud", params={"megabytes": 100, "lines": lines})
     slowest = 0.0
