@@ -225,7 +225,10 @@ class _Checker:
         root = self.project.root.resolve()
         if PurePosixPath(relative.replace("\\", "/")).is_absolute() or Path(relative).is_absolute():
             return None
-        resolved = (root / relative).resolve()
+        try:
+            resolved = (root / relative).resolve()
+        except (ValueError, OSError, RuntimeError):  # a NUL byte, a symlink loop
+            return None
         return resolved.relative_to(root).as_posix() if resolved.is_relative_to(root) else None
 
     def similar_notebooks(self, relative: str) -> str | None:
