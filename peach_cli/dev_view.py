@@ -116,6 +116,7 @@ class DevView:
         self.limits: dict[str, int | None] = {}
         self._live: Live | None = None
         self._pending: list[Text | str] = []
+        self._closed_output = False
         self._dirty = True
         self._task: asyncio.Task[None] | None = None
 
@@ -181,6 +182,15 @@ class DevView:
         if not self._pending:
             return
         lines, self._pending = self._pending, []
+        if self._closed_output:
+            return
+        try:
+            self._write(lines)
+        except (BrokenPipeError, ValueError, OSError):
+            # stdout went away (`peach dev | head`): keep serving, stop writing.
+            self._closed_output = True
+
+    def _write(self, lines: list[Text | str]) -> None:
         if not self.live_enabled:
             # Plain output (a pipe, a file): no styling to render, one write per batch.
             text = "\n".join(line if isinstance(line, str) else line.plain for line in lines)
@@ -332,10 +342,11 @@ class DevView:
             text.append(f" ({event.error})", "yellow")
         if event.state is ReplicaState.STOPPED and previous in _RETIRED_FROM:
             self.replicas.pop(event.replica, None)  # retired or refused by a reload
-        quiet = event.state is ReplicaState.STARTING or (
-            event.state is ReplicaState.STOPPED and previous is not ReplicaState.DRAINING
-        )
-        if not quiet or not self.live_enabled:
+        # "starting" is what the table shows; a line follows when the replica is up (or not).
+        quiet = event.state is ReplicaState.STARTING and not event.message
+        if event.state is ReplicaState.STOPPED and previous is not ReplicaState.DRAINING:
+            quiet = self.live_enabled
+        if not quiet:
             self.line(text)
 
     def _on_log(self, event: ReplicaLog) -> None:
