@@ -172,6 +172,7 @@ def test_non_loopback_host_is_warned_about(peach_dev, small_project):
 def test_request_log_lines_and_replica_output(peach_dev, small_project):
     dev = peach_dev(small_project)
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", dev.url)
+    assert dev.output().splitlines()[0] == f"peach dev serving on {dev.url}"
     assert httpx.get(f"{dev.url}/hello?name=log", timeout=20).status_code == 200
     dev.wait_for_output(r"GET /hello 200 main hello/main#1 [\d.]+ m?s")
     dev.wait_for_output(r"hello/main#1 \| hello called with log")  # the user's print
