@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("peach.reload")
 
+MAX_SPARES = 2
+
 Action = Literal["started", "stopped", "restarted", "unchanged"]
 
 _FIELD_REASONS = {
@@ -406,7 +408,7 @@ class Reloader:
         on_event: Callable[[Any], None] | None = None,
         step_ms: int = STEP_MS,
         debounce_ms: int = DEBOUNCE_MS,
-        spares: int = 1,
+        spares: int | None = None,
     ) -> None:
         r"""
         Args:
@@ -414,7 +416,9 @@ class Reloader:
             project: the project folder (or single conf file) as given to ``peach dev``.
             on_event: receives the reload events.
             step_ms, debounce_ms: the watcher's grouping of changes (``simulator.watch``).
-            spares: replica processes kept started ahead of need (``simulator.spare``).
+            spares: replica processes kept started ahead of need (``simulator.spare``);
+                default: as many as the largest component has replicas, at most
+                ``MAX_SPARES``, so restarting any one component skips Python's start-up.
         """
         self.server = server
         self.project = Path(project)
@@ -423,6 +427,9 @@ class Reloader:
         self.filter = project_filter_for(self.project, server.plan)
         self.step_ms = step_ms
         self.debounce_ms = debounce_ms
+        if spares is None:
+            largest = max((c.replicas for c in server.plan.components()), default=1)
+            spares = min(MAX_SPARES, max(1, largest))
         self.spares = spares
         self.rejected = False
         """The last save was rejected (the served version is older than the files)."""
