@@ -235,6 +235,22 @@ def test_adding_an_endpoint_in_the_conf_serves_it(served: Served) -> None:
     served.dev.wait_for_output(r"started extra/main in ")
     assert served.result("/token") == token
 
+    # Removing it again: the url is gone, nothing else moved.
+    copy = copy_project("reload_basic", served.project.parent / "pristine")
+    (served.project / "peach.yaml").write_text((copy / "peach.yaml").read_text())
+    poll(lambda: served.get("/extra").status_code == 404, "/extra to be gone")
+    served.dev.wait_for_output(r"stopped extra/main in ")
+    assert served.result("/token") == token
+
+
+def test_a_url_change_re_routes_without_restarting(served: Served) -> None:
+    replica = served.get("/hello").headers["x-peach-replica"]
+    edit_file(served.project, "peach.yaml", "url: /hello", "url: /hi")
+    served.wait_result("/hi", "v1 hello world")
+    assert served.get("/hello").status_code == 404
+    assert served.get("/hi").headers["x-peach-replica"] == replica
+    served.dev.wait_for_output(r"hello moved from /hello to /hi in ")
+
 
 def test_a_helper_module_edit_reloads_only_the_components_importing_it(served: Served) -> None:
     token = served.result("/token")
