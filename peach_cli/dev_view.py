@@ -249,6 +249,7 @@ class DevView:
             ReloadSkipped,
             ReloadStarted,
             Watching,
+            WatchStopped,
         )
 
         if isinstance(event, ReloadStarted):
@@ -270,6 +271,8 @@ class DevView:
             self._dirty = True
         elif isinstance(event, (ReloadSkipped, Watching)):
             self.note(event.message)
+        elif isinstance(event, WatchStopped):
+            self.warn(event.message)
         else:  # Reloaded
             if event.plan is not None:
                 self.set_plan(event.plan)

@@ -372,8 +372,39 @@ class Watching:
         )
 
 
-ReloadEvent = Watching | ReloadStarted | Reloaded | ReloadSkipped | ReloadRejected | ReloadFailed
-RELOAD_EVENTS = (Watching, ReloadStarted, Reloaded, ReloadSkipped, ReloadRejected, ReloadFailed)
+@dataclass(frozen=True)
+class WatchStopped:
+    """The watcher failed: the server keeps serving, without hot reload."""
+
+    root: Path
+    error: str
+
+    @property
+    def message(self) -> str:
+        return (
+            f"hot reload is off: cannot watch {self.root} ({self.error}); "
+            "restart peach dev to pick up changes"
+        )
+
+
+ReloadEvent = (
+    Watching
+    | WatchStopped
+    | ReloadStarted
+    | Reloaded
+    | ReloadSkipped
+    | ReloadRejected
+    | ReloadFailed
+)
+RELOAD_EVENTS = (
+    Watching,
+    WatchStopped,
+    ReloadStarted,
+    Reloaded,
+    ReloadSkipped,
+    ReloadRejected,
+    ReloadFailed,
+)
 
 
 # --- the loop -------------------------------------------------------------------------------
@@ -455,6 +486,9 @@ class Reloader:
                 try:
                     files = await batch
                 except StopAsyncIteration:
+                    return
+                except Exception as error:  # noqa: BLE001 - e.g. too many folders to watch
+                    self.emit(WatchStopped(self.filter.root, f"{type(error).__name__}: {error}"))
                     return
                 try:
                     await self.reload(files)

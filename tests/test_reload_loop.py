@@ -21,6 +21,7 @@ from simulator.reload import (
     ReloadSkipped,
     ReloadStarted,
     Watching,
+    WatchStopped,
 )
 
 DEADLINE_S = 10.0
@@ -186,3 +187,16 @@ def test_a_save_during_a_reload_is_reloaded_after_it(project: Path, setup: Any) 
     asyncio.run(scenario())
     reloaded = [e for e in events if isinstance(e, Reloaded)]
     assert [e.changes.restarted for e in reloaded] == [["hello/main"], ["loud/main"]]
+
+
+def test_a_watcher_that_cannot_start_says_so_and_the_loop_ends(tmp_path: Path, setup: Any) -> None:
+    server, reloader, events = setup
+    reloader.filter.root = tmp_path / "gone"  # watching a missing folder fails
+
+    async def scenario() -> None:
+        await asyncio.wait_for(reloader.run(asyncio.Event()), DEADLINE_S)
+
+    asyncio.run(scenario())
+    stopped = [e for e in events if isinstance(e, WatchStopped)]
+    assert len(stopped) == 1
+    assert stopped[0].message.startswith(f"hot reload is off: cannot watch {tmp_path / 'gone'}")
