@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from peach_cli.errors import DeployError, UsageError
 
@@ -69,6 +70,22 @@ def resolve_address(address: str | None) -> tuple[str, list[str]]:
     return text.rstrip("/"), warnings
 
 
+def shown_address(address: str) -> str:
+    """``address`` as it may be shown: a password written into it replaced by ``***``.
+
+    >>> shown_address("http://me:secret@127.0.0.1:8265")
+    'http://me:***@127.0.0.1:8265'
+    """
+    try:
+        parts = urlsplit(address)
+        if parts.password is None:
+            return address
+    except ValueError:
+        return address
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -91,7 +108,10 @@ class DashboardClient:
         import httpx
 
         self.address = address
+        self.shown = shown_address(address)
+        """The address as messages show it (without a password)."""
         token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self._secrets = [s for s in (token, urlsplit(address).password) if s]
         headers = {"User-Agent": "peach-cli"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -117,16 +137,18 @@ class DashboardClient:
     def version(self) -> dict[str, Any]:
         """``GET /api/version``: checks that the address is a reachable Ray dashboard."""
         response = self._request("GET", "/api/version")
-        data = _json(response, "/api/version")
+        data = _json(response, "/api/version", self._redact)
         if not isinstance(data, dict) or "ray_version" not in data:
-            raise DeployError(f"{self.address} answered, but it is not a Ray dashboard")
+            raise DeployError(f"{self.shown} answered, but it is not a Ray dashboard")
         return data
 
     def serve_details(self) -> dict[str, Any]:
         """``GET /api/serve/applications/``: Serve's applications, deployments, replicas."""
-        data = _json(self._request("GET", APPLICATIONS_PATH), APPLICATIONS_PATH)
+        data = _json(self._request("GET", APPLICATIONS_PATH), APPLICATIONS_PATH, self._redact)
         if not isinstance(data, dict):
-            raise DeployError(f"unexpected answer from {APPLICATIONS_PATH}: {data!r:.200}")
+            raise DeployError(
+                f"unexpected answer from {APPLICATIONS_PATH}: {self._redact(f'{data!r:.200}')}"
+            )
         return data
 
     def put_applications(self, config: dict[str, Any]) -> None:
@@ -139,7 +161,9 @@ class DashboardClient:
 
     def cluster_status(self) -> dict[str, Any]:
         """``GET /api/cluster_status``: the cluster's resource usage (used, total) by node."""
-        data = _json(self._request("GET", "/api/cluster_status"), "/api/cluster_status")
+        data = _json(
+            self._request("GET", "/api/cluster_status"), "/api/cluster_status", self._redact
+        )
         try:
             return data["data"]["clusterStatus"]["loadMetricsReport"]
         except (KeyError, TypeError):
@@ -173,24 +197,24 @@ class DashboardClient:
             response = self._client.request(method, path, **kwargs)
         except httpx.TimeoutException:
             raise DeployError(
-                f"the Ray dashboard at {self.address} did not answer {method} {path} in time"
+                f"the Ray dashboard at {self.shown} did not answer {method} {path} in time"
             ) from None
         except httpx.HTTPError as error:
             raise DeployError(
-                f"cannot reach the Ray dashboard at {self.address}: {_reason(error)}",
+                f"cannot reach the Ray dashboard at {self.shown}: {self._redact(_reason(error))}",
                 hint="start a cluster with `ray start --head`, or pass --address "
                 f"(env {ADDRESS_ENV})",
             ) from None
         if response.status_code in (401, 403):
             has_token = "Authorization" in self._client.headers
             raise DeployError(
-                f"the Ray dashboard at {self.address} refused the request ({response.status_code})",
+                f"the Ray dashboard at {self.shown} refused the request ({response.status_code})",
                 hint="check the token in RAY_AUTH_TOKEN"
                 if has_token
                 else f"the cluster needs a token: set {TOKEN_ENV}",
             )
         if response.status_code >= 400 and response.status_code not in allow:
-            detail = response.text.strip()
+            detail = self._redact(response.text.strip())  # a server may echo the request
             if len(detail) > 2000:
                 detail = detail[:2000] + " …"
             raise DeployError(
@@ -198,12 +222,20 @@ class DashboardClient:
             )
         return response
 
+    def _redact(self, text: str) -> str:
+        """``text`` without the token or the password (as a server may echo them back)."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
-def _json(response: httpx.Response, path: str) -> Any:
+
+def _json(
+    response: httpx.Response, path: str, redact: Callable[[str], str] = lambda text: text
+) -> Any:
     try:
         return response.json()
     except ValueError:
-        raise DeployError(f"{path} did not answer JSON: {response.text[:200]!r}") from None
+        raise DeployError(f"{path} did not answer JSON: {redact(response.text[:200])!r}") from None
 
 
 def _reason(error: Exception) -> str:

@@ -113,7 +113,7 @@ def deploy(
     )
     with connect(address, reporter) as dashboard:
         version = dashboard.version()
-        reporter.note(f"connected to Ray {version.get('ray_version', '?')} at {dashboard.address}")
+        reporter.note(f"connected to Ray {version.get('ray_version', '?')} at {dashboard.shown}")
         details = dashboard.serve_details()
         config, warnings = merge_applications(
             bundle, details, http_host=http_host, http_port=http_port
