@@ -279,6 +279,17 @@ class Reloaded:
     """The plan now served."""
 
     @property
+    def applied(self) -> bool:
+        """Whether anything changed in what is served (not only refused restarts)."""
+        changes = self.changes
+        return bool(
+            [k for k in changes.needs_new_replicas if k not in self.failed]
+            or changes.stopped
+            or changes.urls_changed
+            or changes.timeout_changed
+        )
+
+    @property
     def message(self) -> str:
         changes = self.changes
         restarted = [k for k in changes.restarted if k not in self.failed]
@@ -559,5 +570,6 @@ class Reloader:
             failed={k: v for k, v in failed.items() if k in self.served.fingerprints},
             plan=plan,
         )
-        self.emit(event)
+        if event.applied or not failed:  # a refused restart alone was reported above
+            self.emit(event)
         return event

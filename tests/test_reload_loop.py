@@ -119,6 +119,8 @@ def test_a_component_that_failed_to_start_is_retried_on_the_next_save(
     assert event.failed == server.fail
     failed = [e for e in events if isinstance(e, ReloadFailed)]
     assert [e.key for e in failed] == ["guarded/main"]
+    assert not event.applied
+    assert not any(isinstance(e, Reloaded) for e in events)  # the failure is the one line
     assert "RuntimeError: no" in failed[0].message
     # What serves is still the previous version of guarded/main.
     assert reloader.served.fingerprints["guarded/main"] == served["guarded/main"]
