@@ -255,6 +255,33 @@ def test_a_generator_raising_after_three_chunks_ends_the_stream_cleanly(
     faults.wait_for_output(error)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="no flow control for streams between a replica and the gateway: "
+    "simulator/worker.py handle_stream sends every chunk without waiting for the socket "
+    "(an async generator that never awaits keeps the replica's loop busy while its write "
+    "buffer grows, and the cancel of a gone client is not read), and simulator/replica.py "
+    "queues chunks in an unbounded asyncio.Queue; bounding it needs per-stream credits in "
+    "simulator/protocol.py",
+)
+def test_a_stream_to_a_client_that_stops_reading_keeps_memory_bounded(faults):
+    import socket
+
+    gateway, worker = faults.process.pid, replica(faults, "flood/main")["pid"]
+    before = memory_kib(gateway) + memory_kib(worker)
+    host, port = faults.url.removeprefix("http://").rsplit(":", 1)
+    peak = before
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"GET /flood?stream=1&chunks=300&kb=1024 HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 200")
+        deadline = time.monotonic() + 3  # the client reads nothing more for 3 s
+        while time.monotonic() < deadline:
+            peak = max(peak, memory_kib(gateway) + memory_kib(worker))
+            time.sleep(0.05)
+    assert peak - before < 100 * 1024, f"grew {(peak - before) // 1024} MiB for one stream"
+
+
 # -- results that cannot be sent ------------------------------------------------------------
 
 
