@@ -602,12 +602,7 @@ def to_json_value(value: Any, *, _path: str = "result", _depth: int = 0) -> Any:
     if isinstance(value, dict):
         converted: dict[str, Any] = {}
         for key, item in value.items():
-            if isinstance(key, bool) or not isinstance(key, (str, int, float)):
-                key_type = _type_label(key)
-                if not hasattr(key, "item"):
-                    raise ResultNotJSON(f"{_path} has a key of type {key_type}, not a string")
-                key = key.item()
-            text_key = key if isinstance(key, str) else json.dumps(key)
+            text_key = _json_key(key, _path)
             converted[text_key] = to_json_value(
                 item, _path=f"{_path}[{text_key!r}]", _depth=_depth + 1
             )
@@ -637,6 +632,18 @@ def to_json_value(value: Any, *, _path: str = "result", _depth: int = 0) -> Any:
     if callable(model_dump) and not isinstance(value, type):
         return to_json_value(model_dump(mode="json"), _path=_path, _depth=_depth + 1)
     raise ResultNotJSON(f"{_path} is of type {_type_label(value)}, which is not JSON")
+
+
+def _json_key(key: Any, path: str) -> str:
+    """A dict key as JSON writes it (``json.dumps`` does the same for str, int, float, bool)."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bool, int, float)) or key is None:
+        return json.dumps(key)
+    scalar = getattr(key, "item", None)  # numpy scalars
+    if callable(scalar) and type(key).__module__.startswith("numpy"):
+        return _json_key(scalar(), path)
+    raise ResultNotJSON(f"{path} has a key of type {_type_label(key)}, not a string")
 
 
 def _type_label(value: Any) -> str:
