@@ -1,7 +1,9 @@
 """How much `peach dev` adds over a bare Starlette app on uvicorn, measured in the same run.
 
-Both servers serve the same trivial function (as ``def`` — run in a replica thread, as the
-platform does — and as ``async def``) and the same stream; each runs alone while it
+Both servers serve the same trivial function, as ``def`` and as ``async def``, each the way
+its host runs it: a ``def`` runs in a thread (peach dev: the replica's thread pool, as on the
+platform; bare: a sync Starlette endpoint, which Starlette runs in its thread pool), an
+``async def`` on the event loop. Both serve the same stream; each runs alone while it
 is measured, on the same uvicorn settings (httptools, uvloop when installed):
 
 * latency: sequential requests on one keep-alive connection, median and p99;
@@ -68,7 +70,7 @@ from starlette.routing import Route
 {TRIVIAL_SOURCE}
 {STREAM_SOURCE}
 
-async def hello_route(request):
+def hello_route(request):  # a sync endpoint: Starlette runs it in its thread pool
     name = request.query_params.get("name", "world")
     return JSONResponse({{"result": hello(name), "status": "ok"}})
 
