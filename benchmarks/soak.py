@@ -681,9 +681,15 @@ def write_results(report: Report, command: str, path: Path = RESULTS) -> None:
         "",
         *[f"- {fault}" for fault in FAULTS_TESTED],
         "",
-        "Hostile input (`tests/test_fuzz_http.py`, `tests/test_fuzz_validate.py`): random "
-        "methods, paths, query strings, headers, bodies and nested JSON against a running "
-        "gateway, and mutated confs and notebooks through `peach validate`.",
+        "Known gap, a strict expected failure in `tests/test_faults.py`: a stream whose client "
+        "stops reading is not flow-controlled, so the replica (or the gateway) buffers what the "
+        "generator yields.",
+        "",
+        "Hostile input (`tests/test_fuzz_http.py`, `tests/test_faults_validate.py`, "
+        "`tests/test_exposure.py`): random methods, paths, query strings, headers, bodies, "
+        "encodings and nested JSON, and malformed HTTP, against a running gateway; notebook "
+        "paths leaving the project, YAML tags, alias bombs, damaged notebooks and conf bytes "
+        "through `peach validate`; the dev server's binding and the deploy token.",
         SECTION_END,
     ]
     section = "\n".join(lines) + "\n"
