@@ -3,7 +3,9 @@
 Both servers serve the same trivial function, as ``def`` and as ``async def``, each the way
 its host runs it: a ``def`` runs in a thread (peach dev: the replica's thread pool, as on the
 platform; bare: a sync Starlette endpoint, which Starlette runs in its thread pool), an
-``async def`` on the event loop. Both serve the same stream; each runs alone while it
+``async def`` on the event loop. The row "bare calling it inline" compares peach dev's ``def``
+with the bare app calling the function directly on its loop (no thread: the strictest
+baseline). Both serve the same stream; each runs alone while it
 is measured, on the same uvicorn settings (httptools, uvloop when installed):
 
 * latency: sequential requests on one keep-alive connection, median and p99;
@@ -40,6 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHUNKS = 20
 SYNC_PATH = "/hello?name=bench"
 ASYNC_PATH = "/hello-async?name=bench"
+INLINE_PATH = "/hello-inline?name=bench"
 CHUNK_GAP_S = 0.02
 
 TRIVIAL_SOURCE = """\
@@ -75,6 +78,11 @@ def hello_route(request):  # a sync endpoint: Starlette runs it in its thread po
     return JSONResponse({{"result": hello(name), "status": "ok"}})
 
 
+async def hello_inline_route(request):  # the def called on the loop: no thread at all
+    name = request.query_params.get("name", "world")
+    return JSONResponse({{"result": hello(name), "status": "ok"}})
+
+
 async def hello_async_route(request):
     name = request.query_params.get("name", "world")
     return JSONResponse({{"result": await hello_async(name), "status": "ok"}})
@@ -90,6 +98,7 @@ app = Starlette(
     routes=[
         Route("/hello", hello_route),
         Route("/hello-async", hello_async_route),
+        Route("/hello-inline", hello_inline_route),
         Route("/ticks", stream_route),
     ]
 )
@@ -311,6 +320,11 @@ def run_all(options: argparse.Namespace) -> dict[str, dict[str, float]]:
                 server.wait_ready()
                 sync = measure_latency(server, options.requests, SYNC_PATH)
                 asynchronous = measure_latency(server, options.requests, ASYNC_PATH)
+                inline = (
+                    measure_latency(server, options.requests, INLINE_PATH)
+                    if name == "bare"
+                    else sync
+                )
                 throughput = measure_throughput(server, options.clients, options.seconds, SYNC_PATH)
                 async_throughput = measure_throughput(
                     server, options.clients, options.seconds, ASYNC_PATH
@@ -323,6 +337,7 @@ def run_all(options: argparse.Namespace) -> dict[str, dict[str, float]]:
                 "median_ms": statistics.median(sync) * 1000,
                 "p99_ms": percentile(sync, 0.99) * 1000,
                 "rps": throughput,
+                "inline_median_ms": statistics.median(inline) * 1000,
                 "async_median_ms": statistics.median(asynchronous) * 1000,
                 "async_p99_ms": percentile(asynchronous, 0.99) * 1000,
                 "async_rps": async_throughput,
@@ -340,6 +355,7 @@ def report(results: dict[str, dict[str, float]], clients: int) -> bool:
         ("def: median latency", "median_ms", "ms"),
         ("def: p99 latency", "p99_ms", "ms"),
         (f"def: throughput ({clients} clients)", "rps", "req/s"),
+        ("def: median, bare calling it inline", "inline_median_ms", "ms"),
         ("async def: median latency", "async_median_ms", "ms"),
         ("async def: p99 latency", "async_p99_ms", "ms"),
         (f"async def: throughput ({clients} clients)", "async_rps", "req/s"),
