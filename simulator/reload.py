@@ -421,6 +421,19 @@ RELOAD_EVENTS = (
 # --- the loop -------------------------------------------------------------------------------
 
 
+def _stamps(root: Path, files: Iterable[str]) -> list[tuple[int, int] | None]:
+    """Size and modification time of each file: whether it changed again meanwhile."""
+    stamps: list[tuple[int, int] | None] = []
+    for name in files:
+        try:
+            stat = (root / name).stat()
+        except OSError:
+            stamps.append(None)
+        else:
+            stamps.append((stat.st_size, stat.st_mtime_ns))
+    return stamps
+
+
 def project_filter_for(project: Path, plan: ProjectPlan) -> ProjectFilter:
     """The watch filter of a project folder (or single conf file) and its current plan."""
     project = Path(project)
@@ -529,6 +542,7 @@ class Reloader:
 
         detected = time.perf_counter()
         changed = tuple(sorted(files))
+        stamps = _stamps(self.filter.root, changed)
         event: ReloadEvent
         try:
             plan, diagnostics = await asyncio.to_thread(build_plan, self.project)
@@ -542,7 +556,8 @@ class Reloader:
             self.rejected = True
             ordered = tuple(sorted(diagnostics, key=sort_key))
             event = ReloadRejected(changed, ordered, problem)
-            self.emit(event)
+            if _stamps(self.filter.root, changed) == stamps:  # else: half a save, more to come
+                self.emit(event)
             return event
         recovered, self.rejected = self.rejected, False
         snapshot = Snapshot.take(plan)
