@@ -187,6 +187,8 @@ def application_table(app: ApplicationState, elapsed_s: float | None = None) -> 
     from rich.markup import escape
     from rich.table import Table
 
+    from peach_cli.deploy.progress import user_error
+
     title = f"{escape(app.name)}  {_styled(app.status)}"
     if app.route_prefix:
         title += f"  [dim]route {escape(app.route_prefix)}[/]"
@@ -203,7 +205,10 @@ def application_table(app: ApplicationState, elapsed_s: float | None = None) -> 
         states = ", ".join(
             f"{escape(r.replica_id)} {_styled(r.state)}" for r in deployment.replicas
         )
-        message = deployment.message.splitlines()[0] if deployment.message else ""
+        message = deployment.message
+        if any(marker in message for marker in ("failed to start", "RuntimeEnvSetupError")):
+            message = user_error(message)  # the user's exception, not Ray's retry notice
+        message = message.splitlines()[0] if message else ""
         table.add_row(
             escape(deployment.name),
             f"{deployment.running}/{target}",

@@ -68,7 +68,12 @@ class Component:
         except contract.InitError as error:
             text = error.message
             if error.details:
-                text = f"{text}\n{error.details}"
+                # Ray rewrites a "Traceback (most recent call last):" line inside an
+                # exception's text into its own task header: name the user's frames otherwise
+                details = error.details.replace(
+                    "Traceback (most recent call last):", "In the notebook (most recent call last):"
+                )
+                text = f"{text}\n{details}"
             raise PeachInitFailed(text) from None
 
     async def call(self, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:

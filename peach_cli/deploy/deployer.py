@@ -49,7 +49,8 @@ class ReplicaStartFailed(DeployError):
         where = f"a replica of {deployment}" if deployment else f"the application {app}"
         super().__init__(
             f"{where} failed to start:\n{error}",
-            hint="fix the error, then run `peach deploy` again (`peach status` shows the state)",
+            hint="fix the error and run `peach deploy` again; until then Serve keeps retrying "
+            f"(`peach status` shows it, `peach delete {app}` removes it)",
         )
         self.deployment = deployment
         self.error = error

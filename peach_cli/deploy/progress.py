@@ -15,6 +15,7 @@ from typing import Any
 from peach_cli.deploy import INIT_FAILED_MARKER
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_RAY_TASK_HEADER = re.compile(r"^ray::\S+ \(pid=\d+")
 _FAILED_TO_START = ("failed to start", "RuntimeEnvSetupError", "runtime_env setup failed")
 
 
@@ -174,7 +175,8 @@ def user_error(message: str) -> str:
     marker = f"{INIT_FAILED_MARKER}: "
     index = text.rfind(marker)
     if index >= 0:
-        return text[index + len(marker) :].strip()
+        lines = text[index + len(marker) :].strip().splitlines()
+        return "\n".join(line for line in lines if not _RAY_TASK_HEADER.match(line))
     index = text.rfind("Error:\n")
     if index >= 0:
         tail = text[index + len("Error:\n") :].strip()
