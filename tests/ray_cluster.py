@@ -65,8 +65,11 @@ def processes_in_session(session: int) -> list[int]:
 class RayHead:
     """Start a Ray head on 127.0.0.1 with free ports; stop all of its processes after."""
 
-    def __init__(self, num_cpus: float = 8, *, log: Path | None = None) -> None:
+    def __init__(
+        self, num_cpus: float = 8, *, auth_token: str | None = None, log: Path | None = None
+    ) -> None:
         self.num_cpus = num_cpus
+        self.auth_token = auth_token
         self.temp_dir = Path(tempfile.mkdtemp(prefix="prh", dir="/tmp"))
         (
             self.gcs_port,
@@ -118,6 +121,12 @@ class RayHead:
             RAY_prestart_worker_first_driver="0",
         )
         env.pop("RAY_ADDRESS", None)
+        env.pop("RAY_AUTH_TOKEN", None)
+        env.pop("RAY_AUTH_TOKEN_PATH", None)
+        if self.auth_token:  # the dashboard then wants "Authorization: Bearer <token>"
+            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.auth_token)
+        else:  # never pick up a token file of the machine's user
+            env["RAY_AUTH_MODE"] = "disabled"
         with open(self.log, "wb") as log:
             process = subprocess.Popen(
                 self.command(),
@@ -145,7 +154,11 @@ class RayHead:
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(f"{self.dashboard_url}/api/version", timeout=2).status_code == 200:
+                headers = {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+                response = httpx.get(
+                    f"{self.dashboard_url}/api/version", headers=headers, timeout=2
+                )
+                if response.status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

@@ -54,13 +54,19 @@ def cluster(head: RayHead) -> RayHead:
     return head
 
 
-def peach(*args: str, timeout: float = 110) -> subprocess.CompletedProcess[str]:
+def peach(
+    *args: str, timeout: float = 110, token: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
+    env.pop("RAY_AUTH_TOKEN", None)
+    if token:
+        env["RAY_AUTH_TOKEN"] = token
     return subprocess.run(
         [sys.executable, "-m", "peach_cli.cli", *args],
         capture_output=True,
         text=True,
         cwd=REPO,
-        env=dict(os.environ, NO_COLOR="1", COLUMNS="200"),
+        env=env,
         timeout=timeout,
     )
 
@@ -213,3 +219,20 @@ def test_a_project_larger_than_the_cluster_is_refused_with_the_numbers(cluster):
     assert result.returncode == 1
     assert re.search(r"asks for [\d.]+ CPUs .* the cluster has [\d.]+ CPUs", result.stderr)
     assert replica_ids(cluster) == {}  # nothing was deployed
+
+
+def test_a_cluster_with_token_auth_gets_the_token_from_ray_auth_token():
+    token = "peach-test-token-0123456789abcdef"
+    with RayHead(num_cpus=1, auth_token=token) as secured:
+        missing = peach("status", "--address", secured.dashboard_url)
+        assert missing.returncode == 1
+        assert "refused the request (401)" in missing.stderr
+        assert "set RAY_AUTH_TOKEN" in missing.stderr
+
+        wrong = peach("status", "--address", secured.dashboard_url, token="not-the-token")
+        assert wrong.returncode == 1 and "(403)" in wrong.stderr
+        assert "not-the-token" not in wrong.stderr + wrong.stdout  # never printed
+
+        right = peach("status", "--address", secured.dashboard_url, token=token)
+        assert right.returncode == 0, right.stderr
+        assert "no applications" in right.stdout
