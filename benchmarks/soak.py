@@ -677,7 +677,7 @@ def write_results(report: Report, command: str, path: Path = RESULTS) -> None:
         f"(start taken after a {WARMUP_S:g} s warm-up); p99 of normal calls ≤ 50 ms. "
         "The machine is shared with other work, so latency figures vary from run to run.",
         "",
-        "Faults with a test (`tests/test_faults.py`, real `peach dev`, real HTTP):",
+        "Faults with a test (`tests/test_faults.py`, `tests/test_fuzz_http.py`; real `peach dev`, real HTTP):",
         "",
         *[f"- {fault}" for fault in FAULTS_TESTED],
         "",

@@ -96,6 +96,33 @@ class Background:
         return self.response
 
 
+def children_of(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def stop_cleanly(dev: DevProcess) -> None:
+    """Ctrl-C after the faults: exit 0 in time, and no replica process left behind."""
+    replicas = children_of(dev.process.pid)
+    os.kill(dev.process.pid, signal.SIGINT)
+    try:
+        code = dev.process.wait(timeout=15)
+    finally:
+        dev.stop()
+    assert code == 0, dev.output()[-3000:]
+    wait_until(lambda: not any(alive(pid) for pid in replicas), 10, "the replicas to exit")
+
+
 def start_session_server(factory: pytest.TempPathFactory, project: Path, *args: str):
     dev = start_peach_dev(project, factory.mktemp("faults") / "peach-dev.log", *args)
     try:
@@ -113,7 +140,7 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     try:
         yield dev
     finally:
-        dev.stop()
+        stop_cleanly(dev)  # with hung threads, killed replicas and streams behind it
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +150,7 @@ def patient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
     try:
         yield dev
     finally:
-        dev.stop()
+        stop_cleanly(dev)
 
 
 # -- a replica killed -----------------------------------------------------------------------
