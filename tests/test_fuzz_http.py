@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from urllib.parse import quote, urlencode
@@ -323,6 +324,14 @@ def _peak_kib(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
 def test_a_300_mb_body_is_refused_without_the_gateway_holding_it(fuzz_server, client, declared):
     gateway = fuzz_server.process.pid
@@ -346,3 +355,40 @@ def test_a_300_mb_body_is_refused_without_the_gateway_holding_it(fuzz_server, cl
     assert time.monotonic() - began < 60
     assert _peak_kib(gateway) - before < 64 * 1024, "the gateway held the body in memory"
     assert_alive(client, fuzz_server)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="uvicorn's httptools protocol (simulator/server.py: http='httptools') has no limit "
+    "on the size of a request's headers, so a 16 MB header is buffered in full before the "
+    "gateway sees the request (Kludex/uvicorn#157, PR #1684 not merged); h11 would refuse "
+    "it past h11_max_incomplete_event_size (16 KiB) at some cost in speed",
+)
+def test_a_16_mb_header_is_refused_without_the_gateway_holding_it(fuzz_server, client):
+    gateway = fuzz_server.process.pid
+    before = _rss_kib(gateway)
+    peak = [before]
+    sending = threading.Event()
+    sending.set()
+
+    def sample() -> None:  # the gateway's resident memory while the header arrives
+        while sending.is_set():
+            peak[0] = max(peak[0], _rss_kib(gateway))
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    host, port = fuzz_server.url.removeprefix("http://").rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            head = b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: " + b"h" * (16 << 20) + b"\r\n\r\n"
+            try:
+                sock.sendall(head)
+                sock.recv(100)
+            except OSError:
+                pass  # refused and closed before the end: what a bounded server does
+    finally:
+        sending.clear()
+        sampler.join(5)
+    assert_alive(client, fuzz_server)
+    assert peak[0] - before < 8 * 1024, "the gateway buffered the whole header"
