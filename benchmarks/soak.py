@@ -684,7 +684,10 @@ def write_results(report: Report, command: str, path: Path = RESULTS) -> None:
         "Known gaps, each a strict expected failure: a stream whose client stops reading is "
         "not flow-controlled, so the replica buffers what the generator yields "
         "(`tests/test_faults.py`); a request's headers have no size limit in uvicorn's "
-        "httptools parser, so a 16 MB header is buffered whole (`tests/test_fuzz_http.py`).",
+        "httptools parser, so a 16 MB header is buffered whole (`tests/test_fuzz_http.py`); "
+        "a sync method that never returns keeps its thread, so after 64 such calls the "
+        "replica's sync calls all time out while it is reported healthy "
+        "(`tests/test_faults.py`).",
         "",
         "Hostile input (`tests/test_fuzz_http.py`, `tests/test_faults_validate.py`, "
         "`tests/test_exposure.py`): random methods, paths, query strings, headers, bodies, "
