@@ -127,7 +127,7 @@ def deploy(
         reporter.note(
             f"code: {len(uploaded)} package(s) uploaded, {len(reused)} already on the cluster"
         )
-        dashboard.put_applications(config)
+        _put(dashboard, config)
         reporter.note(f"application '{bundle.app_name}' submitted; waiting for its replicas")
         app = wait_until_running(
             dashboard,
@@ -137,6 +137,7 @@ def deploy(
             started=started,
             poll_interval_s=poll_interval_s,
         )
+        _check_proxies(dashboard, http_url(config), reporter)
     return DeployResult(
         app=app,
         url=http_url(config),
@@ -167,6 +168,43 @@ def _check_resources(
             return
         time.sleep(0.5)
     check_fits(application_needs(bundle.application), report, held)
+
+
+def _put(dashboard: DashboardClient, config: dict[str, Any]) -> None:
+    try:
+        dashboard.put_applications(config)
+    except DeployError as error:
+        if "ProxyActor" not in error.message:
+            raise
+        options = config.get("http_options") or {}
+        address = (
+            f"{options.get('host', DEFAULT_HTTP_HOST)}:{options.get('port', DEFAULT_HTTP_PORT)}"
+        )
+        raise DeployError(
+            f"Serve's HTTP proxy could not start on {address}: is the port in use?",
+            hint="free the port (Serve keeps retrying it), or stop Serve (`serve shutdown`, "
+            "which removes every application) and deploy with another --http-port",
+        ) from None
+
+
+PROXY_WAIT_S = 10.0
+
+
+def _check_proxies(dashboard: DashboardClient, url: str, reporter: Reporter) -> None:
+    """Warn when Serve's HTTP proxy is not healthy: the replicas run but nothing answers."""
+    deadline = time.monotonic() + PROXY_WAIT_S
+    while True:
+        proxies = dashboard.serve_details().get("proxies") or {}
+        states = sorted({str(p.get("status")) for p in proxies.values()})
+        if not proxies or states == ["HEALTHY"]:
+            return
+        if time.monotonic() >= deadline:
+            reporter.warn(
+                f"Serve's HTTP proxy is {', '.join(states)}: requests to {url} may fail "
+                "(another process may hold the port)"
+            )
+            return
+        time.sleep(POLL_INTERVAL_S)
 
 
 def _upload(dashboard: DashboardClient, bundle: Bundle) -> tuple[list[str], list[str]]:
