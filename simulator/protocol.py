@@ -10,6 +10,7 @@ Gateway → replica::
     ("call", id, (query, body))                        one non-streaming call
     ("stream", id, (query, body))                      one stream
     ("cancel", id, None)                               the caller went away / timed out
+    ("credit", id, (chunks, nbytes))                   the gateway consumed that much of a stream
     ("ping", id, None)                                 health and memory
     ("stop", 0, None)                                  close streams and exit
 
@@ -35,6 +36,11 @@ from collections.abc import Callable
 from typing import Any
 
 HEADER_BYTES = 4
+STREAM_WINDOW_CHUNKS = 256
+STREAM_WINDOW_BYTES = 1 << 20
+"""Flow control: a replica sends at most this much of one stream before the gateway has
+consumed it (one chunk always goes, however large). A client that stops reading thus
+stops the generator at its next yield instead of filling the gateway's memory."""
 Frame = tuple[str, int, Any]
 
 

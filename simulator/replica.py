@@ -32,7 +32,7 @@ from simulator.events import (
     ReplicaMemory,
     ReplicaState,
 )
-from simulator.protocol import Frame, FrameProtocol
+from simulator.protocol import STREAM_WINDOW_BYTES, STREAM_WINDOW_CHUNKS, Frame, FrameProtocol
 from simulator.spare import take_spare
 
 HEALTH_INTERVAL_S = 1.0
@@ -96,6 +96,8 @@ class ReplicaStream:
         self._request_id = request_id
         self._queue = queue
         self._released = False
+        self._consumed_chunks = 0
+        self._consumed_bytes = 0
 
     def __aiter__(self) -> ReplicaStream:
         return self
@@ -109,11 +111,24 @@ class ReplicaStream:
             self.release(finished=False)
             raise
         if kind == "chunk":
+            self._credit(len(data))
             return data  # type: ignore[no-any-return]
         self.release(finished=True)
         if kind == "end":
             raise StopAsyncIteration
         raise ReplicaGone(data)
+
+    def _credit(self, nbytes: int) -> None:
+        """Tell the replica what was consumed, so it may send more (flow control)."""
+        self._consumed_chunks += 1
+        self._consumed_bytes += nbytes
+        if (
+            self._consumed_chunks >= STREAM_WINDOW_CHUNKS // 4
+            or self._consumed_bytes >= STREAM_WINDOW_BYTES // 4
+        ):
+            credit = (self._consumed_chunks, self._consumed_bytes)
+            self._consumed_chunks = self._consumed_bytes = 0
+            self._channel.send("credit", self._request_id, credit)
 
     def release(self, *, finished: bool) -> None:
         """Forget the stream (telling the replica to close it unless it ended)."""

@@ -33,7 +33,13 @@ from peach_cli.contract import (
     RequestParams,
 )
 from simulator.aio import run
-from simulator.protocol import Frame, FrameProtocol, encode_frame
+from simulator.protocol import (
+    STREAM_WINDOW_BYTES,
+    STREAM_WINDOW_CHUNKS,
+    Frame,
+    FrameProtocol,
+    encode_frame,
+)
 
 THREADS = 64
 """Threads for sync methods: a few slow calls must not starve the replica."""
@@ -96,6 +102,33 @@ class _ForwardLogs(logging.Handler):
         )
 
 
+class StreamWindow:
+    """How much of one stream is in flight to the gateway (see ``STREAM_WINDOW_*``)."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.nbytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+
+    async def reserve(self) -> None:
+        """Wait until the gateway has consumed enough; always yields to the loop once,
+        so a generator that never awaits cannot starve the replica's other work."""
+        await asyncio.sleep(0) if self._room.is_set() else await self._room.wait()
+
+    def spend(self, nbytes: int) -> None:
+        self.chunks += 1
+        self.nbytes += nbytes
+        if self.chunks >= STREAM_WINDOW_CHUNKS or self.nbytes >= STREAM_WINDOW_BYTES:
+            self._room.clear()
+
+    def refund(self, chunks: int, nbytes: int) -> None:
+        self.chunks -= chunks
+        self.nbytes -= nbytes
+        if self.chunks < STREAM_WINDOW_CHUNKS and self.nbytes < STREAM_WINDOW_BYTES:
+            self._room.set()
+
+
 class Worker:
     """The replica's side of the socket: dispatches frames to a ``ComponentRunner``."""
 
@@ -105,6 +138,7 @@ class Worker:
         self.channel = FrameProtocol(self.on_frame, self.on_lost)
         self.runner: ComponentRunner | None = None
         self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.windows: dict[int, StreamWindow] = {}
         self.closed = asyncio.Event()
         self._started = False
 
@@ -131,6 +165,10 @@ class Worker:
             self._spawn(request_id, self.handle_call(request_id, payload))
         elif kind == "stream":
             self._spawn(request_id, self.handle_stream(request_id, payload))
+        elif kind == "credit":
+            window = self.windows.get(request_id)
+            if window is not None:
+                window.refund(*payload)
         elif kind == "cancel":
             task = self.tasks.get(request_id)
             if task is not None:
@@ -227,14 +265,19 @@ class Worker:
             send("stream_error", request_id, {"code": "method_error", "message": message})
             return
         send("started", request_id, None)
+        window = StreamWindow()
+        self.windows[request_id] = window
         try:
             async for chunk in chunks:
+                await window.reserve()
+                window.spend(len(chunk))
                 send("chunk", request_id, chunk)
         except Exception as error:  # noqa: BLE001 - end the stream, never hang the gateway
             logging.getLogger("peach.worker").error(
                 "the stream failed: %s: %s", type(error).__name__, error
             )
         finally:
+            self.windows.pop(request_id, None)
             await chunks.aclose()
         send("end", request_id, None)
 

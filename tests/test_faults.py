@@ -308,15 +308,6 @@ def test_a_generator_raising_after_three_chunks_ends_the_stream_cleanly(
     faults.wait_for_output(error)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no flow control for streams between a replica and the gateway: "
-    "simulator/worker.py handle_stream sends every chunk without waiting for the socket "
-    "(an async generator that never awaits keeps the replica's loop busy while its write "
-    "buffer grows, and the cancel of a gone client is not read), and simulator/replica.py "
-    "queues chunks in an unbounded asyncio.Queue; bounding it needs per-stream credits in "
-    "simulator/protocol.py",
-)
 def test_a_stream_to_a_client_that_stops_reading_keeps_memory_bounded(faults):
     import socket
 
