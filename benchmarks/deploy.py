@@ -8,6 +8,7 @@ On one fresh local Ray head (started here on free loopback ports, stopped at the
   closest a user gets with Ray's CLI. The two alternate, ``--runs`` times each, the
   application deleted between runs; the median of each and the ratio are reported
   (target: peach ≤ 1.2 × serve deploy + polling).
+- **redeploy unchanged**: ``peach deploy`` of the same project again (nothing restarts).
 - **a failing init**: seconds from ``peach deploy`` of ``tests/projects/deploy_initfail``
   to its exit 1 with the user's error, and from the first STARTING replica to that exit
   (target ≤ 5 s), against the time Serve takes to report DEPLOY_FAILED.
@@ -123,7 +124,11 @@ def measure_deploys(project: Path, head: RayHead, runs: int) -> dict:
                 serve_times.append(time_serve_deploy(config_path, app, head))
             clear_applications(head.dashboard_url)
     peach_median, serve_median = statistics.median(peach_times), statistics.median(serve_times)
+    time_peach_deploy(project, head)
+    unchanged = statistics.median(time_peach_deploy(project, head) for _ in range(runs))
+    clear_applications(head.dashboard_url)
     return {
+        "peach_redeploy_unchanged_s": unchanged,
         "peach_deploy_s": peach_times,
         "serve_deploy_and_poll_s": serve_times,
         "peach_median_s": peach_median,
@@ -252,6 +257,10 @@ def main() -> int:
         f"deploy to healthy   peach deploy {deploy['peach_median_s']:6.2f} s   "
         f"serve deploy + polling {deploy['serve_median_s']:6.2f} s   "
         f"ratio {deploy['ratio']:.2f} (target ≤ {deploy['target_ratio']})"
+    )
+    print(
+        f"redeploy unchanged  peach deploy {deploy['peach_redeploy_unchanged_s']:6.2f} s   "
+        "(every replica kept)"
     )
     after = failure["peach_after_first_replica_s"]
     serve_failed = failure["serve_deploy_failed_s"]

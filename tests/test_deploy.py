@@ -505,3 +505,89 @@ def test_status_with_nothing_listening_exits_1_with_a_message():
     assert result.returncode == 1
     assert "cannot reach the Ray dashboard" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# -- the wait -------------------------------------------------------------------------------
+
+
+class ScriptedDashboard:
+    """Answers ``serve_details`` from a script of application states, the last one repeating."""
+
+    def __init__(self, *apps: dict) -> None:
+        self.apps = list(apps)
+        self.calls = 0
+
+    def serve_details(self) -> dict:
+        app = self.apps[min(self.calls, len(self.apps) - 1)]
+        self.calls += 1
+        return {"applications": {"x": app}}
+
+
+def deployment(status: str, states: list[str], message: str = "") -> dict:
+    return {
+        "status": status,
+        "message": message,
+        "replicas": [{"replica_id": f"r{i}", "state": s} for i, s in enumerate(states)],
+    }
+
+
+def test_the_wait_returns_when_every_replica_runs():
+    from peach_cli.deploy.deployer import Reporter, wait_until_running
+
+    seen = []
+    dashboard = ScriptedDashboard(
+        app_details({"broken.main": deployment("UPDATING", ["STARTING", "STARTING"])}),
+        app_details({"broken.main": deployment("UPDATING", ["RUNNING", "STARTING"])}),
+        app_details({"broken.main": deployment("HEALTHY", ["RUNNING", "RUNNING"])}, "RUNNING"),
+    )
+    app = wait_until_running(
+        dashboard,  # type: ignore[arg-type]
+        "x",
+        timeout_s=10,
+        reporter=Reporter(progress=lambda app, elapsed: seen.append(app.deployments[0].running)),
+        poll_interval_s=0,
+    )
+    assert app.ready and seen == [0, 1, 2]
+
+
+def test_the_wait_stops_at_the_first_start_failure():
+    from peach_cli.deploy.deployer import ReplicaStartFailed, Reporter, wait_until_running
+
+    dashboard = ScriptedDashboard(
+        app_details({"broken.main": deployment("UPDATING", ["STARTING"])}),
+        app_details({"broken.main": deployment("UPDATING", ["STARTING"], RAY_FAILURE)}),
+        app_details({"broken.main": deployment("HEALTHY", ["RUNNING"])}, "RUNNING"),
+    )
+    with pytest.raises(ReplicaStartFailed) as caught:
+        wait_until_running(
+            dashboard,  # type: ignore[arg-type]
+            "x",
+            timeout_s=10,
+            reporter=Reporter(),
+            poll_interval_s=0,
+        )
+    assert dashboard.calls == 2
+    assert "a replica of broken.main failed to start" in caught.value.message
+    assert "no weights" in caught.value.message and "peach delete x" in (caught.value.hint or "")
+
+
+def test_the_wait_times_out_naming_what_is_pending():
+    from peach_cli.deploy.deployer import DeployTimeout, Reporter, wait_until_running
+
+    pending = (
+        "Deployment 'broken.main' has 1 replicas that have taken more than 30s to be scheduled."
+    )
+    dashboard = ScriptedDashboard(
+        app_details({"broken.main": deployment("UPDATING", ["PENDING_ALLOCATION"], pending)})
+    )
+    with pytest.raises(DeployTimeout) as caught:
+        wait_until_running(
+            dashboard,  # type: ignore[arg-type]
+            "x",
+            timeout_s=0.05,
+            reporter=Reporter(),
+            poll_interval_s=0.01,
+        )
+    assert "not every replica of 'x' was running after 0 s" in caught.value.message
+    assert "broken.main: 0/2 running" in (caught.value.hint or "")
+    assert "taken more than 30s to be scheduled" in (caught.value.hint or "")
