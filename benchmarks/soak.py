@@ -87,6 +87,7 @@ FAULTS_TESTED = (
     "a 200 MB result: method_error over the 32 MiB limit, the gateway's memory unchanged",
     "100 MB printed by a method (short lines, one line): the gateway stays responsive",
     "a request body of 300 MB: 413 without the gateway holding it",
+    "a stream whose client stops reading: the generator pauses, memory stays bounded",
     "a notebook cut short, emptied, deleted, replaced by a dangling link or a folder "
     "during hot reload: the previous version keeps serving",
 )
@@ -681,9 +682,8 @@ def write_results(report: Report, command: str, path: Path = RESULTS) -> None:
         "",
         *[f"- {fault}" for fault in FAULTS_TESTED],
         "",
-        "Known gaps, each a strict expected failure: a stream whose client stops reading is "
-        "not flow-controlled, so the replica buffers what the generator yields "
-        "(`tests/test_faults.py`); a request's headers have no size limit in uvicorn's "
+        "Known gaps, each a strict expected failure: a request's headers have no size limit in "
+        "uvicorn's "
         "httptools parser, so a 16 MB header is buffered whole (`tests/test_fuzz_http.py`); "
         "a sync method that never returns keeps its thread, so after 64 such calls the "
         "replica's sync calls all time out while it is reported healthy "
