@@ -80,6 +80,7 @@ MIX = (
 )
 FAULTS_TESTED = (
     "a replica killed with SIGKILL in the middle of a call, and of a stream",
+    "a replica killed while idle: the requests arriving during its restart wait and succeed",
     "a method that never returns (sync and async): 504 at timeout_s, its replica still serves",
     "an init that never returns: reported after 10 s, other endpoints serve, Ctrl-C exits",
     "a generator (async and sync) that raises after 3 chunks: the stream ends cleanly",
