@@ -109,7 +109,12 @@ class Component:
             await chunks.aclose()
 
     def check_health(self) -> None:
-        """Healthy once started (a drift re-init keeps the replica healthy)."""
+        """Healthy once started (a drift re-init keeps it healthy), until every thread of
+        the runner is held by a sync call nobody waits for: Serve then replaces it."""
+        if getattr(self.runner, "threads_exhausted", False):
+            raise RuntimeError(
+                f"{self.runner.replica_id}: every thread is held by calls past timeout_s"
+            )
 
     def __del__(self) -> None:
         runner = getattr(self, "runner", None)
