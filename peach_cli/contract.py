@@ -747,6 +747,7 @@ class ComponentRunner:
         self._ready = asyncio.Event()
         self._reinit_task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(self.max_threads, thread_name_prefix="peach-call")
+        self.abandoned_threads = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -794,7 +795,28 @@ class ComponentRunner:
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(function, *args, **kwargs))
+        work = self._executor.submit(partial(function, *args, **kwargs))
+        try:
+            return await asyncio.wrap_future(work, loop=loop)
+        except asyncio.CancelledError:
+            if not work.cancelled():  # already running: a thread cannot be stopped, so
+                # count it as abandoned until the function returns on its own, if ever
+                self.abandoned_threads += 1
+                work.add_done_callback(
+                    lambda _: loop.call_soon_threadsafe(self._thread_returned)
+                )
+            raise
+
+    def _thread_returned(self) -> None:
+        self.abandoned_threads -= 1
+
+    @property
+    def threads_exhausted(self) -> bool:
+        """True when every thread is held by a call nobody waits for any more.
+
+        The replica can then no longer run a sync call: hosts should replace it.
+        """
+        return self.abandoned_threads >= self.max_threads
 
     async def _run_init(self) -> Any:
         assert self.init_function is not None

@@ -173,6 +173,7 @@ class Worker:
             task = self.tasks.get(request_id)
             if task is not None:
                 task.cancel()
+                task.add_done_callback(self._check_threads)
         elif kind == "ping":
             runner = self.runner
             self.channel.send(
@@ -214,6 +215,21 @@ class Worker:
             return
         self._started = True
         self.channel.send("ready", 0, {"method_kind": self.runner.method_kind, "pid": os.getpid()})
+
+    def _check_threads(self, _task: object) -> None:
+        """Leave (so the gateway restarts this replica) once no thread is left for calls."""
+        runner = self.runner
+        if runner is None or not runner.threads_exhausted or self.closed.is_set():
+            return
+        logging.getLogger("peach.worker").error(
+            "all %d threads of this replica are stuck in %s() calls that never returned; "
+            "the replica restarts (on the platform it would stop answering)",
+            runner.max_threads,
+            runner.spec.method,
+        )
+        transport = self.channel.transport
+        if transport is not None:
+            transport.close()  # sends what is buffered (the log line) first
 
     async def handle_call(self, request_id: int, params: tuple[dict, dict]) -> None:
         runner = self.runner

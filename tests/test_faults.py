@@ -239,13 +239,6 @@ def test_a_method_that_never_returns_times_out_and_its_replica_keeps_serving(fau
     assert httpx.get(f"{faults.url}{url}", timeout=10).json()["result"]["mode"] == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a sync call that never returns keeps one of the 64 threads of "
-    "peach_cli/contract.py ComponentRunner (max_threads) for good, as a thread cannot be "
-    "stopped: after 64 of them every sync call of that replica times out, while "
-    "/_peach/health still reports it healthy with 0 outstanding requests",
-)
 def test_a_replica_whose_threads_all_hang_still_serves_or_is_reported(peach_dev):
     from peach_cli.contract import ComponentRunner
 
