@@ -339,10 +339,11 @@ class DevView:
             text.append(f" (pid {event.pid})", "dim")
         if event.message:
             text.append(f": {event.message}")
-        if event.error and event.state in (ReplicaState.UNHEALTHY, ReplicaState.RESTARTING):
-            text.append(f": {event.error}", "red")
-        elif event.error:
-            text.append(f" ({event.error})", "yellow")
+        if event.error and event.error not in (event.message or ""):  # not said twice
+            if event.state in (ReplicaState.UNHEALTHY, ReplicaState.RESTARTING):
+                text.append(f": {event.error}", "red")
+            else:
+                text.append(f" ({event.error})", "yellow")
         if event.state is ReplicaState.STOPPED and previous in _RETIRED_FROM:
             self.replicas.pop(event.replica, None)  # retired or refused by a reload
         # "starting" is what the table shows; a line follows when the replica is up (or not).
