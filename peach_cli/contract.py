@@ -802,9 +802,7 @@ class ComponentRunner:
             if not work.cancelled():  # already running: a thread cannot be stopped, so
                 # count it as abandoned until the function returns on its own, if ever
                 self.abandoned_threads += 1
-                work.add_done_callback(
-                    lambda _: loop.call_soon_threadsafe(self._thread_returned)
-                )
+                work.add_done_callback(lambda _: loop.call_soon_threadsafe(self._thread_returned))
             raise
 
     def _thread_returned(self) -> None:

@@ -474,11 +474,11 @@ def _partial_conf(raw: dict) -> tuple[PeachConf, set[str]]:
     An endpoint with an invalid component keeps its url, py_env and valid components; its
     name is in the returned set, so checks of its component structure are skipped.
     """
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
 
     from peach_cli.conf import BASE_ENV, Component, Endpoint, PeachConf, PyEnvironment, Task
 
-    def valid(value: Any, model: type) -> Any:
+    def valid(value: Any, model: type[BaseModel]) -> Any:
         try:
             return model.model_validate(value)
         except ValidationError:

@@ -74,9 +74,7 @@ class _Checker:
 
     # -- reporting --
 
-    def report(
-        self, code: str, message: str, position: Position | None, hint: str | None = None
-    ) -> None:
+    def report(self, code: str, message: str, position: Position, hint: str | None = None) -> None:
         self.result.diagnostics.append(Diagnostic(code, message, position, hint))
 
     def at(self, path: Path_, *, key: bool = False) -> Position:
@@ -480,7 +478,7 @@ class _Checker:
             else:
                 self.check_url(name, url, position("url"))
         init_name = function.options.get("init_fn")
-        raw = {
+        raw: dict[str, Any] = {
             "notebook": notebook.path,
             "method": name,
             **{

@@ -7,10 +7,10 @@ it was given (``peach dev`` renders them, tests collect them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class ReplicaState(str, Enum):
+class ReplicaState(StrEnum):
     STARTING = "starting"
     HEALTHY = "healthy"
     RELOADING = "reloading"

@@ -108,7 +108,7 @@ class ReplicaPool:
                 raise Unavailable(self._unavailable_message())
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def _unavailable_message(self) -> str:

@@ -66,8 +66,7 @@ def _exit_description(returncode: int | None) -> str:
 
 def _worker_command() -> list[str]:
     command = [sys.executable]
-    if sys.version_info >= (3, 11):
-        command.append("-P")  # a project folder named like our modules must not shadow them
+    command.append("-P")  # a project folder named like our modules must not shadow them
     return [*command, "-m", "simulator.worker"]
 
 
@@ -221,7 +220,7 @@ class Replica:
         channel.send("start", 0, (self.spec, str(self.root), self.id))
         try:
             await asyncio.wait_for(asyncio.shield(self._started), INIT_STUCK_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if self.state is ReplicaState.STARTING and process is self._process:
                 stuck = f"init has not returned after {INIT_STUCK_S:g} s; still waiting for it"
                 self._set_state(ReplicaState.STARTING, message=stuck)
@@ -237,7 +236,7 @@ class Replica:
         if process is not None and process.returncode is None:
             try:
                 await asyncio.wait_for(process.wait(), timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 await process.wait()
@@ -346,7 +345,7 @@ class Replica:
             if not channel.send("ping", request_id, None):
                 return None
             return await asyncio.wait_for(future, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         finally:
             self._pings.pop(request_id, None)
@@ -408,7 +407,7 @@ class Replica:
     async def _after_exit(self, process: asyncio.subprocess.Process) -> None:
         try:
             returncode: int | None = await asyncio.wait_for(process.wait(), 2.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             returncode = await process.wait()
@@ -468,7 +467,7 @@ class Replica:
         while True:
             try:
                 data = await asyncio.wait_for(stream.read(1 << 16), output.seconds_to_summary())
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 output.summarise()
                 continue
             if not data:

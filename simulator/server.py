@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 DRAIN_TIMEOUT_S = 300.0
 """How long a retired component may keep serving in-flight streams after a reload."""
-UVICORN_SHUTDOWN_S = 2.0
+UVICORN_SHUTDOWN_S = 2
 
 
 class ServeError(PeachError):
@@ -112,7 +112,7 @@ class DevServer:
         self._socket: socket.socket | None = None
         self._uvicorn: Any = None
         self._serve_task: asyncio.Task[None] | None = None
-        self._starting: asyncio.Future[object] | None = None
+        self._starting: asyncio.Future[Any] | None = None
         self._draining: set[asyncio.Task[None]] = set()
         self._stopped = False
         self.gateway: Gateway | None = None
@@ -209,7 +209,7 @@ class DevServer:
         if self._serve_task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._serve_task), UVICORN_SHUTDOWN_S + 2)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 if server is not None:
                     server.force_exit = True
                 self._serve_task.cancel()

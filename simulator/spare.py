@@ -113,7 +113,7 @@ class SpareWorkers:
         for process, _ in spares:
             try:
                 await asyncio.wait_for(process.wait(), 3.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
                 await process.wait()

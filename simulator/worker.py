@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from peach_cli.contract import (
@@ -200,7 +201,7 @@ class Worker:
     # -- work ----------------------------------------------------------------------------
 
     async def start(self, spec: Any, root: str, replica_id: str) -> None:
-        self.runner = ComponentRunner(spec, root, replica_id=replica_id)
+        self.runner = ComponentRunner(spec, Path(root), replica_id=replica_id)
         try:
             await self.runner.start()
         except InitError as error:

@@ -303,8 +303,7 @@ def test_an_endpoint_with_a_schema_error_is_still_checked(tmp_path):
     conf = (
         "codops: shop\nendpoints:\n  e:\n    url: /e\n    py_env: lmm\n    components:\n"
         "      main: {notebook: nb.ipynb, methdo: ask}\n"
-        "      fallback: {notebook: nb.ipynb, method: nope}\n"
-        + endpoint("f", url="/e")
+        "      fallback: {notebook: nb.ipynb, method: nope}\n" + endpoint("f", url="/e")
     )
     write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS[:-1]})
     codes = sorted(d.code for d in diagnose(tmp_path))
