@@ -45,18 +45,8 @@ def sync_words(n: int = 2):
 def runner_for(
     method: str, *, init: str | None = "init_state", args=None
 ) -> contract.ComponentRunner:
-    spec = ComponentSpec(
-        endpoint="e",
-        name="main",
-        url="/e",
-        notebook="nb.ipynb",
-        source=SOURCE,
-        source_name="nb.ipynb",
-        method=method,
-        init=init,
-        args=args or {},
-    )
-    runner = contract.ComponentRunner(spec, Path("."))
+    """A started runner (its own event loop; calls then run under asyncio.run)."""
+    runner = runner_for_loop(method, init=init, args=args)
     asyncio.run(runner.start())
     return runner
 
@@ -221,7 +211,10 @@ class TestResults:
         assert asyncio.run(collect("sync_words")) == [b"a", b"b"]
 
 
-def runner_for_loop(method: str) -> contract.ComponentRunner:
+def runner_for_loop(
+    method: str, *, init: str | None = "init_state", args=None
+) -> contract.ComponentRunner:
+    """A runner to start inside the test's own event loop."""
     spec = ComponentSpec(
         endpoint="e",
         name="main",
@@ -230,7 +223,8 @@ def runner_for_loop(method: str) -> contract.ComponentRunner:
         source=SOURCE,
         source_name="nb.ipynb",
         method=method,
-        init="init_state",
+        init=init,
+        args=args or {},
     )
     return contract.ComponentRunner(spec, Path("."))
 
