@@ -153,12 +153,13 @@ class DevServer:
         import uvicorn
 
         from simulator.gateway import Gateway
+        from simulator.http_protocol import BoundedHttpToolsProtocol
 
         table = self._table(self.plan, self._pools)
         self.gateway = Gateway(table, self._on_event)
         config = uvicorn.Config(
             self.gateway,
-            http="httptools",
+            http=BoundedHttpToolsProtocol,
             ws="none",
             lifespan="off",
             log_config=None,

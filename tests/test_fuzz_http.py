@@ -357,13 +357,6 @@ def test_a_300_mb_body_is_refused_without_the_gateway_holding_it(fuzz_server, cl
     assert_alive(client, fuzz_server)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="uvicorn's httptools protocol (simulator/server.py: http='httptools') has no limit "
-    "on the size of a request's headers, so a 16 MB header is buffered in full before the "
-    "gateway sees the request (Kludex/uvicorn#157, PR #1684 not merged); h11 would refuse "
-    "it past h11_max_incomplete_event_size (16 KiB) at some cost in speed",
-)
 def test_a_16_mb_header_is_refused_without_the_gateway_holding_it(fuzz_server, client):
     gateway = fuzz_server.process.pid
     before = _rss_kib(gateway)
@@ -392,3 +385,17 @@ def test_a_16_mb_header_is_refused_without_the_gateway_holding_it(fuzz_server, c
         sampler.join(5)
     assert_alive(client, fuzz_server)
     assert peak[0] - before < 8 * 1024, "the gateway buffered the whole header"
+
+
+def test_the_head_bound_refuses_past_64_kib_and_resets_per_request(fuzz_server, client):
+    from simulator.http_protocol import MAX_HEAD_BYTES
+
+    big = {"X-Big": "h" * (MAX_HEAD_BYTES + 1024)}
+    refused = httpx.get(f"{fuzz_server.url}/echo", headers=big, timeout=10)
+    assert refused.status_code == 431 and "KiB" in refused.text
+    # 40 KiB of headers on each of three requests on one keep-alive connection: each fits
+    fits = {"X-Some": "h" * (40 * 1024)}
+    with httpx.Client(timeout=10) as keep_alive:
+        for _ in range(3):
+            assert keep_alive.get(f"{fuzz_server.url}/echo", headers=fits).status_code != 431
+    assert_alive(client, fuzz_server)
