@@ -167,6 +167,9 @@ def measure(url: str, edit: Callable[[str], None], edits: int) -> tuple[list[flo
             if time.monotonic() > deadline:
                 raise SystemExit(f"{url} never answered")
             time.sleep(0.05)
+        # uvicorn's reloader creates its watch only on its first check, a beat after the
+        # server answers: an edit before that is never seen
+        time.sleep(1.0)
         for number in range(1, edits + 1):
             version = f"v{number}"
             began = time.perf_counter()
