@@ -479,10 +479,20 @@ def _partial_conf(raw: dict) -> tuple[PeachConf, set[str]]:
     from peach_cli.conf import BASE_ENV, Component, Endpoint, PeachConf, PyEnvironment, Task
 
     def valid(value: Any, model: type[BaseModel]) -> Any:
+        """The model, or failing that the model without the keys its errors are about."""
         try:
             return model.model_validate(value)
-        except ValidationError:
-            return None
+        except ValidationError as error:
+            if not isinstance(value, dict):
+                return None
+            bad = {e["loc"][0] for e in error.errors() if e["loc"]}
+            trimmed = {k: v for k, v in value.items() if k not in bad}
+            if len(trimmed) == len(value):
+                return None
+            try:
+                return model.model_validate(trimmed)
+            except ValidationError:
+                return None
 
     def section(name: str) -> dict:
         items = raw.get(name)

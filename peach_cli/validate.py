@@ -137,7 +137,7 @@ class _Checker:
         return self.result
 
     def check_py_env(self, where: Path_, name: str) -> None:
-        declared = [BASE_ENV, *self.conf.py_environments]
+        declared = list(dict.fromkeys([BASE_ENV, *self.conf.py_environments]))
         if name not in declared:
             self.report(
                 "PC114",

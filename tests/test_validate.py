@@ -318,3 +318,13 @@ def test_the_readme_documents_every_code_with_its_severity():
     assert {code: severity for code, severity, _ in rows} == {
         code: severity for code, (severity, _) in CODES.items()
     }
+
+
+def test_a_component_with_a_schema_error_still_has_its_functions_and_args_checked(tmp_path):
+    conf = (
+        "codops: shop\nendpoints:\n  e:\n    url: /e\n    components:\n"
+        "      main: {notebook: nb.ipynb, method: aks, replica: 2, args: {stream: true}}\n"
+    )
+    write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS[:-1]})
+    found = {(d.code, d.position.line) for d in diagnose(tmp_path)}
+    assert {("PC101", 6), ("PC204", 6), ("PC302", 6)} <= found
