@@ -71,11 +71,18 @@ class _Checker:
         self.urls: dict[str, tuple[str, Position]] = {}
         self.imports: dict[tuple[Path, Path | str, int], list[Path]] = {}
         self.paths: dict[str, str | None] = {}
+        self.seen: set[Diagnostic] = set()
 
     # -- reporting --
 
     def report(self, code: str, message: str, position: Position, hint: str | None = None) -> None:
-        self.result.diagnostics.append(Diagnostic(code, message, position, hint))
+        self.add(Diagnostic(code, message, position, hint))
+
+    def add(self, diagnostic: Diagnostic) -> None:
+        """Record a problem once: a function shared by several components is reported once."""
+        if diagnostic not in self.seen:
+            self.seen.add(diagnostic)
+            self.result.diagnostics.append(diagnostic)
 
     def at(self, path: Path_, *, key: bool = False) -> Position:
         return self.project.position(path, key=key)
@@ -496,7 +503,7 @@ class _Checker:
         except ValidationError as error:
             for item in error.errors(include_url=False):
                 option = str(item["loc"][0]) if item["loc"] else None
-                self.result.diagnostics.append(
+                self.add(
                     schema_diagnostic(
                         item, lambda *_a, option=option, **_k: position(option), Component
                     )

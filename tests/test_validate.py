@@ -328,3 +328,25 @@ def test_a_component_with_a_schema_error_still_has_its_functions_and_args_checke
     write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS[:-1]})
     found = {(d.code, d.position.line) for d in diagnose(tmp_path)}
     assert {("PC101", 6), ("PC204", 6), ("PC302", 6)} <= found
+
+
+def test_a_function_shared_by_several_components_is_reported_once(tmp_path):
+    conf = (
+        HEAD
+        + endpoint("a", url="/a", method="streamer", init="init_needs")
+        + endpoint("b", url="/b", method="streamer", init="init_needs")
+        + "decorator_endpoints: [D.ipynb]\n"
+    )
+    cells = [
+        '@endpoint("/x", init_fn=needs)\ndef x(init_state):\n    return 1\n',
+        '@endpoint("/y", init_fn=needs)\ndef y(init_state):\n    return 1\n',
+    ]
+    files = {"D.ipynb": notebook_json([*DECORATED, *cells])}
+    write_project(tmp_path, conf, NB, files)
+    found = sorted((d.code, str(d.position)) for d in diagnose(tmp_path))
+    assert found == [
+        ("PC205", "D.ipynb:cell 2:line 6"),
+        ("PC205", "nb.ipynb:cell 5:line 1"),
+        ("PC301", "nb.ipynb:cell 6:line 1"),
+        ("PC401", "nb.ipynb:cell 6:line 1"),
+    ]
