@@ -498,9 +498,10 @@ class _Checker:
             raw["init"] = init_name
         from pydantic import ValidationError
 
+        component: Component | None = None
         try:
             component = Component.model_validate(raw)
-        except ValidationError as error:
+        except ValidationError as error:  # reported; the functions are still checked below
             for item in error.errors(include_url=False):
                 option = str(item["loc"][0]) if item["loc"] else None
                 self.add(
@@ -508,7 +509,6 @@ class _Checker:
                         item, lambda *_a, option=option, **_k: position(option), Component
                     )
                 )
-            return None
         method = notebook.definitions.get(name)
         init = None
         if isinstance(init_name, str):
@@ -522,7 +522,8 @@ class _Checker:
                 )
                 ok = False
                 init = None
-        if "stream" in component.args:
+        args = function.options.get("args")
+        if isinstance(args, dict) and "stream" in args:
             self.report(
                 "PC302",
                 "'stream' in args is never seen: the gateway decides to stream before args apply",
@@ -530,7 +531,7 @@ class _Checker:
                 "remove it; callers send stream=true with the request",
             )
         self.check_functions(notebook, method, init, "init_state")
-        if not ok or method is None or not isinstance(url, str):
+        if not ok or component is None or method is None or not isinstance(url, str):
             return None
         code = _Code(notebook, extraction, method, init)
         spec = self.component_spec(name, PRIMARY, url, BASE_ENV, component, code, "init_state")

@@ -350,3 +350,18 @@ def test_a_function_shared_by_several_components_is_reported_once(tmp_path):
         ("PC301", "nb.ipynb:cell 6:line 1"),
         ("PC401", "nb.ipynb:cell 6:line 1"),
     ]
+
+
+def test_a_decorator_endpoint_with_a_bad_option_still_has_its_functions_checked(tmp_path):
+    cell = (
+        '@endpoint("/x", init_fn=lod, memory="lots", args={"stream": True})\n'
+        "def x(q):\n    return 1\n"
+    )
+    conf = HEAD + endpoint() + "decorator_endpoints: [D.ipynb]\n"
+    write_project(tmp_path, conf, NB, decorated_case(cell))
+    found = {(d.code, str(d.position)) for d in diagnose(tmp_path)}
+    assert found == {
+        ("PC103", "D.ipynb:cell 4:line 1"),
+        ("PC204", "D.ipynb:cell 4:line 1"),
+        ("PC302", "D.ipynb:cell 4:line 1"),
+    }
