@@ -181,10 +181,17 @@ with _without_pydantic_plugins():
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of peach.conf (for yaml-language-server and editors)."""
+    """The JSON Schema of one peach.conf file (for yaml-language-server and editors).
+
+    An editor checks each file on its own, while a project's files are merged: codops is
+    required once per project (``peach validate`` says so), not in every file of
+    ``peach.conf/``, so the schema requires no top-level key.
+    """
     schema = PeachConf.model_json_schema()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "peach.conf",
-        **{k: v for k, v in schema.items() if k != "title"},
+        **{k: v for k, v in schema.items() if k not in ("title", "required")},
+        "description": "One file of a peach project (peach.yaml or peach.conf/*.yaml); "
+        "the files are merged, and codops is required once per project.",
     }

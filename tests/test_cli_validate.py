@@ -156,7 +156,7 @@ def test_schema_is_json_schema_of_the_conf():
     assert result.returncode == 0
     schema = json.loads(result.stdout)
     assert schema["$schema"].startswith("https://json-schema.org/")
-    assert schema["required"] == ["codops"]
+    assert "required" not in schema  # codops is required once per project, not per file
     assert schema["additionalProperties"] is False
     assert {
         "codops",
@@ -169,3 +169,27 @@ def test_schema_is_json_schema_of_the_conf():
     component = schema["$defs"]["Component"]
     assert component["additionalProperties"] is False
     assert set(component["required"]) == {"notebook", "method"}
+
+
+def test_schema_accepts_every_file_of_a_split_project_and_flags_mistakes(tmp_path):
+    """What yaml-language-server does with the schema: check each conf file on its own."""
+    jsonschema = pytest.importorskip("jsonschema")
+    import yaml
+
+    validator = jsonschema.Draft202012Validator(json.loads(peach("schema").stdout))
+    files = [
+        *ROOT.glob("examples/*/peach.yaml"),
+        *ROOT.glob("tests/projects/*/peach.yaml"),
+    ]
+    write_project(
+        tmp_path,
+        "codops: shop\n",
+        None,
+        {"peach.conf/endpoints.yaml": GOOD.replace("codops: shop\n", "")},
+    )
+    files += [tmp_path / "peach.yaml", tmp_path / "peach.conf" / "endpoints.yaml"]
+    for path in files:
+        errors = [e.message for e in validator.iter_errors(yaml.safe_load(path.read_text()))]
+        assert errors == [], path
+    typo = yaml.safe_load(GOOD.replace("method:", "methdo:"))
+    assert any("methdo" in e.message for e in validator.iter_errors(typo))
