@@ -80,13 +80,17 @@ class Project:
 
 
 def find_conf_files(path: Path) -> tuple[Path, list[Path]]:
-    """The project root and its conf files in merge order; ``UsageError`` if there are none."""
+    """The project root and its conf files in merge order; ``UsageError`` if there are none.
+
+    A single YAML file is a project of one file, rooted at its folder (or, for a file of
+    ``peach.conf/``, at the folder holding ``peach.conf/``, where its notebook paths start).
+    """
     if not path.exists():
         raise UsageError(
             f"{path} does not exist", hint="give the project folder, or run peach inside it"
         )
-    if path.is_file():
-        return path.parent, [path]
+    if path.is_file():  # one file of peach.conf/ belongs to the folder holding peach.conf/
+        return (path.parent.parent if path.parent.name == CONF_DIR else path.parent), [path]
     if not path.is_dir():
         raise UsageError(f"{path} is neither a folder nor a file")
     files = [path / name for name in CONF_FILE_NAMES if (path / name).is_file()]

@@ -193,3 +193,13 @@ def test_schema_accepts_every_file_of_a_split_project_and_flags_mistakes(tmp_pat
         assert errors == [], path
     typo = yaml.safe_load(GOOD.replace("method:", "methdo:"))
     assert any("methdo" in e.message for e in validator.iter_errors(typo))
+
+
+def test_a_single_file_of_peach_conf_resolves_notebooks_from_the_project(tmp_path):
+    write_project(tmp_path, None, {"nb.ipynb": BASE_CELLS}, {"peach.conf/shop.yaml": GOOD})
+    result = peach("validate", str(tmp_path / "peach.conf" / "shop.yaml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    broken = GOOD.replace("nb.ipynb", "nope.ipynb")
+    (tmp_path / "peach.conf" / "shop.yaml").write_text(broken)
+    result = peach("validate", str(tmp_path / "peach.conf" / "shop.yaml"))
+    assert result.stdout.startswith("peach.conf/shop.yaml:6:")
