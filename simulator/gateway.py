@@ -136,8 +136,9 @@ class Gateway:
             if wants_stream:
                 await self._stream(route, primary, params, scope, receive, send, started)
             else:
-                answer = contract.stream_required_answer(endpoint)
-                await self._send_answer(send, answer, scope, endpoint, started)
+                await self._send_answer(
+                    send, await _stream_required(endpoint, primary), scope, endpoint, started
+                )
             return
         pools = route.pools
 
@@ -206,7 +207,8 @@ class Gateway:
     ) -> None:
         endpoint = route.endpoint
         component = endpoint.primary
-        opening = asyncio.ensure_future(pool.open_stream(params))
+        attempt = Attempt(component)
+        opening = asyncio.ensure_future(pool.open_stream(params, attempt))
         disconnect = asyncio.ensure_future(_wait_disconnect(receive))
         await asyncio.wait((opening, disconnect), return_when=asyncio.FIRST_COMPLETED)
         if not opening.done():  # the client left before the stream started
@@ -221,12 +223,16 @@ class Gateway:
             answer = contract.error_answer("unavailable", str(error), component=component)
             await self._send_answer(send, answer, scope, endpoint, started)
             return
-        except ContractError as error:
-            answer = contract.error_answer(error.code, error.message, component=component)
+        except ContractError as error:  # the replica refused the call (a binding error)
+            answer = contract.error_answer(
+                error.code, error.message, component=component, replica=attempt.replica
+            )
             await self._send_answer(send, answer, scope, endpoint, started)
             return
         except ReplicaGone as error:
-            answer = contract.error_answer("method_error", str(error), component=component)
+            answer = contract.error_answer(
+                "method_error", str(error), component=component, replica=attempt.replica
+            )
             await self._send_answer(send, answer, scope, endpoint, started)
             return
         replica = chunks.replica.id
@@ -317,6 +323,18 @@ class Gateway:
                 "components": components,
             }
         )
+
+
+async def _stream_required(endpoint: EndpointSpec, pool: ReplicaPool) -> Answer:
+    """``stream_required`` for a generator called without ``stream``, naming the replica
+    that would have failed to return it (as on the platform); 503 when none can serve."""
+    try:
+        replica = await pool.acquire()
+    except Unavailable as error:
+        return contract.error_answer("unavailable", str(error), component=endpoint.primary)
+    answer = contract.stream_required_answer(endpoint)
+    answer.replica = replica.id
+    return answer
 
 
 async def _relay(chunks: ReplicaStream, outcome: dict[str, str | None]) -> AsyncIterator[bytes]:

@@ -128,10 +128,11 @@ class ReplicaPool:
         attempt.replica = replica.id
         return await replica.call(params)
 
-    async def open_stream(self, params: RequestParams) -> ReplicaStream:
-        """Open a stream on the best replica (raises ``Unavailable``, ``ContractError``,
-        ``ReplicaGone``)."""
+    async def open_stream(self, params: RequestParams, attempt: Attempt) -> ReplicaStream:
+        """Open a stream on the best replica, recorded in ``attempt`` (raises ``Unavailable``,
+        ``ContractError``, ``ReplicaGone``)."""
         replica = await self.acquire()
+        attempt.replica = replica.id
         return await replica.open_stream(params)
 
     @property

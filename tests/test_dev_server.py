@@ -124,6 +124,22 @@ def test_failed_init_is_503_with_the_error_and_other_endpoints_answer(peach_dev)
     assert "unhealthy" in output and "raise RuntimeError" in output  # the user's traceback
 
 
+@pytest.mark.parametrize(
+    ("path", "params", "code"),
+    [
+        ("/stream", {}, "stream_required"),  # a generator called without `stream`
+        ("/sync-stream", {"stream": "true", "count": "x"}, "bad_request"),  # refused to bind
+    ],
+)
+def test_errors_on_the_stream_path_name_the_replica(base_url, path, params, code):
+    with httpx.Client(base_url=base_url, timeout=20) as client:
+        response = client.get(path, params=params)
+    assert response.status_code == 400 and response.json()["error"]["code"] == code
+    assert response.headers["x-peach-component"] == "main"
+    endpoint = path.strip("/").replace("-", "_")
+    assert re.fullmatch(rf"{endpoint}/main#\d+", response.headers["x-peach-replica"])
+
+
 # -- the command --------------------------------------------------------------------------
 
 
