@@ -140,6 +140,17 @@ def test_errors_on_the_stream_path_name_the_replica(base_url, path, params, code
     assert re.fullmatch(rf"{endpoint}/main#\d+", response.headers["x-peach-replica"])
 
 
+def test_a_failed_reinit_after_drift_is_reported(base_url, dev_server: DevProcess):
+    with httpx.Client(base_url=base_url, timeout=20) as client:
+        response = client.get("/drift/reinit-fails", params={"signal": "true"})
+        assert response.status_code == 200
+    dev_server.wait_for_output(
+        r"drift_reinit_fails/main#\d+ healthy \(pid \d+\): re-init failed, kept the previous "
+        r"state \(re-init after drift failed, keeping the previous state: init_once_only\(\) "
+        r"raised RuntimeError: re-init failed on purpose\)"
+    )
+
+
 # -- the command --------------------------------------------------------------------------
 
 
