@@ -303,11 +303,17 @@ class DevServer:
         return change
 
     async def _retire(self, old_table: RoutingTable, pools: list[ReplicaPool]) -> None:
-        """Wait for requests that began on the old table, then drain and stop ``pools``."""
+        """Wait for requests that began on the old table and may reach ``pools`` (a stream
+        on another endpoint does not hold them), then drain and stop ``pools``."""
+        retired = {id(pool) for pool in pools}
+        routes = [
+            route
+            for route in old_table.routes.values()
+            if any(id(pool) in retired for pool in route.pools.values())
+        ]
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(
-                asyncio.gather(*(route.idle.wait() for route in old_table.routes.values())),
-                DRAIN_TIMEOUT_S,
+                asyncio.gather(*(route.idle.wait() for route in routes)), DRAIN_TIMEOUT_S
             )
         await asyncio.gather(*(pool.drain_and_stop(timeout_s=DRAIN_TIMEOUT_S) for pool in pools))
 

@@ -206,6 +206,22 @@ def test_a_stream_started_before_the_edit_finishes_on_the_old_code(
         assert b"".join(chunks) == b"s1 ends\n"
 
 
+def test_a_stream_on_another_endpoint_does_not_hold_the_replaced_replicas(
+    served: Served, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    with served.client.stream("GET", "/story", params={"stream": "true", "gate": str(gate)}) as old:
+        chunks = old.iter_raw()
+        assert next(chunks) == b"s1 begins\n"
+
+        edit_cell(served.project, '"v1"', '"v2"')
+        served.wait_result("/hello", "v2 hello world")
+        # The old hello replica stops now, not when the unrelated stream ends.
+        served.dev.wait_for_output(r"hello/main#1 stopped")
+        gate.write_text("open")
+        assert b"".join(chunks) == b"s1 ends\n"
+
+
 def test_an_init_that_raises_after_an_edit_leaves_the_old_version_serving(
     served: Served, hammer: Callable[..., Hammer]
 ) -> None:
