@@ -28,7 +28,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -94,8 +94,6 @@ class Snapshot:
     def replace(self, key: str, other: Snapshot) -> Snapshot:
         """This snapshot with component ``key`` taken from ``other`` (or dropped if absent
         there): what is served after a restart of ``key`` was refused."""
-        from dataclasses import replace
-
         endpoints = dict(self.plan.endpoints)
         endpoint_name = key.split("/", 1)[0]
         endpoint = endpoints.get(endpoint_name)
@@ -562,6 +560,8 @@ class Reloader:
         recovered, self.rejected = self.rejected, False
         snapshot = Snapshot.take(plan)
         changes = analyze_changes(self.served, snapshot)
+        if changes.timeout_changed and self.server.timeout_override is not None:
+            changes = replace(changes, timeout_changed=None)  # --timeout-s wins: nothing changes
         self.filter.use_plan(plan)
         if changes.empty:
             self.served = snapshot

@@ -40,6 +40,7 @@ class RecordingServer:
 
     def __init__(self, plan: ProjectPlan) -> None:
         self.plan = plan
+        self.timeout_override: float | None = None
         self.applied: list[ProjectPlan] = []
         self.fail: dict[str, str] = {}
 
@@ -105,6 +106,18 @@ def test_a_missing_conf_file_is_refused_with_a_message(project: Path, setup: Any
     assert event.problem and "peach" in event.problem
     assert "still serving the previous version" in event.message
     assert server.applied == []
+
+
+def test_a_timeout_change_under_the_timeout_option_changes_nothing(
+    project: Path, setup: Any
+) -> None:
+    server, reloader, events = setup
+    server.timeout_override = 0.3  # peach dev --timeout-s 0.3: the conf's value is not used
+    edit_file(project, "peach.yaml", "codops: reload", "codops: reload\ntimeout_s: 5")
+    event = asyncio.run(reloader.reload({"peach.yaml"}))
+    assert isinstance(event, ReloadSkipped), event
+    assert server.applied == []
+    assert "timeout_s" not in event.message
 
 
 def test_a_component_that_failed_to_start_is_retried_on_the_next_save(
