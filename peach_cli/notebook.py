@@ -107,6 +107,23 @@ class Notebook:
     def broken_cells(self) -> list[Cell]:
         return [cell for cell in self.cells if cell.syntax_error is not None]
 
+    def broken_redefinitions(self, name: str) -> list[Cell]:
+        """Cells after ``name``'s last parsed definition that do not parse but seem to
+        define it at top level (found by text, as they have no ast): re-running the notebook
+        would fail there, so the definition that parses is not the one the user wrote last.
+        """
+        definition = self.definitions.get(name)
+        after = definition.cell.number if definition is not None else 0
+        pattern = re.compile(
+            rf"^(?:(?:async[ \t]+)?def|class)[ \t]+{re.escape(name)}\b|^{re.escape(name)}[ \t]*=",
+            re.MULTILINE,
+        )
+        return [
+            cell
+            for cell in self.broken_cells()
+            if cell.number > after and pattern.search(cell.source)
+        ]
+
     def extract(self, names: Iterable[str] | None = None) -> Extraction:
         """The module made of the cells defining ``names`` (all code cells when None)."""
         if names is None:

@@ -268,7 +268,9 @@ class _Checker:
             if cell.syntax_error is not None:
                 self.report_syntax_error(notebook, cell)
 
-    def report_syntax_error(self, notebook: nb.Notebook, cell: nb.Cell) -> None:
+    def report_syntax_error(
+        self, notebook: nb.Notebook, cell: nb.Cell, hint: str | None = None
+    ) -> None:
         if (notebook.path, cell.number, "PC206") in self.reported:
             return
         self.reported.add((notebook.path, cell.number, "PC206"))
@@ -279,6 +281,7 @@ class _Checker:
             "PC206",
             f"cell {cell.number} is not valid Python: {error.msg}",
             self.in_cell(notebook, cell, line, error.offset),
+            hint,
         )
 
     # -- components and tasks --
@@ -318,6 +321,13 @@ class _Checker:
     ) -> nb.Definition | None:
         definition = notebook.definitions.get(name)
         if definition is not None:
+            for cell in notebook.broken_redefinitions(name):
+                self.report_syntax_error(
+                    notebook,
+                    cell,
+                    f"this cell seems to redefine {name}; until it parses, the {name} of "
+                    f"cell {definition.cell.number} is the one used",
+                )
             return definition
         hint = did_you_mean(name, notebook.functions())
         broken = notebook.broken_cells()

@@ -365,3 +365,21 @@ def test_a_decorator_endpoint_with_a_bad_option_still_has_its_functions_checked(
         ("PC204", "D.ipynb:cell 4:line 1"),
         ("PC302", "D.ipynb:cell 4:line 1"),
     }
+
+
+def test_a_later_redefinition_that_does_not_parse_is_an_error(tmp_path):
+    cells = [
+        "def ask(model, q=''):\n    return [q]\n",  # cell 1: parses
+        "import os\n",
+        "def ask(model, q=''):\n    return [q, 'new'\n",  # cell 3: the edit, broken
+        "def other(:\n    pass\n",  # broken, but does not define ask
+    ]
+    write_project(tmp_path, HEAD + endpoint(), {"nb.ipynb": cells})
+    found = [(d.code, str(d.position), d.hint) for d in diagnose(tmp_path)]
+    assert found == [
+        (
+            "PC206",
+            "nb.ipynb:cell 3:line 2",
+            "this cell seems to redefine ask; until it parses, the ask of cell 1 is the one used",
+        )
+    ]
