@@ -543,6 +543,17 @@ def _partial_conf(raw: dict) -> tuple[PeachConf, set[str]]:
     return conf, partial
 
 
+def _renumber_strings(positions: dict[Path_, NodePosition], key: str, items: Any) -> None:
+    """``_partial_conf`` keeps only the strings of a list: move their positions along."""
+    if not isinstance(items, list):
+        return
+    kept = [index for index, item in enumerate(items) if isinstance(item, str)]
+    moved: dict[Path_, NodePosition] = {(key, n): positions[(key, o)] for n, o in enumerate(kept)}
+    for path in [p for p in positions if len(p) > 1 and p[0] == key]:
+        del positions[path]
+    positions.update(moved)
+
+
 def load_project(path: Path | str) -> tuple[Project | None, list[Diagnostic]]:
     """Load a project folder (or one YAML file) into the merged conf model.
 
@@ -570,6 +581,7 @@ def load_project(path: Path | str) -> tuple[Project | None, list[Diagnostic]]:
             if str(diagnostic.position) not in rejected:  # already reported as a bad tag
                 diagnostics.append(diagnostic)
         project.conf, project.partial = _partial_conf(raw)
+        _renumber_strings(project.positions, "decorator_endpoints", raw.get("decorator_endpoints"))
         project.schema_ok = False
     return project, diagnostics
 

@@ -383,3 +383,10 @@ def test_a_later_redefinition_that_does_not_parse_is_an_error(tmp_path):
             "this cell seems to redefine ask; until it parses, the ask of cell 1 is the one used",
         )
     ]
+
+
+def test_a_decorator_notebook_after_an_invalid_entry_keeps_its_position(tmp_path):
+    conf = HEAD + endpoint() + "decorator_endpoints:\n  - 1\n  - nb.ipynb\n"
+    write_project(tmp_path, conf, NB)
+    found = {(d.code, str(d.position)) for d in diagnose(tmp_path) if d.file == "peach.yaml"}
+    assert found == {("PC103", "peach.yaml:8:5"), ("PC305", "peach.yaml:9:5")}
