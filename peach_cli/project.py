@@ -174,7 +174,12 @@ def read_conf_file(root: Path, path: Path, diagnostics: list[Diagnostic]) -> _Fi
         mark = error.problem_mark or error.context_mark
         message = " ".join(str(p) for p in (error.context, error.problem) if p) or str(error)
         diagnostics.append(
-            Diagnostic("PC001", f"YAML syntax error: {message}", _mark_position(name, mark, lines))
+            Diagnostic(
+                "PC001",
+                f"YAML syntax error: {message}",
+                _mark_position(name, mark, lines),
+                _syntax_hint(error, lines),
+            )
         )
         return None
     except yaml.YAMLError as error:  # ReaderError: control characters and the like
@@ -215,6 +220,22 @@ def read_conf_file(root: Path, path: Path, diagnostics: list[Diagnostic]) -> _Fi
         )
         return None
     return tree
+
+
+def _syntax_hint(error: yaml.MarkedYAMLError, lines: list[str]) -> str | None:
+    """A tab used as indentation, or where the unclosed construct an error is about starts."""
+    problem, context = error.problem_mark, error.context_mark
+    if problem is not None and problem.line < len(lines):
+        text = lines[problem.line]
+        if problem.column < len(text) and text[problem.column] == "\t":
+            return "YAML indents with spaces: replace the tab"
+    if context is not None and (problem is None or context.line != problem.line):
+        what = str(error.context or "")
+        for prefix in ("while parsing a ", "while scanning a ", "while parsing an "):
+            what = what.removeprefix(prefix)
+        where = f"the {what} starts at line {context.line + 1}, column {context.column + 1}"
+        return f"check the indentation: {where}" if what.startswith("block") else where
+    return None
 
 
 def _mark_position(name: str, mark: Any, lines: list[str]) -> Position:

@@ -390,3 +390,19 @@ def test_a_decorator_notebook_after_an_invalid_entry_keeps_its_position(tmp_path
     write_project(tmp_path, conf, NB)
     found = {(d.code, str(d.position)) for d in diagnose(tmp_path) if d.file == "peach.yaml"}
     assert found == {("PC103", "peach.yaml:8:5"), ("PC305", "peach.yaml:9:5")}
+
+
+@pytest.mark.parametrize(
+    ("conf", "where", "hint"),
+    [
+        ("codops: shop\nendpoints:\n  e:\n\turl: /e\n", "peach.yaml:4:1", "tab"),
+        ("codops: shop\nendpoints: {e: {url: /e\n", "peach.yaml:3:1", "line 2, column 16"),
+        ('codops: shop\nurl: "/e\n', "peach.yaml:3:1", "quoted scalar starts at line 2"),
+        ("codops: shop\nendpoints:\n  e: 1\n f: 2\n", "peach.yaml:4:2", "indentation"),
+    ],
+)
+def test_yaml_syntax_errors_say_what_to_look_at(tmp_path, conf, where, hint):
+    write_project(tmp_path, conf)
+    [diagnostic] = diagnose(tmp_path)
+    assert (diagnostic.code, str(diagnostic.position)) == ("PC001", where)
+    assert hint in (diagnostic.hint or "")
