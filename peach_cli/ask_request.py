@@ -60,7 +60,7 @@ def resolve_url(target: str, base: str | None = None) -> str:
         base_url = (base or os.environ.get("PEACH_URL") or DEFAULT_BASE_URL).strip()
         if "://" not in base_url:
             base_url = "http://" + base_url
-        check_url(base_url, what="--url")
+        check_url(base_url, what="--url" if base else "PEACH_URL")
         url = base_url.rstrip("/") + "/" + target.lstrip("/")
     check_url(url, what="TARGET")
     return url

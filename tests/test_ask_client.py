@@ -76,6 +76,11 @@ def test_resolve_url(monkeypatch):
     for bad in ("ftp://x/a", "http://", "http://h:notaport/a"):
         with pytest.raises(UsageError):
             resolve_url(bad)
+    monkeypatch.setenv("PEACH_URL", "ftp://x")
+    with pytest.raises(UsageError, match="^PEACH_URL: 'ftp://x'"):  # says where it came from
+        resolve_url("/a")
+    with pytest.raises(UsageError, match="^--url: 'ftp://y'"):
+        resolve_url("/a", "ftp://y")
 
 
 def test_build_request_body_query_stream_and_headers(tmp_path):
