@@ -91,19 +91,18 @@ async def serve(
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     server = DevServer(plan, host=host, port=port, timeout_s=timeout_s, on_event=view.handle)
-    interrupts = 0
 
-    def on_signal() -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts == 1:
+    def on_signal(number: int) -> None:
+        if not stop.is_set():
             stop.set()
-        else:  # a second Ctrl-C: do not wait for anything
+        elif number == signal.SIGINT:  # a second Ctrl-C: do not wait for anything
             server.kill_replicas()
             os._exit(130)
+        # A repeated SIGTERM/SIGHUP (`timeout` signals the process, then its group) is the
+        # same request to stop: the clean stop already under way goes on.
 
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(number, on_signal)
+        loop.add_signal_handler(number, on_signal, number)
     began = time.perf_counter()
     reloading: asyncio.Task[None] | None = None
     try:

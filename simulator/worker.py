@@ -321,9 +321,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m simulator.worker")
     parser.add_argument("--fd", type=int, required=True, help="the socket to the gateway")
     options = parser.parse_args(argv)
-    # Ctrl-C in the terminal reaches the whole process group: the gateway decides when
-    # replicas stop (it closes their streams first), so the replica ignores it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C in the terminal, a closed terminal (SIGHUP) and `kill -- -PGID` or `timeout`
+    # (SIGTERM) reach the whole process group: the gateway decides when replicas stop (it
+    # closes their streams first), so the replica ignores them. It still exits when the
+    # gateway says so, when its socket closes, or when the gateway dies.
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
     _die_with_parent()
     try:
         run(serve(options.fd))

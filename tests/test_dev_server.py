@@ -292,6 +292,40 @@ def test_ctrl_c_closes_streams_and_stops_every_replica(peach_dev, small_project,
     wait_until(lambda: not any(alive(pid) for pid in pids), what="replicas to exit")
 
 
+SLOW_CLOSE_CELL = (
+    "import asyncio, pathlib, time\n\nasync def words(marker: str):\n    try:\n"
+    '        yield "first\\n"\n        await asyncio.sleep(60)\n    finally:\n'
+    "        time.sleep(1)  # closing takes a while: peach dev is stopping meanwhile\n"
+    "        pathlib.Path(marker).write_text('closed')\n"
+)
+
+
+def test_sigterm_to_the_process_group_stops_as_cleanly_as_ctrl_c(peach_dev, tmp_path):
+    """What `timeout` and `kill -- -PGID` do: SIGTERM to peach dev, then to its whole
+    process group (its replicas too) while it is stopping."""
+    conf = "codops: term\nendpoints:\n  words:\n    url: /words\n    components:\n"
+    conf += "      main: {notebook: nb.ipynb, method: words}\n"
+    project = write_project(tmp_path / "term", conf, {"nb.ipynb": [SLOW_CLOSE_CELL]})
+    dev = peach_dev(project)  # the leader of its own process group
+    dev.wait_ready()
+    pids = list(dev.worker_pids)
+    marker = tmp_path / "marker"
+    with httpx.Client(base_url=dev.url, timeout=20) as client:
+        with client.stream(
+            "GET", "/words", params={"stream": "1", "marker": str(marker)}
+        ) as response:
+            chunks = response.iter_raw()
+            assert next(chunks) == b"first\n"
+            os.kill(dev.process.pid, signal.SIGTERM)
+            dev.wait_for_output("stopping: closing streams and replicas")
+            os.killpg(dev.process.pid, signal.SIGTERM)
+            assert b"".join(chunks) == b""
+    assert dev.process.wait(timeout=20) == 0
+    assert marker.read_text() == "closed"  # the gateway closed the generator: finally ran
+    assert "restarting" not in dev.output()
+    wait_until(lambda: not any(alive(pid) for pid in pids), what="replicas to exit")
+
+
 def test_replicas_exit_when_peach_dev_is_killed(peach_dev, small_project):
     dev = peach_dev(small_project)
     dev.wait_ready()
