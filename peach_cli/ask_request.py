@@ -156,6 +156,13 @@ def _query_value(value: Any) -> list[str]:
     return [json.dumps(value, separators=(",", ":"))]
 
 
+def _truthy(value: Any) -> bool:
+    """Whether a server reads ``stream=value`` as asking for a stream (SPEC §2)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return value is True or (type(value) is int and value == 1)
+
+
 def build_request(
     target: str,
     items: Sequence[str] = (),
@@ -170,7 +177,8 @@ def build_request(
     """Resolve TARGET, items, ``--json``, ``--get`` and ``--stream`` into one AskRequest.
 
     Without ``--get`` the fields travel as a JSON object body (POST); with it, or when
-    there is nothing to send, as the query string (GET). ``--stream`` adds ``stream=true``.
+    there is nothing to send, as the query string (GET). ``--stream`` adds ``stream=true``;
+    a truthy ``stream`` among the parameters (``stream==true``) asks for the stream too.
     """
     if timeout_s <= 0:
         raise UsageError(f"--timeout must be more than 0 seconds, not {timeout_s:g}")
@@ -188,6 +196,10 @@ def build_request(
         body = {**loaded, **fields}
     elif fields and not get:
         body = dict(fields)
+    sent = [v for k, v in query if k == "stream"] + [
+        source["stream"] for source in (fields, body or {}) if "stream" in source
+    ]
+    stream = stream or any(_truthy(value) for value in sent)  # `stream==true` means --stream
     if stream:
         if body is None and not get:
             body = {}
@@ -196,7 +208,7 @@ def build_request(
     params = list(query)
     if get:
         params += [(key, text) for key, value in fields.items() for text in _query_value(value)]
-        if stream:
+        if stream and not any(key == "stream" for key, _ in params):
             params.append(("stream", "true"))
     extra = parse_headers(headers)
     names = {name.lower() for name, _ in extra}

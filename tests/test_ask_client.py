@@ -101,6 +101,12 @@ def test_build_request_body_query_stream_and_headers(tmp_path):
     )
 
     assert build_request("/a").method == "GET"
+    for items in (["stream==true"], ["stream=yes"], ["stream:=true"], ["stream:=1"]):
+        request = build_request("/a", items)  # the parameter asks for the stream too
+        assert request.stream and ("Accept-Encoding", "identity") in request.headers
+    assert build_request("/a", ["stream=true"], get=True).params == (("stream", "true"),)
+    assert build_request("/a", json_body='{"stream": true}').stream
+    assert not build_request("/a", ["stream=false"]).stream
     assert build_request("/a", stream=True).body == {"stream": True}
 
     body_file = tmp_path / "body.json"
