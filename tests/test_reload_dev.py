@@ -259,6 +259,21 @@ def test_adding_an_endpoint_in_the_conf_serves_it(served: Served) -> None:
     assert served.result("/token") == token
 
 
+def test_a_replicas_change_in_the_conf_restarts_only_that_component(served: Served) -> None:
+    token = served.result("/token")
+    hello_replica = served.get("/hello").headers["x-peach-replica"]
+    edit_file(served.project, "peach.yaml", "method: token}", "method: token, replicas: 2}")
+    served.dev.wait_for_output(r"reloaded token/main \(replicas changed\) in ")
+
+    def two_new_tokens() -> set[str]:
+        tokens = {served.result("/token") for _ in range(8)}
+        return tokens if len(tokens) == 2 else set()
+
+    tokens = poll(two_new_tokens, "two replicas of /token, each with its own init")
+    assert token not in tokens  # new replicas, new init
+    assert served.get("/hello").headers["x-peach-replica"] == hello_replica
+
+
 def test_a_url_change_re_routes_without_restarting(served: Served) -> None:
     replica = served.get("/hello").headers["x-peach-replica"]
     edit_file(served.project, "peach.yaml", "url: /hello", "url: /hi")
