@@ -40,7 +40,12 @@ def validate(
     format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
     strict: Annotated[bool, typer.Option("--strict", help="Fail on warnings too.")] = False,
 ) -> None:
-    """Check peach.conf and the notebooks it names, without running any code."""
+    """Check peach.conf and the notebooks it names, without running any code.
+
+    Every problem is printed as file:line:col (or notebook:cell N:line M) with a stable code; the codes are listed in the README.
+
+    [bold]Exit codes[/]: 0 no error (warnings and info allowed) · 1 errors, or warnings with --strict · 2 bad command line (no such folder, no peach.yaml, bad option).
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.cmd_validate import run_validate
 
     raise typer.Exit(run_validate(project, output_format=format, strict=strict))
@@ -138,16 +143,10 @@ def ask(
 ) -> None:
     """Call an endpoint and print its answer, or render its stream as it arrives.
 
-    On a terminal the result is pretty-printed; piped, stdout gets the result JSON, or the
-    stream's bytes exactly as they arrive. Streams end with a summary on stderr: time to
-    first chunk, chunks, bytes, total time and the largest gap. Ctrl-C closes the connection
-    and keeps what was printed.
+    On a terminal the result is pretty-printed; piped, stdout gets the result JSON, or the stream's bytes exactly as they arrive. Streams end with a summary on stderr: time to first chunk, chunks, bytes, total time and the largest gap. Ctrl-C closes the connection and keeps what was printed.
 
-    [bold]Exit codes[/]: 0 ok · 1 the endpoint answered with an error · 2 bad command line ·
-    3 cannot connect (is `peach dev` running?) · 4 host name does not resolve · 5 TLS failed ·
-    6 timed out · 7 the server cut the stream · 8 404, no endpoint at that url ·
-    9 invalid HTTP answer · 130 interrupted (Ctrl-C).
-    """
+    [bold]Exit codes[/]: 0 ok · 1 the endpoint answered with an error · 2 bad command line · 3 cannot connect (is `peach dev` running?) · 4 host name does not resolve · 5 TLS failed · 6 timed out · 7 the server cut the stream · 8 404, no endpoint at that url · 9 invalid HTTP answer · 130 interrupted (Ctrl-C).
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.cmd_ask import run_ask
 
     raise typer.Exit(

@@ -480,3 +480,5 @@ def test_help_documents_every_exit_code():
     assert "Exit codes" in text
     for code, _ in EXIT_CODES:
         assert re.search(rf"(?<![\d.]){code} ", text), f"exit code {code} missing from --help"
+    [line] = [line for line in text.splitlines() if "Exit codes" in line]
+    assert "4 host name does not resolve" in line  # wrapped by the terminal, not the source

@@ -203,3 +203,18 @@ def test_a_single_file_of_peach_conf_resolves_notebooks_from_the_project(tmp_pat
     (tmp_path / "peach.conf" / "shop.yaml").write_text(broken)
     result = peach("validate", str(tmp_path / "peach.conf" / "shop.yaml"))
     assert result.stdout.startswith("peach.conf/shop.yaml:6:")
+
+
+def test_help_documents_the_exit_codes_in_one_paragraph():
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    result = subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", "validate", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 0
+    [line] = [line for line in result.stdout.splitlines() if "Exit codes" in line]
+    assert "0 no error" in line and "1 errors, or warnings with --strict" in line
+    assert "2 bad command line" in line  # wrapped by the terminal's width, not the source's
