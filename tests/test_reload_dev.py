@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import DevProcess
+from projectkit import write_project
 from reload_support import append_file, copy_project, edit_cell, edit_file
 
 DEADLINE_S = 30.0
@@ -272,6 +273,35 @@ def test_a_replicas_change_in_the_conf_restarts_only_that_component(served: Serv
     tokens = poll(two_new_tokens, "two replicas of /token, each with its own init")
     assert token not in tokens  # new replicas, new init
     assert served.get("/hello").headers["x-peach-replica"] == hello_replica
+
+
+DECORATED_CELL = (
+    "import uuid\n\nfrom peach_cli import endpoint\n\n\ndef load():\n"
+    "    return uuid.uuid4().hex\n\n\n"
+    '@endpoint("/similar", init_fn=load)\ndef similar(init_state):\n'
+    '    return ["d1", init_state]\n'
+)
+
+
+def test_decorator_endpoints_are_added_and_reloaded(served: Served) -> None:
+    token = served.result("/token")
+    write_project(served.project, None, {"notebooks/Decorated.ipynb": [DECORATED_CELL]})
+    append_file(
+        served.project, "peach.yaml", "decorator_endpoints:\n  - notebooks/Decorated.ipynb\n"
+    )
+    first = poll(lambda: served.get("/similar").json().get("result"), "/similar to be served")
+    assert first[0] == "d1"
+
+    edit_cell(served.project, '"d1"', '"d2"', notebook="notebooks/Decorated.ipynb")
+
+    def new_code() -> list | None:
+        result = served.result("/similar")
+        return result if result[0] == "d2" else None
+
+    second = poll(new_code, "the new code of /similar")
+    assert second[1] != first[1]  # a new replica ran init_fn again
+    served.dev.wait_for_output(r"reloaded similar/main \(code changed\) in ")
+    assert served.result("/token") == token
 
 
 def test_a_url_change_re_routes_without_restarting(served: Served) -> None:
