@@ -173,14 +173,14 @@ def parse_notebook(relative: str, data: bytes) -> Notebook:
         document = json.loads(data)
     except (ValueError, RecursionError) as error:
         raise NotebookError(f"{relative} is not a notebook (invalid JSON: {error})") from None
-    if not isinstance(document, dict) or not isinstance(document.get("cells"), list):
-        raise NotebookError(f"{relative} is not a notebook (no list of cells)")
-    nbformat = document.get("nbformat")
-    if isinstance(nbformat, int) and nbformat < 4:
+    nbformat = document.get("nbformat") if isinstance(document, dict) else None
+    if isinstance(nbformat, int) and nbformat < 4:  # nbformat 3 keeps cells in "worksheets"
         raise NotebookError(
             f"{relative} is in nbformat {nbformat}; only nbformat 4 is supported "
             "(open and save it with a current Jupyter)"
         )
+    if not isinstance(document, dict) or not isinstance(document.get("cells"), list):
+        raise NotebookError(f"{relative} is not a notebook (no list of cells)")
     cells = []
     for index, raw in enumerate(document["cells"], start=1):
         if not isinstance(raw, dict):

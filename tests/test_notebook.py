@@ -72,6 +72,7 @@ def test_extraction_takes_defining_cells_in_order_with_a_line_map():
         (b"[]", "no list of cells"),
         (b'{"cells": {}}', "no list of cells"),
         (b'{"cells": [], "nbformat": 3}', "nbformat 3"),
+        (b'{"worksheets": [{"cells": []}], "nbformat": 3}', "nbformat 3"),  # as v3 saves it
         (b'{"cells": [1]}', "cell 1 is not an object"),
         (b'{"cells": [{"cell_type": "code", "source": 5}]}', "no text source"),
     ],
