@@ -110,6 +110,25 @@ def test_query_values_are_converted_to_annotations(client):
     assert result["types"]["flag"] == "bool"
 
 
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("tags=1,2", {"tags": [1, 2]}),  # list[...]: comma-separated
+        ("tags=[3,4]", {"tags": [3, 4]}),  # list[...]: a JSON array
+        ("tags=&name=", {"tags": None, "name": None}),  # Optional[...]: empty is None
+        ("tags=null", {"tags": None}),
+        ("flag=false", {"flag": False}),
+        ("flag=0", {"flag": False}),
+        ("flag=no", {"flag": False}),
+        ("flag=1", {"flag": True}),
+        ("flag=yes", {"flag": True}),
+    ],
+)
+def test_query_conversion_of_lists_optionals_and_bools(client, query, expected):
+    values = ok(client.get(f"/params?a=1&{query}"))["values"]
+    assert {key: values[key] for key in expected} == expected
+
+
 def test_body_wins_over_query_and_keeps_json_types(client):
     result = ok(client.post("/params?a=1&name=query", json={"a": 2, "tags": [3, 4], "flag": True}))
     assert result["values"]["a"] == 2
@@ -298,7 +317,7 @@ def test_truthy_stream_values_in_the_query(client, value):
 
 
 def test_stream_requested_in_the_json_body(client):
-    for stream in ("true", True):
+    for stream in ("true", "1", "yes", True):
         response = client.post("/stream", json={"stream": stream, "count": 2})
         assert response.status_code == 200
         assert response.content == b"chunk-0\nchunk-1\n"
