@@ -439,6 +439,16 @@ def _read_decorator(function: FunctionNode, decorator: ast.expr, cell: Cell) -> 
                     "write each option as a literal keyword argument",
                 )
             )
+        elif keyword.arg == "url" and any(name == "url" for name, _ in arguments):
+            problems.append(
+                DecoratorProblem(
+                    "PC208",
+                    "@endpoint gets its url twice: as the first argument and as url=",
+                    keyword.lineno,
+                    keyword.col_offset + 1,
+                    "keep one of them",
+                )
+            )
         elif keyword.arg not in DECORATOR_OPTIONS:
             problems.append(
                 DecoratorProblem(

@@ -501,8 +501,8 @@ class _Checker:
             **{
                 k: function.options[k]
                 for k in ("args", "replicas", "memory", "cpus", "media_type")
-                if k in function.options
-            },
+                if k in function.options and (k == "replicas" or function.options[k] is not None)
+            },  # None is the decorator's own default for all of them but replicas
         }
         if isinstance(init_name, str):
             raw["init"] = init_name

@@ -188,6 +188,12 @@ DECORATOR_CASES = [
     ("PC208", "@endpoint\ndef x():\n    return 1\n", "D.ipynb:cell 4:line 1", "url"),
     ("PC208", "@endpoint(replicas=1)\ndef x():\n    return 1\n", "D.ipynb:cell 4:line 1", "url"),
     (
+        "PC208",
+        '@endpoint("/x", url="/y")\ndef x():\n    return 1\n',
+        "D.ipynb:cell 4:line 1",
+        "url twice",
+    ),
+    (
         "PC103",
         '@endpoint("/x", replicas=0)\ndef x():\n    return 1\n',
         "D.ipynb:cell 4:line 1",
@@ -406,3 +412,16 @@ def test_yaml_syntax_errors_say_what_to_look_at(tmp_path, conf, where, hint):
     [diagnostic] = diagnose(tmp_path)
     assert (diagnostic.code, str(diagnostic.position)) == ("PC001", where)
     assert hint in (diagnostic.hint or "")
+
+
+def test_decorator_options_given_as_none_take_the_defaults(tmp_path):
+    cell = (
+        '@endpoint(init_fn=None, url="/x", args=None, memory=None, cpus=None, media_type=None)\n'
+        "def x():\n    return 1\n"
+    )
+    conf = HEAD + endpoint() + "decorator_endpoints: [D.ipynb]\n"
+    write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS[:-1]}, decorated_case(cell))
+    assert [str(d) for d in diagnose(tmp_path) if d.severity != "info"] == []
+    plan, _ = build_plan(tmp_path)
+    assert plan is not None
+    assert plan.endpoints["x"].components["main"].cpus == 1.0
