@@ -100,6 +100,18 @@ class Notebook:
             self._definitions = found
         return self._definitions
 
+    def bound_before(self, name: str, cell: Cell, line: int) -> bool:
+        """Whether running the notebook in order binds ``name`` before ``cell``'s ``line``."""
+        for other in self.cells:
+            if other.number > cell.number:
+                break
+            if other.tree is not None and any(
+                d.name == name and (other.number < cell.number or d.line < line)
+                for d in _top_level_bindings(other)
+            ):
+                return True
+        return False
+
     def functions(self) -> list[str]:
         """Names of the top-level functions (for "did you mean")."""
         return [d.name for d in self.definitions.values() if d.node is not None]

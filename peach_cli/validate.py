@@ -532,6 +532,15 @@ class _Checker:
                 )
                 ok = False
                 init = None
+            elif not notebook.bound_before(init_name, cell, position("init_fn").line):
+                self.report(
+                    "PC204",
+                    f"init_fn '{init_name}' is defined only after this @endpoint, in cell "
+                    f"{init.cell.number}: running the notebook raises NameError here",
+                    position("init_fn"),
+                    f"move the definition of {init_name} above the decorated function",
+                )
+                ok = False
         args = function.options.get("args")
         if isinstance(args, dict) and "stream" in args:
             self.report(

@@ -425,3 +425,31 @@ def test_decorator_options_given_as_none_take_the_defaults(tmp_path):
     plan, _ = build_plan(tmp_path)
     assert plan is not None
     assert plan.endpoints["x"].components["main"].cpus == 1.0
+
+
+LATE = "def late():\n    return 1\n"
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        ['@endpoint("/x", init_fn=late)\ndef x(init_state):\n    return 1\n', LATE],
+        ['@endpoint("/x", init_fn=late)\ndef x(init_state):\n    return 1\n\n' + LATE],
+    ],
+    ids=["later cell", "same cell, below"],
+)
+def test_an_init_fn_defined_after_its_endpoint_is_an_error(tmp_path, cells):
+    conf = HEAD + endpoint() + "decorator_endpoints: [D.ipynb]\n"
+    files = {"D.ipynb": notebook_json([*DECORATED, *cells])}
+    write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS[:-1]}, files)
+    found = [(d.code, str(d.position), d.message) for d in diagnose(tmp_path)]
+    assert [(code, where) for code, where, _ in found] == [("PC204", "D.ipynb:cell 4:line 1")]
+    assert "NameError" in found[0][2]
+
+
+def test_an_init_fn_defined_above_its_endpoint_is_fine(tmp_path):
+    cells = [LATE + '\n@endpoint("/x", init_fn=late)\ndef x(init_state):\n    return 1\n', LATE]
+    conf = HEAD + endpoint() + "decorator_endpoints: [D.ipynb]\n"
+    files = {"D.ipynb": notebook_json([*DECORATED, *cells])}
+    write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS[:-1]}, files)
+    assert diagnose(tmp_path) == []
