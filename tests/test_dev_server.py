@@ -119,6 +119,7 @@ def test_failed_init_is_503_with_the_error_and_other_endpoints_answer(peach_dev)
         body = response.json()
         assert body["error"]["code"] == "unavailable"
         assert "model file missing: /models/never.bin" in body["error"]["message"]
+        assert response.headers["x-peach-component"] == "main"  # no replica answered
         assert client.get("/ok").json() == {"result": "pong", "status": "ok"}
     output = dev.output()
     assert "unhealthy" in output and "raise RuntimeError" in output  # the user's traceback
@@ -219,6 +220,8 @@ def test_timeout_option_overrides_the_conf(peach_dev, small_project):
     response = httpx.get(f"{dev.url}/slow", timeout=20)
     assert response.status_code == 504
     assert time.monotonic() - began < 2
+    assert response.headers["x-peach-component"] == "main"
+    assert response.headers["x-peach-replica"] == "slow/main#1"  # the replica cut off
 
 
 def test_routes_and_health(peach_dev, small_project):
