@@ -14,7 +14,7 @@ import ast
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from peach_cli.diagnostics import did_you_mean
@@ -369,6 +369,8 @@ class DecoratedFunction:
     positions: dict[str, tuple[int, int]]
     """Where each argument is: option → (line, column) in the cell."""
     problems: tuple[DecoratorProblem, ...] = ()
+    decorator: tuple[str, int] = ("endpoint", 1)
+    """The name the decorator is reached by (``endpoint``, or a module alias) and its line."""
 
 
 def find_endpoint_functions(notebook: Notebook) -> list[DecoratedFunction]:
@@ -385,7 +387,11 @@ def find_endpoint_functions(notebook: Notebook) -> list[DecoratedFunction]:
             for decorator in node.decorator_list:
                 target = decorator.func if isinstance(decorator, ast.Call) else decorator
                 if _is_endpoint(target, direct, modules):
-                    found[node.name] = _read_decorator(node, decorator, cell)
+                    base = target.value if isinstance(target, ast.Attribute) else target
+                    found[node.name] = replace(
+                        _read_decorator(node, decorator, cell),
+                        decorator=(getattr(base, "id", "endpoint"), decorator.lineno),
+                    )
                     break
             else:
                 found.pop(node.name, None)  # redefined without the decorator

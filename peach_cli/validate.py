@@ -468,6 +468,20 @@ class _Checker:
                 problem.hint,
             )
         ok = not function.problems
+        decorator, line = function.decorator
+        if not notebook.bound_before(decorator, cell, line):
+            self.report(
+                "PC208",
+                f"'{decorator}' is not imported above this @endpoint: running the notebook "
+                "raises NameError here",
+                self.in_cell(notebook, cell, line, function.function.col_offset + 2),
+                "add `from peach_cli import endpoint` at the top of the notebook"
+                if decorator == "endpoint"
+                else f"add `import peach_cli as {decorator}` at the top of the notebook"
+                if decorator != "peach_cli"
+                else "add `import peach_cli` at the top of the notebook",
+            )
+            ok = False
         name = function.name
         here = position(None)
         if name in self.conf.endpoints or name in self.result.endpoints:

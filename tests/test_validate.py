@@ -298,7 +298,10 @@ def test_user_code_is_never_run(tmp_path):
     marker = tmp_path / "ran"
     cell = f"open({str(marker)!r}, 'w').close()\n\ndef ask(model=None):\n    return 1\n"
     conf = HEAD + endpoint(full_notebook=True) + "decorator_endpoints: [D.ipynb]\n"
-    decorated = [f"open({str(marker)!r}, 'w').close()\n@endpoint('/d')\ndef d():\n    return 1\n"]
+    decorated = [
+        "from peach_cli import endpoint\n"
+        f"open({str(marker)!r}, 'w').close()\n@endpoint('/d')\ndef d():\n    return 1\n"
+    ]
     write_project(tmp_path, conf, {"nb.ipynb": [cell], "D.ipynb": decorated})
     plan, diagnostics = build_plan(tmp_path)
     assert plan is not None, [str(d) for d in diagnostics]
@@ -453,3 +456,20 @@ def test_an_init_fn_defined_above_its_endpoint_is_fine(tmp_path):
     files = {"D.ipynb": notebook_json([*DECORATED, *cells])}
     write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS[:-1]}, files)
     assert diagnose(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("imports", "where", "hint"),
+    [
+        ("", "D.ipynb:cell 1:line 1", "from peach_cli import endpoint"),
+        ("import peach_cli as pc\n", None, None),
+        ("from peach_cli import endpoint as ep\n", None, None),
+    ],
+)
+def test_the_decorator_must_be_imported_above_its_use(tmp_path, imports, where, hint):
+    use = "@pc.endpoint" if "as pc" in imports else "@ep" if "as ep" in imports else "@endpoint"
+    cell = f'{use}("/x")\ndef x():\n    return 1\n'
+    files = {"D.ipynb": notebook_json([cell] if not imports else [imports, cell])}
+    write_project(tmp_path, "codops: shop\ndecorator_endpoints: [D.ipynb]\n", None, files)
+    found = [(str(d.position), d.hint) for d in diagnose(tmp_path) if d.code == "PC208"]
+    assert found == ([(where, f"add `{hint}` at the top of the notebook")] if where else [])
