@@ -34,7 +34,12 @@ from peach_cli.deploy.packaging import (
     project_files,
     runtime_package,
 )
-from peach_cli.deploy.progress import read_application, startup_failure, strip_ansi
+from peach_cli.deploy.progress import (
+    read_application,
+    starting_errors,
+    startup_failure,
+    strip_ansi,
+)
 from peach_cli.deploy.resources import Needs, application_needs, check_fits
 from peach_cli.errors import DeployError, UsageError
 from peach_cli.project import build_plan
@@ -375,6 +380,63 @@ def test_a_replica_larger_than_any_node_fails():
         check_fits(Needs(6.0, 0, 6.0, 0, "big.main"), report)
 
 
+class ReportingDashboard:
+    """Answers ``cluster_status`` from a script of CPU usages, the last one repeating."""
+
+    def __init__(self, *used_cpus: float, total_cpus: float = 4.0) -> None:
+        self.reports = [
+            {"usage": {"CPU": [used, total_cpus], "memory": [0.0, 8 * 1024**3]}}
+            for used in used_cpus
+        ]
+        self.calls = 0
+
+    def cluster_status(self) -> dict:
+        report = self.reports[min(self.calls, len(self.reports) - 1)]
+        self.calls += 1
+        return report
+
+
+def check_resources(dashboard: ReportingDashboard, details: dict) -> list[str]:
+    from peach_cli.deploy.deployer import Reporter, _check_resources
+
+    notes: list[str] = []
+    bundle = build_bundle(plan_of(BASIC))  # 0.4 CPUs: gateway, count, 2 × hello
+    _check_resources(dashboard, bundle, details, Reporter(note=notes.append))  # type: ignore[arg-type]
+    return notes
+
+
+def test_a_redeploy_after_a_failed_one_gets_back_what_the_failing_version_holds():
+    # the failing version (Serve keeps retrying its replicas) holds 3.8 of the 4 CPUs
+    failing = build_bundle(plan_of(BASIC)).application | {
+        "deployments": [
+            {"name": "hello.main", "num_replicas": 2, "ray_actor_options": {"num_cpus": 1.9}}
+        ]
+    }
+    details = {
+        "applications": {
+            "deploy-basic": {"status": "DEPLOY_FAILED", "deployed_app_config": failing}
+        }
+    }
+    dashboard = ReportingDashboard(3.8)
+    assert check_resources(dashboard, details) == []
+    assert dashboard.calls == 1
+
+
+def test_resources_still_held_by_stopping_replicas_are_waited_for():
+    # `peach delete other && peach deploy`: the report lags behind the replicas stopping
+    dashboard = ReportingDashboard(3.8, 3.8, 0.0)
+    notes = check_resources(dashboard, {"applications": {}})
+    assert dashboard.calls == 3
+    assert any("waiting for stopping replicas" in note for note in notes)
+
+
+def test_a_project_larger_than_the_whole_cluster_fails_at_once():
+    dashboard = ReportingDashboard(0.0, total_cpus=0.3)
+    with pytest.raises(DeployError, match="asks for 0.4 CPUs"):
+        check_resources(dashboard, {"applications": {}})
+    assert dashboard.calls == 1
+
+
 # -- progress -------------------------------------------------------------------------------
 
 RAY_FAILURE = (
@@ -420,6 +482,33 @@ def test_the_first_replica_start_failure_is_found_with_the_users_error_only():
     assert failure.error.startswith("load_model() raised FileNotFoundError: no weights")
     assert "notebooks/Broken.ipynb, cell 1, line 6" in failure.error
     assert "\x1b" not in failure.error and "replica.py" not in failure.error
+
+
+def test_a_redeploy_does_not_stop_at_the_failure_of_the_version_it_replaces():
+    def failing(status: str, working_dir: str):
+        raw = app_details(
+            {
+                "broken.main": {
+                    "status": status,
+                    "message": RAY_FAILURE,
+                    "replicas": [{"replica_id": "a", "state": "STARTING"}],
+                    "deployment_config": {
+                        "ray_actor_options": {"runtime_env": {"working_dir": working_dir}}
+                    },
+                }
+            }
+        )
+        return read_application("x", raw)
+
+    replaced = starting_errors(failing("UPDATING", "gcs://old.zip"))
+    assert "no weights" in replaced["broken.main"]
+    code = {"broken.main": "gcs://new.zip"}
+    # Serve has not picked up the new code yet, or an old replica's failure is still shown
+    assert startup_failure(failing("DEPLOY_FAILED", "gcs://old.zip"), code, replaced) is None
+    assert startup_failure(failing("UPDATING", "gcs://new.zip"), code, replaced) is None
+    # the new version given up with that error, or any failure of a first deploy, counts
+    assert startup_failure(failing("DEPLOY_FAILED", "gcs://new.zip"), code, replaced)
+    assert startup_failure(failing("UPDATING", "gcs://new.zip"), code, {})
 
 
 def test_replicas_starting_are_not_a_failure_and_not_ready():

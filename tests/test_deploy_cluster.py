@@ -184,6 +184,26 @@ def test_the_first_failure_is_reported_within_seconds_of_the_replica_starting(cl
     assert caught.value.deployment == "broken.main"
 
 
+def test_a_fixed_init_redeploys_over_the_failing_version_that_holds_the_cpus(cluster, tmp_path):
+    # the failing version's replicas (which Serve keeps retrying) reserve 3 of the 4 CPUs
+    project = tmp_path / "project"
+    shutil.copytree(INITFAIL, project)
+    conf = project / "peach.yaml"
+    conf.write_text(conf.read_text().replace("cpus: 0.1", "cpus: 1.5"))
+    with pytest.raises(ReplicaStartFailed):
+        deploy(plan_of(project), address=cluster.dashboard_url, http_port=cluster.http_port)
+
+    notebook = project / "notebooks" / "Broken.ipynb"
+    broken = notebook.read_text()
+    fixed = broken.replace('read_weights(\\"/models', 'str(\\"/models')  # init returns a str
+    assert fixed != broken
+    notebook.write_text(fixed)
+    result = deploy(plan_of(project), address=cluster.dashboard_url, timeout_s=90)
+    assert result.app.ready
+    response = httpx.get(f"{cluster.serve_url}/broken", params={"x": "3"}, timeout=10)
+    assert response.status_code == 200 and response.json()["result"] == 3
+
+
 def test_delete_removes_one_application_and_keeps_the_others(cluster):
     deploy(plan_of(BASIC), address=cluster.dashboard_url, http_port=cluster.http_port)
     # a second application under another route prefix, deployed through the same API

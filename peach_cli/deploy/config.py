@@ -56,6 +56,14 @@ class Bundle:
     def application(self) -> dict[str, Any]:
         return self.config["applications"][0]
 
+    @property
+    def working_dirs(self) -> dict[str, str]:
+        """Deployment name → the ``gcs://`` working_dir of its code."""
+        return {
+            d["name"]: d["ray_actor_options"]["runtime_env"]["working_dir"]
+            for d in self.application["deployments"]
+        }
+
 
 # -- plan <-> JSON (the replica side rebuilds the specs from its zip) -------------------
 

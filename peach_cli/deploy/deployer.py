@@ -32,9 +32,16 @@ from peach_cli.deploy.progress import (
     ApplicationState,
     read_application,
     read_applications,
+    starting_errors,
     startup_failure,
 )
-from peach_cli.deploy.resources import Needs, application_needs, check_fits, has_totals
+from peach_cli.deploy.resources import (
+    Needs,
+    application_needs,
+    check_fits,
+    fits_when_idle,
+    has_totals,
+)
 from peach_cli.errors import DeployError
 from peach_cli.plan import ProjectPlan
 
@@ -127,6 +134,8 @@ def deploy(
         reporter.note(
             f"code: {len(uploaded)} package(s) uploaded, {len(reused)} already on the cluster"
         )
+        current = (details.get("applications") or {}).get(bundle.app_name)
+        replaced = starting_errors(read_application(bundle.app_name, current)) if current else {}
         _put(dashboard, config)
         reporter.note(f"application '{bundle.app_name}' submitted; waiting for its replicas")
         app = wait_until_running(
@@ -136,6 +145,8 @@ def deploy(
             reporter=reporter,
             started=started,
             poll_interval_s=poll_interval_s,
+            code=bundle.working_dirs,
+            replaced=replaced,
         )
         _check_proxies(dashboard, http_url(config), reporter)
     return DeployResult(
@@ -148,6 +159,8 @@ def deploy(
 
 
 RESOURCE_REPORT_WAIT_S = 15.0
+RESOURCE_RELEASE_WAIT_S = 10.0
+"""How long a shortage may be replicas still stopping (the report lags a few seconds)."""
 
 
 def _check_resources(
@@ -155,7 +168,9 @@ def _check_resources(
 ) -> None:
     current = (details.get("applications") or {}).get(bundle.app_name) or {}
     held = Needs()
-    if current.get("deployed_app_config") and current.get("status") == "RUNNING":
+    # the version being replaced gives back what it reserves, running or not (a redeploy
+    # after a failed init replaces replicas that Serve keeps retrying)
+    if current.get("deployed_app_config") and current.get("status") != "DELETING":
         held = application_needs(current["deployed_app_config"])
     # a cluster that just started has no resource report for a few seconds
     deadline = time.monotonic() + RESOURCE_REPORT_WAIT_S
@@ -167,7 +182,22 @@ def _check_resources(
             reporter.warn("the cluster reports no resources yet: CPUs and memory not checked")
             return
         time.sleep(0.5)
-    check_fits(application_needs(bundle.application), report, held)
+    needs = application_needs(bundle.application)
+    deadline = time.monotonic() + RESOURCE_RELEASE_WAIT_S
+    waiting = False
+    while True:
+        try:
+            check_fits(needs, report, held)
+            return
+        except DeployError:
+            # replicas just deleted or replaced still count as used for a few seconds
+            if not fits_when_idle(needs, report) or time.monotonic() >= deadline:
+                raise
+        if not waiting:
+            reporter.note("not enough free CPUs or memory yet: waiting for stopping replicas")
+            waiting = True
+        time.sleep(0.5)
+        report = dashboard.cluster_status()
 
 
 def _put(dashboard: DashboardClient, config: dict[str, Any]) -> None:
@@ -226,8 +256,14 @@ def wait_until_running(
     reporter: Reporter,
     started: float | None = None,
     poll_interval_s: float = POLL_INTERVAL_S,
+    code: dict[str, str] | None = None,
+    replaced: dict[str, str] | None = None,
 ) -> ApplicationState:
-    """Poll until every replica of ``app_name`` runs; raise at the first start failure."""
+    """Poll until every replica of ``app_name`` runs; raise at the first start failure.
+
+    ``code`` and ``replaced`` keep a failure of the version being replaced from failing
+    the wait (see ``startup_failure``).
+    """
     started = time.monotonic() if started is None else started
     deadline = time.monotonic() + timeout_s
     app: ApplicationState | None = None
@@ -237,7 +273,7 @@ def wait_until_running(
         if raw is not None:
             app = read_application(app_name, raw)
             reporter.progress(app, time.monotonic() - started)
-            failure = startup_failure(app)
+            failure = startup_failure(app, code, replaced)
             if failure is not None:
                 raise ReplicaStartFailed(app_name, failure.deployment, failure.error)
             if app.ready:

@@ -43,6 +43,8 @@ class DeploymentState:
     message: str
     target: int | None
     replicas: tuple[ReplicaState, ...] = ()
+    working_dir: str | None = None
+    """The code the deployment is at (its ``runtime_env`` working_dir), when reported."""
 
     @property
     def running(self) -> int:
@@ -117,6 +119,8 @@ def read_application(name: str, app: dict[str, Any]) -> ApplicationState:
             )
             for replica in deployment.get("replicas") or []
         )
+        options = (deployment.get("deployment_config") or {}).get("ray_actor_options") or {}
+        working_dir = (options.get("runtime_env") or {}).get("working_dir")
         deployments.append(
             DeploymentState(
                 name=deployment_name,
@@ -124,6 +128,7 @@ def read_application(name: str, app: dict[str, Any]) -> ApplicationState:
                 message=strip_ansi(deployment.get("message") or ""),
                 target=target,
                 replicas=replicas,
+                working_dir=working_dir if isinstance(working_dir, str) else None,
             )
         )
     return ApplicationState(
@@ -152,16 +157,41 @@ class StartupFailure:
     error: str
 
 
-def startup_failure(app: ApplicationState) -> StartupFailure | None:
-    """The first deployment reporting a replica start failure (or the app failing)."""
+def startup_failure(
+    app: ApplicationState,
+    code: dict[str, str] | None = None,
+    replaced: dict[str, str] | None = None,
+) -> StartupFailure | None:
+    """The first deployment reporting a replica start failure (or the app failing).
+
+    A redeploy must not stop at a failure of the version it replaces, which Serve keeps
+    reporting for a moment: ``code`` maps deployment names to the working_dir just
+    deployed (a deployment still at other code is skipped), and ``replaced`` to the errors
+    the old version failed with (``starting_errors`` before the deploy) — one of those
+    counts only once Serve gives the new version up (``DEPLOY_FAILED``).
+    """
     for deployment in app.deployments:
-        if deployment.status == "DEPLOY_FAILED" or any(
-            marker in deployment.message for marker in _FAILED_TO_START
-        ):
-            return StartupFailure(deployment.name, user_error(deployment.message))
+        wanted = (code or {}).get(deployment.name)
+        if wanted and deployment.working_dir and deployment.working_dir != wanted:
+            continue
+        failed = deployment.status == "DEPLOY_FAILED"
+        if failed or any(marker in deployment.message for marker in _FAILED_TO_START):
+            error = user_error(deployment.message)
+            if not failed and (replaced or {}).get(deployment.name) == error:
+                continue
+            return StartupFailure(deployment.name, error)
     if app.status == "DEPLOY_FAILED":
         return StartupFailure("", user_error(app.message))
     return None
+
+
+def starting_errors(app: ApplicationState) -> dict[str, str]:
+    """Deployment → the start failure it reports now (the user's error), if any."""
+    return {
+        d.name: user_error(d.message)
+        for d in app.deployments
+        if d.status == "DEPLOY_FAILED" or any(m in d.message for m in _FAILED_TO_START)
+    }
 
 
 def user_error(message: str) -> str:

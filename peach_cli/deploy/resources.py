@@ -69,8 +69,8 @@ def check_fits(needs: Needs, report: dict[str, Any], held: Needs | None = None) 
     usage = report.get("usage") or {}
     used_cpus, total_cpus = _pair(usage.get("CPU"))
     used_memory, total_memory = _pair(usage.get("memory"))
-    free_cpus = total_cpus - used_cpus + held.cpus
-    free_memory = total_memory - used_memory + held.memory
+    free_cpus = min(total_cpus, total_cpus - used_cpus + held.cpus)
+    free_memory = min(total_memory, total_memory - used_memory + held.memory)
     if needs.cpus > free_cpus + 1e-9 or needs.memory > free_memory + 1:
         raise DeployError(
             f"the project asks for {_cpus(needs.cpus)} CPUs and {_gib(needs.memory)} GiB of "
@@ -88,6 +88,19 @@ def check_fits(needs: Needs, report: dict[str, Any], held: Needs | None = None) 
                 f"and {_gib(needs.largest_memory)} GiB; the largest node has "
                 f"{_cpus(node_cpus)} CPUs and {_gib(node_memory)} GiB"
             )
+
+
+def fits_when_idle(needs: Needs, report: dict[str, Any]) -> bool:
+    """Whether ``needs`` would fit the cluster in ``report`` with nothing else running.
+
+    >>> fits_when_idle(Needs(3.0, 0.0), {"usage": {"CPU": [3.0, 4.0], "memory": [0, 1]}})
+    True
+    """
+    usage = report.get("usage") or {}
+    return (
+        needs.cpus <= _pair(usage.get("CPU"))[1] + 1e-9
+        and needs.memory <= _pair(usage.get("memory"))[1] + 1
+    )
 
 
 def has_totals(report: dict[str, Any]) -> bool:
