@@ -680,3 +680,24 @@ def test_the_wait_times_out_naming_what_is_pending():
     assert "not every replica of 'x' was running after 0 s" in caught.value.message
     assert "broken.main: 0/2 running" in (caught.value.hint or "")
     assert "taken more than 30s to be scheduled" in (caught.value.hint or "")
+
+
+def test_the_timeout_names_the_whole_wait_and_an_application_without_deployments():
+    import time
+
+    from peach_cli.deploy.deployer import DeployTimeout, Reporter, wait_until_running
+
+    dashboard = ScriptedDashboard(app_details({}))  # Serve is still building the application
+    with pytest.raises(DeployTimeout) as caught:
+        wait_until_running(
+            dashboard,  # type: ignore[arg-type]
+            "x",
+            timeout_s=0.05,  # what was left of --timeout after the upload
+            reporter=Reporter(),
+            started=time.monotonic() - 2.0,
+            poll_interval_s=0.01,
+        )
+    assert "not every replica of 'x' was running after 2 s" in caught.value.message
+    assert caught.value.hint == (
+        "application status DEPLOYING: its deployments are not created yet"
+    )

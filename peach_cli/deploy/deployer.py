@@ -280,7 +280,9 @@ def wait_until_running(
                 return app
         if time.monotonic() >= deadline:
             raise DeployTimeout(
-                f"not every replica of '{app_name}' was running after {timeout_s:.0f} s",
+                # the whole wait, from the deploy's start (not what was left of it)
+                f"not every replica of '{app_name}' was running after "
+                f"{time.monotonic() - started:.0f} s",
                 hint=_pending_hint(app),
             )
         time.sleep(poll_interval_s)
@@ -294,7 +296,11 @@ def _pending_hint(app: ApplicationState | None) -> str:
         for d in app.deployments
         if not d.ready
     ]
-    return "; ".join(waiting) or f"application status {app.status}: {app.message}"
+    if waiting:
+        return "; ".join(waiting)
+    if app.message:
+        return f"application status {app.status}: {app.message}"
+    return f"application status {app.status}: its deployments are not created yet"
 
 
 def status(address: str | None = None, reporter: Reporter | None = None) -> list[ApplicationState]:
