@@ -11,6 +11,7 @@ Nothing here executes user code.
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -144,6 +145,56 @@ class Notebook:
             numbers = {self.definitions[n].cell.number for n in names if n in self.definitions}
             chosen = [cell for cell in self.cells if cell.number in numbers]
         return join_cells(chosen)
+
+
+def names_from_other_cells(
+    notebook: Notebook, extraction: Extraction
+) -> list[tuple[Cell, ast.Name, Definition]]:
+    """Names the extracted cells read that only cells left out of the extraction define.
+
+    Each is (cell, first use, definition): running only the extracted cells raises
+    NameError there. Conservative: a name bound anywhere in the extracted cells (a local,
+    a parameter, ...) or a ``*`` import there is never reported.
+    """
+    chosen = {cell.number for cell in extraction.cells}
+    bound: set[str] = set()
+    loads: list[tuple[Cell, ast.Name]] = []
+    for cell in extraction.cells:
+        if cell.tree is None:
+            return []
+        for node in ast.walk(cell.tree):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    loads.append((cell, node))
+                else:
+                    bound.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    if alias.name == "*":
+                        return []
+                    bound.add(alias.asname or alias.name.split(".")[0])
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                bound.update(node.names)
+            elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+                bound.add(node.name)
+            elif isinstance(node, ast.MatchMapping) and node.rest:
+                bound.add(node.rest)
+    found: dict[str, tuple[Cell, ast.Name, Definition]] = {}
+    for cell, node in loads:
+        definition = notebook.definitions.get(node.id)
+        if (
+            node.id not in bound
+            and node.id not in found
+            and not hasattr(builtins, node.id)
+            and definition is not None
+            and definition.cell.number not in chosen
+        ):
+            found[node.id] = (cell, node, definition)
+    return list(found.values())
 
 
 def join_cells(cells: list[Cell]) -> Extraction:

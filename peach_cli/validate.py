@@ -301,6 +301,8 @@ class _Checker:
             else [n for n in (component.method, component.init) if n]
         )
         self.report_cells(notebook, extraction.cells)
+        if not component.full_notebook:
+            self.check_names(notebook, extraction, [component.method, component.init])
         if "stream" in component.args:
             self.report(
                 "PC302",
@@ -315,6 +317,20 @@ class _Checker:
         if not ok or method is None:
             return None
         return _Code(notebook, extraction, method, init)
+
+    def check_names(
+        self, notebook: nb.Notebook, extraction: nb.Extraction, functions: list[str | None]
+    ) -> None:
+        """Warn about names the extracted cells take from cells that are not extracted."""
+        defining = " and ".join(name for name in functions if name)
+        for cell, node, definition in nb.names_from_other_cells(notebook, extraction):
+            self.report(
+                "PC307",
+                f"'{node.id}' is defined in cell {definition.cell.number}, which does not run: "
+                f"only the cells defining {defining} do",
+                self.in_cell(notebook, cell, node.lineno, node.col_offset + 1),
+                f"move '{node.id}' into cell {cell.number}, or set full_notebook: true",
+            )
 
     def find_function(
         self, notebook: nb.Notebook, name: str, where: Path_ | Position, role: str

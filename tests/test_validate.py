@@ -139,6 +139,13 @@ CASES = [
     ("PC303", HEAD + endpoint(method="drifting"), {}, "nb.ipynb:cell 7:line 3", "drift"),
     ("PC304", HEAD + endpoint(method="with_magic"), {}, "nb.ipynb:cell 8:line 1", "dropped"),
     ("PC306", "codops: shop\n", {}, "peach.yaml:1:1", "no endpoint"),
+    (
+        "PC307",
+        HEAD + endpoint(notebook="uses.ipynb"),
+        {"uses.ipynb": notebook_json(["import os\n", "def ask(q=''):\n    return [os.sep, q]\n"])},
+        "uses.ipynb:cell 2:line 2",
+        "'os' is defined in cell 1",
+    ),
     ("PC401", HEAD + endpoint(method="streamer"), {}, "nb.ipynb:cell 6:line 1", "stream=true"),
 ]
 
@@ -473,3 +480,24 @@ def test_the_decorator_must_be_imported_above_its_use(tmp_path, imports, where, 
     write_project(tmp_path, "codops: shop\ndecorator_endpoints: [D.ipynb]\n", None, files)
     found = [(str(d.position), d.hint) for d in diagnose(tmp_path) if d.code == "PC208"]
     assert found == ([(where, f"add `{hint}` at the top of the notebook")] if where else [])
+
+
+def test_names_from_cells_that_do_not_run_are_warned_about_once(tmp_path):
+    cells = [
+        "import numpy as np\nSCALE = 2\n",  # cell 1: not extracted
+        "def helper(x):\n    return x\n",  # cell 2: not extracted
+        "import json\n\ndef ask(model, q=''):\n    helper(q)\n    SCALE = 3\n"
+        "    return [np.zeros(SCALE), helper(q), json.dumps(q), len(q)]\n",  # cell 3
+        "def init_model():\n    return np.ones(1)\n",  # cell 4: extracted as the init
+    ]
+    conf = HEAD + endpoint(init="init_model")
+    write_project(tmp_path, conf, {"nb.ipynb": cells})
+    found = sorted((str(d.position), d.message.split(" is ")[0]) for d in diagnose(tmp_path))
+    # SCALE is local to ask, json imported in its cell, len a builtin: only np and helper
+    assert found == [
+        ("nb.ipynb:cell 3:line 4", "'helper'"),
+        ("nb.ipynb:cell 3:line 6", "'np'"),
+    ]
+    conf = HEAD + endpoint(init="init_model", full_notebook=True)
+    write_project(tmp_path, conf, {"nb.ipynb": cells})
+    assert diagnose(tmp_path) == []
