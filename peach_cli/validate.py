@@ -103,6 +103,14 @@ class _Checker:
             if env.url:
                 self.check_url(name, env.url, self.at(("endpoints", name, "url")))
             if name in self.project.partial:  # its schema errors are reported already
+                section = ("endpoints", name, "components")
+                written = [  # every component written, valid or not, in file order
+                    p[3]
+                    for p in self.project.positions
+                    if len(p) == 4 and p[:3] == section and isinstance(p[3], str)
+                ]
+                if written:
+                    self.check_endpoint_components(name, written)
                 for component_name, component in env.components.items():
                     where = ("endpoints", name, "components", component_name)
                     self.check_code(where, component, "model")

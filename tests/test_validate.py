@@ -501,3 +501,24 @@ def test_names_from_cells_that_do_not_run_are_warned_about_once(tmp_path):
     conf = HEAD + endpoint(init="init_model", full_notebook=True)
     write_project(tmp_path, conf, {"nb.ipynb": cells})
     assert diagnose(tmp_path) == []
+
+
+def test_an_endpoint_with_a_schema_error_still_has_its_components_checked(tmp_path):
+    conf = (
+        "codops: shop\nendpoints:\n  e:\n    urll: /e\n    components:\n"
+        "      a: {notebook: nb.ipynb, method: ask}\n"
+        "      b: {notebook: nb.ipynb, methdo: ask}\n"
+        "  f:\n    url: /f\n    py_env: 3\n    components:\n"
+        "      fallback: {notebook: nb.ipynb, method: ask}\n"
+    )
+    write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS[:-1]})
+    found = sorted((d.code, d.line) for d in diagnose(tmp_path))
+    assert found == [
+        ("PC101", 4),
+        ("PC101", 7),
+        ("PC102", 3),
+        ("PC102", 7),
+        ("PC103", 10),
+        ("PC113", 5),
+        ("PC115", 11),
+    ]
