@@ -145,9 +145,11 @@ class ReplicaPool:
         for replica in self.replicas:
             replica.mark_draining()
         waits = [asyncio.ensure_future(r.wait_idle()) for r in self.replicas]
-        if waits:
-            _, pending = await asyncio.wait(waits, timeout=timeout_s)
-            for task in pending:
+        try:
+            if waits:
+                await asyncio.wait(waits, timeout=timeout_s)
+        finally:  # also when the server stops first (it stops this pool itself)
+            for task in waits:
                 task.cancel()
         await self.stop()
 

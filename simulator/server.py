@@ -114,6 +114,8 @@ class DevServer:
         self._serve_task: asyncio.Task[None] | None = None
         self._starting: asyncio.Future[Any] | None = None
         self._draining: set[asyncio.Task[None]] = set()
+        self._retiring: set[ReplicaPool] = set()
+        """Pools a reload replaced that still finish what began on them."""
         self._stopped = False
         self.gateway: Gateway | None = None
 
@@ -199,11 +201,11 @@ class DevServer:
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()  # an init still running: nobody waits for it any more
             self._starting.add_done_callback(_consume)
-        for task in list(self._draining):
+        pools = self.all_pools()  # the retiring ones too: their streams must end as well
+        draining = list(self._draining)
+        for task in draining:
             task.cancel()
-        pools = list(self._pools.values())
-        if self.gateway is not None:
-            pools += [p for p in self.gateway.table.pools() if p not in pools]
+        await asyncio.gather(*draining, return_exceptions=True)
         # Stopping a replica closes its generators (their `finally` runs) and ends the
         # streams relaying them, so the HTTP connections can finish.
         await asyncio.gather(*(pool.stop() for pool in pools), return_exceptions=True)
@@ -226,9 +228,11 @@ class DevServer:
                 replica.kill_now()
 
     def all_pools(self) -> list[ReplicaPool]:
+        """Every pool with replicas: served, and retired by a reload but still draining."""
         pools = list(self._pools.values())
         if self.gateway is not None:
             pools += [p for p in self.gateway.table.pools() if p not in pools]
+        pools += [p for p in self._retiring if p not in pools]
         return pools
 
     # -- plans and reloads ---------------------------------------------------------------
@@ -295,6 +299,7 @@ class DevServer:
         retired = [pool for key, pool in old_pools.items() if id(pool) not in kept]
         change.retired = [pool.key for pool in retired]
         if retired:
+            self._retiring.update(retired)
             task = asyncio.ensure_future(self._retire(old_table, retired))
             self._draining.add(task)
             task.add_done_callback(self._draining.discard)
@@ -311,11 +316,15 @@ class DevServer:
             for route in old_table.routes.values()
             if any(id(pool) in retired for pool in route.pools.values())
         ]
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(
-                asyncio.gather(*(route.idle.wait() for route in routes)), DRAIN_TIMEOUT_S
-            )
+        waits = [asyncio.ensure_future(route.idle.wait()) for route in routes]
+        try:
+            if waits:
+                await asyncio.wait(waits, timeout=DRAIN_TIMEOUT_S)
+        finally:  # also when the server stops first (it stops these pools itself)
+            for task in waits:
+                task.cancel()
         await asyncio.gather(*(pool.drain_and_stop(timeout_s=DRAIN_TIMEOUT_S) for pool in pools))
+        self._retiring.difference_update(pools)
 
     async def wait_retired(self) -> None:
         """Wait until every pool retired by ``apply_plan`` has stopped."""

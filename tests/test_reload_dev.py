@@ -207,6 +207,24 @@ def test_a_stream_started_before_the_edit_finishes_on_the_old_code(
         assert b"".join(chunks) == b"s1 ends\n"
 
 
+def test_ctrl_c_after_a_reload_ends_a_stream_still_on_the_old_replica(
+    served: Served, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"  # never written: the old stream runs until peach dev stops
+    with served.client.stream("GET", "/story", params={"stream": "true", "gate": str(gate)}) as old:
+        chunks = old.iter_raw()
+        assert next(chunks) == b"s1 begins\n"
+        edit_cell(served.project, 'STORY = "s1"', 'STORY = "s2"')
+        served.dev.wait_for_output(r"reloaded story/main \(code changed\)")
+
+        os.kill(served.dev.process.pid, signal.SIGINT)
+        assert b"".join(chunks) == b""  # ended, not cut off
+    assert served.dev.process.wait(timeout=DEADLINE_S) == 0
+    output = served.dev.output()
+    assert "story/main#1 stopped" in output
+    assert "Traceback" not in output and "never retrieved" not in output
+
+
 def test_a_stream_on_another_endpoint_does_not_hold_the_replaced_replicas(
     served: Served, tmp_path: Path
 ) -> None:
