@@ -121,18 +121,23 @@ class Endpoint(_Strict):
 
     url: Url
     py_env: str = Field(BASE_ENV, description="A declared py_environment, or base.")
-    components: dict[str, Component] = Field(min_length=1)
+    components: dict[str, Component] = Field(
+        min_length=1,
+        description="The components: main (or the only one), and an optional fallback.",
+    )
 
 
 class Task(_Strict):
     """A notebook function run by ``peach task`` (validated only, for now)."""
 
-    notebook: str
-    method: str
-    init: str | None = None
-    py_env: str = BASE_ENV
-    full_notebook: bool = False
-    args: dict[str, Any] = Field(default_factory=dict)
+    notebook: str = Field(description="Notebook path, relative to the project folder.")
+    method: str = Field(description="The function the task runs.")
+    init: str | None = Field(None, description="Runs once before the method.")
+    py_env: str = Field(BASE_ENV, description="A declared py_environment, or base.")
+    full_notebook: bool = Field(
+        False, description="Run every code cell, not only the defining ones."
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="Default parameters.")
 
 
 class PeachConf(_Strict):
@@ -142,12 +147,16 @@ class PeachConf(_Strict):
     timeout_s: float = Field(
         DEFAULT_TIMEOUT_S, gt=0, description="Bound on non-streaming calls, in seconds."
     )
-    py_environments: dict[str, PyEnvironment] = Field(default_factory=dict)
-    endpoints: dict[str, Endpoint] = Field(default_factory=dict)
+    py_environments: dict[str, PyEnvironment] = Field(
+        default_factory=dict, description="Python environments; base is inherited by all."
+    )
+    endpoints: dict[str, Endpoint] = Field(default_factory=dict, description="Endpoints by name.")
     decorator_endpoints: list[str] = Field(
         default_factory=list, description="Notebooks whose @endpoint functions are endpoints."
     )
-    tasks: dict[str, Task] = Field(default_factory=dict)
+    tasks: dict[str, Task] = Field(
+        default_factory=dict, description="Notebook functions run by peach task."
+    )
 
     def environment(self, name: str) -> tuple[str, ...]:
         """The full dependency list of a py_env: ``base``'s, then its own (no repeats)."""

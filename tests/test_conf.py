@@ -128,6 +128,10 @@ def test_schema_comes_from_the_model():
     assert component["replicas"]["minimum"] == 1
     assert schema["properties"]["codops"]["pattern"] == "^[a-z0-9_-]+$"
     assert PeachConf.model_json_schema()["$defs"].keys() == schema["$defs"].keys()
+    # editors show descriptions on hover: every key has one
+    for where in [schema, *schema["$defs"].values()]:
+        for key, value in where["properties"].items():
+            assert value.get("description"), key
 
 
 def test_plan_fills_every_component_field(tmp_path):
