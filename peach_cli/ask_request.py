@@ -208,7 +208,8 @@ def build_request(
     params = list(query)
     if get:
         params += [(key, text) for key, value in fields.items() for text in _query_value(value)]
-        if stream and not any(key == "stream" for key, _ in params):
+        if stream:  # one stream=true, whatever the items said
+            params = [(key, text) for key, text in params if key != "stream"]
             params.append(("stream", "true"))
     extra = parse_headers(headers)
     names = {name.lower() for name, _ in extra}

@@ -105,6 +105,8 @@ def test_build_request_body_query_stream_and_headers(tmp_path):
         request = build_request("/a", items)  # the parameter asks for the stream too
         assert request.stream and ("Accept-Encoding", "identity") in request.headers
     assert build_request("/a", ["stream=true"], get=True).params == (("stream", "true"),)
+    request = build_request("/a", ["stream=no", "q=1"], get=True, stream=True)
+    assert request.params == (("q", "1"), ("stream", "true"))  # --stream wins, once
     assert build_request("/a", json_body='{"stream": true}').stream
     assert not build_request("/a", ["stream=false"]).stream
     assert build_request("/a", stream=True).body == {"stream": True}
