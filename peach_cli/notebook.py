@@ -102,13 +102,17 @@ class Notebook:
         return self._definitions
 
     def bound_before(self, name: str, cell: Cell, line: int) -> bool:
-        """Whether running the notebook in order binds ``name`` before ``cell``'s ``line``."""
+        """Whether running the notebook in order binds ``name`` before ``cell``'s ``line``.
+
+        Module-level bindings count wherever they are: also inside ``try``/``if``/``with``
+        (``try: from peach_cli import endpoint`` / ``except ImportError: ...``).
+        """
         for other in self.cells:
             if other.number > cell.number:
                 break
             if other.tree is not None and any(
-                d.name == name and (other.number < cell.number or d.line < line)
-                for d in _top_level_bindings(other)
+                bound == name and (other.number < cell.number or at < line)
+                for bound, at in _module_bindings(other.tree)
             ):
                 return True
         return False
@@ -319,6 +323,23 @@ def _top_level_bindings(cell: Cell) -> Iterator[Definition]:
                 if alias.name != "*":
                     name = alias.asname or alias.name.split(".")[0]
                     yield Definition(name, cell, node.lineno, node.col_offset + 1)
+
+
+def _module_bindings(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """(name, line) of every module-level binding, in compound statements too."""
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield node.name, node.lineno
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                yield alias.asname or alias.name.split(".")[0], node.lineno
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            yield node.id, node.lineno
+        if not isinstance(node, scopes):
+            stack += list(ast.iter_child_nodes(node))
 
 
 def _names(target: ast.expr) -> Iterator[str]:

@@ -470,6 +470,7 @@ def test_an_init_fn_defined_above_its_endpoint_is_fine(tmp_path):
     [
         ("", "D.ipynb:cell 1:line 1", "from peach_cli import endpoint"),
         ("import peach_cli as pc\n", None, None),
+        ("try:\n    from peach_cli import endpoint\nexcept ImportError:\n    pass\n", None, None),
         ("from peach_cli import endpoint as ep\n", None, None),
     ],
 )
