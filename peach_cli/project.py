@@ -400,13 +400,43 @@ def merge_files(trees: list[_FileTree], diagnostics: list[Diagnostic]) -> tuple[
                     else:
                         merged[key][name] = item
                         take(tree, (key, name), (key, name))
-            elif isinstance(value, list) and isinstance(merged[key], list):
+            elif (
+                isinstance(value, list)
+                and isinstance(merged[key], list)
+                and key in _conf_model().model_fields
+            ):
                 offset = len(merged[key])
                 merged[key] = merged[key] + value
                 for index in range(len(value)):
                     take(tree, (key, index), (key, offset + index))
-            # anything else: the first file's value stands, and the schema judges it
+            else:  # the first file's value stands and the schema judges it; judge this one
+                problem = _unmerged_problem(key, value)
+                if problem is not None:
+                    diagnostics.append(
+                        schema_diagnostic(
+                            problem,
+                            lambda _loc, key=False, here=here: here.key if key else here.value,
+                            _conf_model(),
+                        )
+                    )
     return merged, positions
+
+
+def _conf_model() -> type[PeachConf]:
+    from peach_cli.conf import PeachConf
+
+    return PeachConf
+
+
+def _unmerged_problem(key: str, value: Any) -> dict[str, Any] | None:
+    """What the schema would say of a later file's ``key: value`` that was not merged."""
+    if key not in _conf_model().model_fields:
+        return {"loc": (key,), "type": "extra_forbidden", "msg": "Extra inputs are not permitted"}
+    if key in _NAMED_SECTIONS and not isinstance(value, dict):
+        return {"loc": (key,), "type": "dict_type", "msg": "Input should be a valid dictionary"}
+    if key == "decorator_endpoints" and not isinstance(value, list):
+        return {"loc": (key,), "type": "list_type", "msg": "Input should be a valid list"}
+    return None
 
 
 # --- validating against the model -------------------------------------------------------------

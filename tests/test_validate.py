@@ -523,3 +523,21 @@ def test_an_endpoint_with_a_schema_error_still_has_its_components_checked(tmp_pa
         ("PC113", 5),
         ("PC115", 11),
     ]
+
+
+def test_a_later_file_that_cannot_be_merged_is_still_checked(tmp_path):
+    conf = HEAD + endpoint() + "decorator_endpoints: []\nendpoint: 1\ndependencies: [a]\n"
+    later = "endpoints:\n  - f\ndecorator_endpoints: x.ipynb\nendpoint: 2\ndependencies: [b]\n"
+    write_project(tmp_path, conf, NB, {"peach.conf/b.yaml": later})
+    found = sorted(
+        (d.code, str(d.position), d.hint) for d in diagnose(tmp_path) if d.file != "nb.ipynb"
+    )
+    assert [(code, where) for code, where, _ in found] == [
+        ("PC101", "peach.conf/b.yaml:4:1"),
+        ("PC101", "peach.yaml:8:1"),
+        ("PC103", "peach.conf/b.yaml:2:3"),
+        ("PC103", "peach.conf/b.yaml:3:22"),
+        ("PC104", "peach.conf/b.yaml:5:1"),
+        ("PC104", "peach.yaml:9:1"),
+    ]
+    assert found[0][2] == "did you mean 'endpoints'?"
