@@ -80,7 +80,9 @@ def excerpt_lines(diagnostic: Diagnostic) -> list[str]:
     lines = [f"{number}{text}"]
     if position.column is not None and 1 <= position.column <= len(text) + 1:
         start = position.column - 1
-        token = re.match(r"[%!]*[\w./@-]+|\S", text[start:])
+        # in a conf a token may be a path (notebooks/E.ipynb); in code, a name (pd, not pd.x)
+        pattern = r"[%!]*\w+|\S" if position.cell is not None else r"[%!]*[\w./@-]+|\S"
+        token = re.match(pattern, text[start:])
         width = len(token.group(0)) if token else 1
         lines.append(" " * (len(number) - 2) + "| " + " " * start + "^" * width)
     return lines

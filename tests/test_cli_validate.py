@@ -218,3 +218,16 @@ def test_help_documents_the_exit_codes_in_one_paragraph():
     [line] = [line for line in result.stdout.splitlines() if "Exit codes" in line]
     assert "0 no error" in line and "1 errors, or warnings with --strict" in line
     assert "2 bad command line" in line  # wrapped by the terminal's width, not the source's
+
+
+def test_the_caret_underlines_a_path_in_a_conf_and_a_name_in_code():
+    from peach_cli.console import excerpt_lines
+    from peach_cli.diagnostics import Diagnostic, Position
+
+    def caret(position: Position) -> str:
+        return excerpt_lines(Diagnostic("PC307", "m", position))[1].split("| ", 1)[1]
+
+    code = "    return pd.DataFrame([q])"
+    assert caret(Position("nb.ipynb", 2, 12, 3, code)) == " " * 11 + "^^"
+    conf = "      main: {notebook: notebooks/E.ipynb, method: ask}"
+    assert caret(Position("peach.yaml", 6, 24, None, conf)) == " " * 23 + "^" * 17
