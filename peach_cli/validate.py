@@ -21,6 +21,10 @@ from peach_cli.plan import FALLBACK, PRIMARY, ComponentSpec, EndpointSpec, Proje
 from peach_cli.project import Path_, Project, schema_diagnostic
 
 MAX_MODULE_BYTES = 8 * 1024 * 1024
+_IMPORT_HINTS = {
+    "endpoint": "add `from peach_cli import endpoint` at the top of the notebook",
+    "peach_cli": "add `import peach_cli` at the top of the notebook",
+}
 
 
 @dataclass
@@ -499,11 +503,7 @@ class _Checker:
                 f"'{decorator}' is not imported above this @endpoint: running the notebook "
                 "raises NameError here",
                 self.in_cell(notebook, cell, line, function.function.col_offset + 2),
-                "add `from peach_cli import endpoint` at the top of the notebook"
-                if decorator == "endpoint"
-                else f"add `import peach_cli as {decorator}` at the top of the notebook"
-                if decorator != "peach_cli"
-                else "add `import peach_cli` at the top of the notebook",
+                _IMPORT_HINTS.get(decorator, f"import {decorator} above its first use"),
             )
             ok = False
         name = function.name
