@@ -139,11 +139,15 @@ class ReplicaPool:
     def outstanding(self) -> int:
         return sum(r.outstanding for r in self.replicas)
 
+    def mark_draining(self) -> None:
+        """Retired by a reload: its replicas only finish what began on them."""
+        for replica in self.replicas:
+            replica.mark_draining()
+
     async def drain_and_stop(self, timeout_s: float | None = None) -> None:
         """Let in-flight calls and streams finish (up to ``timeout_s``), then stop."""
         self.retired = True
-        for replica in self.replicas:
-            replica.mark_draining()
+        self.mark_draining()
         waits = [asyncio.ensure_future(r.wait_idle()) for r in self.replicas]
         try:
             if waits:

@@ -243,7 +243,8 @@ class Replica:
         self._fail_in_flight(f"the replica {self.id} was stopped")
         for task in list(self._tasks):
             task.cancel()
-        self._set_state(ReplicaState.STOPPED)
+        if self.state is not ReplicaState.STOPPED:
+            self._set_state(ReplicaState.STOPPED)
 
     def mark_draining(self) -> None:
         """Retired by a reload: finish what is in flight, take what began before."""
@@ -415,6 +416,13 @@ class Replica:
             self._settle()
             return
         how = _exit_description(returncode)
+        if self.state is ReplicaState.DRAINING:  # retired by a reload: not restarted
+            self._fail_in_flight(
+                f"the replica {self.id} (pid {process.pid}) {how} while handling the request"
+            )
+            self._set_state(ReplicaState.STOPPED, error=f"the replica process {how}")
+            self._settle()
+            return
         self._fail_in_flight(
             f"the replica {self.id} (pid {process.pid}) {how} while handling the request; "
             "peach dev is restarting it"

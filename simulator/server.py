@@ -310,6 +310,8 @@ class DevServer:
     async def _retire(self, old_table: RoutingTable, pools: list[ReplicaPool]) -> None:
         """Wait for requests that began on the old table and may reach ``pools`` (a stream
         on another endpoint does not hold them), then drain and stop ``pools``."""
+        for pool in pools:
+            pool.mark_draining()  # shown as such, and not restarted if a process dies
         retired = {id(pool) for pool in pools}
         routes = [
             route

@@ -225,6 +225,26 @@ def test_ctrl_c_after_a_reload_ends_a_stream_still_on_the_old_replica(
     assert "Traceback" not in output and "never retrieved" not in output
 
 
+def test_a_replaced_replica_that_dies_while_draining_is_not_restarted(
+    served: Served, tmp_path: Path
+) -> None:
+    health = served.get("/_peach/health").json()
+    [story] = [c for c in health["components"] if c["component"] == "story/main"]
+    pid = story["replicas"][0]["pid"]
+    gate = tmp_path / "gate"  # never written: the old stream runs until its replica dies
+    with served.client.stream("GET", "/story", params={"stream": "true", "gate": str(gate)}) as old:
+        chunks = old.iter_raw()
+        assert next(chunks) == b"s1 begins\n"
+        edit_cell(served.project, 'STORY = "s1"', 'STORY = "s2"')
+        served.dev.wait_for_output(r"reloaded story/main \(code changed\)")
+        served.dev.wait_for_output(r"story/main#1 draining")  # at once, while it streams
+        os.kill(pid, signal.SIGKILL)
+        assert b"".join(chunks) == b""  # the stream ends
+    served.dev.wait_for_output(r"story/main#1 stopped")
+    assert "story/main#1 restarting" not in served.dev.output()
+    assert served.get("/story", stream="true").text == "s2 begins\ns2 ends\n"
+
+
 def test_a_stream_on_another_endpoint_does_not_hold_the_replaced_replicas(
     served: Served, tmp_path: Path
 ) -> None:
