@@ -598,7 +598,7 @@ def _renumber_strings(positions: dict[Path_, NodePosition], key: str, items: Any
     """``_partial_conf`` keeps only the strings of a list: move their positions along."""
     if not isinstance(items, list):
         return
-    kept = [index for index, item in enumerate(items) if isinstance(item, str)]
+    kept = [i for i, item in enumerate(items) if isinstance(item, str) and (key, i) in positions]
     moved: dict[Path_, NodePosition] = {(key, n): positions[(key, o)] for n, o in enumerate(kept)}
     for path in [p for p in positions if len(p) > 1 and p[0] == key]:
         del positions[path]
