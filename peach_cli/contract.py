@@ -259,17 +259,20 @@ def error_answer(
     return Answer(ERROR_STATUS[code], error_envelope(code, message), component, replica)
 
 
-def stream_required_message(url: str) -> str:
+def stream_required_message(url: str, kind: str = "async_generator") -> str:
+    """What a generator method called without ``stream`` says (as the platform does)."""
     return (
-        f"cannot pickle 'async_generator' object: {url} is a streaming endpoint (its method "
+        f"cannot pickle '{kind}' object: {url} is a streaming endpoint (its method "
         "is a generator) and the request did not ask for a stream. Send stream=true: "
         f'\'{url}?stream=true\', or "stream": "true" in the JSON body.'
     )
 
 
-def stream_required_answer(endpoint: EndpointSpec) -> Answer:
+def stream_required_answer(endpoint: EndpointSpec, kind: str = "async_generator") -> Answer:
     return error_answer(
-        "stream_required", stream_required_message(endpoint.url), component=endpoint.primary
+        "stream_required",
+        stream_required_message(endpoint.url, kind),
+        component=endpoint.primary,
     )
 
 
@@ -902,7 +905,9 @@ class ComponentRunner:
         await self._ready.wait()
         if self.streams:
             return CallResult.failure(
-                "stream_required", stream_required_message(self.spec.url), self.replica_id
+                "stream_required",
+                stream_required_message(self.spec.url, self.method_kind),
+                self.replica_id,
             )
         try:
             kwargs = self._bind(params)

@@ -332,7 +332,7 @@ async def _stream_required(endpoint: EndpointSpec, pool: ReplicaPool) -> Answer:
         replica = await pool.acquire()
     except Unavailable as error:
         return contract.error_answer("unavailable", str(error), component=endpoint.primary)
-    answer = contract.stream_required_answer(endpoint)
+    answer = contract.stream_required_answer(endpoint, pool.method_kind or "async_generator")
     answer.replica = replica.id
     return answer
 

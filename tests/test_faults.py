@@ -248,8 +248,11 @@ def test_a_replica_whose_threads_all_hang_still_serves_or_is_reported(peach_dev)
         Background("GET", f"{dev.url}/hang", params={"mode": "forever"})
         for _ in range(ComponentRunner.max_threads + 2)
     ]
-    for call in hung:
-        assert call.result().status_code == 504
+    for call in hung:  # cut at timeout_s, or failed at once when the replica left
+        answer = call.result()
+        assert answer.status_code == 504 or (
+            answer.status_code == 500 and "peach dev is restarting it" in answer.text
+        ), answer.text
     response = httpx.get(f"{dev.url}/hang", timeout=10)
     stuck = replica(dev, "hang/main")
     assert response.status_code == 200 or stuck["state"] != "healthy" or stuck["error"], (

@@ -305,8 +305,13 @@ def test_generator_without_stream_is_stream_required(client):
     # `stream: true` in the component's args is never seen: the caller must send it.
     response = client.get("/stream")
     message = error(response, 400, "stream_required")
-    assert "async_generator" in message
+    assert "cannot pickle 'async_generator' object" in message
     assert "?stream=true" in message and '"stream": "true"' in message
+
+
+def test_sync_generator_without_stream_names_its_kind(client):
+    message = error(client.get("/sync-stream"), 400, "stream_required")
+    assert "cannot pickle 'generator' object" in message
 
 
 @pytest.mark.parametrize("value", ["true", "1", "yes"])
