@@ -248,6 +248,7 @@ class DevView:
             ReloadRejected,
             ReloadSkipped,
             ReloadStarted,
+            ReloadSuperseded,
             Watching,
             WatchStopped,
         )
@@ -269,7 +270,7 @@ class DevView:
                 if row.component == event.key and row.state is ReplicaState.RELOADING:
                     row.state = ReplicaState.HEALTHY
             self._dirty = True
-        elif isinstance(event, (ReloadSkipped, Watching)):
+        elif isinstance(event, (ReloadSkipped, Watching, ReloadSuperseded)):
             self.note(event.message)
         elif isinstance(event, WatchStopped):
             self.warn(event.message)

@@ -367,6 +367,18 @@ class ReloadFailed:
 
 
 @dataclass(frozen=True)
+class ReloadSuperseded:
+    """Files were saved again while a reload still started replicas (an ``init`` that
+    takes long, or never returns): that reload is dropped and the newest save applied."""
+
+    files: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return "saved again while reloading: dropping that reload, applying the latest save"
+
+
+@dataclass(frozen=True)
 class Watching:
     """The watcher is live: saves from now on are reloaded."""
 
@@ -404,6 +416,7 @@ ReloadEvent = (
     | ReloadSkipped
     | ReloadRejected
     | ReloadFailed
+    | ReloadSuperseded
 )
 RELOAD_EVENTS = (
     Watching,
@@ -413,6 +426,7 @@ RELOAD_EVENTS = (
     ReloadSkipped,
     ReloadRejected,
     ReloadFailed,
+    ReloadSuperseded,
 )
 
 
@@ -450,7 +464,9 @@ class Reloader:
     """Watches a served project and reloads what each save changed.
 
     ``run`` is the loop; ``reload`` handles one batch of changed files (tests call it
-    directly). Reloads never overlap: saves made during one are reported after it.
+    directly). Reloads never overlap: a save made while one still starts replicas
+    supersedes it (its new replicas are stopped; an ``init`` that never returns cannot
+    block the next save).
     """
 
     def __init__(
@@ -501,6 +517,7 @@ class Reloader:
         )
         batch: asyncio.Future[set[str]] = asyncio.ensure_future(anext(changes))
         prepare = asyncio.ensure_future(self._keep_spares())
+        tasks: list[asyncio.Future[Any]] = []  # reloads, cancelled if the loop stops first
         try:
             await asyncio.sleep(0)  # the first step of `batch` has started the watcher
             self.emit(Watching(self.filter.root, tuple(sorted(self.filter.notebooks or ()))))
@@ -512,19 +529,43 @@ class Reloader:
                 except Exception as error:  # noqa: BLE001 - e.g. too many folders to watch
                     self.emit(WatchStopped(self.filter.root, f"{type(error).__name__}: {error}"))
                     return
-                try:
-                    await self.reload(files)
-                except Exception:  # a bug here must not stop the server: log it, keep watching
-                    logger.exception("reload failed")
                 batch = asyncio.ensure_future(anext(changes))
+                while True:  # a save during a reload supersedes it (an init may never end)
+                    reloading = asyncio.ensure_future(self.reload(files))
+                    tasks[:] = [reloading]
+                    await asyncio.wait({reloading, batch}, return_when=asyncio.FIRST_COMPLETED)
+                    if reloading.done() or not self._supersedable(batch):
+                        await self._finish(reloading)
+                        break
+                    reloading.cancel()
+                    await self._finish(reloading)
+                    files = set(files) | batch.result()
+                    self.emit(ReloadSuperseded(tuple(sorted(files))))
+                    batch = asyncio.ensure_future(anext(changes))
         finally:
-            for task in (batch, prepare):
+            pending: list[asyncio.Future[Any]] = [batch, prepare, *tasks]
+            for task in pending:
                 if not task.done():
                     task.cancel()
                     with contextlib.suppress(BaseException):
                         await task
             await changes.aclose()
             await release_spares(self.filter.root)
+
+    @staticmethod
+    def _supersedable(batch: asyncio.Future[set[str]]) -> bool:
+        """A new batch of saves arrived (not the end of watching, nor a watcher error)."""
+        return batch.done() and not batch.cancelled() and batch.exception() is None
+
+    @staticmethod
+    async def _finish(reloading: asyncio.Future[ReloadEvent]) -> None:
+        try:
+            await reloading
+        except asyncio.CancelledError:
+            if not reloading.cancelled():
+                raise
+        except Exception:  # a bug here must not stop the server: log it, keep watching
+            logger.exception("reload failed")
 
     async def _keep_spares(self) -> None:
         """Once the first replicas are up, keep spare processes for the next reload."""

@@ -257,7 +257,8 @@ class DevServer:
         keep their replicas and state. The routing table is swapped at once; requests and
         streams that began before finish on the old replicas, which are then stopped. A
         changed component whose new replicas do not become healthy keeps its old ones
-        (``PlanChange.failed`` says why).
+        (``PlanChange.failed`` says why). Cancelled while the new replicas start (a newer
+        save supersedes this one), it stops them and leaves everything as it was.
         """
         assert self.gateway is not None, "start() first"
         began = time.perf_counter()
@@ -265,6 +266,7 @@ class DevServer:
         old_table = self.gateway.table
         old_pools = dict(self._pools)
         old_fingerprints = dict(self._fingerprints)
+        old_plan = self.plan
         pools: dict[str, ReplicaPool] = {}
         fresh: list[ReplicaPool] = []
         self.plan = new_plan
@@ -279,7 +281,13 @@ class DevServer:
                 pools[spec.key] = pool
                 fresh.append(pool)
                 change.started.append(spec.key)
-        await asyncio.gather(*(pool.start() for pool in fresh))
+        try:
+            await asyncio.gather(*(pool.start() for pool in fresh))
+        except asyncio.CancelledError:  # a newer save supersedes this one: nothing changes
+            self.plan = old_plan
+            self._fingerprints = old_fingerprints
+            await asyncio.shield(asyncio.gather(*(pool.stop() for pool in fresh)))
+            raise
         rejected: list[ReplicaPool] = []
         for pool in [p for p in fresh if not _all_healthy(p)]:
             # The new version cannot serve but the previous one can: keep it (on the
