@@ -102,7 +102,7 @@ def generate_project(folder: Path, endpoints: int = ENDPOINTS, notebooks: int = 
     (folder / "notebooks").mkdir(parents=True, exist_ok=True)
     per_notebook = -(-endpoints // notebooks)
     for n in range(notebooks):
-        cells = ["import math\n\n\ndef popular(size: int = 3):\n    return list(range(size))\n"]
+        cells = ["def popular(size: int = 3):\n    return list(range(size))\n"]
         for i in range(n * per_notebook, min(endpoints, (n + 1) * per_notebook)):
             cells.append(
                 f"def init_{i}():\n"
@@ -110,7 +110,7 @@ def generate_project(folder: Path, endpoints: int = ENDPOINTS, notebooks: int = 
                 f"    return {{'scale': {i}, 'items': list(range(20))}}\n"
             )
             cells.append(
-                f"def method_{i}(model, item_id: int, size: int = 5):\n"
+                f"import math\n\n\ndef method_{i}(model, item_id: int, size: int = 5):\n"
                 f'    """Endpoint {i}."""\n'
                 f"    items = model['items'][item_id % 7 : item_id % 7 + size]\n"
                 f"    return [math.floor(x * model['scale']) for x in items]\n"
