@@ -148,7 +148,10 @@ def test_redeploy_keeps_unchanged_replicas_and_restarts_only_changed_ones(cluste
 
 def test_a_failing_init_fails_the_deploy_fast_with_the_users_error(cluster):
     began = time.monotonic()
-    result = peach("deploy", str(INITFAIL), "--address", cluster.dashboard_url)
+    result = peach(
+        "deploy", str(INITFAIL), "--address", cluster.dashboard_url,
+        "--http-port", str(cluster.http_port),
+    )  # fmt: skip
     elapsed = time.monotonic() - began
     assert result.returncode == 1, result.stderr
     assert "a replica of broken.main failed to start" in result.stderr
@@ -162,6 +165,23 @@ def test_a_failing_init_fails_the_deploy_fast_with_the_users_error(cluster):
     assert "replica.py" not in result.stderr  # Ray's own frames are left out
     # Serve itself retries for a long time before DEPLOY_FAILED; peach stops at the first
     assert elapsed < 30, elapsed
+
+    # as under `peach dev`: 503 with the init error at once, not timeout_s (30 s) of waiting
+    deadline = time.monotonic() + 30
+    while True:
+        began = time.monotonic()
+        response = httpx.get(f"{cluster.serve_url}/broken", timeout=10)
+        if response.headers.get("content-type") == "application/json":
+            break
+        assert time.monotonic() < deadline, response.text  # the gateway is still starting
+        time.sleep(0.2)
+    assert time.monotonic() - began < 5
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "unavailable"
+    assert (
+        "load_model() raised FileNotFoundError: no weights" in response.json()["error"]["message"]
+    )
+    assert response.headers["x-peach-component"] == "main"
 
 
 def test_the_first_failure_is_reported_within_seconds_of_the_replica_starting(cluster):

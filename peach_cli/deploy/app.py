@@ -10,7 +10,9 @@
 * one ``Gateway`` ingress deployment — the per-codops gateway: it parses each HTTP
   request with ``contract.parse_request`` and answers with ``contract.answer`` (the
   ``timeout_s`` bound, fallback, envelope), or relays a stream chunk by chunk through
-  ``handle.options(stream=True)``, ending it cleanly if the generator fails.
+  ``handle.options(stream=True)``, ending it cleanly if the generator fails. It reads
+  Serve's status every second: a component none of whose replicas runs because they fail
+  to start is answered with 503 and the user's init error, as under `peach dev`.
 
 Each deployment reads what it runs from the ``.peach/`` folder of its own working_dir.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -33,11 +36,14 @@ from peach_cli import contract
 from peach_cli.deploy import INIT_FAILED_MARKER
 from peach_cli.deploy.config import component_from_json, endpoints_from_json
 from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE
+from peach_cli.deploy.progress import is_start_failure, user_error
 from peach_cli.plan import EndpointSpec
 
 logger = logging.getLogger("peach.deploy")
 
 JSON_MEDIA_TYPE = "application/json"
+COMPONENT_CHECK_S = 1.0
+"""How often the gateway reads which components have no replica because theirs fail to start."""
 
 
 class PeachInitFailed(RuntimeError):
@@ -126,7 +132,7 @@ class Component:
 class Gateway:
     """The per-codops gateway: SPEC §2 on top of the component deployments."""
 
-    def __init__(self, components: dict[str, DeploymentHandle]) -> None:
+    async def __init__(self, components: dict[str, DeploymentHandle]) -> None:  # type: ignore[misc]
         data = json.loads(Path(GATEWAY_FILE).read_text())
         self.timeout_s = float(data["timeout_s"])
         self.endpoints = endpoints_from_json(data)
@@ -136,6 +142,52 @@ class Gateway:
             for component, info in item["components"].items()
         }
         self.handles = components
+        self.unstartable: dict[str, str] = {}
+        """Component deployment → the user's init error, while none of its replicas runs."""
+        self._checked_at = 0.0
+        self._reading: asyncio.Future[None] | None = None
+        self._watcher = asyncio.get_running_loop().create_task(self._watch_components())
+
+    async def _watch_components(self) -> None:
+        """Keep ``unstartable`` current, so that a component whose replicas cannot start
+        is answered at once with 503 and the user's error (as under `peach dev`) instead
+        of the call waiting out ``timeout_s`` for a replica that never comes."""
+        while True:
+            await self._read_components()
+            await asyncio.sleep(COMPONENT_CHECK_S)
+
+    async def _read_components(self) -> None:
+        """Read ``unstartable`` from Serve once; concurrent callers share one read."""
+        if self._reading is None or self._reading.done():
+            self._reading = asyncio.ensure_future(self._read_status())
+        await asyncio.shield(self._reading)
+
+    async def _read_status(self) -> None:
+        began = time.monotonic()
+        try:
+            app_name = serve.get_replica_context().app_name
+            status = await asyncio.to_thread(serve.status)
+            deployments = status.applications[app_name].deployments
+            self.unstartable = {
+                name: user_error(item.message).splitlines()[0]
+                for name, item in deployments.items()
+                if name in self.handles
+                and not item.replica_states.get("RUNNING")  # type: ignore[call-overload]
+                and is_start_failure(item.status, item.message)
+            }
+            self._checked_at = began
+        except Exception as error:  # the controller is busy or restarting: keep the last
+            logger.debug("cannot read the components' status: %s", error)
+
+    async def _unavailable(self, endpoint: EndpointSpec, component: str) -> str | None:
+        """Why ``component`` cannot answer (its replicas fail to start), or None."""
+        deployment = self.deployments[(endpoint.name, component)]
+        if deployment in self.unstartable and time.monotonic() - self._checked_at > 0.1:
+            await self._read_components()  # a fixed version may have started since
+        error = self.unstartable.get(deployment)
+        if not error:
+            return None
+        return f"{endpoint.url} ({component}) has no healthy replica: {error}"
 
     def _handle(self, endpoint: EndpointSpec, component: str) -> DeploymentHandle:
         return self.handles[self.deployments[(endpoint.name, component)]]
@@ -171,6 +223,9 @@ class Gateway:
         payload = params.to_dict()
 
         async def call(component: str, attempt: contract.Attempt) -> contract.CallResult:
+            unavailable = await self._unavailable(endpoint, component)
+            if unavailable:
+                return contract.CallResult.failure("unavailable", unavailable)
             handle = self._handle(endpoint, component).options(stream=True)
             items = cast(DeploymentResponseGenerator, handle.call.remote(payload))
             try:
@@ -198,6 +253,11 @@ class Gateway:
     ) -> Response | None:
         """A streaming response, or None when the method does not stream (envelope then)."""
         spec = endpoint.primary_component
+        unavailable = await self._unavailable(endpoint, endpoint.primary)
+        if unavailable:
+            return _json_response(
+                contract.error_answer("unavailable", unavailable, component=endpoint.primary)
+            )
         handle = self._handle(endpoint, endpoint.primary).options(stream=True)
         generator = cast(DeploymentResponseGenerator, handle.stream.remote(params.to_dict()))
         try:

@@ -123,6 +123,7 @@ RUNTIME_MODULES = (
     "deploy/app.py",
     "deploy/config.py",
     "deploy/packaging.py",
+    "deploy/progress.py",
 )
 """The part of ``peach_cli`` that replicas import (notebooks' ``from peach_cli import
 endpoint`` included): a change anywhere else in the tool does not restart replicas."""

@@ -175,7 +175,7 @@ def startup_failure(
         if wanted and deployment.working_dir and deployment.working_dir != wanted:
             continue
         failed = deployment.status == "DEPLOY_FAILED"
-        if failed or any(marker in deployment.message for marker in _FAILED_TO_START):
+        if is_start_failure(deployment.status, deployment.message):
             error = user_error(deployment.message)
             if not failed and (replaced or {}).get(deployment.name) == error:
                 continue
@@ -185,12 +185,17 @@ def startup_failure(
     return None
 
 
+def is_start_failure(status: str, message: str) -> bool:
+    """Whether a deployment's status and message say its replicas fail to start."""
+    return status == "DEPLOY_FAILED" or any(marker in message for marker in _FAILED_TO_START)
+
+
 def starting_errors(app: ApplicationState) -> dict[str, str]:
     """Deployment → the start failure it reports now (the user's error), if any."""
     return {
         d.name: user_error(d.message)
         for d in app.deployments
-        if d.status == "DEPLOY_FAILED" or any(m in d.message for m in _FAILED_TO_START)
+        if is_start_failure(d.status, d.message)
     }
 
 
