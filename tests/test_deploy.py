@@ -75,6 +75,15 @@ def test_addresses_that_are_not_urls_are_refused(address):
     assert "not a dashboard URL" in caught.value.message
 
 
+@pytest.mark.parametrize(
+    "address", ["ray://me:s3cret@10.0.0.1:10001", "me:s3cret@head:6379", "ftp://me:s3cret@h:1"]
+)
+def test_a_refused_address_is_shown_without_its_password(address):
+    with pytest.raises(UsageError) as caught:
+        resolve_address(address)
+    assert "s3cret" not in caught.value.message and "me:***@" in caught.value.message
+
+
 def test_plain_http_to_another_host_warns_but_loopback_does_not():
     assert resolve_address("http://127.0.0.1:8265/") == ("http://127.0.0.1:8265", [])
     assert resolve_address("http://localhost:8265")[1] == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -29,6 +30,9 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 ADDRESS_ENV = "PEACH_RAY_ADDRESS"
 TOKEN_ENV = "RAY_AUTH_TOKEN"
 APPLICATIONS_PATH = "/api/serve/applications/"
+
+_USERINFO = re.compile(r"^((?:[a-z][a-z0-9+.-]*://)?[^:/@\s]*):[^@/\s]*@", re.IGNORECASE)
+"""``user:password@`` at the start of an address, with or without a scheme."""
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
@@ -46,9 +50,10 @@ def resolve_address(address: str | None) -> tuple[str, list[str]]:
     """
     text = (address or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS).strip()
     hint = f"pass the dashboard's URL, e.g. --address {DEFAULT_ADDRESS}"
+    shown = _USERINFO.sub(r"\1:***@", text)  # a message never shows a password
     if text == "auto" or text.startswith("ray://"):
         raise UsageError(
-            f"'{text}' is a Ray client address; peach talks to the dashboard REST API "
+            f"'{shown}' is a Ray client address; peach talks to the dashboard REST API "
             "(port 8265 by default)",
             hint=hint,
         )
@@ -58,7 +63,7 @@ def resolve_address(address: str | None) -> tuple[str, list[str]]:
         if text.rsplit(":", 1)[-1] in ("6379", "10001"):
             port_hint = " (that port is the cluster's GCS/client port, not its dashboard)"
         raise UsageError(
-            f"'{text}' is not a dashboard URL{port_hint}: expected http(s)://HOST:PORT",
+            f"'{shown}' is not a dashboard URL{port_hint}: expected http(s)://HOST:PORT",
             hint=hint,
         )
     warnings = []
