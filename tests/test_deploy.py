@@ -380,6 +380,34 @@ def test_a_project_that_does_not_fit_fails_with_the_numbers():
     check_fits(Needs(2.5, 0, 1.0, 0, "a.main"), report, held=Needs(2.0, 0))
 
 
+def test_each_replica_must_fit_on_one_node_and_is_named():
+    gib = 1024**3
+    report = {
+        "usage": {"CPU": [0.0, 6.0], "memory": [0, 12 * gib]},
+        "usageByNode": {
+            "n1": {"CPU": [0.0, 4.0], "memory": [0, 4 * gib]},
+            "n2": {"CPU": [0.0, 2.0], "memory": [0, 8 * gib]},
+        },
+    }
+    application = {
+        "deployments": [
+            {"name": "cpu.main", "ray_actor_options": {"num_cpus": 4}},
+            {"name": "mem.main", "ray_actor_options": {"num_cpus": 1, "memory": 6 * gib}},
+        ]
+    }
+    check_fits(application_needs(application), report)  # cpu.main on n1, mem.main on n2
+    application["deployments"][1]["ray_actor_options"]["memory"] = 10 * gib
+    with pytest.raises(DeployError, match="a replica of mem.main asks for 1 CPUs and 10 GiB"):
+        check_fits(application_needs(application), report)
+    both = {
+        "deployments": [
+            {"name": "both.main", "ray_actor_options": {"num_cpus": 4, "memory": 6 * gib}}
+        ]
+    }
+    with pytest.raises(DeployError, match="a replica of both.main asks for 4 CPUs and 6 GiB"):
+        check_fits(application_needs(both), report)  # 4 CPUs on n1, 6 GiB on n2: not on one
+
+
 def test_a_replica_larger_than_any_node_fails():
     report = {
         "usage": {"CPU": [0.0, 8.0], "memory": [0, 8 * 1024**3]},

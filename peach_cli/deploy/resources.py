@@ -25,6 +25,8 @@ class Needs:
     largest_cpus: float = 0.0
     largest_memory: float = 0.0
     largest_name: str = ""
+    replicas: tuple[tuple[str, float, float], ...] = ()
+    """One replica of each deployment: (name, CPUs, memory), each must fit on one node."""
 
     def __add__(self, other: Needs) -> Needs:
         largest = other if other.largest_cpus > self.largest_cpus else self
@@ -34,6 +36,7 @@ class Needs:
             max(self.largest_cpus, other.largest_cpus),
             max(self.largest_memory, other.largest_memory),
             largest.largest_name or other.largest_name,
+            self.replicas + other.replicas,
         )
 
 
@@ -46,8 +49,9 @@ def application_needs(application: dict[str, Any]) -> Needs:
         memory = float(options.get("memory") or 0.0)
         replicas = deployment.get("num_replicas", 1)
         replicas = replicas if isinstance(replicas, int) else 1
+        name = deployment.get("name", "")
         total = total + Needs(
-            cpus * replicas, memory * replicas, cpus, memory, deployment.get("name", "")
+            cpus * replicas, memory * replicas, cpus, memory, name, ((name, cpus, memory),)
         )
     return total
 
@@ -78,15 +82,17 @@ def check_fits(needs: Needs, report: dict[str, Any], held: Needs | None = None) 
             hint="lower `replicas`, `cpus` or `memory` in peach.conf, or add nodes "
             f"(the cluster has {_cpus(total_cpus)} CPUs and {_gib(total_memory)} GiB in all)",
         )
-    nodes = report.get("usageByNode") or {}
-    if nodes:
-        node_cpus = max(_pair((n or {}).get("CPU"))[1] for n in nodes.values())
-        node_memory = max(_pair((n or {}).get("memory"))[1] for n in nodes.values())
-        if needs.largest_cpus > node_cpus + 1e-9 or needs.largest_memory > node_memory + 1:
+    nodes = [node or {} for node in (report.get("usageByNode") or {}).values()]
+    if not nodes:
+        return
+    sizes = [(_pair(node.get("CPU"))[1], _pair(node.get("memory"))[1]) for node in nodes]
+    asked = needs.replicas or ((needs.largest_name, needs.largest_cpus, needs.largest_memory),)
+    for name, cpus, memory in asked:
+        if not any(cpus <= c + 1e-9 and memory <= m + 1 for c, m in sizes):
             raise DeployError(
-                f"a replica of {needs.largest_name} asks for {_cpus(needs.largest_cpus)} CPUs "
-                f"and {_gib(needs.largest_memory)} GiB; the largest node has "
-                f"{_cpus(node_cpus)} CPUs and {_gib(node_memory)} GiB"
+                f"a replica of {name} asks for {_cpus(cpus)} CPUs and {_gib(memory)} GiB; "
+                f"no node has that much (the nodes have at most "
+                f"{_cpus(max(c for c, _ in sizes))} CPUs and {_gib(max(m for _, m in sizes))} GiB)"
             )
 
 
