@@ -433,6 +433,18 @@ def test_error_envelope_prints_code_and_message_and_exits_1(server, extra):
     assert one_line(result.stderr) == "error: method_error: ValueError: boom"
 
 
+def test_a_failed_call_with_numbers_sent_as_strings_says_how_to_send_numbers(server):
+    url, _ = server
+    result = ask(f"{url}/error", "size=2", "flag=true", "name=x", "n:=3")
+    assert result.code == 1
+    assert result.stderr.splitlines()[-1] == (
+        'hint: sent as JSON strings: size="2", flag="true"; '
+        "for numbers or booleans write size:=2 flag:=true"
+    )
+    as_query = ask(f"{url}/error", "size=2", "--get")  # query strings are converted
+    assert "hint" not in as_query.stderr
+
+
 def test_stream_required_error_is_shown_with_what_to_do(server):
     url, _ = server
     result = ask(f"{url}/plain")  # a generator endpoint asked without --stream
