@@ -4,6 +4,8 @@ which are refused, and what is reported. Real projects, real file edits, a real 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,22 +147,33 @@ def test_a_component_that_failed_to_start_is_retried_on_the_next_save(
     assert isinstance(event, Reloaded) and event.changes.restarted == ["guarded/main"]
 
 
+async def until(events: list[Any], kind: type) -> None:
+    """Poll the recorded events until one of ``kind`` arrives (callers bound the wait)."""
+    while not any(isinstance(e, kind) for e in events):
+        await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def running(reloader: Reloader, events: list[Any]) -> AsyncIterator[None]:
+    """The reload loop, live (watching) for the body, stopped after it; all within DEADLINE_S."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(reloader.run(stop))
+    try:
+        async with asyncio.timeout(DEADLINE_S):
+            await until(events, Watching)
+            yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, DEADLINE_S)
+
+
 def test_the_loop_reloads_on_a_save_and_stops_on_its_event(project: Path, setup: Any) -> None:
     server, reloader, events = setup
 
     async def scenario() -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(reloader.run(stop))
-        try:
-            async with asyncio.timeout(DEADLINE_S):
-                while not any(isinstance(e, Watching) for e in events):
-                    await asyncio.sleep(0.01)
-                edit_file(project, "helpers.py", '+ "!"', '+ "?"')
-                while not any(isinstance(e, Reloaded) for e in events):
-                    await asyncio.sleep(0.01)
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, DEADLINE_S)
+        async with running(reloader, events):
+            edit_file(project, "helpers.py", '+ "!"', '+ "?"')
+            await until(events, Reloaded)
 
     asyncio.run(scenario())
     reloaded = [e for e in events if isinstance(e, Reloaded)]
@@ -173,34 +186,23 @@ def test_a_save_during_a_reload_supersedes_it_even_if_that_init_never_ends(
     project: Path, setup: Any
 ) -> None:
     server, reloader, events = setup
+    original = server.apply_plan
+    calls = 0
+
+    async def first_apply_hangs(plan: ProjectPlan) -> Change:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.Event().wait()  # an init that never returns
+        return await original(plan)
 
     async def scenario() -> None:
-        original = server.apply_plan
-        calls = 0
-
-        async def first_apply_hangs(plan: ProjectPlan) -> Change:
-            nonlocal calls
-            calls += 1
-            if calls == 1:
-                await asyncio.Event().wait()  # an init that never returns
-            return await original(plan)
-
         server.apply_plan = first_apply_hangs
-        stop = asyncio.Event()
-        task = asyncio.create_task(reloader.run(stop))
-        try:
-            async with asyncio.timeout(DEADLINE_S):
-                while not any(isinstance(e, Watching) for e in events):
-                    await asyncio.sleep(0.01)
-                edit_cell(project, '"v1"', '"v2"')
-                while not any(isinstance(e, ReloadStarted) for e in events):
-                    await asyncio.sleep(0.01)
-                edit_file(project, "helpers.py", '+ "!"', '+ "?"')
-                while not any(isinstance(e, Reloaded) for e in events):
-                    await asyncio.sleep(0.01)
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, DEADLINE_S)
+        async with running(reloader, events):
+            edit_cell(project, '"v1"', '"v2"')
+            await until(events, ReloadStarted)
+            edit_file(project, "helpers.py", '+ "!"', '+ "?"')
+            await until(events, Reloaded)
 
     asyncio.run(scenario())
     assert any(isinstance(e, ReloadSuperseded) for e in events)
