@@ -20,6 +20,15 @@ PRIMARY = "main"
 FALLBACK = "fallback"
 
 
+def url_key(url: str) -> str:
+    """The form in which urls are compared and routed: ``/similar/`` is ``/similar``.
+
+    >>> url_key("/similar/"), url_key("/")
+    ('/similar', '/')
+    """
+    return url.rstrip("/") or "/"
+
+
 @dataclass(frozen=True)
 class ComponentSpec:
     """One component of one endpoint: the code a replica runs and how many replicas run it."""
@@ -115,9 +124,3 @@ class ProjectPlan:
 
     def components(self) -> list[ComponentSpec]:
         return [c for e in self.endpoints.values() for c in e.components.values()]
-
-    def endpoint_for_url(self, url: str) -> EndpointSpec | None:
-        for spec in self.endpoints.values():
-            if spec.url == url:
-                return spec
-        return None

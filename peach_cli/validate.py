@@ -17,7 +17,14 @@ from typing import Any
 from peach_cli import notebook as nb
 from peach_cli.conf import BASE_ENV, RESERVED_URL_PREFIX, Component, memory_bytes
 from peach_cli.diagnostics import Diagnostic, Position, did_you_mean
-from peach_cli.plan import FALLBACK, PRIMARY, ComponentSpec, EndpointSpec, ProjectPlan
+from peach_cli.plan import (
+    FALLBACK,
+    PRIMARY,
+    ComponentSpec,
+    EndpointSpec,
+    ProjectPlan,
+    url_key,
+)
 from peach_cli.project import Path_, Project, schema_diagnostic
 
 MAX_MODULE_BYTES = 8 * 1024 * 1024
@@ -173,7 +180,7 @@ class _Checker:
                 position,
                 "choose another url",
             )
-        normalized = url.rstrip("/") or "/"
+        normalized = url_key(url)
         if normalized in self.urls:
             other, other_position = self.urls[normalized]
             self.report(

@@ -26,7 +26,7 @@ from starlette.routing import Route as StarletteRoute
 
 from peach_cli import contract
 from peach_cli.contract import Answer, Attempt, CallResult, ContractError, RequestParams
-from peach_cli.plan import EndpointSpec
+from peach_cli.plan import EndpointSpec, url_key
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.pool import ReplicaPool, Unavailable
 from simulator.replica import ReplicaGone, ReplicaStream
@@ -38,10 +38,8 @@ _JSON = (b"content-type", b"application/json")
 
 
 def _lookup(routes: dict[str, Route], path: str) -> Route | None:
-    route = routes.get(path)
-    if route is None and len(path) > 1 and path.endswith("/"):
-        route = routes.get(path.rstrip("/"))
-    return route
+    """The route for a request path (the table is keyed by ``url_key``)."""
+    return routes.get(path) or routes.get(url_key(path))
 
 
 def _component_headers(component: str | None, replica: str | None) -> list[tuple[bytes, bytes]]:
@@ -145,7 +143,7 @@ class Gateway:
         async def call(component: str, attempt: Attempt) -> CallResult:
             return await pools[component].call(params, attempt)
 
-        answer = await contract.answer(endpoint, params, call, table.timeout_s)
+        answer = await contract.answer(endpoint, call, table.timeout_s)
         await self._send_answer(send, answer, scope, endpoint, started)
 
     async def _send_answer(

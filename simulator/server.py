@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import PeachError
-from peach_cli.plan import ComponentSpec, ProjectPlan
+from peach_cli.plan import ComponentSpec, ProjectPlan, url_key
 from simulator.events import Event, ReplicaState
 from simulator.pool import ReplicaPool
 from simulator.routing import Route, RoutingTable
@@ -244,7 +244,7 @@ class DevServer:
     def _table(self, plan: ProjectPlan, pools: dict[str, ReplicaPool]) -> RoutingTable:
         routes = {}
         for endpoint in plan.endpoints.values():
-            routes[endpoint.url] = Route(
+            routes[url_key(endpoint.url)] = Route(
                 endpoint,
                 {name: pools[spec.key] for name, spec in endpoint.components.items()},
             )

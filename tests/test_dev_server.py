@@ -415,3 +415,14 @@ def test_apply_plan_lets_in_flight_streams_finish_on_retired_replicas(tmp_path, 
     from simulator import aio
 
     aio.run(scenario())
+
+
+def test_a_url_written_with_a_trailing_slash_answers_with_or_without_it(peach_dev, tmp_path):
+    conf = SMALL_CONF.replace("url: /hello\n", "url: /hello/\n")
+    assert conf != SMALL_CONF
+    dev = peach_dev(write_project(tmp_path / "slash", conf, {"nb.ipynb": SMALL_CELLS}))
+    dev.wait_ready()
+    for path in ("/hello", "/hello/"):
+        response = httpx.get(f"{dev.url}{path}", params={"name": "x"}, timeout=20)
+        assert response.status_code == 200, (path, response.text)
+        assert response.json()["result"]["hello"] == "x"

@@ -37,7 +37,7 @@ from peach_cli.deploy import INIT_FAILED_MARKER
 from peach_cli.deploy.config import component_from_json, endpoints_from_json
 from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE
 from peach_cli.deploy.progress import is_start_failure, user_error
-from peach_cli.plan import EndpointSpec
+from peach_cli.plan import EndpointSpec, url_key
 
 logger = logging.getLogger("peach.deploy")
 
@@ -117,7 +117,7 @@ class Component:
     def check_health(self) -> None:
         """Healthy once started (a drift re-init keeps it healthy), until every thread of
         the runner is held by a sync call nobody waits for: Serve then replaces it."""
-        if getattr(self.runner, "threads_exhausted", False):
+        if self.runner.threads_exhausted:
             raise RuntimeError(
                 f"{self.runner.replica_id}: every thread is held by calls past timeout_s"
             )
@@ -136,6 +136,7 @@ class Gateway:
         data = json.loads(Path(GATEWAY_FILE).read_text())
         self.timeout_s = float(data["timeout_s"])
         self.endpoints = endpoints_from_json(data)
+        self._by_url = {url_key(e.url): e for e in self.endpoints.values()}
         self.deployments = {
             (name, component): info["deployment"]
             for name, item in data["endpoints"].items()
@@ -211,11 +212,7 @@ class Gateway:
         return _json_response(await self._answer(endpoint, params))
 
     def _endpoint_for(self, path: str) -> EndpointSpec | None:
-        path = path.rstrip("/") or "/"
-        for endpoint in self.endpoints.values():
-            if endpoint.url.rstrip("/") == path or (endpoint.url == "/" and path == "/"):
-                return endpoint
-        return None
+        return self._by_url.get(url_key(path))
 
     async def _answer(
         self, endpoint: EndpointSpec, params: contract.RequestParams
@@ -246,7 +243,7 @@ class Gateway:
             attempt.replica = result.replica or attempt.replica
             return result
 
-        return await contract.answer(endpoint, params, call, self.timeout_s)
+        return await contract.answer(endpoint, call, self.timeout_s)
 
     async def _open_stream(
         self, endpoint: EndpointSpec, params: contract.RequestParams
