@@ -321,7 +321,7 @@ _FALLBACK_CODES = frozenset({"method_error", "timeout"})
 
 async def _attempt(
     call: ComponentCall, endpoint: EndpointSpec, component: str, timeout_s: float
-) -> tuple[CallResult, Attempt]:
+) -> CallResult:
     attempt = Attempt(component)
     try:
         async with asyncio.timeout(timeout_s):  # no extra task per call, unlike wait_for
@@ -334,29 +334,23 @@ async def _attempt(
         )
     if result.replica is None:
         result.replica = attempt.replica
-    return result, attempt
+    return result
 
 
-async def answer(
-    endpoint: EndpointSpec,
-    params: RequestParams,
-    call: ComponentCall,
-    timeout_s: float,
-) -> Answer:
+async def answer(endpoint: EndpointSpec, call: ComponentCall, timeout_s: float) -> Answer:
     """Answer a non-streaming call: the primary, bounded by ``timeout_s``, then the fallback.
 
-    The fallback answers (with the same parameters) when the primary raised, timed out or
-    returned nothing; caller mistakes (``bad_request``) and ``unavailable`` are returned as
-    they are. ``params`` is passed through the closure the host built; it is not read here.
+    The fallback answers (with the same parameters: the host's ``call`` carries them) when
+    the primary raised, timed out or returned nothing; caller mistakes (``bad_request``) and
+    ``unavailable`` are returned as they are.
     """
-    del params  # the host's call closure carries them
-    primary, _ = await _attempt(call, endpoint, endpoint.primary, timeout_s)
+    primary = await _attempt(call, endpoint, endpoint.primary, timeout_s)
     if primary.ok and not primary.empty:
         return Answer(200, ok_envelope(primary.result), endpoint.primary, primary.replica)
     fallback_name = endpoint.fallback
     wants_fallback = primary.empty if primary.ok else primary.code in _FALLBACK_CODES
     if fallback_name and wants_fallback:
-        fallback, _ = await _attempt(call, endpoint, fallback_name, timeout_s)
+        fallback = await _attempt(call, endpoint, fallback_name, timeout_s)
         if fallback.ok:
             return Answer(200, ok_envelope(fallback.result), fallback_name, fallback.replica)
         if primary.ok:  # the primary's empty result stands when the fallback fails too
@@ -748,7 +742,7 @@ class ComponentRunner:
         self.last_reinit_error: str | None = None
         self.reinit_count = 0
         self._ready = asyncio.Event()
-        self._reinit_task: asyncio.Task[None] | None = None
+        self._reinit_task: asyncio.Task[None] | None = None  # held: the loop keeps weak refs
         self._executor = ThreadPoolExecutor(self.max_threads, thread_name_prefix="peach-call")
         self.abandoned_threads = 0
 
@@ -961,15 +955,6 @@ class ComponentRunner:
         if self.method_kind == "async_generator":
             return self._relay_async(self.method(**kwargs))
         return self._relay_sync(self.method(**kwargs))
-
-    async def stream(self, params: RequestParams) -> AsyncGenerator[bytes, None]:
-        """``open_stream`` as one async generator (a binding error raises at the first step)."""
-        chunks = await self.open_stream(params)
-        try:
-            async for chunk in chunks:
-                yield chunk
-        finally:
-            await chunks.aclose()
 
     async def _relay_async(self, agen: Any) -> AsyncGenerator[bytes, None]:
         try:

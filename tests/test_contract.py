@@ -247,7 +247,7 @@ class TestAnswer:
                 return CallResult(ok=True, result="late")
             return outcome
 
-        return asyncio.run(contract.answer(self.endpoint, RequestParams(), call, timeout_s))
+        return asyncio.run(contract.answer(self.endpoint, call, timeout_s))
 
     def test_primary_answer_is_enveloped(self) -> None:
         answer = self.answer({"main": CallResult(ok=True, result=[1])})
@@ -282,7 +282,7 @@ class TestAnswer:
             attempt.replica = "main#1"
             await asyncio.sleep(5)
 
-        answer = asyncio.run(contract.answer(endpoint, RequestParams(), call, 0.1))
+        answer = asyncio.run(contract.answer(endpoint, call, 0.1))
         assert answer.status == 504 and answer.body["error"]["code"] == "timeout"
         assert answer.replica == "main#1"
 
