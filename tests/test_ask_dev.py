@@ -48,7 +48,7 @@ def env(dev):
 
 def wait_for_file(path: Path, timeout_s: float = 10) -> bool:
     deadline = time.monotonic() + timeout_s
-    while not path.exists():
+    while not (path.exists() and path.stat().st_size):  # created empty, then written
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)

@@ -42,8 +42,9 @@ def error(response: httpx.Response, status: int, code: str) -> str:
 
 
 def wait_for_file(path: Path, timeout_s: float = 10.0) -> None:
+    """Wait until ``path`` has content (a file is created empty, then written)."""
     deadline = time.monotonic() + timeout_s
-    while not path.exists():
+    while not (path.exists() and path.stat().st_size):
         assert time.monotonic() < deadline, f"{path.name} was never written"
         time.sleep(0.01)
 
