@@ -86,7 +86,8 @@ async def serve(
     project: Path | None = None,
 ) -> int:
     """Run the dev server until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
-    from simulator.server import DevServer, is_loopback
+    from peach_cli.addresses import is_loopback
+    from simulator.server import DevServer
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

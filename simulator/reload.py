@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from simulator.spare import keep_spares, release_spares
 from simulator.watch import DEBOUNCE_MS, STEP_MS, ProjectFilter, awatch_project
+from simulator.workers import WorkerLaunch, keep_spares, release_spares
 
 if TYPE_CHECKING:
     from peach_cli.diagnostics import Diagnostic
@@ -485,7 +485,7 @@ class Reloader:
             project: the project folder (or single conf file) as given to ``peach dev``.
             on_event: receives the reload events.
             step_ms, debounce_ms: the watcher's grouping of changes (``simulator.watch``).
-            spares: replica processes kept started ahead of need (``simulator.spare``);
+            spares: replica processes kept started ahead of need (``simulator.workers``);
                 default: as many as the largest component has replicas, at most
                 ``MAX_SPARES``, so restarting any one component skips Python's start-up.
         """
@@ -571,7 +571,7 @@ class Reloader:
         """Once the first replicas are up, keep spare processes for the next reload."""
         if self.spares > 0:
             await self.server.wait_ready()
-            await keep_spares(self.filter.root, count=self.spares).fill()
+            await keep_spares(WorkerLaunch(self.filter.root), count=self.spares).fill()
 
     async def reload(self, files: Iterable[str]) -> ReloadEvent:
         """Rebuild the plan after ``files`` changed and serve it if it is valid."""
