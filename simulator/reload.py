@@ -1,7 +1,7 @@
 """Hot reload for ``peach dev``: what a save changed, and the loop that serves it.
 
 The loop is uvicorn's reloader made finer-grained: wait for a save (``simulator.watch``),
-rebuild the plan (``peach_cli.project.build_plan``), then either keep serving the last good
+rebuild the plan (``peach_cli.validate.build_plan``), then either keep serving the last good
 version and report the diagnostics (the project has errors), or hand the new plan to
 ``DevServer.apply_plan``, which starts new replicas only for the components whose code,
 config or imported project modules changed and swaps traffic once they are up.
@@ -577,7 +577,7 @@ class Reloader:
         """Rebuild the plan after ``files`` changed and serve it if it is valid."""
         from peach_cli.diagnostics import sort_key
         from peach_cli.errors import PeachError
-        from peach_cli.project import build_plan
+        from peach_cli.validate import build_plan
 
         detected = time.perf_counter()
         changed = tuple(sorted(files))
