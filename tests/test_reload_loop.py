@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,8 @@ from reload_support import copy_project, edit_cell, edit_file
 
 from peach_cli.plan import ProjectPlan
 from peach_cli.validate import build_plan
-from simulator.reload import (
+from simulator.events import (
     Reloaded,
-    Reloader,
     ReloadFailed,
     ReloadRejected,
     ReloadSkipped,
@@ -26,16 +24,12 @@ from simulator.reload import (
     Watching,
     WatchStopped,
 )
+from simulator.reload import Reloader
+from simulator.server import PlanChange
 
 DEADLINE_S = 10.0
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@dataclass
-class Change:
-    failed: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.01
 
 
 class RecordingServer:
@@ -47,10 +41,10 @@ class RecordingServer:
         self.applied: list[ProjectPlan] = []
         self.fail: dict[str, str] = {}
 
-    async def apply_plan(self, plan: ProjectPlan) -> Change:
+    async def apply_plan(self, plan: ProjectPlan) -> PlanChange:
         self.applied.append(plan)
         self.plan = plan
-        return Change(dict(self.fail))
+        return PlanChange(failed=dict(self.fail), seconds=0.01)
 
     async def wait_ready(self) -> None:
         return None
@@ -189,7 +183,7 @@ def test_a_save_during_a_reload_supersedes_it_even_if_that_init_never_ends(
     original = server.apply_plan
     calls = 0
 
-    async def first_apply_hangs(plan: ProjectPlan) -> Change:
+    async def first_apply_hangs(plan: ProjectPlan) -> PlanChange:
         nonlocal calls
         calls += 1
         if calls == 1:

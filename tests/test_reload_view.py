@@ -11,14 +11,14 @@ from rich.console import Console
 
 from peach_cli.dev_view import DevView
 from peach_cli.validate import build_plan
-from simulator.events import ReplicaChanged, ReplicaState
-from simulator.reload import (
-    Changes,
-    ComponentChange,
+from simulator.changes import Changes, ComponentChange
+from simulator.events import (
     Reloaded,
     ReloadFailed,
     ReloadRejected,
     ReloadStarted,
+    ReplicaChanged,
+    ReplicaState,
 )
 
 pytestmark = pytest.mark.timeout(30)
