@@ -193,6 +193,9 @@ def _render_stream(response: Stream, *, tty: bool, raw: bool, markdown: bool) ->
         renderer = _MarkdownRenderer(response.content_type)
     else:
         renderer = _TextRenderer(out, response.content_type)
+    from peach_cli.client import StreamCut
+    from peach_cli.errors import ClientError
+
     outcome: str | None = "done"
     try:
         for chunk in response.chunks():
@@ -202,6 +205,13 @@ def _render_stream(response: Stream, *, tty: bool, raw: bool, markdown: bool) ->
         outcome = "interrupted"
     except BrokenPipeError:
         outcome = None
+        raise
+    except ClientError as error:  # cut or stalled: what arrived stays printed
+        outcome = "failed"
+        if isinstance(error, StreamCut):
+            outcome = "cut"
+            error.hint = error.hint or _CUT_HINT
+        renderer.close()
         raise
     except BaseException:
         outcome = "failed"
@@ -218,6 +228,9 @@ def _render_stream(response: Stream, *, tty: bool, raw: bool, markdown: bool) ->
         # the server (and the endpoint's generator) that the client went away.
         return EXIT_INTERRUPTED
     return 0
+
+
+_CUT_HINT = "an endpoint whose generator raises cuts its stream; the server's log has the error"
 
 
 class _Renderer:
@@ -472,7 +485,8 @@ def _summary(
         parts.append("no data")
     else:
         parts.append(f"first chunk {_duration(stats.first_chunk - stats.started)}")
-    parts.append(f"{stats.chunks} chunk{'s' if stats.chunks != 1 else ''}")
+    chunks = f"{stats.chunks} chunk{'s' if stats.chunks != 1 else ''}"
+    parts.append(f"cut after {chunks}" if outcome == "cut" else chunks)
     if frames is not None and framing in (SSE, JSON_LINES):
         noun = "events" if framing == SSE else "lines"
         parts.append(f"{frames} {noun}")

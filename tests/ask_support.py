@@ -156,6 +156,22 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
 
         return StreamingResponse(generate(), media_type="text/plain")
 
+    async def cut_first(request: Request) -> Response:
+        async def generate():
+            raise RuntimeError("the generator raised before its first chunk")
+            yield b""  # an async generator
+
+        return StreamingResponse(generate(), media_type="text/plain")
+
+    async def cut_jsonl(request: Request) -> Response:
+        async def generate():
+            yield b'{"token": "Hel"}\n'
+            await asyncio.sleep(0.02)
+            yield b'{"token": "lo"}\n{"tok'
+            raise RuntimeError("the server died mid-line")
+
+        return StreamingResponse(generate(), media_type="application/x-ndjson")
+
     async def stall(request: Request) -> Response:
         async def generate():
             yield b"one\n"
@@ -215,6 +231,8 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
         Route("/markdown", markdown, methods=["GET", "POST"]),
         Route("/gated", gated, methods=["GET", "POST"]),
         Route("/cut", cut, methods=["GET", "POST"]),
+        Route("/cut-first", cut_first, methods=["GET", "POST"]),
+        Route("/cut-jsonl", cut_jsonl, methods=["GET", "POST"]),
         Route("/stall", stall, methods=["GET", "POST"]),
         Route("/slow", slow, methods=["GET", "POST"]),
         Route("/ok", ok, methods=["GET", "POST"]),
