@@ -366,7 +366,9 @@ def test_stalled_stream_exits_6_and_keeps_what_arrived(server):
 
 
 CUT_ERROR = "closed the connection before the end of the response"
-CUT_HINT = "hint: an endpoint whose generator raises cuts its stream; the server's log has the error"
+CUT_HINT = (
+    "hint: an endpoint whose generator raises cuts its stream; the server's log has the error"
+)
 
 
 def run_ask(*args: str, tty: bool):
