@@ -9,7 +9,6 @@ once. Status lines and the end-of-stream summary go to stderr.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import time
@@ -59,7 +58,7 @@ def run_ask(
         timeout_s=timeout_s,
     )
     _skip_unused_imports()
-    from peach_cli.client import Client, EndpointFailed
+    from peach_cli.client import Client
 
     tty = sys.stdout.isatty()
     try:
@@ -74,37 +73,11 @@ def run_ask(
                         answer, client, request.url, tty=tty, raw=raw, md=markdown
                     )
                 return _render_stream(response, tty=tty, raw=raw, markdown=markdown)
-    except EndpointFailed as error:
-        if error.hint is None and not get:
-            error.hint = _string_values_hint(items)
-        raise
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         _detach_stdout()
         return EXIT_BROKEN_PIPE
-
-
-_JSON_SCALAR = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?|true|false|null")
-
-
-def _string_values_hint(items: Sequence[str]) -> str | None:
-    """A hint when ``KEY=VALUE`` items that look like numbers went out as JSON strings.
-
-    The body is not converted to the method's annotations (only query strings are), so
-    ``size=2`` reaches ``size: int`` as ``"2"``: the usual cause of a failing call.
-    """
-    typed = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if sep and not key.endswith(":") and not value.startswith("=") and key:
-            if _JSON_SCALAR.fullmatch(value):
-                typed.append((key, value))
-    if not typed:
-        return None
-    sent = ", ".join(f'{key}="{value}"' for key, value in typed)
-    fixed = " ".join(f"{key}:={value}" for key, value in typed)
-    return f"sent as JSON strings: {sent}; for numbers or booleans write {fixed}"
 
 
 def _skip_unused_imports() -> None:

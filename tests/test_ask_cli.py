@@ -488,16 +488,23 @@ def test_error_envelope_prints_code_and_message_and_exits_1(server, extra):
     assert one_line(result.stderr) == "error: method_error: ValueError: boom"
 
 
-def test_a_failed_call_with_numbers_sent_as_strings_says_how_to_send_numbers(server):
+def test_key_value_items_travel_as_the_query_string_curl_would_send(server):
     url, _ = server
-    result = ask(f"{url}/error", "size=2", "flag=true", "name=x", "n:=3")
+    result = ask(f"{url}/echo", "n=3", "flag=true", "tag=a", "tag=b", "size:=2")
+    assert result.code == 0, result.stderr
+    echoed = json.loads(result.stdout)
+    assert echoed["method"] == "POST" and echoed["body"] == {"size": 2}
+    assert echoed["query"] == [["n", "3"], ["flag", "true"], ["tag", "a"], ["tag", "b"]]
+    long = "word " * 1000
+    echoed = json.loads(ask(f"{url}/echo", "n=3", f"text={long}").stdout)
+    assert echoed["query"] == [["n", "3"]] and echoed["body"] == {"text": long}
+
+
+def test_a_failed_call_has_no_hint_about_strings(server):
+    url, _ = server
+    result = ask(f"{url}/error", "size=2", "flag=true")
     assert result.code == 1
-    assert result.stderr.splitlines()[-1] == (
-        'hint: sent as JSON strings: size="2", flag="true"; '
-        "for numbers or booleans write size:=2 flag:=true"
-    )
-    as_query = ask(f"{url}/error", "size=2", "--get")  # query strings are converted
-    assert "hint" not in as_query.stderr
+    assert result.stderr.splitlines() == ["error: method_error: ValueError: boom"]
 
 
 def test_stream_required_error_is_shown_with_what_to_do(server):
