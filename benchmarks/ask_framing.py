@@ -2,10 +2,10 @@
 
 A 12 MiB SSE event (one ``data:`` line) and a 12 MiB JSON line arrive in 64 KiB pieces, as
 a socket delivers them. Each decoder is fed the pieces one by one; the baseline, measured in
-the same run, is the least any decoder must do with the same bytes: join the pieces once,
-decode the UTF-8 once (and parse the JSON once, for the JSON line). A decoder that searches
-only the new bytes for the end of a line stays a small multiple of the baseline at every
-size; one that rescans what it has buffered grows with the square of the frame.
+the same run, is the whole-body work on the same bytes: join the pieces once, decode the
+UTF-8 once (and parse the JSON once, for the JSON line). A decoder that searches only the
+new bytes for the end of a line stays a small multiple of the baseline at every size; one
+that rescans what it has buffered grows with the square of the frame.
 
     python benchmarks/ask_framing.py                  # 12 MiB, 64 KiB pieces, best of 3
     python benchmarks/ask_framing.py --mib 48 --piece-kib 16 --rounds 5
