@@ -108,7 +108,7 @@ def parse_items(items: Sequence[str]) -> Items:
         if not positions:
             raise UsageError(
                 f"{item!r} is not KEY=VALUE, KEY:=JSON or KEY==VALUE",
-                hint='strings as query=hello (or n=3 for n: int), JSON as tags:=\'["a","b"]\'',
+                hint='parameters as query=hello or n=3, raw JSON as tags:=\'["a","b"]\'',
             )
         index, sep = min(positions, key=lambda pair: (pair[0], -len(pair[1])))
         key, value = item[:index], item[index + len(sep) :]
