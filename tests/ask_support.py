@@ -122,7 +122,10 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
 
     async def sse(request: Request) -> Response:
         media = request.query_params.get("media", "text/event-stream")
-        return StreamingResponse(_chunks(SSE_CHUNKS), media_type=media)
+        chunks = SSE_CHUNKS
+        if request.query_params.get("bom"):  # a byte order mark, split, before the first event
+            chunks = [b"\xef\xbb", b"\xbf" + SSE_CHUNKS[1], *SSE_CHUNKS[2:]]
+        return StreamingResponse(_chunks(chunks), media_type=media)
 
     async def markdown(request: Request) -> Response:
         count = int(request.query_params.get("paragraphs", "40"))

@@ -151,6 +151,8 @@ def test_piped_stream_is_byte_exact_with_a_summary_on_stderr(server, path, chunk
         ("/jsonl?media=text/plain", 'Hello, world\n{"usage": {"tokens": 4}}\n'),
         ("/sse", "[greeting] first line\nsecond line\nHi there\nplain\n"),
         ("/sse?media=text/plain", "[greeting] first line\nsecond line\nHi there\nplain\n"),
+        ("/sse?bom=1", "[greeting] first line\nsecond line\nHi there\nplain\n"),
+        ("/sse?bom=1&media=text/plain", "[greeting] first line\nsecond line\nHi there\nplain\n"),
     ],
 )
 def test_terminal_stream_renders_the_framing(server, path, expected):
