@@ -203,3 +203,12 @@ def test_key_value_is_converted_like_a_query_string(env, dev):
         assert result.stdout == b'{"query": "7", "items": [0, 1]}\n'  # str stays a string
     curl = httpx.get(f"{dev.url}/answer?query=7&size=2", timeout=10)
     assert curl.json()["result"] == {"query": "7", "items": [0, 1]}
+
+
+def test_a_stream_cut_by_peach_dev_is_reported_as_cut(env):
+    """The generator raises after two chunks: peach dev cuts the stream (SPEC §2) and
+    `peach ask` keeps what arrived, says "cut after 2 chunks" and exits 7."""
+    result = ask("/breaks", "--stream", env=env)
+    assert result.code == 7, result.stderr
+    assert result.stdout.count(b"\n") == 2
+    assert "cut after 2 chunks" in result.stderr
