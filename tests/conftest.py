@@ -210,3 +210,18 @@ def ray_semantics() -> Iterator[str]:
             timeout_s=RAY_DEPLOY_TIMEOUT_S,
         )
         yield result.url
+
+
+def drain_stream(chunks: Iterator[bytes]) -> tuple[bytes, bool]:
+    """The rest of a streamed body and whether it ended cleanly: False when the server cut
+    it (the response ended without its terminating chunk, SPEC §2)."""
+    import httpx
+
+    received = b""
+    try:
+        for chunk in chunks:
+            received += chunk
+    except httpx.RemoteProtocolError as error:
+        assert "incomplete chunked read" in str(error), error
+        return received, False
+    return received, True
