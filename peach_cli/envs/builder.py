@@ -238,22 +238,24 @@ def ensure_env(
     spec: EnvSpec,
     *,
     offline: bool = False,
+    refresh: bool = False,
     progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
 ) -> BuiltEnv:
     """The built env for ``spec``: found in the cache, or resolved and built now.
 
     Blocking (run it in a thread to keep serving); safe to call from several threads and
-    processes at once for the same spec. ``cancel`` stops a build in progress (uv is
-    killed, nothing is left under the env's name) and raises ``UvCancelled``.
+    processes at once for the same spec. ``refresh`` resolves again (newer versions of
+    unpinned requirements). ``cancel`` stops a build in progress (uv is killed, nothing is
+    left under the env's name) and raises ``UvCancelled``.
     """
     report = _Reporter(spec.name, progress)
-    built = find_built(spec)
+    built = None if refresh else find_built(spec)
     if built is not None:
         built.touch()
         report("done", "cached")
         return built
-    pinned = resolve(spec, offline=offline, cancel=cancel, _reporter=report)
+    pinned = resolve(spec, offline=offline, refresh=refresh, cancel=cancel, _reporter=report)
     key = env_key(pinned)
     path = env_dir(key)
     lock = EnvLock(

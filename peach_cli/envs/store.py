@@ -106,6 +106,14 @@ def _tmp() -> Path:
     return path
 
 
+def stale_envs(
+    *, older_than_days: float = PRUNE_AFTER_DAYS, all_envs: bool = False, now: float | None = None
+) -> list[StoredEnv]:
+    """The envs ``prune`` would remove now."""
+    cutoff = (time.time() if now is None else now) - older_than_days * 86400
+    return [env for env in built_envs() if all_envs or env.last_used < cutoff]
+
+
 def prune(
     *, older_than_days: float = PRUNE_AFTER_DAYS, all_envs: bool = False, now: float | None = None
 ) -> list[StoredEnv]:
@@ -116,9 +124,10 @@ def prune(
     removed.
     """
     now = time.time() if now is None else now
-    cutoff = now - older_than_days * 86400
     removed = [
-        env for env in built_envs() if (all_envs or env.last_used < cutoff) and remove_env(env)
+        env
+        for env in stale_envs(older_than_days=older_than_days, all_envs=all_envs, now=now)
+        if remove_env(env)
     ]
     root = cache_root()
     if all_envs:
