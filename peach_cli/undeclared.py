@@ -116,6 +116,7 @@ def undeclared_imports(project: Project, runs: list[Run]) -> list[Diagnostic]:
     provided = _Provided(project)
     root = project.root.resolve()
     seen: dict = {}
+    imports: dict[tuple[str, int], list[tuple[str, int, int]]] = {}
     found: list[Diagnostic] = []
     for where, notebook, extraction in runs:
         env = py_env_of(project, where)
@@ -124,21 +125,28 @@ def undeclared_imports(project: Project, runs: list[Run]) -> list[Diagnostic]:
         notebook_dir = (root / notebook.path).parent
         folders = [root] if notebook_dir == root else [root, notebook_dir]
         for cell in extraction.cells:
-            if cell.tree is None:
-                continue
-            for node, guarded in guarded_imports(cell.tree):
-                if guarded:
-                    continue
-                for module, line, column in _imported(node, cell):
-                    if (
-                        module in sys.stdlib_module_names
-                        or module in RUNTIME_MODULES
-                        or module in provided.modules(env)
-                        or _project_module(root, folders, module, seen)
-                    ):
-                        continue
+            key = (notebook.path, cell.number)
+            if key not in imports:  # a cell shared by many components is parsed once
+                imports[key] = _third_party(cell)
+            for module, line, column in imports[key]:
+                if module not in provided.modules(env) and not _project_module(
+                    root, folders, module, seen
+                ):
                     found.append(_diagnostic(module, env, notebook, cell, line, column))
     return found
+
+
+def _third_party(cell: nb.Cell) -> list[tuple[str, int, int]]:
+    """The cell's unguarded absolute imports that are neither stdlib nor peach's runtime."""
+    if cell.tree is None or "import" not in cell.source:
+        return []
+    return [
+        (module, line, column)
+        for node, guarded in guarded_imports(cell.tree)
+        if not guarded
+        for module, line, column in _imported(node, cell)
+        if module not in sys.stdlib_module_names and module not in RUNTIME_MODULES
+    ]
 
 
 def _imported(node: ast.Import | ast.ImportFrom, cell: nb.Cell) -> Iterator[tuple[str, int, int]]:

@@ -166,7 +166,7 @@ def test_an_unreachable_registry_is_reported(monkeypatch):
 def test_offline_uses_only_the_cache_and_says_what_is_missing(small_env):
     # cached: fine offline
     assert ensure_env(EnvSpec("base", SMALL), offline=True).path == small_env.path
-    # never downloaded: named
+    # never downloaded by any test (keep pyjokes out of the other tests' envs): named
     with pytest.raises(EnvBuildError) as raised:
         ensure_env(EnvSpec("air", ("pyjokes",)), offline=True)
     assert raised.value.offline and "not in the cache: pyjokes" in raised.value.message
@@ -256,3 +256,23 @@ def test_env_prune_all_removes_every_env(tmp_path, monkeypatch):
     assert result.returncode == 0, result.stderr
     assert f"removed {env.path}" in result.stdout and not env.path.exists()
     assert "removed 1 env" in result.stderr
+
+
+def test_a_cancelled_build_leaves_nothing_and_the_next_one_succeeds(env_cache):
+    import threading
+
+    from peach_cli.envs import UvCancelled
+
+    cancel = threading.Event()
+    spec = EnvSpec("cancelled", ("tomli-w", "six"))
+
+    def progress(step):
+        if step.phase == "downloading":  # the build has started: stop it
+            cancel.set()
+
+    with pytest.raises(UvCancelled):
+        ensure_env(spec, progress=progress, cancel=cancel)
+    assert find_built(spec) is None
+    assert list((env_cache / "tmp").iterdir()) == []
+    env = ensure_env(spec)  # the lock was released
+    assert run_in(env, "import six, tomli_w").returncode == 0

@@ -36,7 +36,6 @@ from typing import Literal
 from peach_cli.envs.lock import EnvLock, LockTimeout
 from peach_cli.envs.paths import cache_root
 from peach_cli.envs.spec import EnvSpec, interpreter_tag, normalize_name, requirement_name
-from peach_cli.envs.uvrun import UvFailed, run_uv
 from peach_cli.errors import EnvBuildError
 
 Phase = Literal["waiting", "resolving", "downloading", "installing", "done"]
@@ -156,9 +155,14 @@ def find_built(spec: EnvSpec) -> BuiltEnv | None:
         return None
     key = env_key(pinned)
     path = env_dir(key)
-    if not (path / MARKER).is_file() or not env_python(path).exists():
+    if not usable(path):
         return None
     return BuiltEnv(spec.name, key, path, spec.requirements, pinned)
+
+
+def usable(path: Path) -> bool:
+    """Complete (its marker is written last) and its interpreter still resolves."""
+    return (path / MARKER).is_file() and env_python(path).exists()
 
 
 # -- building --------------------------------------------------------------------------
@@ -268,7 +272,7 @@ def ensure_env(
     except LockTimeout as error:
         raise EnvBuildError(spec.name, str(error)) from None
     try:
-        if not (path / MARKER).is_file():
+        if not usable(path):  # another process may have built it while we waited
             _build(spec, pinned, key, path, offline=offline, report=report, cancel=cancel)
     finally:
         lock.release()
@@ -317,7 +321,7 @@ def _build(
                 "built_at": time.time(),
             },
         )
-        if path.exists():  # left by a build that crashed after the rename, before its marker
+        if path.exists():  # unusable: its base interpreter is gone
             shutil.rmtree(path, ignore_errors=True)
         os.rename(venv, path)
     finally:
@@ -332,6 +336,8 @@ def _run(
     on_line: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> None:
+    from peach_cli.envs.uvrun import UvFailed, run_uv  # subprocess: not for peach validate
+
     try:
         run_uv(args, offline=offline, on_line=on_line, cancel=cancel)
     except UvFailed as failure:
