@@ -276,3 +276,20 @@ def test_a_cancelled_build_leaves_nothing_and_the_next_one_succeeds(env_cache):
     assert list((env_cache / "tmp").iterdir()) == []
     env = ensure_env(spec)  # the lock was released
     assert run_in(env, "import six, tomli_w").returncode == 0
+
+
+def test_a_process_environment_lets_nothing_of_the_host_in(small_env, tmp_path):
+    runtime = tmp_path / "runtime"
+    (runtime / "peach_cli").mkdir(parents=True)
+    (runtime / "peach_cli" / "__init__.py").write_text("STAGED = True\n")
+    host = dict(os.environ, PYTHONPATH=os.pathsep.join(["/work", str(Path.cwd())]))
+    environment = small_env.process_environment(host, python_path=[runtime])
+    result = subprocess.run(
+        [str(small_env.python), "-c", "import sys, peach_cli, tomli_w; print(peach_cli.STAGED)\n"
+         "try:\n    import yaml\nexcept ModuleNotFoundError:\n    print('no yaml')"],
+        capture_output=True, text=True, timeout=30, env=environment, cwd="/",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "no", "yaml"]
+    assert environment["PYTHONPATH"] == str(runtime)
+    assert environment["VIRTUAL_ENV"] == str(small_env.path)

@@ -17,7 +17,10 @@ For a host (``peach dev``, ``peach task run``)::
     except EnvBuildError as error:               # error.message names the env and requirement
         mark_unhealthy(components_of("llm"), error.message)
     else:
-        start_replica(python=env.python)         # env.path is the replica's sys.prefix
+        start_replica(                           # env.path is the replica's sys.prefix
+            python=env.python,
+            environ=env.process_environment(os.environ, python_path=[runtime_folder]),
+        )
 
 - ``ensure_env`` blocks (run it in a thread); with the env cached it returns in about a
   millisecond and never touches the network. It is safe from several threads and processes

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -84,6 +84,25 @@ class BuiltEnv:
     def touch(self) -> None:
         """Record a use now (``peach env prune`` removes envs unused for 30 days)."""
         record_use(self.path)
+
+    def process_environment(
+        self, base: Mapping[str, str], python_path: Sequence[str | Path] = ()
+    ) -> dict[str, str]:
+        """The environment variables for a process of this env (a replica, a task).
+
+        ``base`` (usually ``os.environ``) without what would leak the host's packages in
+        (``PYTHONPATH``, ``PYTHONHOME``, an activated venv or conda env); ``python_path``
+        becomes the only ``PYTHONPATH`` (the replica runtime's folder); the env is
+        activated (``VIRTUAL_ENV``, its ``bin`` first on ``PATH``).
+        """
+        leaks = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONUSERBASE")
+        environment = {k: v for k, v in base.items() if k not in leaks}
+        if python_path:
+            environment["PYTHONPATH"] = os.pathsep.join(str(p) for p in python_path)
+        environment["VIRTUAL_ENV"] = str(self.path)
+        bin_dir = str(env_python(self.path).parent)
+        environment["PATH"] = os.pathsep.join([bin_dir, *filter(None, [base.get("PATH")])])
+        return environment
 
 
 def env_python(path: Path) -> Path:
