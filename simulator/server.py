@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
+import logging
 import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.contract import StreamCut
 from peach_cli.errors import PeachError
 from peach_cli.plan import ComponentSpec, ProjectPlan, url_key
 from simulator.events import Event, ReplicaState
@@ -57,20 +58,6 @@ class PlanChange:
     """Changed components whose new replicas could not start, with the error: their
     previous replicas keep serving."""
     seconds: float = 0.0
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine.
-
-    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
-    (True, True, False)
-    """
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -355,6 +342,19 @@ def _all_healthy(pool: ReplicaPool) -> bool:
 def _start_error(pool: ReplicaPool) -> str:
     errors = [r.error for r in pool.replicas if r.error]
     return errors[0] if errors else "its replicas did not become healthy"
+
+
+class _CutStreamFilter(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" for a stream the gateway cut on
+    purpose (``StreamCut``): the cut is the answer, and the request line reports it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, StreamCut)
+
+
+_CUT_FILTER = _CutStreamFilter()
+logging.getLogger("uvicorn.error").addFilter(_CUT_FILTER)
 
 
 def _QuietServer(config: Any) -> Any:  # noqa: N802 - a class factory, named as the class
