@@ -68,3 +68,25 @@ def run_peach(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})},
         timeout=120,
     )
+
+
+LIVE_SCRIPT = """
+import sys
+from peach_cli.envs import EnvSpec, ensure_env
+def show(step):
+    print(step.phase, flush=True)
+ensure_env(EnvSpec("base", tuple(sys.argv[1:])), progress=show)
+print("built", flush=True)
+"""
+
+
+def start_live_build(*requirements: str) -> subprocess.Popen[str]:
+    """A real process building ``requirements`` that prints each phase as it starts."""
+    return subprocess.Popen(
+        [sys.executable, "-c", LIVE_SCRIPT, *requirements],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+    )

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from env_support import SMALL, run_peach, start_build
+from env_support import SMALL, run_peach, start_build, start_live_build
 
 from peach_cli.envs import (
     EnvBuildError,
@@ -105,16 +105,23 @@ def test_a_cached_env_is_found_without_uv_and_records_its_use(small_env):
     assert json.loads(resolution_file(EnvSpec("x", SMALL)).read_text())["pinned"]
 
 
+def leftovers(env_cache: Path) -> set[str]:
+    """What the builds left in the cache's scratch folder."""
+    tmp = env_cache / "tmp"
+    return {p.name for p in tmp.iterdir()} if tmp.is_dir() else set()
+
+
 def test_a_build_reports_its_phases_and_leaves_nothing_half_built(env_cache):
     phases = []
-    env = ensure_env(EnvSpec("solo", ("tomli-w",)), refresh=True, progress=phases.append)
+    before = leftovers(env_cache)
+    env = ensure_env(EnvSpec("solo", ("websocket-client",)), progress=phases.append)
     names = [p.phase for p in phases]
     assert names[0] == "resolving" and names[-1] == "done"
     assert "installing" in names
     assert all(b.elapsed_s >= a.elapsed_s for a, b in zip(phases, phases[1:], strict=False))
     assert "py_env solo" in str(phases[-1])
-    assert run_in(env, "import tomli_w").returncode == 0
-    assert list((env_cache / "tmp").iterdir()) == []
+    assert run_in(env, "import websocket").returncode == 0
+    assert leftovers(env_cache) == before
 
 
 def test_two_processes_building_one_env_at_once_share_one_build(tmp_path):
@@ -270,10 +277,11 @@ def test_a_cancelled_build_leaves_nothing_and_the_next_one_succeeds(env_cache):
         if step.phase == "downloading":  # the build has started: stop it
             cancel.set()
 
+    before = leftovers(env_cache)
     with pytest.raises(UvCancelled):
         ensure_env(spec, progress=progress, cancel=cancel)
     assert find_built(spec) is None
-    assert list((env_cache / "tmp").iterdir()) == []
+    assert leftovers(env_cache) == before
     env = ensure_env(spec)  # the lock was released
     assert run_in(env, "import six, tomli_w").returncode == 0
 
@@ -293,3 +301,28 @@ def test_a_process_environment_lets_nothing_of_the_host_in(small_env, tmp_path):
     assert result.stdout.split() == ["True", "no", "yaml"]
     assert environment["PYTHONPATH"] == str(runtime)
     assert environment["VIRTUAL_ENV"] == str(small_env.path)
+
+
+def test_a_build_killed_halfway_is_never_used_and_the_next_one_completes(env_cache):
+    before = leftovers(env_cache)
+    requirements = ("tomli-w", "idna")  # a set no other test builds
+    builder = start_live_build(*requirements)
+    try:
+        assert builder.stdout is not None
+        for line in builder.stdout:  # the process reports each phase as it starts
+            if line.strip() == "downloading":
+                break
+        builder.kill()  # as a crash or a second Ctrl-C would: no cleanup runs
+    finally:
+        builder.kill()
+        builder.wait(timeout=30)
+    spec = EnvSpec("base", requirements)
+    assert find_built(spec) is None
+    assert any(name.startswith("env-") for name in leftovers(env_cache))  # the half-built one
+    env = ensure_env(spec)  # the dead process's lock went with it
+    assert run_in(env, "import idna, tomli_w").returncode == 0
+    assert find_built(spec) == env
+    stale = time.time() - 2 * 86400
+    for name in leftovers(env_cache) - before:  # prune removes what is a day old
+        os.utime(env_cache / "tmp" / name, (stale, stale))
+    assert prune() == [] and leftovers(env_cache) == before
