@@ -253,6 +253,62 @@ def delete(
     raise typer.Exit(run_delete(app_name, address=address))
 
 
+env_app = typer.Typer(
+    name="env",
+    help="The project's environments: list them, build them ahead of time, prune the cache.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(env_app)
+
+
+@env_app.command("list")
+def env_list(
+    project: ProjectArg = Path("."),
+    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+) -> None:
+    """Show each env of the project: its requirements, what uses it, whether it is built, its size and path."""
+    from peach_cli.cmd_env import run_env_list
+
+    raise typer.Exit(run_env_list(project, output_format=format))
+
+
+@env_app.command("build")
+def env_build(
+    project: ProjectArg = Path("."),
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Use only what is cached; never the network.")
+    ] = False,
+    refresh: Annotated[
+        bool,
+        typer.Option("--refresh", help="Resolve again (newer versions of unpinned requirements)."),
+    ] = False,
+) -> None:
+    """Build every env of the project ahead of time (for CI, or before going offline).
+
+    [bold]Exit codes[/]: 0 every env built · 1 a build failed (uv's reason names the env and the requirement) or the conf has errors · 2 bad command line.
+    """
+    from peach_cli.cmd_env import run_env_build
+
+    raise typer.Exit(run_env_build(project, offline=offline, refresh=refresh))
+
+
+@env_app.command("prune")
+def env_prune(
+    all_envs: Annotated[bool, typer.Option("--all", help="Remove every env, used or not.")] = False,
+    days: Annotated[
+        float, typer.Option("--days", help="Remove envs no run has used for this many days.")
+    ] = 30,
+) -> None:
+    """Remove cached envs that no run has used for 30 days (--all: every env)."""
+    from peach_cli.cmd_env import run_env_prune
+
+    raise typer.Exit(run_env_prune(all_envs=all_envs, older_than_days=days))
+
+
 def main() -> None:
     """Entry point of the `peach` console script: the one catch site for PeachError."""
     try:
