@@ -135,7 +135,9 @@ def main() -> int:
     print(f"replica start, median of {options.starts}:")
     print(f"  shared interpreter      {start_shared * 1000:6.1f} ms")
     print(f"  cached env (find+start) {start_env * 1000:6.1f} ms")
-    print(f"  added                   {(start_env - start_shared) * 1000:6.1f} ms (target <= 100 ms)")
+    print(
+        f"  added                   {(start_env - start_shared) * 1000:6.1f} ms (target <= 100 ms)"
+    )
     print("targets met" if result["targets_met"] else "TARGETS MISSED")
     return 0
 
