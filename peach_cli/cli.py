@@ -71,12 +71,34 @@ def dev(
         Optional[float],
         typer.Option("--timeout-s", help="Override the conf's timeout_s for non-streaming calls."),
     ] = None,
+    shared_env: Annotated[
+        bool,
+        typer.Option(
+            "--shared-env",
+            help="Run every replica in peach's own Python (fast; imports are not checked).",
+        ),
+    ] = False,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Build py_environments from the cache only."),
+    ] = False,
 ) -> None:
-    """Serve every endpoint locally with the platform's semantics, reloading on save."""
+    """Serve every endpoint locally with the platform's semantics, reloading on save.
+
+    Each py_environment is an isolated env (built with uv, cached): an import the conf does not declare fails here as it does on the platform.
+    """
     from peach_cli.cmd_dev import run_dev
 
     raise typer.Exit(
-        run_dev(project, host=host, port=port, reload=not no_reload, timeout_s=timeout_s)
+        run_dev(
+            project,
+            host=host,
+            port=port,
+            reload=not no_reload,
+            timeout_s=timeout_s,
+            shared_env=shared_env,
+            offline=offline,
+        )
     )
 
 
