@@ -35,6 +35,36 @@ ProjectArg = Annotated[
 
 
 @app.command()
+def init(
+    folder: Annotated[
+        Path,
+        typer.Argument(help="Where to create the project (created if missing). Default: here."),
+    ] = Path("."),
+    codops: Annotated[
+        Optional[str],
+        typer.Option(
+            "--codops",
+            help="The organisation id, [a-z0-9_-]+. Default: the folder's name made valid.",
+            show_default=False,
+        ),
+    ] = None,
+    streaming: Annotated[
+        bool, typer.Option("--streaming", help="Add an async-generator (streaming) endpoint.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the files peach init writes.")
+    ] = False,
+) -> None:
+    """Create a new project that validates clean and serves at once.
+
+    Writes peach.yaml (with peach.schema.json beside it for editors), notebooks/Endpoints.ipynb with an endpoint, its init and its fallback, a .gitignore and a README with the next commands. Existing files are never overwritten without --force.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.cmd_init import run_init
+
+    raise typer.Exit(run_init(folder, codops=codops, streaming=streaming, force=force))
+
+
+@app.command()
 def validate(
     project: ProjectArg = Path("."),
     format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
@@ -245,6 +275,36 @@ def delete(
     from peach_cli.cmd_deploy import run_delete
 
     raise typer.Exit(run_delete(app_name, address=address))
+
+
+@app.command()
+def doctor(
+    project: Annotated[
+        Optional[Path],
+        typer.Argument(
+            help="The project folder (or one YAML file). Default: the current folder.",
+            show_default=False,
+        ),
+    ] = None,
+    address: AddressOption = None,
+    port: Annotated[int, typer.Option("--port", help="The port peach dev will bind.")] = 8000,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Do not contact the package index: check the cache."),
+    ] = False,
+    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+) -> None:
+    """Check the machine, the project and a cluster, and say what to fix. Changes nothing.
+
+    Python against requires-python, uv, the package index (or with --offline the env cache), the cache folder, the dev port, the project validating; with --address (or PEACH_RAY_ADDRESS) the dashboard, its token, its Ray version and its CPUs and memory.
+
+    [bold]Exit codes[/]: 0 no check failed (warnings allowed) · 1 a check failed · 2 bad command line.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.cmd_doctor import run_doctor
+
+    raise typer.Exit(
+        run_doctor(project, address=address, port=port, offline=offline, output_format=format)
+    )
 
 
 def main() -> None:
