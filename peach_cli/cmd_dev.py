@@ -39,7 +39,7 @@ def run_dev(
         raise UsageError(f"--port must be between 0 and 65535, not {port}")
     from peach_cli import console
     from peach_cli.diagnostics import sort_key
-    from peach_cli.project import build_plan
+    from peach_cli.validate import build_plan
 
     plan, diagnostics = build_plan(project)
     diagnostics.sort(key=sort_key)
@@ -86,7 +86,8 @@ async def serve(
     project: Path | None = None,
 ) -> int:
     """Run the dev server until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
-    from simulator.server import DevServer, is_loopback
+    from peach_cli.addresses import is_loopback
+    from simulator.server import DevServer
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

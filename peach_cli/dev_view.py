@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from simulator.events import (
+    RELOAD_EVENTS,
     Event,
     MemoryWarning,
     ReplicaChanged,
@@ -30,14 +31,13 @@ from simulator.events import (
     RequestLogged,
     ServerNote,
 )
-from simulator.reload import RELOAD_EVENTS
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.live import Live
 
     from peach_cli.plan import ProjectPlan
-    from simulator.reload import ReloadEvent
+    from simulator.events import ReloadEvent
 
 REFRESH_S = 0.25
 LOG_FLUSH_S = 0.05
@@ -243,7 +243,7 @@ class DevView:
 
     def _on_reload(self, event: ReloadEvent) -> None:
         """Hot reload: replicas being replaced show as reloading; one line per reload."""
-        from simulator.reload import (
+        from simulator.events import (
             ReloadFailed,
             ReloadRejected,
             ReloadSkipped,

@@ -16,7 +16,7 @@ from typing import Any
 
 from peach_cli import notebook as nb
 from peach_cli.conf import BASE_ENV, RESERVED_URL_PREFIX, Component, memory_bytes
-from peach_cli.diagnostics import Diagnostic, Position, did_you_mean
+from peach_cli.diagnostics import Diagnostic, Position, did_you_mean, has_errors
 from peach_cli.plan import (
     FALLBACK,
     PRIMARY,
@@ -25,7 +25,7 @@ from peach_cli.plan import (
     ProjectPlan,
     url_key,
 )
-from peach_cli.project import Path_, Project, schema_diagnostic
+from peach_cli.project import Path_, Project, load_project, schema_diagnostic
 
 MAX_MODULE_BYTES = 8 * 1024 * 1024
 _IMPORT_HINTS = {
@@ -669,3 +669,18 @@ class _Checker:
             return ast.parse(path.read_bytes())
         except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
             return None
+
+
+def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:
+    """Load, validate and plan a project (what `peach dev` and `peach deploy` serve).
+
+    The plan is None when any diagnostic is an error.
+    """
+    project, diagnostics = load_project(path)
+    if project is None:
+        return None, diagnostics
+    result = validate_project(project)
+    diagnostics += result.diagnostics
+    if has_errors(diagnostics):
+        return None, diagnostics
+    return result.plan(), diagnostics

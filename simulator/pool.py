@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable
 from pathlib import Path
 
-from peach_cli.contract import Attempt, CallResult, RequestParams
+from peach_cli.contract import Attempt, CallResult, RequestParams, unavailable_message
 from peach_cli.plan import ComponentSpec
 from simulator.events import Event, ReplicaState
 from simulator.replica import Replica, ReplicaStream
@@ -115,9 +115,9 @@ class ReplicaPool:
         errors = sorted({r.error for r in self.replicas if r.error})
         where = f"{self.spec.endpoint}/{self.spec.name}"
         if errors:
-            return f"no healthy replica of {where}: " + "; ".join(errors)
+            return unavailable_message(where, "; ".join(errors))
         states = ", ".join(sorted({r.state.value for r in self.replicas}))
-        return f"no healthy replica of {where} (replicas are {states})"
+        return unavailable_message(where, f"(replicas are {states})")
 
     async def call(self, params: RequestParams, attempt: Attempt) -> CallResult:
         """Call the component on the best replica; the contract's ``call`` for this pool."""

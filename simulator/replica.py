@@ -1,6 +1,6 @@
 """One replica: a worker process hosting one component, seen from the gateway.
 
-A ``Replica`` spawns ``python -m simulator.worker`` (cwd = the project root), sends it the
+A ``Replica`` starts a worker (``simulator.workers``: cwd = the project root), sends it the
 component, and waits for ``init``: the replica becomes healthy, or unhealthy with the init
 error. Calls and streams are multiplexed over the replica's socket by request id; the
 replica counts what is outstanding (the pool's load-balancing signal). When the process
@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +29,7 @@ from simulator.events import (
     ReplicaState,
 )
 from simulator.protocol import STREAM_WINDOW_BYTES, STREAM_WINDOW_CHUNKS, Frame, FrameProtocol
-from simulator.spare import take_spare
+from simulator.workers import WorkerLaunch, spawn_worker, take_spare
 
 HEALTH_INTERVAL_S = 1.0
 STOP_TIMEOUT_S = 3.0
@@ -62,22 +58,6 @@ def _exit_description(returncode: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-returncode}"
     return f"exited with code {returncode}"
-
-
-def _worker_command() -> list[str]:
-    command = [sys.executable]
-    command.append("-P")  # a project folder named like our modules must not shadow them
-    return [*command, "-m", "simulator.worker"]
-
-
-def _worker_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    # The simulator package must be importable from the replica even when peach runs
-    # from a source checkout that is not installed.
-    here = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    return env
 
 
 class ReplicaStream:
@@ -150,9 +130,12 @@ class Replica:
         on_event: Callable[[Event], None],
         *,
         on_change: Callable[[], None] | None = None,
+        launch: WorkerLaunch | None = None,
     ) -> None:
         self.spec = spec
         self.root = Path(root).resolve()
+        self.launch = launch or WorkerLaunch(self.root)
+        """How this replica's process is started (its interpreter, its environment)."""
         self.id = replica_id
         self.on_event = on_event
         self.on_change = on_change
@@ -187,29 +170,14 @@ class Replica:
 
     async def _spawn(self) -> None:
         loop = asyncio.get_running_loop()
-        spare = take_spare(self.root)  # started ahead of need when hot reload is on
-        if spare is not None:
-            process, parent_end = spare
-        else:
-            parent_end, child_end = socket.socketpair()
+        worker = take_spare(self.launch)  # started ahead of need when hot reload is on
+        if worker is None:
             try:
-                process = await asyncio.create_subprocess_exec(
-                    *_worker_command(),
-                    "--fd",
-                    str(child_end.fileno()),
-                    pass_fds=(child_end.fileno(),),
-                    cwd=str(self.root),
-                    env=_worker_env(),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                )
+                worker = await spawn_worker(self.launch)
             except OSError as error:
-                parent_end.close()
                 self._set_state(ReplicaState.UNHEALTHY, error=f"could not start a replica: {error}")
                 return
-            finally:
-                child_end.close()
+        process, parent_end = worker
         self._process = process
         self.pid = process.pid
         channel = FrameProtocol(self._on_frame, lambda exc: self._on_lost(process))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -57,20 +56,6 @@ class PlanChange:
     """Changed components whose new replicas could not start, with the error: their
     previous replicas keep serving."""
     seconds: float = 0.0
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine.
-
-    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
-    (True, True, False)
-    """
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:

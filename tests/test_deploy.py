@@ -42,7 +42,7 @@ from peach_cli.deploy.progress import (
 )
 from peach_cli.deploy.resources import Needs, application_needs, check_fits
 from peach_cli.errors import DeployError, UsageError
-from peach_cli.project import build_plan
+from peach_cli.validate import build_plan
 
 TESTS = Path(__file__).resolve().parent
 PROJECTS = TESTS / "projects"

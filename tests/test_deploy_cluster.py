@@ -23,7 +23,7 @@ from ray_cluster import RayHead
 from peach_cli.deploy.config import build_bundle, merge_applications
 from peach_cli.deploy.dashboard import DashboardClient
 from peach_cli.deploy.deployer import ReplicaStartFailed, Reporter, deploy, wait_until_running
-from peach_cli.project import build_plan
+from peach_cli.validate import build_plan
 
 pytestmark = pytest.mark.ray
 

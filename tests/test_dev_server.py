@@ -19,7 +19,7 @@ import pytest
 from conftest import PROJECTS, DevProcess
 from projectkit import write_project
 
-from peach_cli.project import build_plan
+from peach_cli.validate import build_plan
 
 
 def alive(pid: int) -> bool:

@@ -15,7 +15,7 @@ from ray_cluster import RayHead
 from test_gateway_semantics import *  # noqa: F403 - the cases, collected here once more
 
 from peach_cli.deploy.deployer import deploy
-from peach_cli.project import build_plan
+from peach_cli.validate import build_plan
 
 SEMANTICS_CPUS = 32  # logical: the project reserves 1 CPU per replica (Ray's default)
 RAY_DEPLOY_TIMEOUT_S = 240

@@ -9,7 +9,7 @@ import pytest
 from projectkit import BASE_CELLS, diagnose, notebook_json, write_project
 
 from peach_cli.diagnostics import CODES
-from peach_cli.project import build_plan
+from peach_cli.validate import build_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 NB = {"nb.ipynb": BASE_CELLS}

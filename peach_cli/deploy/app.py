@@ -188,7 +188,7 @@ class Gateway:
         error = self.unstartable.get(deployment)
         if not error:
             return None
-        return f"{endpoint.url} ({component}) has no healthy replica: {error}"
+        return contract.unavailable_message(f"{endpoint.name}/{component}", error)
 
     def _handle(self, endpoint: EndpointSpec, component: str) -> DeploymentHandle:
         return self.handles[self.deployments[(endpoint.name, component)]]
@@ -199,7 +199,11 @@ class Gateway:
         if endpoint is None:
             return _json_response(contract.error_answer("not_found", f"no endpoint at {path}"))
         try:
-            body = await request.body()
+            body = await contract.read_body(
+                request.receive, request.scope.get("headers", ()), contract.MAX_BODY_BYTES
+            )
+            if body is None:  # the client went away while sending
+                return Response(status_code=499)
             params, stream = contract.parse_request(
                 request.method, request.query_params.multi_items(), body
             )
@@ -236,7 +240,9 @@ class Gateway:
                 items.cancel()
                 return contract.CallResult.failure(
                     "unavailable",
-                    f"{endpoint.url} ({component}) has no healthy replica: {_first_line(error)}",
+                    contract.unavailable_message(
+                        f"{endpoint.name}/{component}", _first_line(error)
+                    ),
                     attempt.replica,
                 )
             result = contract.CallResult.from_dict(data)
@@ -269,8 +275,9 @@ class Gateway:
             return _json_response(
                 contract.error_answer(
                     "unavailable",
-                    f"{endpoint.url} ({endpoint.primary}) has no healthy replica: "
-                    f"{_first_line(error)}",
+                    contract.unavailable_message(
+                        f"{endpoint.name}/{endpoint.primary}", _first_line(error)
+                    ),
                     component=endpoint.primary,
                 )
             )
@@ -295,12 +302,8 @@ class Gateway:
             finally:
                 generator.cancel()  # a client that went away closes the user's generator
 
-        headers = {contract.COMPONENT_HEADER: endpoint.primary}
-        if replica:
-            headers[contract.REPLICA_HEADER] = replica
-        headers["Cache-Control"] = "no-cache"
-        headers["X-Accel-Buffering"] = "no"
-        return StreamingResponse(relay(), media_type=spec.media_type, headers=headers)
+        headers = contract.stream_headers(spec.media_type, endpoint.primary, replica)
+        return StreamingResponse(relay(), headers=headers)
 
 
 def _route_path(request: Request) -> str:

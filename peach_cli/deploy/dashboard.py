@@ -14,13 +14,13 @@ Example::
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from peach_cli.addresses import is_loopback
 from peach_cli.errors import DeployError, UsageError
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def resolve_address(address: str | None) -> tuple[str, list[str]]:
             hint=hint,
         )
     warnings = []
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
         warnings.append(
             f"talking to {parts.hostname} over plain HTTP: requests (and any token) "
             "are not encrypted"
@@ -89,15 +89,6 @@ def shown_address(address: str) -> str:
         return address
     userinfo, host = parts.netloc.rsplit("@", 1)
     return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class DashboardClient:
