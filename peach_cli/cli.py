@@ -28,6 +28,13 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+def complete_target(incomplete: str) -> list[tuple[str, str]]:
+    """Completes `peach ask` TARGET with the urls of the project in the current folder."""
+    from peach_cli import completion
+
+    return completion.complete_target(incomplete)
+
+
 ProjectArg = Annotated[
     Path,
     typer.Argument(help="The project folder (or one YAML file). Default: the current folder."),
@@ -117,6 +124,7 @@ def ask(
         typer.Argument(
             help="An endpoint path like /assistant (joined to --url), or a full URL.",
             show_default=False,
+            autocompletion=complete_target,
         ),
     ],
     items: Annotated[
