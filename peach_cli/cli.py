@@ -28,6 +28,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
 def complete_target(incomplete: str) -> list[tuple[str, str]]:
     """Completes `peach ask` TARGET with the urls of the project in the current folder."""
     from peach_cli import completion
@@ -294,7 +295,15 @@ def doctor(
             show_default=False,
         ),
     ] = None,
-    address: AddressOption = None,
+    address: Annotated[
+        Optional[str],
+        typer.Option(
+            "--address",
+            help="The Ray dashboard URL to check. Default: env PEACH_RAY_ADDRESS; "
+            "without either, no cluster is checked.",
+            show_default=False,
+        ),
+    ] = None,
     port: Annotated[int, typer.Option("--port", help="The port peach dev will bind.")] = 8000,
     offline: Annotated[
         bool,
