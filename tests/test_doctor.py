@@ -68,6 +68,7 @@ def doctor(
     for name in ("PEACH_RAY_ADDRESS", "RAY_AUTH_TOKEN", "UV_INDEX_URL"):
         environment.pop(name, None)
     environment.update(UV_DEFAULT_INDEX=index, PEACH_ENV_CACHE=str(cache), **(env or {}))
+    environment["NO_PROXY"] = "127.0.0.1,localhost"  # the index and dashboard are on loopback
     return subprocess.run(
         [sys.executable, "-m", "peach_cli.cli", "doctor", *args],
         capture_output=True,

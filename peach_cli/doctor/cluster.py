@@ -51,39 +51,53 @@ def _skipped(reason: str, names: tuple[str, ...] = _AFTER_DASHBOARD) -> list[Che
     return [Check(name, "skip", f"not checked: {reason}") for name in names]
 
 
-def _check_dashboard(url: str, warnings: list[str], plan: ProjectPlan | None) -> list[Check]:
-    from peach_cli.deploy.dashboard import TOKEN_ENV, DashboardClient, DashboardRefused
+def find_token() -> tuple[str | None, str]:
+    """The token ``DashboardClient`` sends, and where it was found (for messages).
 
-    token = os.environ.get(TOKEN_ENV) or None
-    with DashboardClient(url, token="") as probe:  # without a token: is one needed?
-        shown = probe.shown
+    The one place doctor looks for the token: keep it the lookup the dashboard client uses.
+    """
+    from peach_cli.deploy.dashboard import TOKEN_ENV
+
+    return os.environ.get(TOKEN_ENV) or None, TOKEN_ENV
+
+
+def _check_dashboard(url: str, warnings: list[str], plan: ProjectPlan | None) -> list[Check]:
+    from peach_cli.deploy.dashboard import DashboardClient, DashboardRefused
+
+    token, source = find_token()
+    with DashboardClient(url, token="") as probe:  # without a token first: is one needed?
         try:
             version: dict[str, Any] | None = probe.version()
         except DashboardRefused:
             version = None
         except DeployError as error:
+            details = {"address": probe.shown}
             return [
-                Check("dashboard", "fail", error.message, error.hint, {"address": shown}),
+                Check("dashboard", "fail", error.message, error.hint, details),
                 *_skipped("the dashboard does not answer"),
             ]
-    note = f" ({'; '.join(warnings)})" if warnings else ""
-    checks = [
-        Check(
-            "dashboard", "ok", f"Ray dashboard at {shown} answers{note}", None, {"address": shown}
-        )
-    ]
-    if version is not None:
-        extra = f" ({TOKEN_ENV} is set but not needed)" if token else ""
-        checks.append(Check("token", "ok", f"no token needed{extra}", details={"needed": False}))
-        with DashboardClient(url, token="") as dashboard:
-            return checks + _check_ray(version) + _check_resources(dashboard, plan)
+        note = f" ({'; '.join(warnings)})" if warnings else ""
+        checks = [
+            Check(
+                "dashboard",
+                "ok",
+                f"Ray dashboard at {probe.shown} answers{note}",
+                details={"address": probe.shown},
+            )
+        ]
+        if version is not None:
+            extra = f" ({source} is set but not needed)" if token else ""
+            checks.append(
+                Check("token", "ok", f"no token needed{extra}", details={"needed": False})
+            )
+            return checks + _check_ray(version) + _check_resources(probe, plan)
     if token is None:
         checks.append(
             Check(
                 "token",
                 "fail",
-                f"the cluster needs a token and {TOKEN_ENV} is not set",
-                advice=f"set {TOKEN_ENV} to the cluster's token",
+                f"the cluster needs a token and {source} is not set",
+                advice=f"set {source} to the cluster's token",
                 details={"needed": True, "found": False},
             )
         )
@@ -91,13 +105,13 @@ def _check_dashboard(url: str, warnings: list[str], plan: ProjectPlan | None) ->
     with DashboardClient(url, token=token) as dashboard:
         try:
             version = dashboard.version()
-        except DeployError as error:  # 403: the token is wrong
+        except DeployError as error:  # 403: not the cluster's token
             checks.append(
                 Check(
                     "token",
                     "fail",
-                    f"the cluster refused the token in {TOKEN_ENV}: {error.message}",
-                    advice=f"check {TOKEN_ENV}: it must be the cluster's token",
+                    f"the cluster refused the token in {source}: {error.message}",
+                    advice=f"check {source}: it must be the cluster's token",
                     details={"needed": True, "found": True, "accepted": False},
                 )
             )
@@ -106,7 +120,7 @@ def _check_dashboard(url: str, warnings: list[str], plan: ProjectPlan | None) ->
             Check(
                 "token",
                 "ok",
-                f"the cluster needs a token: the one in {TOKEN_ENV} is accepted",
+                f"the cluster needs a token: the one in {source} is accepted",
                 details={"needed": True, "found": True, "accepted": True},
             )
         )
