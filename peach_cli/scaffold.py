@@ -257,7 +257,7 @@ def notebook_text(codops: str, endpoints: tuple[Endpoint, ...]) -> str:
         "nbformat": 4,
         "nbformat_minor": 5,
     }
-    return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    return json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 GITIGNORE = """\

@@ -63,6 +63,16 @@ def test_the_notebook_is_nbformat_4_5_with_cell_ids(tmp_path):
             assert cell["outputs"] == [] and cell["execution_count"] is None
 
 
+def test_the_notebook_passes_jupyters_own_validation(tmp_path):
+    import nbformat
+
+    assert peach("init", "shop", "--streaming", cwd=tmp_path).returncode == 0
+    path = tmp_path / "shop" / "notebooks" / "Endpoints.ipynb"
+    notebook = nbformat.read(path, as_version=nbformat.NO_CONVERT)
+    nbformat.validate(notebook)  # raises on anything nbformat 4.5 does not allow
+    assert nbformat.writes(notebook) == path.read_text().rstrip("\n")  # as Jupyter saves it
+
+
 def test_gitignore_and_readme(tmp_path):
     assert peach("init", "shop", cwd=tmp_path).returncode == 0
     ignored = (tmp_path / "shop" / ".gitignore").read_text().splitlines()
