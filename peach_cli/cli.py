@@ -131,7 +131,10 @@ def ask(
     items: Annotated[
         Optional[list[str]],
         typer.Argument(
-            help="Parameters: KEY=VALUE (string), KEY:=JSON (raw JSON), KEY==VALUE (query).",
+            help="Parameters: KEY=VALUE is sent as the query string ?KEY=VALUE would be, so"
+            " n=3 reaches `n: int` as 3 (a value too long for a 2 KiB URL goes in the JSON"
+            " body, as a string); KEY:=JSON is a raw JSON body field; KEY==VALUE always goes"
+            " in the query string.",
             show_default=False,
         ),
     ] = None,
@@ -150,7 +153,10 @@ def ask(
         bool, typer.Option("--raw", help="Print the response body exactly as received.")
     ] = False,
     get: Annotated[
-        bool, typer.Option("--get", help="Send the parameters as a query string (GET).")
+        bool,
+        typer.Option(
+            "--get", help="Send every parameter, KEY:=JSON too, as the query string (GET)."
+        ),
     ] = False,
     json_body: Annotated[
         Optional[str],
@@ -182,7 +188,7 @@ def ask(
 ) -> None:
     """Call an endpoint and print its answer, or render its stream as it arrives.
 
-    On a terminal the result is pretty-printed; piped, stdout gets the result JSON, or the stream's bytes exactly as they arrive. Streams end with a summary on stderr: time to first chunk, chunks, bytes, total time and the largest gap. Ctrl-C closes the connection and keeps what was printed.
+    On a terminal the result is pretty-printed; piped, stdout gets the result JSON, or the stream's bytes exactly as they arrive. Streams end with a summary on stderr: time to first chunk, chunks, bytes, total time and the largest gap; a stream the server cut says "cut after N chunks" and exits 7. Ctrl-C closes the connection and keeps what was printed.
 
     [bold]Exit codes[/]: 0 ok · 1 the endpoint answered with an error · 2 bad command line · 3 cannot connect (is `peach dev` running?) · 4 host name does not resolve · 5 TLS failed · 6 timed out · 7 the server cut the stream · 8 404, no endpoint at that url · 9 invalid HTTP answer · 130 interrupted (Ctrl-C).
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal

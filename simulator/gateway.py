@@ -17,7 +17,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
-from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,7 +31,9 @@ from peach_cli.contract import (
     CallResult,
     ContractError,
     RequestParams,
+    StreamCut,
     dispatch,
+    parse_query_string,
     read_body,
     stream_headers,
 )
@@ -115,13 +116,12 @@ class Gateway:
             return
         if body is None:  # the client went away while sending
             return
-        query = scope["query_string"]
-        query_items = (
-            parse_qsl(query.decode("utf-8", "replace"), keep_blank_values=True) if query else []
-        )
         try:
             params, wants_stream = contract.parse_request(
-                scope["method"], query_items, body, max_body_bytes=self.max_body_bytes
+                scope["method"],
+                parse_query_string(scope["query_string"]),
+                body,
+                max_body_bytes=self.max_body_bytes,
             )
         except ContractError as error:
             answer = contract.error_answer(error.code, error.message)
@@ -190,11 +190,8 @@ class Gateway:
     async def _not_found(
         self, scope: dict[str, Any], receive: Any, send: Any, table: RoutingTable
     ) -> None:
-        urls = sorted(route.endpoint.url for route in table.routes.values())
-        listed = ", ".join(urls) if urls else "none"
-        answer = contract.error_answer(
-            "not_found", f"no endpoint at {scope['path']} (endpoints: {listed})"
-        )
+        urls = (route.endpoint.url for route in table.routes.values())
+        answer = contract.not_found_answer(scope["path"], urls)
         try:
             await read_body(receive, scope.get("headers", ()), self.max_body_bytes)
         except ContractError:
@@ -248,7 +245,7 @@ class Gateway:
         headers = stream_headers(pool.spec.media_type, component, replica)
         response = StreamingResponse(_relay(chunks, outcome), headers=headers)
         try:
-            await response(scope, receive, send)
+            await response(scope, receive, send)  # StreamCut: uvicorn closes the connection
         finally:
             await chunks.aclose()
             self._log_stream(scope, endpoint, replica, started, 200, outcome["error"])
@@ -340,12 +337,16 @@ async def _stream_required(endpoint: EndpointSpec, pool: ReplicaPool) -> Answer:
 
 
 async def _relay(chunks: ReplicaStream, outcome: dict[str, str | None]) -> AsyncIterator[bytes]:
-    """The stream's chunks; a replica that dies ends the stream (and is logged)."""
+    """The stream's chunks. A generator that raises, or a replica that dies, cuts the
+    stream: ``StreamCut`` leaves the response without its terminating chunk (SPEC §2)."""
+    count = 0
     try:
         async for chunk in chunks:
+            count += 1
             yield chunk
-    except ReplicaGone as error:
-        outcome["error"] = str(error)
+    except (StreamCut, ReplicaGone) as error:
+        outcome["error"] = f"stream cut after {count} chunk{'' if count == 1 else 's'}: {error}"
+        raise StreamCut(str(error)) from None
 
 
 async def _wait_disconnect(receive: Any) -> None:

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from peach_cli.contract import CallResult, ContractError, RequestParams
+import psutil
+
+from peach_cli.contract import CallResult, ContractError, RequestParams, StreamCut
 from peach_cli.plan import ComponentSpec
 from simulator.events import (
     Event,
@@ -43,6 +45,14 @@ OUTPUT_LINES_PER_S = 100
 """Lines of a replica's output shown per second; the others are counted, then summarised."""
 OUTPUT_LINE_BYTES = 4096
 """Longer lines of a replica's output are cut (the size of the rest is shown)."""
+
+
+def resident_memory(pid: int) -> int | None:
+    """The resident set size of process ``pid`` in bytes (psutil: Linux, macOS, Windows)."""
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return None
 
 
 class ReplicaGone(Exception):
@@ -95,6 +105,8 @@ class ReplicaStream:
         self.release(finished=True)
         if kind == "end":
             raise StopAsyncIteration
+        if kind == "cut":
+            raise StreamCut(data["message"])
         raise ReplicaGone(data)
 
     def _credit(self, nbytes: int) -> None:
@@ -327,7 +339,7 @@ class Replica:
             future = self._calls.get(request_id)
             if future is not None and not future.done():
                 future.set_result(CallResult(*payload))
-        elif kind in ("chunk", "end", "started", "stream_error"):
+        elif kind in ("chunk", "end", "cut", "started", "stream_error"):
             queue = self._streams.get(request_id)
             if queue is not None:
                 queue.put_nowait((kind, payload))
@@ -456,8 +468,9 @@ class Replica:
         process = self._process
         while process is self._process and process is not None and process.returncode is None:
             info = await self.ping()
-            if info and "rss" in info:
-                self.rss = info["rss"]
+            rss = resident_memory(process.pid) if info is not None else None
+            if rss is not None:
+                self.rss = rss
                 limit = self.spec.memory
                 self.on_event(ReplicaMemory(self.spec.key, self.id, self.rss, limit))
                 over = limit is not None and self.rss > limit

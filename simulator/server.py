@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.contract import StreamCut
 from peach_cli.errors import PeachError
 from peach_cli.plan import ComponentSpec, ProjectPlan, url_key
 from simulator.events import Event, ReplicaState
@@ -340,6 +342,19 @@ def _all_healthy(pool: ReplicaPool) -> bool:
 def _start_error(pool: ReplicaPool) -> str:
     errors = [r.error for r in pool.replicas if r.error]
     return errors[0] if errors else "its replicas did not become healthy"
+
+
+class _CutStreamFilter(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" for a stream the gateway cut on
+    purpose (``StreamCut``): the cut is the answer, and the request line reports it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, StreamCut)
+
+
+_CUT_FILTER = _CutStreamFilter()
+logging.getLogger("uvicorn.error").addFilter(_CUT_FILTER)
 
 
 def _QuietServer(config: Any) -> Any:  # noqa: N802 - a class factory, named as the class

@@ -183,3 +183,30 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]
 def base_url(dev_server: DevProcess) -> str:
     """The base URL of a host serving ``tests/projects/semantics``."""
     return dev_server.url
+
+
+SEMANTICS_CPUS = 32  # logical: the project reserves 1 CPU per replica (Ray's default)
+RAY_DEPLOY_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="session")
+def ray_semantics() -> Iterator[str]:
+    """`peach deploy tests/projects/semantics` on a fresh head: the Serve proxy's URL.
+
+    One head for the session: the parity suite and the differential test share it.
+    """
+    from ray_cluster import RayHead
+
+    from peach_cli.deploy.deployer import deploy
+    from peach_cli.validate import build_plan
+
+    plan, diagnostics = build_plan(SEMANTICS)
+    assert plan is not None, diagnostics
+    with RayHead(num_cpus=SEMANTICS_CPUS) as head:
+        result = deploy(
+            plan,
+            address=head.dashboard_url,
+            http_port=head.http_port,
+            timeout_s=RAY_DEPLOY_TIMEOUT_S,
+        )
+        yield result.url

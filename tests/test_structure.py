@@ -174,3 +174,9 @@ def test_the_replica_runtime_imports_only_the_standard_library() -> None:
 def test_every_contract_module_is_uploaded_with_the_runtime() -> None:
     contract = {f"contract/{p.name}" for p in (ROOT / "peach_cli" / "contract").glob("*.py")}
     assert contract <= set(RUNTIME_MODULES)
+
+
+def test_process_figures_come_from_psutil_not_proc() -> None:
+    """Memory sampling must work where most users are (macOS): no ``/proc`` reads."""
+    readers = [name for name, path in _sources().items() if '"/proc/' in path.read_text()]
+    assert readers == []

@@ -33,6 +33,7 @@ from peach_cli.contract.answers import (
     answer,
     error_answer,
     error_envelope,
+    not_found_answer,
     ok_envelope,
     stream_required_answer,
     stream_required_message,
@@ -41,15 +42,23 @@ from peach_cli.contract.binding import (
     STATE_PARAMS,
     MethodSignature,
     bind_arguments,
+    convert_body_value,
     convert_query_value,
 )
-from peach_cli.contract.errors import ERROR_STATUS, ContractError, InitError, ResultNotJSON
+from peach_cli.contract.errors import (
+    ERROR_STATUS,
+    ContractError,
+    InitError,
+    ResultNotJSON,
+    StreamCut,
+)
 from peach_cli.contract.request import (
     ALLOWED_METHODS,
     MAX_BODY_BYTES,
     MAX_BODY_DEPTH,
     RequestParams,
     is_truthy,
+    parse_query_string,
     parse_request,
 )
 from peach_cli.contract.results import (
@@ -93,8 +102,10 @@ __all__ = [
     "MethodSignature",
     "RequestParams",
     "ResultNotJSON",
+    "StreamCut",
     "answer",
     "bind_arguments",
+    "convert_body_value",
     "convert_query_value",
     "describe_exception",
     "dispatch",
@@ -105,7 +116,9 @@ __all__ = [
     "is_truthy",
     "method_kind",
     "notebook_position",
+    "not_found_answer",
     "ok_envelope",
+    "parse_query_string",
     "parse_request",
     "read_body",
     "split_drift",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,12 @@ def error_answer(
     code: str, message: str, *, component: str | None = None, replica: str | None = None
 ) -> Answer:
     return Answer(ERROR_STATUS[code], error_envelope(code, message), component, replica)
+
+
+def not_found_answer(path: str, urls: Iterable[str]) -> Answer:
+    """404 for a path no endpoint serves, listing the urls that exist."""
+    listed = ", ".join(sorted(urls)) or "none"
+    return error_answer("not_found", f"no endpoint at {path} (endpoints: {listed})")
 
 
 def stream_required_message(url: str, kind: str = "async_generator") -> str:

@@ -6,10 +6,14 @@ Query merged with body (body wins), ``args`` defaults, the state injected as ``m
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import enum
 import inspect
 import json
 import types
 import typing
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,7 +31,48 @@ def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
+def _convert_rich(value: str, annotation: Any) -> Any:
+    """A string as one of the types JSON has no literal for (dates, decimals, …)."""
+    text = value.strip()
+    if annotation is datetime.datetime:
+        return datetime.datetime.fromisoformat(text)
+    if annotation is datetime.date:
+        return datetime.date.fromisoformat(text)
+    if annotation is datetime.time:
+        return datetime.time.fromisoformat(text)
+    if annotation is decimal.Decimal:
+        try:
+            number = decimal.Decimal(text)
+        except decimal.InvalidOperation:
+            raise ValueError(value) from None
+        if not number.is_finite():
+            raise ValueError(value)
+        return number
+    if annotation is uuid.UUID:
+        return uuid.UUID(text)
+    assert isinstance(annotation, type) and issubclass(annotation, enum.Enum)
+    for member in annotation:
+        if str(member.value) == value:
+            return member
+    for member in annotation:
+        if member.name == value:
+            return member
+    raise ValueError(value)
+
+
+def _is_rich(annotation: Any) -> bool:
+    """Whether values of this annotation arrive as strings even in a JSON body."""
+    return annotation in _RICH_TYPES or (
+        isinstance(annotation, type) and issubclass(annotation, enum.Enum)
+    )
+
+
+_RICH_TYPES = (datetime.datetime, datetime.date, datetime.time, decimal.Decimal, uuid.UUID)
+
+
 def _convert_scalar(value: str, annotation: Any) -> Any:
+    if _is_rich(annotation):
+        return _convert_rich(value, annotation)
     if annotation is bool:
         lowered = value.strip().lower()
         if lowered in _TRUTHY:
@@ -94,10 +139,49 @@ def convert_query_value(value: str | list[str], annotation: Any) -> Any:
         value = value[-1]  # a repeated key for a scalar: the last one wins, as in most servers
     if origin is Literal:
         for option in typing.get_args(annotation):
-            if str(option) == value:
+            if isinstance(option, bool):
+                if value.strip().lower() in (_TRUTHY if option else _FALSY) - {""}:
+                    return option
+            elif str(option) == value or (isinstance(option, enum.Enum) and option.name == value):
                 return option
         raise ValueError(value)
     return _convert_scalar(value, annotation)
+
+
+def convert_body_value(value: Any, annotation: Any) -> Any:
+    """A JSON body value for a parameter whose type JSON cannot carry (a date, a
+    ``Decimal``, a ``UUID``, an ``Enum``, a ``Literal``): it is converted as the same
+    text in a query string would be. Every other value keeps its JSON type.
+
+    >>> import datetime
+    >>> convert_body_value("2024-05-01", datetime.date), convert_body_value(3, int)
+    (datetime.date(2024, 5, 1), 3)
+    """
+    target = annotation
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        if value is None:
+            return None
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        rich = [a for a in options if _is_rich(a) or typing.get_origin(a) is Literal]
+        if len(rich) != len(options) or len(options) != 1:
+            return value
+        target = options[0]
+    if typing.get_origin(target) is Literal:
+        if value in typing.get_args(target) and not isinstance(value, (dict, list)):
+            return value
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return convert_query_value(str(value), target)
+        raise ValueError(value)
+    if not _is_rich(target):
+        return value
+    if isinstance(value, str) or (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (target is decimal.Decimal or issubclass(target, enum.Enum))
+    ):
+        return _convert_rich(str(value), target)
+    raise ValueError(value)
 
 
 @dataclass(frozen=True)
@@ -171,16 +255,23 @@ def bind_arguments(
                 raise ContractError("bad_request", f"missing required parameter '{name}'")
             continue
         value = supplied[name]
-        if name in from_query:
-            annotation = signature.hints.get(name, parameter.annotation)
-            try:
+        annotation = signature.hints.get(name, parameter.annotation)
+        try:
+            if name in from_query:
                 value = convert_query_value(value, annotation)
-            except (ValueError, TypeError):
-                shown = value if isinstance(value, str) else ",".join(value)
-                raise ContractError(
-                    "bad_request",
-                    f"parameter '{name}' must be {_type_name(annotation)}, got {shown!r}",
-                ) from None
+            else:
+                value = convert_body_value(value, annotation)
+        except (ValueError, TypeError):
+            if isinstance(value, str):
+                shown = value
+            elif name in from_query:
+                shown = ",".join(value)
+            else:
+                shown = json.dumps(value)
+            raise ContractError(
+                "bad_request",
+                f"parameter '{name}' must be {_type_name(annotation)}, got {shown!r}",
+            ) from None
         if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
             raise ContractError("bad_request", f"parameter '{name}' is positional-only")
         kwargs[name] = value

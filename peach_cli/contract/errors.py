@@ -44,3 +44,12 @@ class InitError(Exception):
 
 class ResultNotJSON(TypeError):
     """A method returned something that cannot be sent as JSON."""
+
+
+class StreamCut(Exception):
+    """A stream failed after it began (the user's generator raised, its replica died).
+
+    Hosts cut the HTTP response — it ends without its terminating chunk, as Ray Serve's
+    proxy does — so that a client can tell a failed stream from a finished one. The
+    message is the cause (``RuntimeError: text``); the user's traceback is in the log.
+    """

@@ -7,9 +7,11 @@ or a body means the same thing under ``peach dev`` and on Ray.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
 from peach_cli.contract.errors import ContractError
 
@@ -34,6 +36,27 @@ class RequestParams:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RequestParams:
         return cls(query=dict(data.get("query") or {}), body=dict(data.get("body") or {}))
+
+
+_RAW_BYTE = re.compile(rb"[^\x21-\x7e]")
+
+
+def parse_query_string(raw: bytes) -> list[tuple[str, str]]:
+    """A raw query string as ``(key, value)`` pairs, in order, repeated keys kept.
+
+    The one parser of both hosts. Percent-escapes and raw bytes outside printable ASCII
+    (which some clients send unescaped) decode alike, as UTF-8, an invalid sequence
+    becoming U+FFFD; ``+`` is a space; a key without ``=`` has the value ``""``.
+
+    >>> parse_query_string(b"q=caf%C3%A9&q=caf\xc3\xa9&flag&a+b=1%2B1")
+    [('q', 'café'), ('q', 'café'), ('flag', ''), ('a b', '1+1')]
+    """
+    if not raw:
+        return []
+    escaped = _RAW_BYTE.sub(lambda m: b"%%%02X" % m.group()[0], raw)
+    return parse_qsl(
+        escaped.decode("ascii"), keep_blank_values=True, encoding="utf-8", errors="replace"
+    )
 
 
 def is_truthy(value: Any) -> bool:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from peach_cli.contract.answers import CallResult, stream_required_message
 from peach_cli.contract.binding import MethodSignature, bind_arguments
-from peach_cli.contract.errors import ContractError, InitError, ResultNotJSON
+from peach_cli.contract.errors import ContractError, InitError, ResultNotJSON, StreamCut
 from peach_cli.contract.request import RequestParams
 from peach_cli.contract.results import (
     describe_exception,
@@ -281,7 +281,8 @@ class ComponentRunner:
         """Bind the call and return its chunks as bytes, each as soon as it is yielded.
 
         Raises ``ContractError`` (``bad_request``) before any byte is sent. An exception
-        inside the user's generator is logged and ends the stream. Closing the returned
+        inside the user's generator is logged and raised as ``StreamCut``: hosts cut the
+        response. Closing the returned
         iterator (a client that went away) closes the user's generator, so its ``finally``
         runs.
         """
@@ -300,6 +301,7 @@ class ComponentRunner:
                 yield encode_chunk(chunk)
         except Exception as error:
             self._log_stream_error(error)
+            raise StreamCut(describe_exception(error)) from None
         finally:
             await agen.aclose()
 
@@ -325,6 +327,7 @@ class ComponentRunner:
                 yield encode_chunk(chunk)
         except Exception as error:
             self._log_stream_error(error)
+            raise StreamCut(describe_exception(error)) from None
         finally:
             await self._in_thread(close)
 
