@@ -139,6 +139,7 @@ def test_a_port_in_use_fails_with_advice(project, tmp_path, index_url):
         result = doctor("--port", str(port), cwd=project, index=index_url, cache=tmp_path)
     assert result.returncode == 1
     assert f"✗ port       port {port} is in use on 127.0.0.1" in result.stdout
+    assert f"(pid {os.getpid()})" in result.stdout  # this test's process holds it
     assert "peach dev --port N" in result.stdout
     assert result.stdout.splitlines()[-1].startswith("✗ 1 of 7 checks failed")
 

@@ -172,7 +172,8 @@ def check_port(host: str, port: int) -> Check:
         sock.listen(1)
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
-            summary = f"port {port} is in use on {host}"
+            holder = port_holder(port)
+            summary = f"port {port} is in use on {host}" + (f" (by {holder})" if holder else "")
             advice = (
                 f"stop what listens on {where}, or run `peach dev --port N` (0 picks a free port)"
             )
@@ -183,3 +184,21 @@ def check_port(host: str, port: int) -> Check:
     finally:
         sock.close()
     return Check("port", "ok", f"port {port} is free on {host} (for peach dev)", details=details)
+
+
+def port_holder(port: int) -> str | None:
+    """``name (pid N)`` of the process listening on ``port``, when this user may know it."""
+    import psutil
+
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    for connection in connections:
+        listening = connection.status == psutil.CONN_LISTEN
+        if listening and connection.laddr and connection.laddr.port == port and connection.pid:
+            try:
+                return f"{psutil.Process(connection.pid).name()} (pid {connection.pid})"
+            except psutil.Error:
+                return f"pid {connection.pid}"
+    return None
