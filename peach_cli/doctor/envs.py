@@ -85,7 +85,7 @@ def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: boo
                 "index",
                 "fail",
                 f"--offline: env(s) {', '.join(missing)} are not built in the cache",
-                advice="build them once while online: run peach dev (or peach env build)",
+                advice="build them once while online: run peach dev",
                 details=details,
             )
         return Check(
