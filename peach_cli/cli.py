@@ -28,10 +28,48 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
+def complete_target(incomplete: str) -> list[tuple[str, str]]:
+    """Completes `peach ask` TARGET with the urls of the project in the current folder."""
+    from peach_cli import completion
+
+    return completion.complete_target(incomplete)
+
+
 ProjectArg = Annotated[
     Path,
     typer.Argument(help="The project folder (or one YAML file). Default: the current folder."),
 ]
+
+
+@app.command()
+def init(
+    folder: Annotated[
+        Path,
+        typer.Argument(help="Where to create the project (created if missing). Default: here."),
+    ] = Path("."),
+    codops: Annotated[
+        Optional[str],
+        typer.Option(
+            "--codops",
+            help="The organisation id, [a-z0-9_-]+. Default: the folder's name made valid.",
+            show_default=False,
+        ),
+    ] = None,
+    streaming: Annotated[
+        bool, typer.Option("--streaming", help="Add an async-generator (streaming) endpoint.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the files peach init writes.")
+    ] = False,
+) -> None:
+    """Create a new project that validates clean and serves at once.
+
+    Writes peach.yaml (with peach.schema.json beside it for editors), notebooks/Endpoints.ipynb with an endpoint, its init and its fallback, a .gitignore and a README with the next commands. Existing files are never overwritten without --force.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.cmd_init import run_init
+
+    raise typer.Exit(run_init(folder, codops=codops, streaming=streaming, force=force))
 
 
 @app.command()
@@ -109,6 +147,7 @@ def ask(
         typer.Argument(
             help="An endpoint path like /assistant (joined to --url), or a full URL.",
             show_default=False,
+            autocompletion=complete_target,
         ),
     ],
     items: Annotated[
@@ -329,6 +368,44 @@ def env_prune(
     from peach_cli.cmd_env import run_env_prune
 
     raise typer.Exit(run_env_prune(all_envs=all_envs, older_than_days=days))
+
+
+@app.command()
+def doctor(
+    project: Annotated[
+        Optional[Path],
+        typer.Argument(
+            help="The project folder (or one YAML file). Default: the current folder.",
+            show_default=False,
+        ),
+    ] = None,
+    address: Annotated[
+        Optional[str],
+        typer.Option(
+            "--address",
+            help="The Ray dashboard URL to check. Default: env PEACH_RAY_ADDRESS; "
+            "without either, no cluster is checked.",
+            show_default=False,
+        ),
+    ] = None,
+    port: Annotated[int, typer.Option("--port", help="The port peach dev will bind.")] = 8000,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Do not contact the package index: check the cache."),
+    ] = False,
+    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+) -> None:
+    """Check the machine, the project and a cluster, and say what to fix. Changes nothing.
+
+    Python against requires-python, uv, the package index (or with --offline the env cache), the cache folder, the dev port, the project validating; with --address (or PEACH_RAY_ADDRESS) the dashboard, its token, its Ray version and its CPUs and memory.
+
+    [bold]Exit codes[/]: 0 no check failed (warnings allowed) · 1 a check failed · 2 bad command line.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.cmd_doctor import run_doctor
+
+    raise typer.Exit(
+        run_doctor(project, address=address, port=port, offline=offline, output_format=format)
+    )
 
 
 def main() -> None:

@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from peach_cli.diagnostics import Diagnostic
+    from peach_cli.doctor import Report
     from peach_cli.errors import PeachError
+    from peach_cli.scaffold import CreatedProject
 
 
 @lru_cache(maxsize=1)
@@ -206,3 +208,60 @@ def print_summary(text: str, *, ok: bool) -> None:
 
     mark = "[bold green]✓[/]" if ok else "[bold red]✗[/]"
     stderr().print(f"{mark} {escape(text)}", soft_wrap=True)
+
+
+# --- peach init -------------------------------------------------------------------------------
+
+
+def print_created(created: CreatedProject, steps: list[str]) -> None:
+    """What `peach init` wrote, then the commands to run next."""
+    from rich.markup import escape
+
+    out = stdout()
+    where = escape(str(created.root))
+    out.print(f"[bold green]✓[/] created {where} (codops {escape(created.codops)})", soft_wrap=True)
+    for name in created.files:
+        note = " [dim](overwritten)[/]" if name in created.overwritten else ""
+        out.print(f"  {escape(name)}{note}", soft_wrap=True)
+    out.print("next:", soft_wrap=True)
+    for step in steps:
+        out.print(f"  {escape(step)}", soft_wrap=True)
+
+
+# --- peach doctor -----------------------------------------------------------------------------
+
+_CHECK_MARK = {
+    "ok": "[bold green]✓[/]",
+    "warn": "[bold yellow]![/]",
+    "fail": "[bold red]✗[/]",
+    "skip": "[dim]-[/]",
+}
+
+
+def print_checks(report: Report) -> None:
+    """One line per check (mark, name, summary) and its advice; then a count."""
+    from rich.markup import escape
+
+    out = stdout()
+    width = max(len(check.name) for check in report.checks)
+    for check in report.checks:
+        out.print(
+            f"{_CHECK_MARK[check.status]} {check.name:<{width}}  {escape(check.summary)}",
+            soft_wrap=True,
+        )
+        if check.advice and check.status != "ok":
+            out.print(f"  {' ' * width}  [dim]→[/] {escape(check.advice)}", soft_wrap=True)
+    counts = {s: sum(c.status == s for c in report.checks) for s in ("fail", "warn", "skip")}
+    notes = []
+    if counts["warn"]:
+        notes.append(f"{counts['warn']} warning{'' if counts['warn'] == 1 else 's'}")
+    if counts["skip"]:
+        notes.append(f"{counts['skip']} skipped")
+    tail = f" ({', '.join(notes)})" if notes else ""
+    if counts["fail"]:
+        out.print(
+            f"[bold red]✗[/] {counts['fail']} of {len(report.checks)} checks failed{tail}",
+            soft_wrap=True,
+        )
+    else:
+        out.print(f"[bold green]✓[/] no check failed{tail}", soft_wrap=True)
