@@ -207,10 +207,32 @@ def test_offline_reports_the_cache_instead_of_contacting_the_index(project, tmp_
         cache=cache,
     )
     check = checks_of(result)["index"]
-    assert result.returncode == 0
-    assert check["status"] == "warn" and "unknown" in check["summary"]
+    assert result.returncode == 1  # orjson was never built into this cache
+    assert check["status"] == "fail" and "base are not built in the cache" in check["summary"]
+    assert check["details"]["envs"] == {"base": False}
     assert check["details"]["cache"] == {"entries": 1, "bytes": 2000}
-    assert "1 entry, 2.0 kB" in check["summary"]
+
+
+def test_offline_is_ready_when_every_env_is_built(project, small_env, env_cache):
+    from env_support import SMALL
+
+    deps = ", ".join(SMALL)
+    write_project(project, GOOD + f"py_environments:\n  base: {{dependencies: [{deps}]}}\n")
+    index = f"http://127.0.0.1:{closed_port()}/simple/"
+    result = doctor(
+        "--offline",
+        "--format",
+        "json",
+        "--port",
+        str(free_port()),
+        cwd=project,
+        index=index,
+        cache=env_cache,
+    )
+    check = checks_of(result)["index"]
+    assert check["status"] == "ok", check
+    assert "every env of the project is built" in check["summary"]
+    assert check["details"]["envs"] == {"base": True}
 
 
 def test_the_cache_folder_is_reported_with_its_size(project, tmp_path, index_url):

@@ -32,14 +32,17 @@ def index_url() -> tuple[str, str]:
 
 
 def cached_envs(environments: dict[str, tuple[str, ...]]) -> dict[str, bool | None]:
-    """For each env, whether `peach dev --offline` could build or reuse it from the cache.
+    """For each env, whether `peach dev --offline` could use it from the cache.
 
-    ``True``: it can (an env without requirements needs nothing from the index);
-    ``False``: it cannot; ``None``: unknown. Built envs are cached under a key the env
-    builder derives from the requirements, Python and platform; this is the one place to
-    ask the builder once it can answer, and until then an env with requirements is unknown.
+    ``True``: it is built (or needs nothing from the index); ``False``: it is not built.
+    The env builder answers without resolving or touching the network (``find_built``).
     """
-    return {name: True if not requirements else None for name, requirements in environments.items()}
+    from peach_cli.envs import EnvSpec, find_built
+
+    return {
+        name: not requirements or find_built(EnvSpec(name, requirements)) is not None
+        for name, requirements in environments.items()
+    }
 
 
 def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: bool = False) -> Check:
@@ -77,7 +80,7 @@ def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: boo
             return Check(
                 "index",
                 "ok",
-                "--offline ready: the project's envs need no package from the index",
+                "--offline ready: every env of the project is built in the cache",
                 details=details,
             )
         if missing:
@@ -85,7 +88,7 @@ def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: boo
                 "index",
                 "fail",
                 f"--offline: env(s) {', '.join(missing)} are not built in the cache",
-                advice="build them once while online: run peach dev",
+                advice="build them once while online: peach env build",
                 details=details,
             )
         return Check(
@@ -93,7 +96,7 @@ def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: boo
             "warn",
             f"--offline readiness of env(s) {', '.join(unknown)} is unknown; the cache holds "
             f"{_describe(cache)}",
-            advice="run peach dev once online so that every env is built",
+            advice="run peach env build once online so that every env is built",
             details=details,
         )
     reached = _head(url)
