@@ -370,6 +370,98 @@ def env_prune(
     raise typer.Exit(run_env_prune(all_envs=all_envs, older_than_days=days))
 
 
+task_app = typer.Typer(
+    name="task",
+    help="The project's tasks: list them, run one (locally in its env, or on Ray).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(task_app)
+
+
+def complete_task(incomplete: str) -> list[tuple[str, str]]:
+    """Completes `peach task run` NAME with the tasks of the project in the current folder."""
+    from peach_cli import completion
+
+    return completion.complete_task(incomplete)
+
+
+@task_app.command("list")
+def task_list(
+    project: ProjectArg = Path("."),
+    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+) -> None:
+    """Show each task of the project: its notebook, method, py_env and timeout."""
+    from peach_cli.cmd_task import run_task_list
+
+    raise typer.Exit(run_task_list(project, output_format=format))
+
+
+@task_app.command("run", no_args_is_help=True)
+def task_run(
+    name: Annotated[
+        str,
+        typer.Argument(help="The task to run.", show_default=False, autocompletion=complete_task),
+    ],
+    project: ProjectArg = Path("."),
+    payload: Annotated[
+        Optional[str],
+        typer.Option(
+            "--payload",
+            help="JSON passed as the function's first argument, or @FILE holding it.",
+            show_default=False,
+        ),
+    ] = None,
+    timeout_s: Annotated[
+        Optional[float],
+        typer.Option(
+            "--timeout-s",
+            help="Override the task's timeout_s (default 3600): past it the run is killed.",
+            show_default=False,
+        ),
+    ] = None,
+    address: Annotated[
+        Optional[str],
+        typer.Option(
+            "--address",
+            help="Run it on this Ray cluster (the dashboard URL) as a Ray job.",
+            show_default=False,
+        ),
+    ] = None,
+    shared_env: Annotated[
+        bool,
+        typer.Option(
+            "--shared-env", help="Run in peach's own Python (fast; imports are not checked)."
+        ),
+    ] = False,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Build the py_environment from the cache only.")
+    ] = False,
+) -> None:
+    """Run one task once, in its py_environment, streaming its output line by line.
+
+    The payload reaches the function as its first positional argument when it takes one. Runs it triggers with trigger_task_with_event run after it, one at a time.
+
+    [bold]Exit codes[/]: 0 it returned · 1 it raised (its traceback names the notebook cell and line) or ran past its timeout (its whole process tree is killed) · 2 bad command line or unknown task · 130 interrupted (Ctrl-C stops the task).
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.cmd_task import run_task_run
+
+    raise typer.Exit(
+        run_task_run(
+            name,
+            project,
+            payload=payload,
+            timeout_s=timeout_s,
+            address=address,
+            shared_env=shared_env,
+            offline=offline,
+        )
+    )
+
+
 @app.command()
 def doctor(
     project: Annotated[

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from peach_cli.plan import DEFAULT_MEDIA_TYPE, DEFAULT_TIMEOUT_S
+from peach_cli.plan import DEFAULT_MEDIA_TYPE, DEFAULT_TASK_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
 BASE_ENV = "base"
 RESERVED_URL_PREFIX = "/_peach"
@@ -128,7 +128,7 @@ class Endpoint(_Strict):
 
 
 class Task(_Strict):
-    """A notebook function run by ``peach task`` (validated only, for now)."""
+    """A notebook function run by ``peach task run`` and by the loop of ``peach dev --tasks``."""
 
     notebook: str = Field(description="Notebook path, relative to the project folder.")
     method: str = Field(description="The function the task runs.")
@@ -138,6 +138,11 @@ class Task(_Strict):
         False, description="Run every code cell, not only the defining ones."
     )
     args: dict[str, Any] = Field(default_factory=dict, description="Default parameters.")
+    timeout_s: float = Field(
+        DEFAULT_TASK_TIMEOUT_S,
+        gt=0,
+        description="Bound on one run, in seconds; past it the task's processes are killed.",
+    )
 
 
 class PeachConf(_Strict):

@@ -51,6 +51,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC306": ("warning", "no endpoints"),
     "PC307": ("warning", "name from a cell that does not run"),
     "PC308": ("warning", "import its py_env does not provide"),
+    "PC309": ("warning", "trigger_task_with_event names an unknown task"),
     "PC401": ("info", "streaming method"),
 }
 """code -> (severity, short title): the documented table above, as data."""

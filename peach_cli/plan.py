@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 DEFAULT_MEDIA_TYPE = "text/plain; charset=utf-8"
 DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TASK_TIMEOUT_S = 3600.0
+"""A task's bound on one run (the platform's Tasks Scheduler: one hour)."""
 PRIMARY = "main"
 FALLBACK = "fallback"
 
@@ -110,6 +112,30 @@ class EndpointSpec:
 
 
 @dataclass(frozen=True)
+class TaskSpec:
+    """One task: the code its process runs and the bound on one run."""
+
+    name: str
+    notebook: str
+    """The notebook the code came from, relative to the project root (posix)."""
+    source: str
+    """The extracted Python module source that the task's process executes."""
+    source_name: str
+    """The filename given to ``compile()`` so tracebacks name the notebook."""
+    method: str
+    init: str | None = None
+    """Called once before ``method``; its result is passed as ``model`` when accepted."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for ``method`` (only the names it accepts are passed)."""
+    timeout_s: float = DEFAULT_TASK_TIMEOUT_S
+    py_env: str = "base"
+    dependencies: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    line_map: tuple[tuple[int, int, int], ...] = ()
+    """(first module line, cell index, first cell line) per extracted cell, for positions."""
+
+
+@dataclass(frozen=True)
 class ProjectPlan:
     """Everything a host needs to serve a project."""
 
@@ -121,6 +147,8 @@ class ProjectPlan:
     """Each py_env's full dependency list (``base`` included)."""
     watched_files: tuple[str, ...] = ()
     """Conf files and notebooks the plan was built from (relative posix paths)."""
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)
+    """The tasks, in conf order."""
 
     def components(self) -> list[ComponentSpec]:
         return [c for e in self.endpoints.values() for c in e.components.values()]

@@ -23,6 +23,7 @@ from peach_cli.plan import (
     ComponentSpec,
     EndpointSpec,
     ProjectPlan,
+    TaskSpec,
     url_key,
 )
 from peach_cli.project import Path_, Project, load_project, schema_diagnostic
@@ -42,6 +43,7 @@ class Validation:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     endpoints: dict[str, EndpointSpec] = field(default_factory=dict)
     notebooks: list[str] = field(default_factory=list)
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)
 
     def plan(self) -> ProjectPlan:
         """The serving plan (only meaningful when no diagnostic is an error)."""
@@ -54,6 +56,7 @@ class Validation:
             endpoints=dict(self.endpoints),
             py_environments={name: conf.environment(name) for name in sorted(envs)},
             watched_files=tuple(dict.fromkeys([*self.project.files, *self.notebooks])),
+            tasks=dict(self.tasks),
         )
 
 
@@ -141,7 +144,22 @@ class _Checker:
                 self.result.endpoints[name] = EndpointSpec(name, env.url, specs, primary, fallback)
         for name, task in conf.tasks.items():
             self.check_py_env(("tasks", name, "py_env"), task.py_env)
-            self.check_code(("tasks", name), task, "model")
+            task_code = self.check_code(("tasks", name), task, "model")
+            if task_code is not None:
+                self.result.tasks[name] = TaskSpec(
+                    name=name,
+                    notebook=task_code.notebook.path,
+                    source=task_code.extraction.source,
+                    source_name=task_code.notebook.path,
+                    method=task.method,
+                    init=task.init,
+                    args=dict(task.args),
+                    timeout_s=float(task.timeout_s),
+                    py_env=task.py_env,
+                    dependencies=conf.environment(task.py_env),
+                    modules=self.project_modules(task_code),
+                    line_map=task_code.extraction.line_map,
+                )
         seen: dict[str, int] = {}
         for index, path in enumerate(conf.decorator_endpoints):
             if path in seen:
@@ -164,6 +182,10 @@ class _Checker:
         from peach_cli.undeclared import undeclared_imports
 
         for diagnostic in undeclared_imports(self.project, self.runs):
+            self.add(diagnostic)
+        from peach_cli.trigger_check import unknown_triggered_tasks
+
+        for diagnostic in unknown_triggered_tasks(self.conf, self.runs):
             self.add(diagnostic)
         return self.result
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from peach_cli.errors import EnvBuildError
-from peach_cli.plan import ComponentSpec
+from peach_cli.plan import ComponentSpec, TaskSpec
 from simulator.events import EnvFailed, EnvProgress, Event
 from simulator.workers import Interpreter, WorkerLaunch
 
@@ -45,20 +45,23 @@ class Environments:
         isolated: bool = True,
         offline: bool = False,
         on_event: Callable[[Event], None] | None = None,
+        env: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.root = Path(root).resolve()
         self.isolated = isolated
         self.offline = offline
         self.on_event = on_event
+        self.env = env
+        """Extra environment variables of every worker (the task scheduler's socket)."""
         self._builds: dict[tuple[str, tuple[str, ...]], asyncio.Future[WorkerLaunch]] = {}
-        self._shared = WorkerLaunch(self.root)
+        self._shared = WorkerLaunch(self.root, env=env)
 
     def emit(self, event: Event) -> None:
         if self.on_event is not None:
             self.on_event(event)
 
-    async def launch_for(self, spec: ComponentSpec) -> WorkerLaunch:
-        """How to start ``spec``'s replicas; builds its env first when needed.
+    async def launch_for(self, spec: ComponentSpec | TaskSpec) -> WorkerLaunch:
+        """How to start ``spec``'s replicas (or task); builds its env first when needed.
 
         Raises ``EnvUnavailable`` when the env cannot be built (the message names the env
         and, where uv's reason points at one, the requirement).
@@ -114,7 +117,7 @@ class Environments:
         interpreter = Interpreter(
             python=str(env.python), path=(str(runtime),), isolated=True, name=name
         )
-        return WorkerLaunch(self.root, interpreter)
+        return WorkerLaunch(self.root, interpreter, env=self.env)
 
 
 def explain_init_error(message: str, launch: WorkerLaunch) -> str:

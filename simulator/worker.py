@@ -300,6 +300,9 @@ class Worker:
 
 
 async def serve(fd: int) -> None:
+    from peach_cli.triggers import install_task_helpers
+
+    install_task_helpers()  # pipe_algorithms_lib.task_helpers, unless the real one is installed
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="peach"))
     sock = socket.socket(fileno=fd)

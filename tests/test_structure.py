@@ -24,8 +24,10 @@ REPLICA_RUNTIME = (
     "simulator/worker.py",
     "simulator/protocol.py",
     "simulator/aio.py",
+    "simulator/task_worker.py",
+    "peach_cli/triggers.py",
 )
-"""What a replica imports: it runs inside every user environment, so stdlib only."""
+"""What a replica or a task imports: it runs inside every user environment, so stdlib only."""
 
 
 def _module_name(path: Path) -> str:

@@ -37,12 +37,14 @@ REPLICA_RUNTIME = (
     "peach_cli/contract/results.py",
     "peach_cli/contract/runner.py",
     "peach_cli/contract/transport.py",
+    "peach_cli/triggers.py",
     "simulator/__init__.py",
     "simulator/aio.py",
     "simulator/protocol.py",
+    "simulator/task_worker.py",
     "simulator/worker.py",
 )
-"""What a replica imports of peach (standard library only; ``tests/test_structure.py``)."""
+"""What a replica or a task imports of peach (standard library only; ``tests/test_structure.py``)."""
 
 _staged: dict[Path, Path] = {}
 

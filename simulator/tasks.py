@@ -1,0 +1,591 @@
+"""The local Tasks Scheduler: runs of a project's tasks, one at a time, in their envs.
+
+Each run is a process of its own (``simulator.task_worker``, started by
+``simulator.workers``) in the task's py_env, with the project folder as working directory;
+what it prints is reported line by line, and past its ``timeout_s`` its whole process tree
+is killed. The scheduler keeps one queue: runs triggered by events
+(``trigger_task_with_event`` in a replica or a task, over a Unix socket) go first, in order,
+one at a time; with ``loop=True`` (``peach dev --tasks``) every task also runs once, one
+after another, then the loop pauses ``interval_s`` and starts again, forever.
+
+    scheduler = TaskScheduler(plan, environments, project=path, loop=True, on_event=emit)
+    environments = Environments(root, env=scheduler.worker_env)   # replicas can trigger
+    await scheduler.start()
+    scheduler.trigger("retrain", '{"reason": "drift"}')           # "retrain#1"
+    await scheduler.stop()                                        # a running task is killed
+
+Before each run the scheduler re-reads the project when one of its files changed, so an
+edit to a task's notebook or conf applies from its next run (a broken save keeps the last
+good version, and says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from peach_cli.plan import ProjectPlan, TaskSpec
+from simulator.environments import Environments, EnvUnavailable
+from simulator.events import ServerNote
+from simulator.protocol import Frame, FrameProtocol
+from simulator.task_events import (
+    RunStatus,
+    TaskChanged,
+    TaskEvent,
+    TaskOutput,
+    TaskRunEnded,
+    TaskState,
+)
+from simulator.workers import WorkerLaunch, keep_spares, spawn_worker, take_spare
+
+TASK_MODULE = "simulator.task_worker"
+SOCKET_ENV = "PEACH_TASKS_SOCKET"
+"""Where ``trigger_task_with_event`` finds the scheduler (``peach_cli.triggers``)."""
+DEFAULT_INTERVAL_S = 60.0
+MAX_LINE_CHARS = 4096
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+EXIT_GRACE_S = 5.0
+"""How long a worker that answered may take to exit before it is killed."""
+OUTPUT_GRACE_S = 2.0
+
+Emit = Callable[[TaskEvent | ServerNote], None]
+
+
+class UnknownTask(ValueError):
+    """The name is not a task of the project; the message lists them."""
+
+
+def unknown_task_message(name: str, tasks: list[str]) -> str:
+    """``unknown task 'x': the project's tasks are a, b`` (or says there are none).
+
+    >>> unknown_task_message("x", ["a", "b"])
+    "unknown task 'x': the project's tasks are a, b"
+    """
+    if not tasks:
+        return f"unknown task {name!r}: the project defines no task (add one under tasks:)"
+    return f"unknown task {name!r}: the project's tasks are {', '.join(tasks)}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One queued run."""
+
+    run_id: str
+    task: str
+    payload: str | None = None
+    """The payload as JSON text (None: no payload, the function gets None)."""
+    triggered: bool = False
+
+
+@dataclass
+class TaskStatus:
+    """What the scheduler knows of one task (a row of the dev view)."""
+
+    task: str
+    state: TaskState = TaskState.IDLE
+    runs_ok: int = 0
+    runs_failed: int = 0
+    queued: int = 0
+    last_seconds: float | None = None
+    last_error: str | None = None
+
+    def event(self) -> TaskChanged:
+        return TaskChanged(
+            self.task,
+            self.state,
+            self.runs_ok,
+            self.runs_failed,
+            self.queued,
+            self.last_seconds,
+            self.last_error,
+        )
+
+
+# -- one run -------------------------------------------------------------------------------
+
+
+def kill_tree(pid: int) -> int:
+    """Kill the process ``pid``, its process group and every descendant; how many died."""
+    import psutil
+
+    victims: list[Any] = []
+    try:
+        root = psutil.Process(pid)
+        victims = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        pass
+    killed = 0
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)  # the worker leads its own group (task_worker)
+    for process in victims:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.Error:
+            continue
+        killed += 1
+    return killed
+
+
+async def _pump(stream: asyncio.StreamReader | None, on_line: Callable[[str], None]) -> None:
+    """Report every line of ``stream`` (long lines cut at ``MAX_LINE_CHARS``)."""
+    if stream is None:
+        return
+    pending = b""
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            on_line(line.decode(errors="replace").rstrip("\r")[:MAX_LINE_CHARS])
+        if len(pending) > MAX_LINE_CHARS:
+            on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
+            pending = b""
+    if pending:
+        on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
+
+
+async def execute_task(
+    spec: TaskSpec,
+    launch: WorkerLaunch,
+    *,
+    run_id: str,
+    payload: str | None = None,
+    timeout_s: float | None = None,
+    triggered: bool = False,
+    on_output: Callable[[str], None] | None = None,
+) -> TaskRunEnded:
+    """Run ``spec`` once in a worker of ``launch``; never raises for the task's failures.
+
+    Past ``timeout_s`` (default: the task's), or when cancelled, the worker's whole process
+    tree is killed (a cancellation then propagates).
+    """
+    limit = spec.timeout_s if timeout_s is None else timeout_s
+    loop = asyncio.get_running_loop()
+    began = time.perf_counter()
+    try:
+        process, sock = take_spare(launch) or await spawn_worker(launch)
+    except OSError as error:
+        return TaskRunEnded(
+            spec.name, run_id, RunStatus.FAILED, 0.0, error=f"cannot start: {error}"
+        )
+    answer: asyncio.Future[Frame | None] = loop.create_future()
+
+    def on_frame(frame: Frame) -> None:
+        if not answer.done():
+            answer.set_result(frame)
+
+    def on_lost(_: Exception | None) -> None:
+        if not answer.done():
+            answer.set_result(None)
+
+    printed = on_output or (lambda _line: None)
+    reading = loop.create_task(_pump(process.stdout, printed))
+    transport, channel = await loop.create_connection(
+        lambda: FrameProtocol(on_frame, on_lost), sock=sock
+    )
+    job = {
+        "spec": dataclasses.asdict(spec),
+        "root": str(launch.root),
+        "payload": payload,
+        "run_id": run_id,
+    }
+    channel.send("run", 0, job)
+    status, killed = RunStatus.FAILED, 0
+    frame: Frame | None = None
+    try:
+        frame = await asyncio.wait_for(asyncio.shield(answer), limit)
+    except TimeoutError:
+        status, killed = RunStatus.TIMED_OUT, kill_tree(process.pid)
+    except asyncio.CancelledError:
+        killed = kill_tree(process.pid)
+        await _finish(process, reading)
+        transport.close()
+        raise
+    seconds = time.perf_counter() - began
+    await _finish(process, reading)
+    transport.close()
+    if status is RunStatus.TIMED_OUT:
+        return TaskRunEnded(
+            spec.name,
+            run_id,
+            status,
+            seconds,
+            error=f"timed out after {limit:g} s",
+            triggered=triggered,
+            timeout_s=limit,
+            killed=killed,
+        )
+    if frame is None:
+        code = process.returncode
+        return TaskRunEnded(
+            spec.name,
+            run_id,
+            RunStatus.FAILED,
+            seconds,
+            error=f"the task's process exited with code {code} before {spec.method}() returned",
+            triggered=triggered,
+        )
+    kind, _, data = frame
+    if kind == "done":
+        return TaskRunEnded(
+            spec.name, run_id, RunStatus.OK, seconds, result=data["result"], triggered=triggered
+        )
+    return TaskRunEnded(
+        spec.name,
+        run_id,
+        RunStatus.FAILED,
+        seconds,
+        error=data["message"],
+        traceback=data["traceback"],
+        triggered=triggered,
+    )
+
+
+async def _finish(process: asyncio.subprocess.Process, reading: asyncio.Task[None]) -> None:
+    """Let the worker exit, kill what it left running, and read the rest of its output."""
+    try:
+        await asyncio.wait_for(asyncio.shield(process.wait()), EXIT_GRACE_S)
+    except TimeoutError:
+        kill_tree(process.pid)
+        await process.wait()
+    with contextlib.suppress(OSError):
+        os.killpg(process.pid, signal.SIGKILL)  # what it left in its group
+    try:
+        await asyncio.wait_for(asyncio.shield(reading), OUTPUT_GRACE_S)
+    except TimeoutError:  # a grandchild outside the group still holds the pipe
+        reading.cancel()
+    with contextlib.suppress(BaseException):
+        await reading
+
+
+# -- the scheduler -------------------------------------------------------------------------
+
+
+class TaskScheduler:
+    """One queue of task runs for a project, fed by triggers and (optionally) the loop."""
+
+    def __init__(
+        self,
+        plan: ProjectPlan,
+        environments: Environments | None = None,
+        *,
+        project: Path | str | None = None,
+        loop: bool = False,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        timeout_s: float | None = None,
+        keep_warm: bool = True,
+        on_event: Emit | None = None,
+    ) -> None:
+        self.plan = plan
+        self.root = Path(plan.root).resolve()
+        self.environments = environments
+        self.project = Path(project) if project is not None else None
+        self.loop = loop
+        self.interval_s = interval_s
+        self.timeout_override = timeout_s
+        self.keep_warm = keep_warm
+        self.on_event = on_event
+        self._folder = tempfile.mkdtemp(prefix="peach-tasks-")  # 0700: this user only
+        self.socket_path = os.path.join(self._folder, "trigger.sock")
+        self._queue: deque[Run] = deque()
+        self._wake = asyncio.Event()
+        self._server: asyncio.AbstractServer | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._count = 0
+        self._stamp = self._files_stamp(plan)
+        self._warmed: set[WorkerLaunch] = set()
+        self.status: dict[str, TaskStatus] = {name: TaskStatus(name) for name in plan.tasks}
+        self.history: list[TaskRunEnded] = []
+
+    @property
+    def worker_env(self) -> tuple[tuple[str, str], ...]:
+        """Environment variables for every process that may trigger a task."""
+        return ((SOCKET_ENV, self.socket_path),)
+
+    def emit(self, event: TaskEvent | ServerNote) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, *, run_loop: bool = True) -> None:
+        """Listen for triggers and start running the queue (and the loop, if asked)."""
+        self._server = await asyncio.start_unix_server(
+            self._on_client, path=self.socket_path, limit=MAX_REQUEST_BYTES
+        )
+        for status in self.status.values():
+            self.emit(status.event())
+        if run_loop:
+            self._runner = asyncio.get_running_loop().create_task(self._run_forever())
+
+    async def stop(self) -> None:
+        """Stop listening; a running task is killed with its process tree."""
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(BaseException):
+                await self._runner
+            self._runner = None
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    # -- triggers --------------------------------------------------------------------------
+
+    def trigger(self, task: str, payload: str | None = None, *, triggered: bool = True) -> str:
+        """Queue a run of ``task`` (payload: JSON text); its run id. Raises ``UnknownTask``."""
+        if task not in self.plan.tasks:
+            raise UnknownTask(unknown_task_message(task, list(self.plan.tasks)))
+        self._count += 1
+        run = Run(f"{task}#{self._count}", task, payload, triggered)
+        self._queue.append(run)
+        status = self._status(task)
+        status.queued += 1
+        if status.state is TaskState.IDLE:
+            status.state = TaskState.QUEUED
+        self.emit(status.event())
+        self._wake.set()
+        return run.run_id
+
+    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            try:
+                request = json.loads(line)
+                task = request["task"]
+                payload = json.dumps(request.get("payload"))
+                await self._refresh()
+                reply: dict[str, Any] = {"run_id": self.trigger(str(task), payload)}
+            except UnknownTask as error:
+                reply = {"error": str(error)}
+            except (ValueError, KeyError, TypeError):
+                reply = {"error": "not a trigger request"}
+            writer.write(json.dumps(reply).encode() + b"\n")
+            await writer.drain()
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run_until_idle(self) -> list[TaskRunEnded]:
+        """Run what is queued, and what those runs trigger, until the queue is empty."""
+        ended: list[TaskRunEnded] = []
+        while self._queue:
+            ended.append(await self._run(self._queue.popleft()))
+        return ended
+
+    async def _run_forever(self) -> None:
+        while True:
+            if self.loop:
+                await self._refresh()
+                cycle = list(self.plan.tasks)
+                for name in cycle:
+                    self._mark_queued(name)
+                for name in cycle:
+                    await self._drain_triggers()
+                    if name in self.plan.tasks:
+                        self._count += 1
+                        await self._run(Run(f"{name}#{self._count}", name), from_loop=True)
+                await self._pause(time.monotonic() + self.interval_s)
+            else:
+                await self._drain_triggers()
+                self._wake.clear()
+                if not self._queue:
+                    await self._wake.wait()
+
+    async def _pause(self, deadline: float) -> None:
+        """Wait until ``deadline``, running triggered runs as they come."""
+        while True:
+            await self._drain_triggers()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            if self._queue:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), remaining)
+
+    async def _drain_triggers(self) -> None:
+        while self._queue:
+            await self._run(self._queue.popleft())
+
+    def _mark_queued(self, name: str) -> None:
+        status = self._status(name)
+        if status.state is TaskState.IDLE:
+            status.state = TaskState.QUEUED
+            self.emit(status.event())
+
+    def _status(self, name: str) -> TaskStatus:
+        status = self.status.get(name)
+        if status is None:
+            status = self.status[name] = TaskStatus(name)
+        return status
+
+    async def _run(self, run: Run, *, from_loop: bool = False) -> TaskRunEnded:
+        await self._refresh()
+        status = self._status(run.task)
+        if not from_loop:
+            status.queued = max(0, status.queued - 1)
+        spec = self.plan.tasks.get(run.task)
+        status.state = TaskState.RUNNING
+        self.emit(status.event())
+        try:
+            if spec is None:
+                ended = TaskRunEnded(
+                    run.task,
+                    run.run_id,
+                    RunStatus.FAILED,
+                    0.0,
+                    error="the task is no longer in the project",
+                    triggered=run.triggered,
+                )
+            else:
+                ended = await self._execute(spec, run)
+        except asyncio.CancelledError:
+            status.state = TaskState.IDLE
+            self.emit(status.event())
+            raise
+        if ended.ok:
+            status.runs_ok += 1
+        else:
+            status.runs_failed += 1
+            status.last_error = ended.error
+        status.last_seconds = ended.seconds
+        status.state = TaskState.QUEUED if status.queued else TaskState.IDLE
+        self.history.append(ended)
+        self.emit(ended)
+        self.emit(status.event())
+        return ended
+
+    async def _execute(self, spec: TaskSpec, run: Run) -> TaskRunEnded:
+        try:
+            launch = await self.launch_for(spec)
+        except EnvUnavailable as error:
+            return TaskRunEnded(
+                spec.name,
+                run.run_id,
+                RunStatus.FAILED,
+                0.0,
+                error=str(error),
+                triggered=run.triggered,
+            )
+
+        def output(line: str) -> None:
+            self.emit(TaskOutput(spec.name, run.run_id, line))
+
+        ended = await execute_task(
+            spec,
+            launch,
+            run_id=run.run_id,
+            payload=run.payload,
+            timeout_s=self.timeout_override,
+            triggered=run.triggered,
+            on_output=output,
+        )
+        if self.keep_warm and launch not in self._warmed:
+            self._warmed.add(launch)
+            asyncio.get_running_loop().create_task(keep_spares(launch).fill())
+        return ended
+
+    async def launch_for(self, spec: TaskSpec) -> WorkerLaunch:
+        """How to start ``spec``'s process: its env's interpreter, the task worker module,
+        and the variables that let it trigger tasks. Raises ``EnvUnavailable``."""
+        if self.environments is None:
+            base = WorkerLaunch(self.root)
+        else:
+            base = await self.environments.launch_for(spec)
+        env = dict(base.env)
+        env.update(self.worker_env)
+        return dataclasses.replace(base, module=TASK_MODULE, env=tuple(sorted(env.items())))
+
+    async def warm_up(self) -> None:
+        """Start a spare worker for every task's env now (a trigger then starts at once)."""
+        for spec in self.plan.tasks.values():
+            try:
+                launch = await self.launch_for(spec)
+            except EnvUnavailable:
+                continue
+            if launch not in self._warmed:
+                self._warmed.add(launch)
+                await keep_spares(launch).fill()
+
+    # -- the project -----------------------------------------------------------------------
+
+    def _files_stamp(self, plan: ProjectPlan) -> tuple[tuple[str, int, int], ...]:
+        names = set(plan.watched_files)
+        for spec in plan.tasks.values():
+            names.update(spec.modules)
+        conf_folder = self.root / "peach.conf"
+        if conf_folder.is_dir():
+            names.update(p.relative_to(self.root).as_posix() for p in conf_folder.iterdir())
+        stamp = []
+        for name in sorted(names):
+            try:
+                info = (self.root / name).stat()
+                stamp.append((name, info.st_mtime_ns, info.st_size))
+            except OSError:
+                stamp.append((name, -1, -1))
+        return tuple(stamp)
+
+    async def _refresh(self) -> None:
+        """Re-read the project when a file it was built from changed."""
+        if self.project is None:
+            return
+        stamp = self._files_stamp(self.plan)
+        if stamp == self._stamp:
+            return
+        from peach_cli.validate import build_plan
+
+        self._stamp = stamp
+        plan, diagnostics = await asyncio.to_thread(build_plan, self.project)
+        if plan is None:
+            errors = sum(d.severity == "error" for d in diagnostics)
+            self.emit(
+                ServerNote(
+                    f"tasks: the project has {errors} error{'' if errors == 1 else 's'}: "
+                    "running the last good version of the tasks",
+                    "warning",
+                )
+            )
+            return
+        self.plan = plan
+        self._stamp = self._files_stamp(plan)
+        for name in plan.tasks:
+            if name not in self.status:
+                self.status[name] = TaskStatus(name)
+                self.emit(self.status[name].event())
+
+
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "SOCKET_ENV",
+    "TASK_MODULE",
+    "Run",
+    "TaskScheduler",
+    "TaskStatus",
+    "UnknownTask",
+    "execute_task",
+    "kill_tree",
+    "unknown_task_message",
+]
