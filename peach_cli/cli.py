@@ -120,6 +120,16 @@ def dev(
         bool,
         typer.Option("--offline", help="Build py_environments from the cache only."),
     ] = False,
+    tasks: Annotated[
+        bool,
+        typer.Option(
+            "--tasks", help="Run the tasks loop too: every task once, a pause, again, forever."
+        ),
+    ] = False,
+    task_interval: Annotated[
+        float,
+        typer.Option("--task-interval", help="Seconds the tasks loop pauses between rounds."),
+    ] = 60.0,
 ) -> None:
     """Serve every endpoint locally with the platform's semantics, reloading on save.
 
@@ -136,6 +146,8 @@ def dev(
             timeout_s=timeout_s,
             shared_env=shared_env,
             offline=offline,
+            tasks=tasks,
+            task_interval=task_interval,
         )
     )
 

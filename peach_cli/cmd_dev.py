@@ -33,10 +33,14 @@ def run_dev(
     timeout_s: float | None = None,
     shared_env: bool = False,
     offline: bool = False,
+    tasks: bool = False,
+    task_interval: float = 60.0,
 ) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
     if timeout_s is not None and not timeout_s > 0:
         raise UsageError(f"--timeout-s must be a positive number of seconds, not {timeout_s:g}")
+    if not task_interval >= 0:
+        raise UsageError(f"--task-interval must be 0 or more seconds, not {task_interval:g}")
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {port}")
     from peach_cli import console
@@ -75,6 +79,8 @@ def run_dev(
             project=project,
             shared_env=shared_env,
             offline=offline,
+            tasks=tasks,
+            task_interval=task_interval,
         )
     )
 
@@ -90,17 +96,29 @@ async def serve(
     project: Path | None = None,
     shared_env: bool = False,
     offline: bool = False,
+    tasks: bool = False,
+    task_interval: float = 60.0,
 ) -> int:
     """Run the dev server until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
     from peach_cli.addresses import is_loopback
     from simulator.environments import Environments
     from simulator.server import DevServer
+    from simulator.tasks import TaskScheduler
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    environments = Environments(
-        plan.root, isolated=not shared_env, offline=offline, on_event=view.handle
+    # Triggered runs are served with or without --tasks; --tasks adds the loop.
+    scheduler = TaskScheduler(
+        plan, project=project, loop=tasks, interval_s=task_interval, on_event=view.handle
     )
+    environments = Environments(
+        plan.root,
+        isolated=not shared_env,
+        offline=offline,
+        on_event=view.handle,
+        env=scheduler.worker_env,
+    )
+    scheduler.environments = environments
     server = DevServer(
         plan,
         host=host,
@@ -126,6 +144,11 @@ async def serve(
     try:
         await server.start()
         view.serving(server.url)
+        await scheduler.start()
+        if tasks and not plan.tasks:
+            view.warn("--tasks: the project defines no task (add them under tasks:)")
+        if plan.tasks:
+            scheduler.warm_up()
         if shared_env:
             view.warn(
                 "--shared-env: every replica runs in peach's own Python; imports are not "
@@ -148,6 +171,7 @@ async def serve(
     finally:
         view.note("stopping: closing streams and replicas", "yellow")
         view.flush()
+        await scheduler.stop()  # a running task is killed with its process tree
         if reloading is not None:  # no reload may start replicas while they stop
             reloading.cancel()
             with contextlib.suppress(BaseException):

@@ -20,6 +20,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from peach_cli.task_view import TasksTable, prefixed, run_line
 from simulator.events import (
     RELOAD_EVENTS,
     EnvFailed,
@@ -33,6 +34,7 @@ from simulator.events import (
     RequestLogged,
     ServerNote,
 )
+from simulator.task_events import TASK_EVENTS, TaskChanged, TaskEvent, TaskOutput
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -123,6 +125,7 @@ class DevView:
         self._task: asyncio.Task[None] | None = None
         self.builds: dict[str, tuple[EnvProgress, float]] = {}
         """Envs being built: the last step and when (monotonic) it was reported."""
+        self.tasks = TasksTable()
 
     # -- plan and lifecycle --------------------------------------------------------------
 
@@ -223,9 +226,11 @@ class DevView:
 
     # -- events --------------------------------------------------------------------------
 
-    def handle(self, event: Event) -> None:
-        """The ``on_event`` callback given to ``DevServer``."""
-        if isinstance(event, RequestLogged):
+    def handle(self, event: Event | TaskEvent) -> None:
+        """The ``on_event`` callback given to ``DevServer`` (and to the task scheduler)."""
+        if isinstance(event, TASK_EVENTS):
+            self._on_task(event)
+        elif isinstance(event, RequestLogged):
             self._on_request(event)
         elif isinstance(event, ReplicaMemory):
             row = self._row(event.replica, event.component)
@@ -250,6 +255,18 @@ class DevView:
             self._dirty = True
         elif isinstance(event, RELOAD_EVENTS):
             self._on_reload(event)
+
+    def _on_task(self, event: TaskEvent) -> None:
+        """A task's row changed, it printed a line, or a run ended (one line per run)."""
+        if isinstance(event, TaskChanged):
+            self.tasks.update(event)
+            self._dirty = True
+        elif isinstance(event, TaskOutput):
+            self.line(Text.assemble((f"{event.task} | ", "dim"), event.line))
+        else:
+            if event.traceback:
+                self.line(Text(prefixed(event.task, event.traceback), style="red"))
+            self.line(run_line(event))
 
     def _on_env(self, event: EnvProgress) -> None:
         """A py_environment build: a line per step (a cached env: one line when done);
@@ -424,8 +441,10 @@ class DevView:
                         Text(row.last_error or "", style="red"),
                     )
                     first_endpoint = first_component = False
+        tasks = self.tasks.render()
+        tail = [table] if tasks is None else [table, Text(""), tasks]
         if not self.builds:
-            return Group(Text(""), table)
+            return Group(Text(""), *tail)
         import time
 
         lines = [Text("")]
@@ -436,4 +455,4 @@ class DevView:
                 Text(f"building py_env {step.env}: {step.phase}{detail} ({seconds:.1f} s)", "cyan")
             )
         self._dirty = True  # the seconds keep counting
-        return Group(*lines, table)
+        return Group(*lines, *tail)

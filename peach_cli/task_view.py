@@ -107,8 +107,6 @@ class TasksTable:
     def render(self) -> RenderableType | None:
         if not self.rows:
             return None
-        from peach_cli.dev_view import format_latency
-
         table = Table(box=None, pad_edge=False, header_style="bold dim", expand=False)
         for column in ("task", "state", "ok", "failed", "last run"):
             table.add_column(
@@ -122,7 +120,7 @@ class TasksTable:
                 Text(state, style=_STATE_STYLE.get(row.state, "")),
                 str(row.runs_ok),
                 Text(str(row.runs_failed), style="red" if row.runs_failed else ""),
-                format_latency(row.last_seconds) if row.last_seconds is not None else "-",
+                f"{row.last_seconds:.2f} s" if row.last_seconds is not None else "-",
                 Text(row.last_error or "", style="red"),
             )
         return table

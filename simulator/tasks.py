@@ -49,6 +49,7 @@ from simulator.task_events import (
     TaskState,
 )
 from simulator.workers import WorkerLaunch, keep_spares, spawn_worker, take_spare
+from simulator.workers import release_spares as release_worker_spares
 
 TASK_MODULE = "simulator.task_worker"
 SOCKET_ENV = "PEACH_TASKS_SOCKET"
@@ -307,6 +308,7 @@ class TaskScheduler:
         self._wake = asyncio.Event()
         self._server: asyncio.AbstractServer | None = None
         self._runner: asyncio.Task[None] | None = None
+        self._warming: set[asyncio.Task[None]] = set()
         self._count = 0
         self._stamp = self._files_stamp(plan)
         self._warmed: set[WorkerLaunch] = set()
@@ -335,7 +337,10 @@ class TaskScheduler:
             self._runner = asyncio.get_running_loop().create_task(self._run_forever())
 
     async def stop(self) -> None:
-        """Stop listening; a running task is killed with its process tree."""
+        """Stop listening; a running task is killed with its process tree; spare task
+        workers stop."""
+        for warming in self._warming:
+            warming.cancel()
         if self._runner is not None:
             self._runner.cancel()
             with contextlib.suppress(BaseException):
@@ -347,6 +352,8 @@ class TaskScheduler:
                 await self._server.wait_closed()
             self._server = None
         shutil.rmtree(self._folder, ignore_errors=True)
+        if self._warmed:
+            await release_worker_spares(self.root)
 
     # -- triggers --------------------------------------------------------------------------
 
@@ -505,8 +512,13 @@ class TaskScheduler:
         )
         if self.keep_warm and launch not in self._warmed:
             self._warmed.add(launch)
-            asyncio.get_running_loop().create_task(keep_spares(launch).fill())
+            self._keep_task(keep_spares(launch).fill())
         return ended
+
+    def _keep_task(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._warming.add(task)
+        task.add_done_callback(self._warming.discard)
 
     async def launch_for(self, spec: TaskSpec) -> WorkerLaunch:
         """How to start ``spec``'s process: its env's interpreter, the task worker module,
@@ -519,8 +531,11 @@ class TaskScheduler:
         env.update(self.worker_env)
         return dataclasses.replace(base, module=TASK_MODULE, env=tuple(sorted(env.items())))
 
-    async def warm_up(self) -> None:
-        """Start a spare worker for every task's env now (a trigger then starts at once)."""
+    def warm_up(self) -> None:
+        """Start a spare worker for every task's env (a trigger then starts at once)."""
+        self._keep_task(self._warm_up())
+
+    async def _warm_up(self) -> None:
         for spec in self.plan.tasks.values():
             try:
                 launch = await self.launch_for(spec)
