@@ -92,6 +92,18 @@ def test_task_names_complete_from_the_conf(monkeypatch):
     assert completion.complete_task("x") == []
 
 
+def test_peach_task_run_completes_the_task_names_of_the_project_here():
+    tasks = Path(__file__).resolve().parent / "projects" / "tasks"
+    assert complete("peach task run ", tasks).stdout.split() == [
+        "record",
+        "greet",
+        "fail",
+        "hang",
+        "chain",
+    ]
+    assert complete("peach task run gr", tasks).stdout.split() == ["greet"]
+
+
 def test_the_completers_import_no_model_and_no_network_code(tmp_path):
     project = new_project(tmp_path)
     code = (

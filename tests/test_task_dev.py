@@ -1,0 +1,102 @@
+"""Tasks under `peach dev`: the loop of `--tasks`, and triggers from endpoints.
+
+Real `peach dev` processes on loopback serve a copy of ``tests/projects/tasks`` in its
+isolated ``base`` env; the tasks write ``runs.jsonl`` in the project folder, which the tests
+poll with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+TASKS = Path(__file__).resolve().parent / "projects" / "tasks"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(TASKS, tmp_path / "tasks"))
+
+
+def runs(project: Path) -> list[dict]:
+    path = project / "runs.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_the_loop_goes_on_past_a_failing_and_a_hanging_task(project: Path, peach_dev) -> None:
+    dev = peach_dev(project, "--tasks", "--task-interval", "0.2")
+    # every task once, one after another: the failing one and the one killed at its
+    # timeout are counted, and the next round runs them all again
+    dev.wait_for_output(r"task fail run fail#\d+ failed in [\d.]+ s: RuntimeError: bad data: None")
+    dev.wait_for_output(r"task hang run hang#\d+ timed out after 2 s \(timeout_s\): killed its")
+    wait_for(lambda: dev.output().count("task greet run greet#") >= 2, "a second round")
+    output = dev.output()
+    assert "fail | failing now" in output
+    assert "fail |   File notebooks/Tasks.ipynb, cell 4, line 3, in fail" in output
+    assert output.index("task record run record#1 ok") < output.index("task greet run greet#2")
+    # the endpoints kept serving
+    assert httpx.get(f"{dev.url}/kick", params={"task": "greet"}, timeout=10).status_code == 200
+
+
+def test_a_trigger_from_an_endpoint_reaches_the_task_with_its_payload(
+    project: Path, peach_dev
+) -> None:
+    dev = peach_dev(project)  # no --tasks: triggered runs only
+    dev.wait_ready()
+    answer = httpx.get(f"{dev.url}/kick", params={"value": 42}, timeout=10).json()
+    run_id = answer["result"]["run_id"]
+    assert run_id.startswith("record#")
+    wait_for(lambda: len(runs(project)) == 1, "the triggered run")
+    assert runs(project)[0]["payload"] == {"value": 42}
+    dev.wait_for_output(rf"task record triggered run {run_id} ok in [\d.]+ s: returned")
+    assert 'record | recorded {"value": 42}' in dev.output()
+
+    unknown = httpx.get(f"{dev.url}/kick", params={"task": "nope"}, timeout=10)
+    assert unknown.status_code == 500
+    assert unknown.json()["error"]["message"] == (
+        "kick() raised ValueError: unknown task 'nope': the project's tasks are "
+        "record, greet, fail, hang, chain"
+    )
+    not_json = httpx.get(f"{dev.url}/bad_payload", timeout=10).json()["error"]["message"]
+    assert "TriggerPayloadError: the payload for task 'record' must be JSON" in not_json
+    assert len(runs(project)) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_burst_of_100_triggers_runs_each_once_in_order(project: Path, peach_dev) -> None:
+    dev = peach_dev(project)
+    dev.wait_ready()
+    run_ids = httpx.get(f"{dev.url}/burst", params={"n": 100}, timeout=30).json()["result"]
+    assert len(set(run_ids)) == 100
+    wait_for(lambda: len(runs(project)) >= 100, "100 runs", timeout_s=200)
+    done = runs(project)
+    assert [r["payload"]["value"] for r in done] == list(range(100))  # once each, in order
+    assert len({r["pid"] for r in done}) == 100  # each in its own process
+
+
+def test_an_edited_task_notebook_applies_from_the_next_run(project: Path, peach_dev) -> None:
+    dev = peach_dev(project)  # --no-reload: the task is re-read before its run anyway
+    dev.wait_ready()
+    httpx.get(f"{dev.url}/kick", params={"task": "greet"}, timeout=10).raise_for_status()
+    dev.wait_for_output(r"greet \| hello from greet v1")
+    notebook = project / "notebooks" / "Tasks.ipynb"
+    notebook.write_text(notebook.read_text().replace("greet v1", "greet v2"))
+    httpx.get(f"{dev.url}/kick", params={"task": "greet"}, timeout=10).raise_for_status()
+    dev.wait_for_output(r"greet \| hello from greet v2")
