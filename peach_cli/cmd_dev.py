@@ -144,6 +144,7 @@ async def serve(
     try:
         await server.start()
         view.serving(server.url)
+        scheduler.ready.clear()  # the loop's first round starts once the replicas are up
         await scheduler.start()
         if tasks and not plan.tasks:
             view.warn("--tasks: the project defines no task (add them under tasks:)")
@@ -165,7 +166,7 @@ async def serve(
             reloader = Reloader(server, project, on_event=view.handle)
             reloading = loop.create_task(reloader.run(stop))
         view.start()
-        ready = loop.create_task(_report_ready(server, view, began))
+        ready = loop.create_task(_report_ready(server, view, began, scheduler.ready))
         await stop.wait()
         ready.cancel()
     finally:
@@ -185,10 +186,13 @@ async def serve(
     return 0
 
 
-async def _report_ready(server: DevServer, view: DevView, began: float) -> None:
+async def _report_ready(
+    server: DevServer, view: DevView, began: float, tasks_ready: asyncio.Event
+) -> None:
     from simulator.events import ReplicaState
 
     await server.wait_ready()
+    tasks_ready.set()
     rows = list(view.replicas.values())
     healthy = sum(row.state is ReplicaState.HEALTHY for row in rows)
     message = f"{healthy}/{len(rows)} replicas healthy in {time.perf_counter() - began:.2f} s"

@@ -308,6 +308,9 @@ class TaskScheduler:
         self._wake = asyncio.Event()
         self._server: asyncio.AbstractServer | None = None
         self._runner: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+        """Set when the loop may start its first round (``peach dev``: replicas are up)."""
+        self.ready.set()
         self._warming: set[asyncio.Task[None]] = set()
         self._count = 0
         self._stamp = self._files_stamp(plan)
@@ -327,7 +330,8 @@ class TaskScheduler:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, *, run_loop: bool = True) -> None:
-        """Listen for triggers and start running the queue (and the loop, if asked)."""
+        """Listen for triggers and start running the queue (and the loop, if asked: its
+        first round waits for ``ready``, which ``peach dev`` sets once replicas are up)."""
         self._server = await asyncio.start_unix_server(
             self._on_client, path=self.socket_path, limit=MAX_REQUEST_BYTES
         )
@@ -402,6 +406,7 @@ class TaskScheduler:
         return ended
 
     async def _run_forever(self) -> None:
+        await self._idle(until=self.ready)
         while True:
             if self.loop:
                 await self._refresh()
@@ -413,25 +418,33 @@ class TaskScheduler:
                     if name in self.plan.tasks:
                         self._count += 1
                         await self._run(Run(f"{name}#{self._count}", name), from_loop=True)
-                await self._pause(time.monotonic() + self.interval_s)
+                await self._idle(deadline=time.monotonic() + self.interval_s)
             else:
-                await self._drain_triggers()
-                self._wake.clear()
-                if not self._queue:
-                    await self._wake.wait()
+                await self._idle()
 
-    async def _pause(self, deadline: float) -> None:
-        """Wait until ``deadline``, running triggered runs as they come."""
+    async def _idle(
+        self, *, deadline: float | None = None, until: asyncio.Event | None = None
+    ) -> None:
+        """Run triggered runs as they come until ``deadline`` passes or ``until`` is set
+        (neither: forever)."""
         while True:
             await self._drain_triggers()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if until is not None and until.is_set():
+                return
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
                 return
             self._wake.clear()
             if self._queue:
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), remaining)
+            waiters = [asyncio.ensure_future(self._wake.wait())]
+            if until is not None:
+                waiters.append(asyncio.ensure_future(until.wait()))
+            try:
+                await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
 
     async def _drain_triggers(self) -> None:
         while self._queue:

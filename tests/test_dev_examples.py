@@ -70,3 +70,28 @@ def test_decorated(peach_dev):
         assert response.json() == {"result": ["apricot", "nectarine", "plum"], "status": "ok"}
         streamed = client.get("/spell", params={"stream": "true", "word": "abc", "delay": "0"})
         assert streamed.content == b"a\nb\nc\n"
+
+
+def test_assistant_whole_drift_loop_with_tasks(peach_dev, tmp_path):
+    """`peach dev --tasks`: retrain writes a new version, /facts detects the drift, its
+    replica reloads; an event from /retrain runs the task again — no manual step."""
+    project = tmp_path / "assistant"
+    shutil.copytree(EXAMPLES / "assistant", project)
+    dev = peach_dev(project, "--tasks", "--task-interval", "10")
+    dev.wait_for_output(r"task retrain run retrain#1 ok in [\d.]+ s: returned '2'")
+    assert "retrain | retraining (scheduled): knowledge version 1 -> 2" in dev.output()
+    dev.wait_ready()
+    with httpx.Client(base_url=dev.url, timeout=30) as client:
+        client.get("/facts", params={"query": "drift"}).raise_for_status()
+        dev.wait_for_output(r"facts/main#1 reloading: drift detected")
+        dev.wait_for_output(r"facts/main#1 healthy \(pid \d+\): re-init done")
+        run_id = client.get("/retrain", params={"reason": "new facts"}).json()["result"]["run_id"]
+        version = dev.wait_for_output(
+            rf"task retrain triggered run {run_id} ok in [\d.]+ s: returned '(\d+)'"
+        ).group(1)
+        assert (
+            f"retrain | retraining (new facts): knowledge version {int(version) - 1} -> {version}"
+            in dev.output()
+        )
+        client.get("/facts", params={"query": "drift"}).raise_for_status()
+        dev.wait_for_output(r"(facts/main#1 reloading: drift detected[\s\S]*){2}")
