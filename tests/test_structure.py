@@ -26,6 +26,7 @@ REPLICA_RUNTIME = (
     "simulator/aio.py",
     "simulator/task_worker.py",
     "peach_cli/triggers.py",
+    "peach_cli/task_runtime.py",
 )
 """What a replica or a task imports: it runs inside every user environment, so stdlib only."""
 

@@ -118,6 +118,8 @@ RUNTIME_MODULES = (
     "decorator.py",
     "errors.py",
     "plan.py",
+    "task_runtime.py",
+    "triggers.py",
     "contract/__init__.py",
     "contract/answers.py",
     "contract/binding.py",

@@ -37,6 +37,7 @@ REPLICA_RUNTIME = (
     "peach_cli/contract/results.py",
     "peach_cli/contract/runner.py",
     "peach_cli/contract/transport.py",
+    "peach_cli/task_runtime.py",
     "peach_cli/triggers.py",
     "simulator/__init__.py",
     "simulator/aio.py",
