@@ -65,6 +65,10 @@ class TaskRunView:
     def note(self, message: str) -> None:
         self._write(self.err, message)
 
+    def handle_line(self, task: str, line: str) -> None:
+        """A line the task printed (on Ray: a line of its job's log)."""
+        self._write(self.out, f"{task} | {line}")
+
 
 def print_task_list(rows: list[dict[str, Any]]) -> None:
     """``peach task list``: a table on a terminal, one plain line per task otherwise."""

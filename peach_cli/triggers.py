@@ -8,7 +8,9 @@ a finder placed after the normal ones, so an installed library always wins.
 The call checks that the payload is JSON, hands the event to the scheduler of the
 ``peach dev`` or ``peach task run`` process that started this one — over the Unix socket
 named by ``PEACH_TASKS_SOCKET`` — and returns the run id at once; the scheduler checks the
-name (``ValueError`` listing the project's tasks) and queues the run::
+name (``ValueError`` listing the project's tasks) and queues the run. In a replica deployed
+by ``peach deploy`` it submits the task as a Ray job to the cluster's dashboard instead
+(``use_ray_jobs``; the run id is the job's submission id)::
 
     from pipe_algorithms_lib.task_helpers import trigger_task_with_event
     run_id = trigger_task_with_event("retrain", {"reason": "drift"})   # "retrain#4"
@@ -26,10 +28,17 @@ import os
 import socket
 import sys
 import types
+import uuid
 from typing import Any
 
 SOCKET_ENV = "PEACH_TASKS_SOCKET"
 """The scheduler's Unix socket, set by peach in the processes it starts."""
+JOBS_ENV = "PEACH_TASKS_JOBS"
+"""On Ray: the file listing the project's tasks as Ray job requests (``use_ray_jobs``)."""
+DASHBOARD_ENV = "PEACH_TASKS_DASHBOARD"
+"""On Ray: the dashboard URL the jobs are submitted to."""
+PAYLOAD_ENV = "PEACH_TASK_PAYLOAD"
+TOKEN_ENV = "RAY_AUTH_TOKEN"
 REPLY_TIMEOUT_S = 10.0
 MAX_REPLY_BYTES = 1 << 20
 MODULES = ("pipe_algorithms_lib", "pipe_algorithms_lib.task_helpers")
@@ -57,9 +66,14 @@ def trigger_task_with_event(task_name: str, payload: Any = None) -> str:
         ) from None
     address = os.environ.get(SOCKET_ENV)
     if not address:
+        jobs = os.environ.get(JOBS_ENV)
+        if jobs:
+            return _submit_job(
+                jobs, task_name, json.dumps(payload) if payload is not None else None
+            )
         raise RuntimeError(
             "trigger_task_with_event: no task scheduler here; tasks can be triggered in code "
-            "run by `peach dev`, `peach task run` or the platform"
+            "run by `peach dev`, `peach task run` or `peach deploy`"
         )
     reply = _ask(address, message.encode() + b"\n")
     if "error" in reply:
@@ -92,6 +106,57 @@ def _ask(address: str, request: bytes) -> dict[str, Any]:
     except ValueError:
         raise RuntimeError("trigger_task_with_event: the task scheduler sent no answer") from None
     return reply if isinstance(reply, dict) else {"error": str(reply)}
+
+
+def unknown_task_message(name: str, tasks: list[str]) -> str:
+    """``unknown task 'x': the project's tasks are a, b`` (or says there are none).
+
+    >>> unknown_task_message("x", ["a", "b"])
+    "unknown task 'x': the project's tasks are a, b"
+    """
+    if not tasks:
+        return f"unknown task {name!r}: the project defines no task (add one under tasks:)"
+    return f"unknown task {name!r}: the project's tasks are {', '.join(tasks)}"
+
+
+def use_ray_jobs(tasks_file: str, dashboard: str) -> None:
+    """In a Ray replica: trigger tasks as Ray jobs described by ``tasks_file``, submitted to
+    the dashboard at ``dashboard`` (``http://host:port``)."""
+    os.environ[JOBS_ENV] = os.path.abspath(tasks_file)
+    os.environ[DASHBOARD_ENV] = dashboard if "://" in dashboard else f"http://{dashboard}"
+
+
+def _submit_job(tasks_file: str, task_name: str, payload: str | None) -> str:
+    """Submit one run of ``task_name`` as a Ray job (``POST /api/jobs/``); its submission id."""
+    import urllib.error
+    import urllib.request
+
+    with open(tasks_file, encoding="utf-8") as handle:
+        project = json.load(handle)
+    tasks = project["tasks"]
+    if task_name not in tasks:
+        raise ValueError(unknown_task_message(task_name, project.get("names") or list(tasks)))
+    body = json.loads(json.dumps(tasks[task_name]))
+    body["submission_id"] = f"peach-{project['codops']}-{task_name}-{uuid.uuid4().hex[:10]}"
+    if payload is not None:
+        body["runtime_env"].setdefault("env_vars", {})[PAYLOAD_ENV] = payload
+    headers = {"Content-Type": "application/json"}
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    dashboard = os.environ.get(DASHBOARD_ENV, "http://127.0.0.1:8265").rstrip("/")
+    request = urllib.request.Request(
+        f"{dashboard}/api/jobs/", json.dumps(body).encode(), headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=REPLY_TIMEOUT_S) as response:
+            reply = json.loads(response.read())
+    except (OSError, ValueError) as error:  # urllib.error.URLError is an OSError
+        raise RuntimeError(
+            f"trigger_task_with_event: the Ray dashboard at {dashboard} did not take the job "
+            f"({error})"
+        ) from None
+    return str(reply["submission_id"])
 
 
 class _TaskHelpers(importlib.abc.MetaPathFinder, importlib.abc.Loader):

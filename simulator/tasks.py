@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from peach_cli.plan import ProjectPlan, TaskSpec
+from peach_cli.triggers import unknown_task_message
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import ServerNote
 from simulator.protocol import Frame, FrameProtocol
@@ -66,17 +67,6 @@ Emit = Callable[[TaskEvent | ServerNote], None]
 
 class UnknownTask(ValueError):
     """The name is not a task of the project; the message lists them."""
-
-
-def unknown_task_message(name: str, tasks: list[str]) -> str:
-    """``unknown task 'x': the project's tasks are a, b`` (or says there are none).
-
-    >>> unknown_task_message("x", ["a", "b"])
-    "unknown task 'x': the project's tasks are a, b"
-    """
-    if not tasks:
-        return f"unknown task {name!r}: the project defines no task (add one under tasks:)"
-    return f"unknown task {name!r}: the project's tasks are {', '.join(tasks)}"
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from starlette.responses import Response, StreamingResponse
 from peach_cli import contract
 from peach_cli.deploy import INIT_FAILED_MARKER
 from peach_cli.deploy.config import component_from_json, endpoints_from_json
-from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE
+from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE, TASKS_FILE
 from peach_cli.deploy.progress import is_start_failure, user_error
 from peach_cli.plan import EndpointSpec, url_key
 
@@ -61,12 +61,30 @@ def _replica_suffix() -> str:
         return "local"
 
 
+def _use_ray_tasks() -> None:
+    """``trigger_task_with_event`` in this replica: the project's tasks as Ray jobs."""
+    from peach_cli.triggers import install_task_helpers, use_ray_jobs
+
+    install_task_helpers()
+    if Path(TASKS_FILE).is_file():
+        dashboard = None
+        try:  # where the cluster's dashboard says it listens (the GCS knows)
+            from ray._private.services import get_webui_url_from_internal_kv
+
+            dashboard = get_webui_url_from_internal_kv()
+        except Exception:  # noqa: BLE001 - the default dashboard address then
+            pass
+        dashboard = dashboard or "127.0.0.1:8265"
+        use_ray_jobs(TASKS_FILE, dashboard)
+
+
 @serve.deployment
 class Component:
     """One replica of one component: a ``ComponentRunner`` behind a handle."""
 
     async def __init__(self) -> None:  # type: ignore[misc]  # Serve awaits it
         spec = component_from_json(json.loads(Path(COMPONENT_FILE).read_text()))
+        _use_ray_tasks()
         self.runner = contract.ComponentRunner(
             spec, Path.cwd(), replica_id=f"{spec.key}#{_replica_suffix()}"
         )

@@ -19,6 +19,7 @@ from peach_cli.deploy import APPLICATION_BUILDER
 from peach_cli.deploy.packaging import (
     COMPONENT_FILE,
     GATEWAY_FILE,
+    TASKS_FILE,
     Package,
     json_bytes,
     package,
@@ -151,9 +152,17 @@ def build_bundle(
             },
         }
     ]
+    tasks: list[tuple[str, bytes]] = []
+    if plan.tasks:  # trigger_task_with_event in a replica submits them as Ray jobs
+        from peach_cli.deploy.jobs import tasks_file
+
+        listing, task_packages = tasks_file(plan, files)
+        tasks = [(TASKS_FILE, listing)]
+        packages.update((item.name, item) for item in task_packages)
     for spec in sorted(plan.components(), key=deployment_name):
         component_package = package(
-            "component", [*files, (COMPONENT_FILE, json_bytes(component_to_json(spec)))]
+            "component",
+            [*files, *tasks, (COMPONENT_FILE, json_bytes(component_to_json(spec)))],
         )
         packages[component_package.name] = component_package
         runtime_env: dict[str, Any] = {

@@ -24,6 +24,8 @@ from peach_cli.errors import DeployError
 SPEC_DIR = ".peach"
 GATEWAY_FILE = f"{SPEC_DIR}/gateway.json"
 COMPONENT_FILE = f"{SPEC_DIR}/component.json"
+TASKS_FILE = f"{SPEC_DIR}/tasks.json"
+"""The project's tasks as Ray job requests, for ``trigger_task_with_event`` in a replica."""
 
 SKIPPED_DIRS = frozenset(
     {

@@ -1,0 +1,292 @@
+"""A task on a Ray cluster: one Ray job, through the dashboard's Jobs REST API.
+
+The job runs the same code ``peach deploy`` uploads for a component: the project's files in
+a content-hashed ``working_dir`` zip (with the task's spec as ``.peach/task.json``), peach's
+runtime in ``py_modules``, the py_env's requirements (``base`` + its own) installed by the
+cluster; its entrypoint is ``python -m peach_cli.task_runtime .peach/task.json``, the payload
+in ``PEACH_TASK_PAYLOAD``::
+
+    POST /api/jobs/                      submit (a submission id of ours)
+    GET  /api/jobs/<id>                  status: PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED
+    GET  /api/jobs/<id>/logs             what it printed so far (polled, new lines shown)
+    POST /api/jobs/<id>/stop             on Ctrl-C and past the task's timeout
+
+``run_task_job`` reports through callbacks and raises ``DeployError``; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from peach_cli.deploy.dashboard import DashboardClient, resolve_address
+from peach_cli.deploy.packaging import (
+    Package,
+    json_bytes,
+    package,
+    project_files,
+    runtime_package,
+)
+from peach_cli.errors import DeployError
+from peach_cli.plan import ProjectPlan, TaskSpec
+
+TASK_FILE = ".peach/task.json"
+PAYLOAD_ENV = "PEACH_TASK_PAYLOAD"
+ENTRYPOINT = f"python -m peach_cli.task_runtime {TASK_FILE}"
+JOBS_PATH = "/api/jobs/"
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+POLL_INTERVAL_S = 0.5
+STOP_WAIT_S = 30.0
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class TaskJob:
+    """What submitting one run of a task sends: the request body and the zips it names."""
+
+    body: dict[str, Any]
+    packages: tuple[Package, ...]
+
+    @property
+    def submission_id(self) -> str:
+        return str(self.body["submission_id"])
+
+
+def job_template(
+    plan: ProjectPlan, spec: TaskSpec, files: list[tuple[str, bytes]] | None = None
+) -> TaskJob:
+    """The job request for any run of ``spec``: no submission id, no payload yet."""
+    from peach_cli.deploy.requirements import requirements_runtime_env
+
+    runtime = runtime_package()
+    if files is None:
+        files = project_files(plan.root, excluded=plan.watched_files)
+    code = package("task", [*files, (TASK_FILE, json_bytes(dataclasses.asdict(spec)))])
+    runtime_env: dict[str, Any] = {
+        "working_dir": code.uri,
+        "py_modules": [runtime.uri],
+        **requirements_runtime_env(spec.dependencies),
+    }
+    body = {
+        "entrypoint": ENTRYPOINT,
+        "runtime_env": runtime_env,
+        "metadata": {"peach_codops": plan.codops, "peach_task": spec.name},
+    }
+    return TaskJob(body, (runtime, code))
+
+
+def task_job(plan: ProjectPlan, spec: TaskSpec, payload: str | None) -> TaskJob:
+    """The job request for one run of ``spec`` (``payload``: JSON text or None); the same
+    request ``trigger_task_with_event`` sends from a deployed replica."""
+    template = job_template(plan, spec)
+    body = json.loads(json.dumps(template.body))
+    body["submission_id"] = f"peach-{plan.codops}-{spec.name}-{uuid.uuid4().hex[:10]}"
+    if payload is not None:
+        body["runtime_env"]["env_vars"] = {PAYLOAD_ENV: payload}
+    return TaskJob(body, template.packages)
+
+
+def tasks_file(plan: ProjectPlan, files: list[tuple[str, bytes]]) -> tuple[bytes, list[Package]]:
+    """``.peach/tasks.json`` for a component's package: every task's job request; and the
+    packages those requests name (uploaded with the deploy)."""
+    templates: dict[str, Any] = {}
+    packages: list[Package] = []
+    for name, spec in plan.tasks.items():
+        template = job_template(plan, spec, files)
+        templates[name] = template.body
+        packages += template.packages
+    listing = {"codops": plan.codops, "names": list(plan.tasks), "tasks": templates}
+    return json_bytes(listing), packages
+
+
+class JobsClient(DashboardClient):
+    """The dashboard client, with the Jobs endpoints."""
+
+    def __enter__(self) -> JobsClient:
+        return self
+
+    def submit_job(self, body: dict[str, Any]) -> str:
+        response = self._request("POST", JOBS_PATH, json=body)
+        try:
+            return str(response.json()["submission_id"])
+        except (ValueError, KeyError, TypeError):
+            raise DeployError(f"POST {JOBS_PATH} did not answer a submission id") from None
+
+    def job_status(self, submission_id: str) -> dict[str, Any]:
+        response = self._request("GET", f"{JOBS_PATH}{submission_id}")
+        try:
+            data = response.json()
+        except ValueError:
+            raise DeployError(
+                f"the job {submission_id}: the dashboard did not answer JSON"
+            ) from None
+        return data if isinstance(data, dict) else {}
+
+    def job_logs(self, submission_id: str) -> str:
+        response = self._request("GET", f"{JOBS_PATH}{submission_id}/logs")
+        try:
+            return str(response.json().get("logs") or "")
+        except (ValueError, AttributeError):
+            return ""
+
+    def stop_job(self, submission_id: str) -> None:
+        self._request("POST", f"{JOBS_PATH}{submission_id}/stop", allow=(404,))
+
+    def upload_missing(self, packages: tuple[Package, ...]) -> list[str]:
+        """Upload the zips the cluster lacks; their names."""
+        uploaded = []
+        for item in packages:
+            if not self.package_exists(item.name):
+                self.upload_package(item.name, item.data)
+                uploaded.append(item.name)
+        return uploaded
+
+
+@dataclass
+class JobOutcome:
+    status: str
+    """SUCCEEDED, FAILED, STOPPED, or TIMED_OUT (stopped by us past the timeout)."""
+    submission_id: str
+    seconds: float
+    message: str = ""
+
+
+class _LogFollower:
+    """Turns repeated reads of a job's whole log into its new complete lines."""
+
+    def __init__(self, on_line: Callable[[str], None]) -> None:
+        self.on_line = on_line
+        self.seen = 0
+
+    def feed(self, logs: str, *, final: bool = False) -> None:
+        fresh = logs[self.seen :]
+        if not final:
+            cut = fresh.rfind("\n")
+            if cut < 0:
+                return
+            fresh = fresh[: cut + 1]
+        self.seen += len(fresh)
+        for line in fresh.splitlines():
+            self.on_line(line)
+
+
+def run_task_job(
+    plan: ProjectPlan,
+    name: str,
+    payload: str | None,
+    *,
+    address: str | None,
+    timeout_s: float | None = None,
+    on_line: Callable[[str], None] = lambda line: None,
+    on_note: Callable[[str], None] = lambda message: None,
+    poll_interval_s: float = POLL_INTERVAL_S,
+) -> JobOutcome:
+    """Run the task ``name`` once as a Ray job; follow its logs until it ends.
+
+    Past ``timeout_s`` (default: the task's) the job is stopped. ``KeyboardInterrupt``
+    stops the job, then propagates.
+    """
+    spec = plan.tasks[name]
+    limit = spec.timeout_s if timeout_s is None else timeout_s
+    url, warnings = resolve_address(address)
+    for warning in warnings:
+        on_note(f"warning: {warning}")
+    job = task_job(plan, spec, payload)
+    with JobsClient(url) as dashboard:
+        version = dashboard.version()
+        uploaded = dashboard.upload_missing(job.packages)
+        on_note(
+            f"connected to Ray {version.get('ray_version', '?')} at {dashboard.shown}; "
+            f"code: {len(uploaded)} package(s) uploaded, "
+            f"{len(job.packages) - len(uploaded)} already on the cluster"
+        )
+        submission_id = dashboard.submit_job(job.body)
+        on_note(f"task {name}: submitted as Ray job {submission_id}")
+        follower = _LogFollower(on_line)
+        began = time.monotonic()
+        try:
+            while True:
+                status = dashboard.job_status(submission_id)
+                state = str(status.get("status", ""))
+                follower.feed(dashboard.job_logs(submission_id), final=state in TERMINAL)
+                if state in TERMINAL:
+                    return JobOutcome(
+                        state,
+                        submission_id,
+                        time.monotonic() - began,
+                        str(status.get("message") or ""),
+                    )
+                if time.monotonic() - began > limit:
+                    _stop(dashboard, submission_id, follower)
+                    return JobOutcome(
+                        "TIMED_OUT",
+                        submission_id,
+                        time.monotonic() - began,
+                        f"timed out after {limit:g} s",
+                    )
+                time.sleep(poll_interval_s)
+        except KeyboardInterrupt:
+            _stop(dashboard, submission_id, follower)
+            raise
+
+
+def _stop(dashboard: JobsClient, submission_id: str, follower: _LogFollower) -> None:
+    """Stop the job (Ray kills its process group) and wait until it says so."""
+    dashboard.stop_job(submission_id)
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        state = str(dashboard.job_status(submission_id).get("status", ""))
+        if state in TERMINAL:
+            break
+        time.sleep(0.2)
+    follower.feed(dashboard.job_logs(submission_id), final=True)
+
+
+def run_task_on_ray(
+    plan: ProjectPlan,
+    name: str,
+    payload: str | None,
+    *,
+    address: str | None,
+    timeout_s: float | None = None,
+) -> int:
+    """`peach task run NAME --address URL`: the exit code (0, 1, or 130 on Ctrl-C)."""
+    from peach_cli.task_view import TaskRunView
+
+    view = TaskRunView()
+    began = time.monotonic()
+    try:
+        outcome = run_task_job(
+            plan,
+            name,
+            payload,
+            address=address,
+            timeout_s=timeout_s,
+            on_line=lambda line: view.handle_line(name, line),
+            on_note=view.note,
+        )
+    except KeyboardInterrupt:
+        view.note(f"{name}: interrupted; the Ray job was stopped")
+        return EXIT_INTERRUPTED
+    seconds = time.monotonic() - began
+    job = f"Ray job {outcome.submission_id}"
+    if outcome.status == "SUCCEEDED":
+        view.note(f"task {name} {job} ok in {seconds:.2f} s")
+        return 0
+    if outcome.status == "TIMED_OUT":
+        view.note(
+            f"task {name} {job} {outcome.message} (timeout_s): the job was stopped "
+            "(Ray kills its process group)"
+        )
+        return 1
+    # Ray's message repeats the whole log, already shown: keep its first line
+    first = outcome.message.strip().splitlines()[0] if outcome.message.strip() else ""
+    first = first.split(", last available logs")[0]
+    detail = f": {first}" if first else ""
+    view.note(f"task {name} {job} {outcome.status.lower()} in {seconds:.2f} s{detail}")
+    return 1

@@ -1,0 +1,128 @@
+"""Tasks on a real Ray cluster: `peach task run --address` as a Ray job (the dashboard's
+Jobs REST API), and `trigger_task_with_event` in a replica deployed by `peach deploy`.
+
+One head for the module (starting one costs many seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from ray_cluster import RayHead
+
+REPO = Path(__file__).resolve().parent.parent
+TASKS = REPO / "tests" / "projects" / "tasks"
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[RayHead]:
+    with RayHead(num_cpus=4) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(shutil.copytree(TASKS, tmp_path_factory.mktemp("ray") / "tasks"))
+
+
+def task_run(head: RayHead, project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", "task", "run", *args, str(project)]
+        + ["--address", head.dashboard_url],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env=dict(os.environ, NO_COLOR="1"),
+    )
+
+
+def test_a_ray_job_run_streams_its_logs_and_exits_0(head: RayHead, project: Path) -> None:
+    result = task_run(head, project, "record", "--payload", '{"value": 3}')
+    assert result.returncode == 0, result.stderr
+    assert 'record | recorded {"value": 3}' in result.stdout.splitlines()
+    assert "record | task record returned in" in result.stdout
+    submitted = re.search(
+        r"task record: submitted as Ray job (peach-tasks-record-\w+)", result.stderr
+    )
+    assert submitted, result.stderr
+    assert f"task record Ray job {submitted.group(1)} ok in" in result.stderr
+    status = httpx.get(f"{head.dashboard_url}/api/jobs/{submitted.group(1)}", timeout=10).json()
+    assert status["status"] == "SUCCEEDED"
+    assert status["runtime_env"]["working_dir"].startswith("gcs://peach_task_")
+
+
+def test_a_failing_ray_job_exits_1_with_the_notebook_traceback(
+    head: RayHead, project: Path
+) -> None:
+    result = task_run(head, project, "fail")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert "fail | failing now" in lines
+    assert "fail |   File notebooks/Tasks.ipynb, cell 4, line 3, in fail" in lines
+    assert "fail | RuntimeError: bad data: None" in lines
+    assert re.search(
+        r"task fail Ray job peach-tasks-fail-\w+ failed in [\d.]+ s: Job entrypoint command "
+        r"failed with exit code 1\n",
+        result.stderr,
+    ), result.stderr
+
+
+def test_a_ray_job_past_its_timeout_is_stopped(head: RayHead, project: Path) -> None:
+    result = task_run(head, project, "hang", "--timeout-s", "8")
+    assert result.returncode == 1
+    child = re.search(r"hang \| started child (\d+)", result.stdout)
+    assert child, result.stdout
+    assert "timed out after 8 s (timeout_s): the job was stopped" in result.stderr
+    deadline = time.monotonic() + 20  # Ray stops the job's process group
+    while psutil.pid_exists(int(child.group(1))):
+        try:
+            if psutil.Process(int(child.group(1))).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        assert time.monotonic() < deadline, "the job's child process is still running"
+        time.sleep(0.1)
+
+
+def test_a_trigger_in_a_deployed_replica_runs_the_task_on_the_cluster(
+    head: RayHead, project: Path
+) -> None:
+    from peach_cli.deploy.deployer import deploy
+    from peach_cli.validate import build_plan
+
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, diagnostics
+    result = deploy(plan, address=head.dashboard_url, http_port=head.http_port, timeout_s=240)
+    with httpx.Client(base_url=result.url, timeout=30) as client:
+        answer = client.get("/kick", params={"value": 5})
+        assert answer.status_code == 200, answer.text
+        run_id = answer.json()["result"]["run_id"]
+        assert run_id.startswith("peach-tasks-record-")
+        unknown = client.get("/kick", params={"task": "nope"}).json()["error"]["message"]
+        assert unknown == (
+            "kick() raised ValueError: unknown task 'nope': the project's tasks are "
+            "record, greet, fail, hang, chain"
+        )
+    deadline = time.monotonic() + 180
+    while True:
+        status = httpx.get(f"{head.dashboard_url}/api/jobs/{run_id}", timeout=10).json()
+        if status["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    logs = httpx.get(f"{head.dashboard_url}/api/jobs/{run_id}/logs", timeout=10).json()["logs"]
+    assert status["status"] == "SUCCEEDED", logs
+    assert 'recorded {"value": 5}' in logs
