@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -126,3 +127,35 @@ def test_a_trigger_in_a_deployed_replica_runs_the_task_on_the_cluster(
     logs = httpx.get(f"{head.dashboard_url}/api/jobs/{run_id}/logs", timeout=10).json()["logs"]
     assert status["status"] == "SUCCEEDED", logs
     assert 'recorded {"value": 5}' in logs
+
+
+def test_ctrl_c_stops_the_ray_job_and_exits_130(head: RayHead, project: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "peach_cli.cli", "task", "run", "hang", str(project)]
+        + ["--address", head.dashboard_url, "--timeout-s", "120"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, NO_COLOR="1"),
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # Ray's own lines first, then the task's
+            if line.startswith("hang | started child"):
+                break
+        else:
+            raise AssertionError(process.communicate(timeout=30))
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, err
+    assert "hang: interrupted; the Ray job was stopped" in err
+    job = re.search(r"submitted as Ray job (peach-tasks-hang-\w+)", err)
+    assert job, err
+    status = httpx.get(f"{head.dashboard_url}/api/jobs/{job.group(1)}", timeout=10).json()
+    assert status["status"] == "STOPPED"

@@ -26,6 +26,23 @@ HEAD = "codops: shop\nendpoints:\n"
 # (code, peach.yaml, other files, expected position, expected text in message or hint)
 CASES = [
     (
+        "PC309",
+        HEAD
+        + endpoint(notebook="trig.ipynb")
+        + "tasks:\n  retrain: {notebook: trig.ipynb, method: retrain}\n",
+        {
+            "trig.ipynb": notebook_json(
+                [
+                    "from pipe_algorithms_lib.task_helpers import trigger_task_with_event\n\n"
+                    "def ask(q=''):\n    return trigger_task_with_event('retrian', {'q': q})\n",
+                    "def retrain(payload):\n    return payload\n",
+                ]
+            )
+        },
+        "trig.ipynb:cell 1:line 4",
+        "did you mean 'retrain'?",
+    ),
+    (
         "PC308",
         HEAD + endpoint(notebook="imp.ipynb"),
         {"imp.ipynb": notebook_json(["import json, yaml\n\ndef ask(q=''):\n    return q\n"])},
