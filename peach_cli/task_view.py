@@ -3,7 +3,8 @@
 ``peach task run`` streams the task's output to stdout as it is printed, each line
 prefixed with the task's name (``retrain | epoch 1``), and its own messages — the env
 being built, how the run ended, the user's traceback — to stderr, so that piping the
-output keeps only what the task printed. Plain writes: no styling to compute per line.
+output keeps only what the task printed. Plain writes: no styling to compute per line, and
+Rich is imported only by the tables.
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-from rich.text import Text
-
 from simulator.events import EnvFailed, EnvProgress, ServerNote
 from simulator.task_events import RunStatus, TaskChanged, TaskOutput, TaskRunEnded, TaskState
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
+    from rich.text import Text
 
 _STATE_STYLE = {TaskState.IDLE: "dim", TaskState.QUEUED: "yellow", TaskState.RUNNING: "cyan"}
 
@@ -72,6 +71,9 @@ class TaskRunView:
 
 def print_task_list(rows: list[dict[str, Any]]) -> None:
     """``peach task list``: a table on a terminal, one plain line per task otherwise."""
+    from rich.table import Table
+    from rich.text import Text
+
     from peach_cli.console import stdout
 
     out = stdout()
@@ -111,6 +113,9 @@ class TasksTable:
     def render(self) -> RenderableType | None:
         if not self.rows:
             return None
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table(box=None, pad_edge=False, header_style="bold dim", expand=False)
         for column in ("task", "state", "ok", "failed", "last run"):
             table.add_column(
@@ -132,5 +137,7 @@ class TasksTable:
 
 def run_line(event: TaskRunEnded) -> Text:
     """The one line ``peach dev`` logs when a run ends."""
+    from rich.text import Text
+
     style = "green" if event.status is RunStatus.OK else "bold red"
     return Text(event.message, style=style)
