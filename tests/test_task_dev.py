@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 TASKS = Path(__file__).resolve().parent / "projects" / "tasks"
@@ -100,3 +101,34 @@ def test_an_edited_task_notebook_applies_from_the_next_run(project: Path, peach_
     notebook.write_text(notebook.read_text().replace("greet v1", "greet v2"))
     httpx.get(f"{dev.url}/kick", params={"task": "greet"}, timeout=10).raise_for_status()
     dev.wait_for_output(r"greet \| hello from greet v2")
+
+
+def test_ctrl_c_stops_a_running_task_with_its_children(project: Path, peach_dev) -> None:
+    conf = project / "peach.yaml"
+    conf.write_text(conf.read_text().replace("timeout_s: 2}", "timeout_s: 120}"))
+    dev = peach_dev(project, "--tasks", "--task-interval", "60")
+    dev.wait_for_output(r"hang \| started child \d+")
+    child = int((project / "child.pid").read_text())
+    assert dev.stop() == 0
+    assert "task hang" not in dev.output().split("hang | started child")[1].split("stopping")[0]
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the task's child outlived peach dev"
+        time.sleep(0.05)
+
+
+def test_the_dev_view_shows_a_tasks_table() -> None:
+    from rich.console import Console
+
+    from peach_cli.dev_view import DevView
+    from simulator.task_events import TaskChanged, TaskState
+
+    console = Console(width=120, no_color=True, force_terminal=True, record=True)
+    view = DevView(console, live=True)
+    view.handle(TaskChanged("retrain", TaskState.RUNNING, 3, 1, 0, 0.52, "RuntimeError: bad"))
+    view.handle(TaskChanged("greet", TaskState.QUEUED, 1, 0, 2))
+    console.print(view.render())
+    lines = [line.rstrip() for line in console.export_text().splitlines()]
+    assert "task     state       ok  failed  last run  last error" in lines
+    assert "retrain  running      3       1  0.52 s    RuntimeError: bad" in lines
+    assert "greet    queued (2)   1       0  -" in lines

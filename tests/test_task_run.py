@@ -81,6 +81,10 @@ def test_a_run_with_a_payload_streams_its_lines_with_the_task_name(project: Path
     assert run["payload"] == {"value": 1}
     assert Path(run["cwd"]).resolve() == project.resolve()  # the project folder
     assert run["pid"] != os.getpid()
+    # in the py_env's isolated env (built in the session's env cache), not peach's Python
+    assert (
+        Path(run["prefix"]).resolve().is_relative_to(Path(os.environ["PEACH_ENV_CACHE"]).resolve())
+    )
 
 
 def test_a_run_without_a_payload(project: Path) -> None:
@@ -187,3 +191,13 @@ def test_a_task_triggers_another_that_runs_after_it(project: Path) -> None:
     ]
     assert "task record triggered run record#2 ok" in result.stderr
     assert [r["payload"] for r in runs(project)] == [{"from": "chain", "payload": 5}]
+
+
+def test_a_project_with_errors_is_not_run(project: Path) -> None:
+    conf = project / "peach.yaml"
+    conf.write_text(conf.read_text().replace("method: greet}", "method: greeet}"))
+    result = peach("task", "run", "record", str(project))
+    assert result.returncode == 1
+    assert "error PC204 method 'greeet' is not defined" in result.stdout
+    assert "not running" in result.stdout
+    assert runs(project) == []
