@@ -84,7 +84,10 @@ class TaskRunEnded:
                 f"(timeout_s): killed its process tree ({_processes(self.killed)})"
             )
         if self.status is RunStatus.STOPPED:
-            return f"{head}: stopped, killed its process tree ({_processes(self.killed)})"
+            return (
+                f"task {self.task} {how} {self.run_id} stopped after {self.seconds:.2f} s: "
+                "its process tree was killed"
+            )
         return f"{head}: {self.error}"
 
 

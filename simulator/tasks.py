@@ -460,6 +460,7 @@ class TaskScheduler:
         spec = self.plan.tasks.get(run.task)
         status.state = TaskState.RUNNING
         self.emit(status.event())
+        began = time.perf_counter()
         try:
             if spec is None:
                 ended = TaskRunEnded(
@@ -472,7 +473,16 @@ class TaskScheduler:
                 )
             else:
                 ended = await self._execute(spec, run)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # peach stops: execute_task killed the process tree
+            stopped = TaskRunEnded(
+                run.task,
+                run.run_id,
+                RunStatus.STOPPED,
+                time.perf_counter() - began,
+                triggered=run.triggered,
+            )
+            self.history.append(stopped)
+            self.emit(stopped)
             status.state = TaskState.IDLE
             self.emit(status.event())
             raise
