@@ -67,6 +67,14 @@ def dev(
     no_reload: Annotated[
         bool, typer.Option("--no-reload", help="Do not watch files for changes.")
     ] = False,
+    reload_mode: Annotated[
+        str,
+        typer.Option(
+            "--reload",
+            help="patch: a save that changes only a method keeps the replicas and their init "
+            "state; restart: every change starts new replicas.",
+        ),
+    ] = "patch",
     timeout_s: Annotated[
         Optional[float],
         typer.Option("--timeout-s", help="Override the conf's timeout_s for non-streaming calls."),
@@ -76,7 +84,14 @@ def dev(
     from peach_cli.cmd_dev import run_dev
 
     raise typer.Exit(
-        run_dev(project, host=host, port=port, reload=not no_reload, timeout_s=timeout_s)
+        run_dev(
+            project,
+            host=host,
+            port=port,
+            reload=not no_reload,
+            reload_mode=reload_mode,
+            timeout_s=timeout_s,
+        )
     )
 
 

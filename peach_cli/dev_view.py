@@ -24,6 +24,7 @@ from simulator.events import (
     RELOAD_EVENTS,
     Event,
     MemoryWarning,
+    Reinitialized,
     ReplicaChanged,
     ReplicaLog,
     ReplicaMemory,
@@ -238,6 +239,8 @@ class DevView:
             )
         elif isinstance(event, ServerNote):
             self.note(event.message, "yellow" if event.level == "warning" else "dim")
+        elif isinstance(event, Reinitialized):
+            self.line(Text(event.message, style="bold red" if event.failed else "bold cyan"))
         elif isinstance(event, RELOAD_EVENTS):
             self._on_reload(event)
 
