@@ -5,7 +5,7 @@ rename, checkpoint; for uvicorn, the app's one ``.py`` file) to the first respon
 comes from the new code, polling the endpoint in a tight loop. Every poll that does not
 answer 200 (refused connection, 5xx) counts as a failed request.
 
-Four scenarios, each for both servers in the same run:
+Five scenarios, each for both servers in the same run:
 
 * ``trivial``: one endpoint, no init: the edited one (peach patches it). Target 0.03 s.
 * ``method-edit``: the edited endpoint's init sleeps 3 s, in another cell; the edit is in
@@ -16,6 +16,11 @@ Four scenarios, each for both servers in the same run:
   touches only the edited component; uvicorn restarts the whole process, startup included.
 * ``own-init``: the edit changes what the endpoint's init (0.5 s) returns, so peach
   restarts it and runs init again; the target is that init plus 0.25 s.
+* ``isolated-env``: ``trivial`` in an isolated py_environment that declares a dependency
+  (the env is built before measuring); against ``--shared-env``, peach's own interpreter,
+  in the same run (target: 0.1 s median, as in the shared interpreter).
+
+peach dev builds its envs in a temporary cache (``PEACH_ENV_CACHE``) unless one is set.
 
     python benchmarks/reload.py              # 12 edits per scenario and server
     python benchmarks/reload.py --scenario method-edit
@@ -44,8 +49,9 @@ REPO = Path(__file__).resolve().parent.parent
 SLOW_INIT_S = 3.0
 OWN_INIT_S = 0.5
 TARGETS_S = {"trivial": 0.03, "method-edit": 0.1, "slow-init": 0.1, "own-init": OWN_INIT_S + 0.25}
-"""Median save-to-serving latency peach must stay under, per scenario."""
-SCENARIOS = tuple(TARGETS_S)
+"""Median save-to-serving latency peach must stay under, per scenario (against uvicorn)."""
+SCENARIOS = (*TARGETS_S, "isolated-env")
+ENV_TARGET_S = 0.1
 DEADLINE_S = 60.0
 
 HELLO_CELL = 'VERSION = "v0"\n\n\ndef hello():\n    return VERSION\n'
@@ -201,12 +207,13 @@ def measure(url: str, edit: Callable[[str], None], edits: int) -> tuple[list[flo
     return latencies, failed
 
 
-def bench_peach(
-    work: Path, scenario: str, edits: int, mode: str = "patch"
-) -> tuple[list[float], int]:
-    project = work / f"peach-{scenario}-{mode}"
+def bench_peach(work: Path, scenario: str, edits: int, *extra: str) -> tuple[list[float], int]:
+    project = work / f"peach-{scenario}{'-'.join(('', *extra)).replace('--', '')}"
     project.mkdir()
     conf, cell = HELLO_CONF, HELLO_CELL
+    if scenario == "isolated-env":
+        conf += "py_environments:\n  base: {dependencies: [pyyaml]}\n"
+        cell = "import yaml\n\n" + cell
     if scenario in ("own-init", "method-edit"):
         conf = conf.replace("method: hello}", "init: init_hello, method: hello}")
         cell = HELLO_INIT_CELL if scenario == "own-init" else METHOD_CELL
@@ -219,8 +226,7 @@ def bench_peach(
     (project / "peach.yaml").write_text(conf)
     path = project / "Endpoints.ipynb"
     path.write_text(notebook(cells))
-    command = [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0"]
-    command += ["--reload", mode]
+    command = [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0", *extra]
     server = Server(command, work, work / f"{project.name}.log")
     try:
         url = server.wait_for(r"serving on (http://\S+)").group(1)
@@ -278,14 +284,28 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
+        os.environ.setdefault("PEACH_ENV_CACHE", str(work / "envs"))
         for scenario in scenarios:
             print(f"{scenario}: save -> first answer from the new code, {options.edits} edits")
+            if scenario == "isolated-env":
+                latencies, failed = bench_peach(work, scenario, options.edits)
+                isolated = summary("isolated", latencies, failed)
+                shared = summary(
+                    "shared", *bench_peach(work, scenario, options.edits, "--shared-env")
+                )
+                print(
+                    f"  ratio isolated/shared {isolated / shared:.2f}x  "
+                    f"(target: isolated <= {ENV_TARGET_S:.2f} s with no failed request)"
+                )
+                ok = ok and isolated <= ENV_TARGET_S and failed == 0
+                continue
             latencies, failed = bench_peach(work, scenario, options.edits)
             peach = summary("peach", latencies, failed)
             uvicorn = summary("uvicorn", *bench_uvicorn(work, scenario, options.edits))
             if scenario == "method-edit":
                 restart = summary(
-                    "peach (restart)", *bench_peach(work, scenario, options.edits, "restart")
+                    "peach (restart)",
+                    *bench_peach(work, scenario, options.edits, "--reload", "restart"),
                 )
                 print(f"  ratio restart/patch {restart / peach:.1f}x")
             target = TARGETS_S[scenario]

@@ -36,6 +36,8 @@ def run_dev(
     reload: bool = True,
     reload_mode: str = "patch",
     timeout_s: float | None = None,
+    shared_env: bool = False,
+    offline: bool = False,
 ) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
     if reload_mode not in RELOAD_MODES:
@@ -79,6 +81,8 @@ def run_dev(
             timeout_s=timeout_s,
             project=project,
             reload_mode=reload_mode,
+            shared_env=shared_env,
+            offline=offline,
         )
     )
 
@@ -93,14 +97,27 @@ async def serve(
     timeout_s: float | None,
     project: Path | None = None,
     reload_mode: str = "patch",
+    shared_env: bool = False,
+    offline: bool = False,
 ) -> int:
     """Run the dev server until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
     from peach_cli.addresses import is_loopback
+    from simulator.environments import Environments
     from simulator.server import DevServer
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    server = DevServer(plan, host=host, port=port, timeout_s=timeout_s, on_event=view.handle)
+    environments = Environments(
+        plan.root, isolated=not shared_env, offline=offline, on_event=view.handle
+    )
+    server = DevServer(
+        plan,
+        host=host,
+        port=port,
+        timeout_s=timeout_s,
+        on_event=view.handle,
+        environments=environments,
+    )
 
     def on_signal(number: int) -> None:
         if not stop.is_set():
@@ -119,6 +136,11 @@ async def serve(
     try:
         await server.start()
         view.serving(server.url)
+        if shared_env:
+            view.warn(
+                "--shared-env: every replica runs in peach's own Python; imports are not "
+                "checked against py_environments"
+            )
         if not is_loopback(host):
             view.warn(
                 f"bound to {host}: every endpoint is reachable from other machines, "

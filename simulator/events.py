@@ -127,6 +127,35 @@ class Reinitialized:
         return "; ".join(parts) or "no component to re-run init for"
 
 
+@dataclass(frozen=True)
+class EnvProgress:
+    """A py_environment is being built (or found): one step, for the live view."""
+
+    env: str
+    phase: str
+    """``waiting``, ``resolving``, ``downloading``, ``installing`` or ``done``."""
+    elapsed_s: float
+    detail: str = ""
+
+    @property
+    def message(self) -> str:
+        detail = f": {self.detail}" if self.detail else ""
+        return f"py_env {self.env} {self.phase}{detail} ({self.elapsed_s:.1f} s)"
+
+
+@dataclass(frozen=True)
+class EnvFailed:
+    """A py_environment could not be built: its components are unhealthy with ``error``."""
+
+    env: str
+    error: str
+    components: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        return self.error
+
+
 Event = (
     ReplicaChanged
     | ReplicaLog
@@ -135,6 +164,8 @@ Event = (
     | RequestLogged
     | ServerNote
     | Reinitialized
+    | EnvProgress
+    | EnvFailed
 )
 
 
