@@ -109,6 +109,7 @@ def dev(
         str,
         typer.Option(
             "--reload",
+            metavar="patch|restart",
             help="patch: a save that changes only a method keeps the replicas and their init "
             "state; restart: every change starts new replicas.",
         ),

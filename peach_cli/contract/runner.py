@@ -1,7 +1,9 @@
 """``ComponentRunner``: one replica's component — its module, its state, its calls.
 
 Both hosts wrap it: ``simulator/worker.py`` in a ``peach dev`` replica process, the
-``Component`` deployment on Ray.
+``Component`` deployment on Ray. ``peach dev`` also patches it: ``prepare_patch`` executes a
+component's new code in a module of its own, ``commit_patch`` switches the method to it and
+keeps the state ``init`` returned.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class ComponentRunner:
 
         runner = ComponentRunner(spec, project_root, replica_id="assistant/main#1")
         await runner.start()                          # exec the code, run init once
+        loaded = runner.prepare_patch(new_spec)       # new code beside the old (InitError)
+        runner.commit_patch(loaded)                   # next calls: new method, same state
         result = await runner.call(params)            # CallResult, never raises for user errors
         chunks = await runner.open_stream(params)     # ContractError here, before any byte
         try:
