@@ -3,7 +3,8 @@
 ``DevKeys.open`` puts the terminal on standard input in cbreak mode (keys arrive one by
 one, not echoed; Ctrl-C still interrupts) and calls the action bound to each key typed, on
 the running event loop. It does nothing when standard input is not a terminal (a pipe, CI,
-``< /dev/null``) or the platform has no ``termios``. ``close`` gives the terminal back as it
+``< /dev/null``), when ``peach dev`` runs in the background of its terminal, or when the
+platform has no ``termios``. ``close`` gives the terminal back as it
 was::
 
     keys = DevKeys.open({"i": rerun_init})
@@ -43,6 +44,11 @@ class DevKeys:
         except (AttributeError, OSError, ValueError):
             return None
         if not os.isatty(fd):
+            return None
+        try:  # in the background (`peach dev &`), touching the terminal would stop peach
+            if os.tcgetpgrp(fd) != os.getpgrp():
+                return None
+        except OSError:
             return None
         try:
             saved = termios.tcgetattr(fd)

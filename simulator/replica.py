@@ -364,8 +364,8 @@ class Replica:
         if kind == "patch_ready":
             self._prepared_kind = payload.get("method_kind")
             return request_id, None
-        if payload.get("details"):
-            self.on_event(ReplicaLog(self.spec.key, self.id, "error", payload["details"]))
+        # The traceback is not logged here: the restart that follows a failed patch runs
+        # the same code and reports it, with the error, if it fails again.
         return request_id, str(payload["message"])
 
     def commit_patch(self, request_id: int, spec: ComponentSpec, *, commit: bool) -> None:

@@ -8,11 +8,13 @@ file, so an edit served long before that delay did not wait for an init.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import socket
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -271,8 +273,50 @@ def test_reinit_refuses_clients_that_are_not_on_loopback(
     assert response.json()["error"]["message"] == "/_peach/reinit is for loopback clients"
 
 
+def _take_terminal() -> None:
+    """In the child, after ``setsid``: its standard input (the pty) becomes its controlling
+    terminal, with peach dev in the foreground, as when started from a shell."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 def test_the_i_key_reruns_every_init(tmp_path: Path) -> None:
     """Standard input a terminal (a pty), output in a file: typing ``i`` re-runs init."""
+    project = copy_project("reload_patch", tmp_path)
+    log_path = tmp_path / "dev.log"
+    primary, secondary = pty.openpty()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0"],
+            stdin=secondary,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=dict(os.environ, NO_COLOR="1", COLUMNS="200", PYTHONUNBUFFERED="1"),
+            start_new_session=True,
+            preexec_fn=_take_terminal,
+        )
+    os.close(secondary)
+    dev = DevProcess(process, log_path)
+    try:
+        dev.url = dev.wait_for_output(URL_LINE.pattern, DEADLINE_S).group(1)
+        dev.wait_ready()
+        dev.wait_for_output(r"press i to re-run every init")
+        token = httpx.get(f"{dev.url}/model", timeout=10).json()["result"].split()[1]
+        os.write(primary, b"i")
+        dev.wait_for_output(
+            r"re-ran init of model/main, shared/main, pair/main, story/main in ", DEADLINE_S
+        )
+        assert httpx.get(f"{dev.url}/model", timeout=10).json()["result"].split()[1] != token
+        assert dev.stop() == 0
+    finally:
+        with_group_killed(process)
+        process.wait(timeout=DEADLINE_S)
+        os.close(primary)
+
+
+def test_keys_are_off_when_the_terminal_is_not_peach_devs_own(tmp_path: Path) -> None:
+    """A pty on standard input that is not peach dev's controlling terminal (as for
+    ``peach dev &``): no key handling, and peach dev serves instead of being stopped."""
     project = copy_project("reload_patch", tmp_path)
     log_path = tmp_path / "dev.log"
     primary, secondary = pty.openpty()
@@ -291,13 +335,8 @@ def test_the_i_key_reruns_every_init(tmp_path: Path) -> None:
     try:
         dev.url = dev.wait_for_output(URL_LINE.pattern, DEADLINE_S).group(1)
         dev.wait_ready()
-        dev.wait_for_output(r"press i to re-run every init")
-        token = httpx.get(f"{dev.url}/model", timeout=10).json()["result"].split()[1]
-        os.write(primary, b"i")
-        dev.wait_for_output(
-            r"re-ran init of model/main, shared/main, pair/main, story/main in ", DEADLINE_S
-        )
-        assert httpx.get(f"{dev.url}/model", timeout=10).json()["result"].split()[1] != token
+        dev.wait_for_output(WATCHING)
+        assert "press i" not in dev.output()
         assert dev.stop() == 0
     finally:
         with_group_killed(process)
