@@ -10,7 +10,7 @@ analysis is asked for restarts only::
 
     before = Snapshot.take(plan)
     ...  # the user saves
-    changes = analyze_changes(before, Snapshot.take(new_plan))
+    changes = analyze_changes(before, Snapshot.take(new_plan), patch=True)
     changes.patched     # ['assistant/main']: only its method changed
     changes.restarted   # ['recommend/main']: its init changed
 """

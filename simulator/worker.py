@@ -4,9 +4,10 @@ The gateway starts one of these per replica, with the project root as the workin
 directory and one end of a Unix socketpair as file descriptor ``N``. The first frame says
 which component to host; the worker wraps ``peach_cli.contract.ComponentRunner`` (exec the
 notebook code, run ``init`` once, bind, call, stream, drift re-init, hot patches) and adds
-only transport: calls and streams multiplexed by request id, each in its own task (async methods
-on this loop, sync ones in threads), ``cancel`` closing a stream's generator so its
-``finally`` runs, and ``ping`` answered (the gateway samples memory itself, with psutil).
+only transport: calls and streams multiplexed by request id, each in its own task (async
+methods on this loop, sync ones in threads), ``cancel`` closing a stream's generator so its
+``finally`` runs, ``ping`` answered (the gateway samples memory itself, with psutil), and a
+``patch`` prepared, then committed or dropped by ``patch_commit``.
 
 The process exits when the gateway says ``stop`` or when its socket closes (the gateway
 exited or died), and on Linux also when its parent dies, so no replica outlives ``peach dev``.
