@@ -195,9 +195,19 @@ def deploy(
             show_default=False,
         ),
     ] = None,
+    route_prefix: Annotated[
+        str,
+        typer.Option(
+            "--route-prefix",
+            help="Serve the project under this path (/PREFIX), beside the cluster's other projects.",
+        ),
+    ] = "/",
     dry_run: Annotated[
         bool,
-        typer.Option("--dry-run", help="Print the Serve config; do not contact a cluster."),
+        typer.Option(
+            "--dry-run",
+            help="Print the Serve config and list the files to upload; do not contact a cluster.",
+        ),
     ] = False,
     format: Annotated[
         str, typer.Option("--format", help="The --dry-run config as json or yaml.")
@@ -216,6 +226,7 @@ def deploy(
             address=address,
             http_host=http_host,
             http_port=http_port,
+            route_prefix=route_prefix,
             dry_run=dry_run,
             output_format=format,
             timeout_s=timeout,

@@ -15,6 +15,9 @@
   to start is answered with 503 and the user's init error, as under `peach dev`.
 
 Each deployment reads what it runs from the ``.peach/`` folder of its own working_dir.
+The application may serve under a route prefix (Serve's ``root_path``): the gateway routes
+the path below it. It also answers ``GET /_peach/routes`` and ``GET /_peach/health`` as
+``peach dev`` does, the latter from what each replica reports (``reports``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from peach_cli import contract
-from peach_cli.deploy import INIT_FAILED_MARKER
+from peach_cli.deploy import INIT_FAILED_MARKER, reports
 from peach_cli.deploy.config import component_from_json, endpoints_from_json
 from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE
 from peach_cli.deploy.progress import is_start_failure, user_error
@@ -42,6 +45,8 @@ from peach_cli.plan import EndpointSpec, url_key
 logger = logging.getLogger("peach.deploy")
 
 JSON_MEDIA_TYPE = "application/json"
+ROUTES_PATH = "/_peach/routes"
+HEALTH_PATH = "/_peach/health"
 COMPONENT_CHECK_S = 1.0
 """How often the gateway reads which components have no replica because theirs fail to start."""
 
@@ -60,6 +65,15 @@ def _replica_suffix() -> str:
         return "local"
 
 
+def _replica_place() -> tuple[str, str, str] | None:
+    """(application, deployment, replica) of the running replica, or None outside one."""
+    try:
+        context = serve.get_replica_context()
+        return context.app_name, context.deployment, context.replica_id.unique_id
+    except Exception:
+        return None
+
+
 @serve.deployment
 class Component:
     """One replica of one component: a ``ComponentRunner`` behind a handle."""
@@ -69,9 +83,13 @@ class Component:
         self.runner = contract.ComponentRunner(
             spec, Path.cwd(), replica_id=f"{spec.key}#{_replica_suffix()}"
         )
+        self._place = _replica_place()
+        self._reports: set[asyncio.Task[None]] = set()
         try:
             await self.runner.start()
         except contract.InitError as error:
+            # in the replica's log too, where `peach logs` finds it
+            reports.logger.error("%s: %s\n%s", self.runner.replica_id, error.message, error.details)
             text = error.message
             if error.details:
                 # Ray rewrites a "Traceback (most recent call last):" line inside an
@@ -90,7 +108,24 @@ class Component:
         """
         yield {"replica": self.runner.replica_id}
         result = await self.runner.call(contract.RequestParams.from_dict(params))
+        if result.drift:
+            self._report_after_reinit()
         yield result.to_dict()
+
+    def _report_after_reinit(self) -> None:
+        """Once the drift re-init ends, store its outcome for /_peach/health."""
+
+        async def report() -> None:
+            await self.runner.wait_reinit()
+            error = self.runner.last_reinit_error
+            if self._place is not None:
+                await asyncio.to_thread(
+                    reports.publish, *self._place, {"error": error, "at": time.time()}
+                )
+
+        task = asyncio.get_running_loop().create_task(report())
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
 
     async def stream(self, params: dict[str, Any]) -> AsyncIterator[Any]:
         """A streaming call. The first item describes it, the rest are the chunks (bytes).
@@ -126,6 +161,9 @@ class Component:
         runner = getattr(self, "runner", None)
         if runner is not None:
             runner.close()
+        place = getattr(self, "_place", None)
+        if place is not None and runner is not None and runner.reinit_count:
+            reports.remove(*place)
 
 
 @serve.deployment
@@ -134,6 +172,7 @@ class Gateway:
 
     async def __init__(self, components: dict[str, DeploymentHandle]) -> None:  # type: ignore[misc]
         data = json.loads(Path(GATEWAY_FILE).read_text())
+        self.codops = str(data.get("codops", ""))
         self.timeout_s = float(data["timeout_s"])
         self.endpoints = endpoints_from_json(data)
         self._by_url = {url_key(e.url): e for e in self.endpoints.values()}
@@ -197,6 +236,8 @@ class Gateway:
         path = _route_path(request)
         endpoint = self._endpoint_for(path)
         if endpoint is None:
+            if request.method == "GET" and path in (ROUTES_PATH, HEALTH_PATH):
+                return await (self._routes() if path == ROUTES_PATH else self._health())
             return _json_response(contract.error_answer("not_found", f"no endpoint at {path}"))
         try:
             body = await request.body()
@@ -213,6 +254,42 @@ class Gateway:
 
     def _endpoint_for(self, path: str) -> EndpointSpec | None:
         return self._by_url.get(url_key(path))
+
+    # -- /_peach/routes and /_peach/health, as under `peach dev` -------------------------
+
+    async def _routes(self) -> Response:
+        endpoints = [
+            {
+                "name": endpoint.name,
+                "url": endpoint.url,
+                "components": list(endpoint.components),
+                "streams": None,  # known to the replicas only
+            }
+            for endpoint in sorted(self.endpoints.values(), key=lambda e: e.url)
+        ]
+        body = {"codops": self.codops, "endpoints": endpoints}
+        return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
+
+    async def _health(self) -> Response:
+        """Every component's replicas, their states and last errors (a failed re-init)."""
+        await self._read_components()
+        app_name = serve.get_replica_context().app_name
+
+        def read() -> tuple[dict[str, Any], dict[tuple[str, str], dict[str, Any]]]:
+            from ray.serve.context import _get_global_client
+
+            client = _get_global_client()
+            details = client.get_serve_details() if client is not None else {}
+            app = (details.get("applications") or {}).get(app_name) or {}
+            return app.get("deployments") or {}, reports.read(app_name)
+
+        deployments, records = await asyncio.to_thread(read)
+        components = {
+            deployment: f"{name}/{component}"
+            for (name, component), deployment in self.deployments.items()
+        }
+        body = reports.health_body(self.codops, components, deployments, records, self.unstartable)
+        return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
 
     async def _answer(
         self, endpoint: EndpointSpec, params: contract.RequestParams

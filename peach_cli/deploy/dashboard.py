@@ -1,8 +1,9 @@
 """The REST client of a Ray cluster's dashboard: the only way peach talks to a cluster.
 
 Every call has an explicit timeout; every transport failure and every unexpected status is
-translated here, at one boundary, into a ``DeployError`` a user can act on. A token from
-``RAY_AUTH_TOKEN`` is sent as ``Authorization: Bearer …`` and never appears in a message.
+translated here, at one boundary, into a ``DeployError`` a user can act on. The token, found
+as Ray's own tools find it (``auth_token``), is sent as ``Authorization: Bearer …`` and never
+appears in a message.
 
 Example::
 
@@ -17,7 +18,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 ADDRESS_ENV = "PEACH_RAY_ADDRESS"
 TOKEN_ENV = "RAY_AUTH_TOKEN"
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 APPLICATIONS_PATH = "/api/serve/applications/"
 
 _USERINFO = re.compile(r"^((?:[a-z][a-z0-9+.-]*://)?[^:/@\s]*):[^@/\s]*@", re.IGNORECASE)
@@ -100,6 +103,38 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def auth_token(environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """The dashboard token as Ray's tools read it, and where it came from (for hints).
+
+    ``RAY_AUTH_TOKEN``, else the file named by ``RAY_AUTH_TOKEN_PATH``, else
+    ``~/.ray/auth_token``; surrounding whitespace stripped. The token itself is never put
+    in a message. Raises ``DeployError`` when ``RAY_AUTH_TOKEN_PATH`` names a file that
+    cannot be read.
+
+    >>> auth_token({"RAY_AUTH_TOKEN": " abc\\n"})
+    ('abc', 'RAY_AUTH_TOKEN')
+    """
+    environ = os.environ if environ is None else environ
+    value = (environ.get(TOKEN_ENV) or "").strip()
+    if value:
+        return value, TOKEN_ENV
+    named = (environ.get(TOKEN_PATH_ENV) or "").strip()
+    if named:
+        path = Path(named).expanduser()
+        try:
+            return path.read_text().strip() or None, f"the file {path} ({TOKEN_PATH_ENV})"
+        except OSError as error:
+            raise DeployError(
+                f"cannot read the token file {path} named by {TOKEN_PATH_ENV}: "
+                f"{error.strerror or error}"
+            ) from None
+    path = Path(environ.get("HOME") or Path.home()) / ".ray" / "auth_token"
+    try:
+        return path.read_text().strip() or None, f"the file {path}"
+    except OSError:
+        return None, ""
+
+
 class DashboardClient:
     """A small, synchronous client of the endpoints peach needs."""
 
@@ -115,7 +150,10 @@ class DashboardClient:
         self.address = address
         self.shown = shown_address(address)
         """The address as messages show it (without a password)."""
-        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        source = "the token passed in"
+        if token is None:
+            token, source = auth_token()
+        self._token_source = source
         self._secrets = [s for s in (token, urlsplit(address).password) if s]
         headers = {"User-Agent": "peach-cli"}
         if token:
@@ -214,9 +252,10 @@ class DashboardClient:
             has_token = "Authorization" in self._client.headers
             raise DeployError(
                 f"the Ray dashboard at {self.shown} refused the request ({response.status_code})",
-                hint="check the token in RAY_AUTH_TOKEN"
+                hint=f"check the token in {self._token_source}"
                 if has_token
-                else f"the cluster needs a token: set {TOKEN_ENV}",
+                else f"the cluster needs a token: set {TOKEN_ENV} (or {TOKEN_PATH_ENV}, "
+                "or write it to ~/.ray/auth_token)",
             )
         if response.status_code >= 400 and response.status_code not in allow:
             detail = self._redact(response.text.strip())  # a server may echo the request

@@ -1,7 +1,7 @@
 """Where environments are cached: the user cache folder, or ``PEACH_ENV_CACHE``.
 
-    cache_root()     # ~/.cache/peach/envs on Linux, ~/Library/Caches/peach/envs on macOS
-    uv_cache_dir()   # beside the envs, on the same filesystem, so installs are links
+cache_root()     # ~/.cache/peach/envs on Linux, ~/Library/Caches/peach/envs on macOS
+uv_cache_dir()   # beside the envs, on the same filesystem, so installs are links
 """
 
 from __future__ import annotations
