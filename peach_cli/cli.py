@@ -258,6 +258,38 @@ def delete(
     raise typer.Exit(run_delete(app_name, address=address))
 
 
+@app.command()
+def logs(
+    app_name: Annotated[
+        Optional[str],
+        typer.Argument(
+            help="The application (a codops). Default: the cluster's only application.",
+            show_default=False,
+        ),
+    ] = None,
+    address: AddressOption = None,
+    deployment: Annotated[
+        Optional[str],
+        typer.Option(
+            "--deployment", "-d", help="Only this deployment (hello.main).", show_default=False
+        ),
+    ] = None,
+    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per replica log.")] = 100,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl-C.")
+    ] = False,
+) -> None:
+    """Print the replicas' logs of an application: prints, init errors, failed re-inits.
+
+    Each line is prefixed with its deployment and replica (deployment#replica); replicas that stopped (an init that failed, a version replaced) are marked (stopped).
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.cmd_logs import run_logs
+
+    raise typer.Exit(
+        run_logs(app_name, address=address, deployment=deployment, tail=tail, follow=follow)
+    )
+
+
 def main() -> None:
     """Entry point of the `peach` console script: the one catch site for PeachError."""
     try:

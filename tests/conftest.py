@@ -183,3 +183,56 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]
 def base_url(dev_server: DevProcess) -> str:
     """The base URL of a host serving ``tests/projects/semantics``."""
     return dev_server.url
+
+
+# -- the two-node Ray cluster of the deploy tests -------------------------------------------
+
+RAY_WORKER_CPUS = 4
+"""Logical CPUs of the worker node (the test projects reserve 0.1 CPU per replica)."""
+
+
+class SharedRayCluster:
+    """One two-node cluster for every test that asks for ``ray_cluster``, started on first
+    use and stopped as soon as the next test does not need it (so it never idles through
+    the rest of the suite, and clusters never overlap on a small machine)."""
+
+    def __init__(self) -> None:
+        self.cluster = None
+
+    def get(self):
+        from ray_cluster import RayHead
+
+        if self.cluster is None:
+            cluster = RayHead(num_cpus=0, worker_cpus=RAY_WORKER_CPUS).start()
+            try:
+                cluster.start_serve()
+            except BaseException:
+                cluster.stop()
+                raise
+            self.cluster = cluster
+        return self.cluster
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+
+_shared_ray = SharedRayCluster()
+
+
+@pytest.fixture
+def ray_cluster():
+    """A head offering no CPUs and a worker node with ``RAY_WORKER_CPUS``, on loopback, Serve
+    running with its proxy on the head: every replica runs on the worker node, which did
+    not upload the packages it runs."""
+    return _shared_ray.get()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is None or "ray_cluster" not in getattr(nextitem, "fixturenames", ()):
+        _shared_ray.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _shared_ray.stop()

@@ -1,7 +1,7 @@
-"""`peach deploy`, `status` and `delete` against a real Ray cluster started by this module.
-
-The head runs on free loopback ports with a few logical CPUs (the test projects reserve
-0.1 CPU per replica); every test starts from a cluster without applications.
+"""`peach deploy`, `status` and `delete` against a real two-node Ray cluster (``ray_cluster``
+in conftest): a head offering no CPUs and a worker node, on loopback, so every replica runs
+on a node that did not upload its packages. Every test starts from a cluster without
+applications.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -35,15 +34,10 @@ SEMANTICS = PROJECTS / "semantics"
 REPO = TESTS.parent
 
 
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with RayHead(num_cpus=4) as running:
-        yield running
-
-
 @pytest.fixture
-def cluster(head: RayHead) -> RayHead:
-    """The head, with no Serve application left by an earlier test."""
+def cluster(ray_cluster: RayHead) -> RayHead:
+    """The cluster, with no Serve application left by an earlier test."""
+    head = ray_cluster
     with DashboardClient(head.dashboard_url) as dashboard:
         if dashboard.serve_details().get("applications"):
             dashboard.put_applications({"applications": []})
@@ -259,20 +253,3 @@ def test_a_project_larger_than_the_cluster_is_refused_with_the_numbers(cluster):
     assert result.returncode == 1
     assert re.search(r"asks for [\d.]+ CPUs .* the cluster has [\d.]+ CPUs", result.stderr)
     assert replica_ids(cluster) == {}  # nothing was deployed
-
-
-def test_a_cluster_with_token_auth_gets_the_token_from_ray_auth_token():
-    token = "peach-test-token-0123456789abcdef"
-    with RayHead(num_cpus=1, auth_token=token) as secured:
-        missing = peach("status", "--address", secured.dashboard_url)
-        assert missing.returncode == 1
-        assert "refused the request (401)" in missing.stderr
-        assert "set RAY_AUTH_TOKEN" in missing.stderr
-
-        wrong = peach("status", "--address", secured.dashboard_url, token="not-the-token")
-        assert wrong.returncode == 1 and "(403)" in wrong.stderr
-        assert "not-the-token" not in wrong.stderr + wrong.stdout  # never printed
-
-        right = peach("status", "--address", secured.dashboard_url, token=token)
-        assert right.returncode == 0, right.stderr
-        assert "no applications" in right.stdout

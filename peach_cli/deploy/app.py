@@ -89,7 +89,7 @@ class Component:
             await self.runner.start()
         except contract.InitError as error:
             # in the replica's log too, where `peach logs` finds it
-            reports.logger.error("%s: %s\n%s", self.runner.replica_id, error.message, error.details)
+            logger.error("%s: %s\n%s", self.runner.replica_id, error.message, error.details)
             text = error.message
             if error.details:
                 # Ray rewrites a "Traceback (most recent call last):" line inside an

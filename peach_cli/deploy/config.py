@@ -251,6 +251,8 @@ def merge_applications(
         http_options = {k: v for k, v in current.items() if v is not None} or http_options
     config = dict(bundle.config)
     config["http_options"] = http_options
+    if details.get("controller_info") and details.get("proxy_location"):
+        config["proxy_location"] = details["proxy_location"]  # as Serve runs (it stays)
     config["applications"] = [*others, ours]
     return config, warnings
 

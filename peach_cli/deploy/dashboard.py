@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -229,6 +229,51 @@ class DashboardClient:
             timeout=httpx.Timeout(UPLOAD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
         )
 
+    # -- the state and log API (`peach logs`) ---------------------------------------------
+
+    def list_actors(self, class_name: str) -> list[dict[str, Any]]:
+        """``GET /api/v0/actors``: the actors of one class, alive and dead (as GCS keeps them)."""
+        path = "/api/v0/actors"
+        params = {
+            "filter_keys": "class_name",
+            "filter_predicates": "=",
+            "filter_values": class_name,
+            "detail": "true",
+            "limit": "1000",
+        }
+        data = _json(self._request("GET", path, params=params), path, self._redact)
+        try:
+            return list(data["data"]["result"]["result"])
+        except (KeyError, TypeError):
+            raise DeployError(f"unexpected answer from {path}: {data!r:.200}") from None
+
+    def actor_log(self, actor_id: str, suffix: str, lines: int) -> str | None:
+        """``GET /api/v0/logs/file``: the last ``lines`` of an actor's stdout or stderr
+        (``suffix`` ``out`` or ``err``); None when the cluster no longer has it."""
+        response = self._request(
+            "GET", "/api/v0/logs/file", params=_log_params(actor_id, suffix, lines), allow=(500,)
+        )
+        return response.text if response.status_code == 200 else None
+
+    def follow_actor_log(self, actor_id: str, suffix: str, lines: int) -> Iterator[str]:
+        """``GET /api/v0/logs/stream``: the last ``lines`` and then each new line, until the
+        actor's log ends or the caller stops iterating."""
+        import httpx
+
+        params = _log_params(actor_id, suffix, lines)
+        try:
+            with self._client.stream(
+                "GET",
+                "/api/v0/logs/stream",
+                params=params,
+                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+            ) as response:
+                if response.status_code != 200:
+                    return
+                yield from response.iter_lines()
+        except httpx.HTTPError:
+            return
+
     # -- the boundary --------------------------------------------------------------------
 
     def _request(
@@ -280,6 +325,15 @@ def _json(
         return response.json()
     except ValueError:
         raise DeployError(f"{path} did not answer JSON: {redact(response.text[:200])!r}") from None
+
+
+def _log_params(actor_id: str, suffix: str, lines: int) -> dict[str, str]:
+    return {
+        "actor_id": actor_id,
+        "suffix": suffix,
+        "lines": str(lines),
+        "filter_ansi_code": "true",
+    }
 
 
 def _reason(error: Exception) -> str:

@@ -65,6 +65,11 @@ def read(app: str) -> dict[tuple[str, str], dict[str, Any]]:
     return records
 
 
+def _text(value: Any) -> str:
+    """An enum member (as Serve's details hold them) or a string, as text."""
+    return str(getattr(value, "value", value))
+
+
 def health_body(
     codops: str,
     components: dict[str, str],
@@ -85,8 +90,8 @@ def health_body(
         init_error = unstartable.get(deployment)
         replicas = []
         for replica in details.get("replicas") or []:
-            unique = str(replica.get("replica_id", "?"))
-            state = str(replica.get("state", "?"))
+            unique = _text(replica.get("replica_id", "?"))
+            state = _text(replica.get("state", "?"))
             record = records.get((deployment, unique)) or {}
             error = record.get("error") or (init_error if state != "RUNNING" else None)
             if state in ("STARTING", "PENDING_MIGRATION"):
@@ -103,7 +108,7 @@ def health_body(
                     "error": error,
                 }
             )
-        if init_error or str(details.get("status", "")) != "HEALTHY":
+        if init_error or _text(details.get("status", "")) != "HEALTHY":
             healthy = False
         if not replicas and not init_error:
             ready = False
