@@ -24,7 +24,7 @@ from peach_cli.deploy.dashboard import DashboardClient
 from peach_cli.deploy.deployer import ReplicaStartFailed, Reporter, deploy, wait_until_running
 from peach_cli.project import build_plan
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]  # the first test starts the cluster
 
 TESTS = Path(__file__).resolve().parent
 PROJECTS = TESTS / "projects"

@@ -22,7 +22,7 @@ from test_deploy_cluster import cluster, plan_of, replica_ids  # noqa: F401 - fi
 
 from peach_cli.deploy.deployer import deploy
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]  # the first test starts the cluster
 
 TESTS = Path(__file__).resolve().parent
 PROJECTS = TESTS / "projects"

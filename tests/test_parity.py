@@ -23,12 +23,14 @@ RAY_DEPLOY_TIMEOUT_S = 240
 
 @pytest.fixture(scope="module")
 def ray_semantics() -> Iterator[str]:
-    """`peach deploy tests/projects/semantics` on a fresh head: the Serve proxy's URL."""
+    """`peach deploy tests/projects/semantics` on a fresh two-node cluster: the proxy's URL."""
     from conftest import SEMANTICS
 
     plan, diagnostics = build_plan(SEMANTICS)
     assert plan is not None, diagnostics
-    with RayHead(num_cpus=SEMANTICS_CPUS) as head:
+    # two nodes: a head offering no CPUs, so every replica runs on the worker node
+    with RayHead(num_cpus=0, worker_cpus=SEMANTICS_CPUS) as head:
+        head.start_serve()
         result = deploy(
             plan,
             address=head.dashboard_url,
