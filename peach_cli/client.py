@@ -435,9 +435,24 @@ def not_found_error(url: str, routes: list[dict[str, Any]] | None) -> EndpointNo
         f"{route['url']} ({route['name']})" if route.get("name") else route["url"]
         for route in routes
     )
-    close = difflib.get_close_matches(path, urls, n=1, cutoff=0.5)
+    close = _closest_url(path, urls)
     message = f"404: no endpoint at {path}" + (f"; did you mean {close[0]}?" if close else "")
     return EndpointNotFound(message, hint=f"endpoints: {listing}")
+
+
+def _closest_url(path: str, urls: list[str]) -> list[str]:
+    """The endpoint url closest to ``path``, or below a route prefix to a tail of it.
+
+    >>> _closest_url("/zzacc/tlak", ["/talk", "/drift"])
+    ['/talk']
+    """
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts) + 1):
+        tail = "/" + "/".join(parts[depth:])
+        close = difflib.get_close_matches(tail, urls, n=1, cutoff=0.5)
+        if close:
+            return close
+    return []
 
 
 def check_answer(answer: Answer, client: Client, url: str) -> tuple[bool, Any]:

@@ -79,7 +79,15 @@ def test_another_prefix_is_merged_beside_the_application_at_the_root():
 
 def test_the_route_prefix_is_checked_before_the_project_is_read():
     result = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "deploy", "/no/such/project", "--route-prefix", "x"],
+        [
+            sys.executable,
+            "-m",
+            "peach_cli.cli",
+            "deploy",
+            "/no/such/project",
+            "--route-prefix",
+            "x",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -130,9 +138,7 @@ def test_a_token_path_that_cannot_be_read_is_a_clear_error(tmp_path):
         auth_token({"RAY_AUTH_TOKEN_PATH": str(tmp_path / "missing")})
 
 
-def test_the_file_token_is_sent_and_a_refusal_names_the_file_never_the_token(
-    tmp_path, monkeypatch
-):
+def test_the_file_token_is_sent_and_a_refusal_names_the_file_never_the_token(tmp_path, monkeypatch):
     (tmp_path / "token").write_text("s3cret-from-file\n")
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "token"))
@@ -162,7 +168,10 @@ def test_the_health_answer_has_the_shape_of_peach_devs():
                 {"replica_id": "b2", "state": "RUNNING", "pid": 11, "node_ip": "10.0.0.2"},
             ],
         },
-        "broken.main": {"status": "UPDATING", "replicas": [{"replica_id": "c3", "state": "STARTING"}]},
+        "broken.main": {
+            "status": "UPDATING",
+            "replicas": [{"replica_id": "c3", "state": "STARTING"}],
+        },
     }
     records = {("hello.main", "b2"): {"error": "re-init after drift failed, keeping …"}}
     body = health_body(
