@@ -29,7 +29,6 @@ def run_logs(
     if tail < 0:
         raise UsageError("--tail must be 0 or more lines")
     from peach_cli import console
-    from peach_cli.cmd_deploy import _warn
     from peach_cli.deploy.deployer import Reporter, connect
     from peach_cli.deploy.logs import find_replicas, follow_logs, read_logs
 
@@ -46,6 +45,14 @@ def run_logs(
         for line in lines:
             _print_line(out, line)
     return 0
+
+
+def _warn(message: str) -> None:
+    from rich.markup import escape
+
+    from peach_cli import console
+
+    console.stderr().print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
 
 
 def _print_line(out: object, line: LogLine) -> None:

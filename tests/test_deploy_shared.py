@@ -231,8 +231,12 @@ def test_logs_health_and_status_show_prints_init_errors_and_failed_reinits(clust
     assert re.search(rf"^drift\.main#{drift_id} \| .*re-init after drift failed", text, re.M)
     assert f"drift.main#{drift_id} | RuntimeError: the model store is gone" in text
     only = log_lines(cluster, "deploy-shared", "--deployment", "talk.main", "--tail", "1")
-    assert only.strip() and all(line.startswith("talk.main#") for line in only.splitlines())
-    assert len(only.splitlines()) <= 2  # one line of stdout, one of stderr
+    prefixes = [line.split(" | ", 1)[0] for line in only.splitlines()]
+    assert f"talk.main#{talk_id}" in prefixes
+    # talk.main only (with the stopped replicas of the earlier test's deploy-shared), and
+    # one line of stdout and one of stderr per replica
+    assert all(p.startswith("talk.main#") for p in prefixes), only
+    assert all(prefixes.count(p) <= 2 for p in prefixes), only
     unknown = peach("logs", "deploy-shared", *address, "--deployment", "talk")
     assert unknown.returncode == 2 and "did you mean talk.main" in unknown.stderr
 
