@@ -5,7 +5,11 @@ query, JSON body, headers, timeout); every mistake in it is a ``UsageError``::
 
     build_request("/assistant", ["query=hi", "size:=3"], stream=True)
     # AskRequest(method="POST", url="http://127.0.0.1:8000/assistant",
-    #            body={"query": "hi", "size": 3, "stream": True}, ...)
+    #            params=(("query", "hi"),), body={"size": 3, "stream": True}, ...)
+
+``KEY=VALUE`` travels in the query string, so the endpoint converts it to the parameter's
+annotation exactly as it converts ``curl '/assistant?KEY=VALUE'``; only a value too long for
+a URL (one that would take it past ``URL_LIMIT`` bytes) goes in the JSON body, as a string.
 
 Nothing here does I/O except reading ``--json @file``.
 """
@@ -17,15 +21,16 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from peach_cli.errors import UsageError
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 60.0
 USER_AGENT = "peach-ask"
+URL_LIMIT = 2048  # bytes: KEY=VALUE items that would make the URL longer go in the body
 _HOST_PORT = re.compile(r"^(localhost|[\w.-]+:\d+)(/|\?|$)")
 
 
@@ -80,20 +85,30 @@ def check_url(url: str, *, what: str) -> None:
         )
 
 
-def parse_items(items: Sequence[str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Split httpie-style items into body fields and query parameters.
+@dataclass
+class Items:
+    """The httpie-style items of one command line, by where they go."""
 
-    ``KEY=VALUE`` is a string field, ``KEY:=JSON`` a raw JSON field, ``KEY==VALUE`` a query
-    parameter. The separator that comes first wins, so values may contain ``=``.
+    strings: list[tuple[str, str]] = field(default_factory=list)  # KEY=VALUE, in order
+    fields: dict[str, Any] = field(default_factory=dict)  # KEY:=JSON
+    query: list[tuple[str, str]] = field(default_factory=list)  # KEY==VALUE
+
+
+def parse_items(items: Sequence[str]) -> Items:
+    """Split httpie-style items into strings, JSON fields and query parameters.
+
+    ``KEY=VALUE`` is a string parameter (repeat the key for a list, as in a query string),
+    ``KEY:=JSON`` a raw JSON body field, ``KEY==VALUE`` a query parameter. The separator
+    that comes first wins, so values may contain ``=``; between ``KEY=`` and ``KEY:=`` for
+    the same key, the later item wins.
     """
-    body: dict[str, Any] = {}
-    query: list[tuple[str, str]] = []
+    parsed = Items()
     for item in items:
         positions = [(item.find(sep), sep) for sep in (":=", "==", "=") if sep in item]
         if not positions:
             raise UsageError(
                 f"{item!r} is not KEY=VALUE, KEY:=JSON or KEY==VALUE",
-                hint='strings as query=hello, JSON as size:=5 or tags:=\'["a","b"]\'',
+                hint='parameters as query=hello or n=3, raw JSON as tags:=\'["a","b"]\'',
             )
         index, sep = min(positions, key=lambda pair: (pair[0], -len(pair[1])))
         key, value = item[:index], item[index + len(sep) :]
@@ -101,14 +116,46 @@ def parse_items(items: Sequence[str]) -> tuple[dict[str, Any], list[tuple[str, s
             raise UsageError(f"{item!r} has no name before {sep!r}")
         if sep == ":=":
             try:
-                body[key] = json.loads(value)
+                parsed.fields[key] = json.loads(value)
             except ValueError as error:
                 raise UsageError(f"{item!r}: the value after := is not JSON ({error})") from None
+            parsed.strings = [pair for pair in parsed.strings if pair[0] != key]
         elif sep == "==":
-            query.append((key, value))
+            parsed.query.append((key, value))
         else:
-            body[key] = value
-    return body, query
+            parsed.strings.append((key, value))
+            parsed.fields.pop(key, None)
+    return parsed
+
+
+def split_long_strings(
+    url: str, query: Sequence[tuple[str, str]], strings: Sequence[tuple[str, str]]
+) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The ``KEY=VALUE`` items that fit in the URL, and the others as body fields.
+
+    Keys are taken in command-line order; every value of a key stays in the query string
+    while the URL, with the query so far, fits in ``URL_LIMIT`` bytes. A key that would
+    pass it goes in the body, as a string (the last value, when it was repeated).
+    """
+    used = len(url) + sum(_encoded_length(key, value) for key, value in query)
+    by_key: dict[str, list[str]] = {}
+    for key, value in strings:
+        by_key.setdefault(key, []).append(value)
+    in_url: set[str] = set()
+    body: dict[str, str] = {}
+    for key, values in by_key.items():
+        size = sum(_encoded_length(key, value) for value in values)
+        if used + size <= URL_LIMIT:
+            used += size
+            in_url.add(key)
+        else:
+            body[key] = values[-1]
+    return [(key, value) for key, value in strings if key in in_url], body
+
+
+def _encoded_length(key: str, value: str) -> int:
+    """Bytes ``&key=value`` takes in a URL, every reserved character percent-encoded."""
+    return 2 + len(quote(key, safe="")) + len(quote(value, safe=""))
 
 
 def load_json_body(source: str) -> Any:
@@ -176,14 +223,17 @@ def build_request(
 ) -> AskRequest:
     """Resolve TARGET, items, ``--json``, ``--get`` and ``--stream`` into one AskRequest.
 
-    Without ``--get`` the fields travel as a JSON object body (POST); with it, or when
-    there is nothing to send, as the query string (GET). ``--stream`` adds ``stream=true``;
-    a truthy ``stream`` among the parameters (``stream==true``) asks for the stream too.
+    ``KEY=VALUE`` and ``KEY==VALUE`` go in the query string (a ``KEY=VALUE`` too long for
+    the URL goes in the body); ``KEY:=JSON`` and ``--json`` travel as a JSON object body
+    (POST). With ``--get`` everything goes in the query string (GET); with nothing for a
+    body, the request is a GET. ``--stream`` adds ``stream=true``; a truthy ``stream``
+    among the parameters (``stream==true``) asks for the stream too.
     """
     if timeout_s <= 0:
         raise UsageError(f"--timeout must be more than 0 seconds, not {timeout_s:g}")
     url = resolve_url(target, base)
-    fields, query = parse_items(items)
+    parsed = parse_items(items)
+    fields, query, strings = parsed.fields, parsed.query, parsed.strings
     body: dict[str, Any] | None = None
     if json_body is not None:
         if get:
@@ -193,24 +243,32 @@ def build_request(
             raise UsageError(
                 f"--json must be a JSON object (the endpoint's parameters), not {type(loaded).__name__}"
             )
-        body = {**loaded, **fields}
+        # Items win over --json: a KEY=VALUE in the query must not lose to the body's KEY.
+        body = {k: v for k, v in loaded.items() if k not in dict(strings)} | fields
     elif fields and not get:
         body = dict(fields)
-    sent = [v for k, v in query if k == "stream"] + [
+    sent = [v for k, v in [*query, *strings] if k == "stream"] + [
         source["stream"] for source in (fields, body or {}) if "stream" in source
     ]
     stream = stream or any(_truthy(value) for value in sent)  # `stream==true` means --stream
     if stream:
+        strings = [(key, text) for key, text in strings if key != "stream"]
         if body is None and not get:
             body = {}
         if body is not None:
             body["stream"] = True
     params = list(query)
     if get:
+        params += strings
         params += [(key, text) for key, value in fields.items() for text in _query_value(value)]
         if stream:  # one stream=true, whatever the items said
             params = [(key, text) for key, text in params if key != "stream"]
             params.append(("stream", "true"))
+    else:
+        in_url, too_long = split_long_strings(url, query, strings)
+        params += in_url
+        if too_long:
+            body = {**(body or {}), **too_long}
     extra = parse_headers(headers)
     names = {name.lower() for name, _ in extra}
     defaults = [("User-Agent", USER_AGENT)]

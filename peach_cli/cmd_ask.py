@@ -9,7 +9,6 @@ once. Status lines and the end-of-stream summary go to stderr.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import time
@@ -59,7 +58,7 @@ def run_ask(
         timeout_s=timeout_s,
     )
     _skip_unused_imports()
-    from peach_cli.client import Client, EndpointFailed
+    from peach_cli.client import Client
 
     tty = sys.stdout.isatty()
     try:
@@ -74,37 +73,11 @@ def run_ask(
                         answer, client, request.url, tty=tty, raw=raw, md=markdown
                     )
                 return _render_stream(response, tty=tty, raw=raw, markdown=markdown)
-    except EndpointFailed as error:
-        if error.hint is None and not get:
-            error.hint = _string_values_hint(items)
-        raise
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         _detach_stdout()
         return EXIT_BROKEN_PIPE
-
-
-_JSON_SCALAR = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?|true|false|null")
-
-
-def _string_values_hint(items: Sequence[str]) -> str | None:
-    """A hint when ``KEY=VALUE`` items that look like numbers went out as JSON strings.
-
-    The body is not converted to the method's annotations (only query strings are), so
-    ``size=2`` reaches ``size: int`` as ``"2"``: the usual cause of a failing call.
-    """
-    typed = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if sep and not key.endswith(":") and not value.startswith("=") and key:
-            if _JSON_SCALAR.fullmatch(value):
-                typed.append((key, value))
-    if not typed:
-        return None
-    sent = ", ".join(f'{key}="{value}"' for key, value in typed)
-    fixed = " ".join(f"{key}:={value}" for key, value in typed)
-    return f"sent as JSON strings: {sent}; for numbers or booleans write {fixed}"
 
 
 def _skip_unused_imports() -> None:
@@ -193,6 +166,9 @@ def _render_stream(response: Stream, *, tty: bool, raw: bool, markdown: bool) ->
         renderer = _MarkdownRenderer(response.content_type)
     else:
         renderer = _TextRenderer(out, response.content_type)
+    from peach_cli.client import StreamCut
+    from peach_cli.errors import ClientError
+
     outcome: str | None = "done"
     try:
         for chunk in response.chunks():
@@ -202,6 +178,13 @@ def _render_stream(response: Stream, *, tty: bool, raw: bool, markdown: bool) ->
         outcome = "interrupted"
     except BrokenPipeError:
         outcome = None
+        raise
+    except ClientError as error:  # cut or stalled: what arrived stays printed
+        outcome = "failed"
+        if isinstance(error, StreamCut):
+            outcome = "cut"
+            error.hint = error.hint or _CUT_HINT
+        renderer.close()
         raise
     except BaseException:
         outcome = "failed"
@@ -218,6 +201,9 @@ def _render_stream(response: Stream, *, tty: bool, raw: bool, markdown: bool) ->
         # the server (and the endpoint's generator) that the client went away.
         return EXIT_INTERRUPTED
     return 0
+
+
+_CUT_HINT = "an endpoint whose generator raises cuts its stream; the server's log has the error"
 
 
 class _Renderer:
@@ -472,7 +458,8 @@ def _summary(
         parts.append("no data")
     else:
         parts.append(f"first chunk {_duration(stats.first_chunk - stats.started)}")
-    parts.append(f"{stats.chunks} chunk{'s' if stats.chunks != 1 else ''}")
+    chunks = f"{stats.chunks} chunk{'s' if stats.chunks != 1 else ''}"
+    parts.append(f"cut after {chunks}" if outcome == "cut" else chunks)
     if frames is not None and framing in (SSE, JSON_LINES):
         noun = "events" if framing == SSE else "lines"
         parts.append(f"{frames} {noun}")

@@ -25,7 +25,7 @@ def load_plan(project: Path, *, quiet_warnings: bool = False) -> ProjectPlan:
     from peach_cli import console
     from peach_cli.diagnostics import has_errors, sort_key
     from peach_cli.errors import ProjectInvalid
-    from peach_cli.project import build_plan
+    from peach_cli.validate import build_plan
 
     plan, diagnostics = build_plan(project)
     diagnostics.sort(key=sort_key)

@@ -50,6 +50,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC305": ("warning", "no @endpoint in decorator notebook"),
     "PC306": ("warning", "no endpoints"),
     "PC307": ("warning", "name from a cell that does not run"),
+    "PC308": ("warning", "import its py_env does not provide"),
     "PC401": ("info", "streaming method"),
 }
 """code -> (severity, short title): the documented table above, as data."""

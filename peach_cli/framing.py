@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -67,15 +68,19 @@ def detect_framing(content_type: str | None, head: bytes, *, final: bool = False
     """Return PLAIN, JSON_LINES or SSE, or None when ``head`` is too short to tell yet.
 
     The content type wins when it names a framing (``text/event-stream``, ``ndjson``…);
-    otherwise (``text/plain``, the platform's default) the first bytes decide: a line
-    starting with an SSE field is SSE, one starting with ``{`` is JSON lines, anything else
-    is plain text. ``final`` says no more bytes will come, so a decision must be made.
+    otherwise (``text/plain``, the platform's default) the first bytes decide (after a byte
+    order mark, if any): a line starting with an SSE field is SSE, one starting with ``{``
+    is JSON lines, anything else is plain text. ``final`` says no more bytes will come, so a decision must be made.
     """
     mime = (content_type or "").split(";", 1)[0].strip().lower()
     if mime == "text/event-stream":
         return SSE
     if mime in _JSON_LINES_TYPES:
         return JSON_LINES
+    if head.startswith(codecs.BOM_UTF8):
+        head = head[len(codecs.BOM_UTF8) :]
+    elif head and codecs.BOM_UTF8.startswith(head) and not final:
+        return None  # the start of a byte order mark
     start = head.lstrip(b"\r\n\t ")
     if not start:
         return PLAIN if final else None
@@ -131,13 +136,18 @@ def _parse_json(data: str) -> tuple[bool, Any]:
         return False, None
 
 
+def _utf8_decoder() -> codecs.IncrementalDecoder:
+    """UTF-8 that never splits a character and drops one leading byte order mark."""
+    return codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+
+
 class PlainDecoder:
     """Plain text: every chunk is a frame (UTF-8 decoded without splitting characters)."""
 
     framing = PLAIN
 
     def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._decoder = _utf8_decoder()
 
     def feed(self, chunk: bytes) -> list[Frame]:
         text = self._decoder.decode(chunk)
@@ -148,24 +158,69 @@ class PlainDecoder:
         return [Frame(data=text, text=text)] if text else []
 
 
+class _Lines:
+    """Complete lines out of text that arrives in pieces, in time linear in its length.
+
+    Only the new text is searched for line ends; the unfinished line is kept as a list of
+    pieces and joined once, when it ends. ``universal`` ends lines at CRLF, LF or CR (as
+    Server-Sent Events do) — a CR at the end of a piece ends its line at once, and an LF
+    that starts the next piece is then the rest of that CRLF; otherwise only LF ends one.
+    """
+
+    def __init__(self, *, universal: bool) -> None:
+        self._universal = universal
+        self._pieces: list[str] = []
+        self._after_cr = False
+
+    def feed(self, text: str) -> list[str]:
+        if not text:
+            return []
+        if self._after_cr:
+            self._after_cr = False
+            if text.startswith("\n"):
+                text = text[1:]
+        if "\n" not in text and not (self._universal and "\r" in text):
+            self._pieces.append(text)  # the common case of a long line: no search at all
+            return []
+        lines: list[str] = []
+        start = 0
+        for match in (_UNIVERSAL_EOL if self._universal else _LF).finditer(text):
+            self._pieces.append(text[start : match.start()])
+            lines.append("".join(self._pieces))
+            self._pieces = []
+            start = match.end()
+        if start < len(text):
+            self._pieces.append(text[start:])
+        elif self._universal and text.endswith("\r"):
+            self._after_cr = True
+        return lines
+
+    def rest(self) -> str:
+        """The unfinished line (it is forgotten)."""
+        rest, self._pieces = "".join(self._pieces), []
+        return rest
+
+
+_UNIVERSAL_EOL = re.compile(r"\r\n|\r|\n")
+_LF = re.compile(r"\n")
+
+
 class JSONLinesDecoder:
     """JSON lines: one frame per complete line; a line that is not JSON is kept as text."""
 
     framing = JSON_LINES
 
     def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""
+        self._decoder = _utf8_decoder()
+        self._lines = _Lines(universal=False)
 
     def feed(self, chunk: bytes) -> list[Frame]:
-        self._pending += self._decoder.decode(chunk)
-        *lines, self._pending = self._pending.split("\n")
+        lines = self._lines.feed(self._decoder.decode(chunk))
         return [frame for line in lines if (frame := self._frame(line)) is not None]
 
     def close(self) -> list[Frame]:
-        rest = self._pending + self._decoder.decode(b"", final=True)
-        self._pending = ""
-        frame = self._frame(rest)
+        self._lines.feed(self._decoder.decode(b"", final=True))
+        frame = self._frame(self._lines.rest())
         return [frame] if frame is not None else []
 
     @staticmethod
@@ -182,50 +237,35 @@ class JSONLinesDecoder:
 class SSEDecoder:
     """Server-Sent Events as the HTML standard parses them.
 
-    Lines end in CRLF, LF or CR; ``data:`` lines accumulate (joined with newlines) until a
-    blank line dispatches the event; ``event:`` sets its type, ``id:`` the last event id,
-    ``retry:`` is read and ignored; lines starting with ``:`` are comments. One space after
-    the colon is dropped. An event whose data is ``[DONE]`` is marked ``done``.
+    One leading byte order mark is ignored; lines end in CRLF, LF or CR; ``data:`` lines
+    accumulate (joined with newlines) until a blank line dispatches the event; ``event:``
+    sets its type, ``id:`` the last event id, ``retry:`` is read and ignored; lines starting
+    with ``:`` are comments. One space after the colon is dropped. An event whose data is
+    ``[DONE]`` is marked ``done``.
     """
 
     framing = SSE
 
     def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""
+        self._decoder = _utf8_decoder()
+        self._lines = _Lines(universal=True)
         self._data: list[str] = []
         self._event: str | None = None
         self.last_id: str | None = None
         self.comments = 0
 
     def feed(self, chunk: bytes) -> list[Frame]:
-        text = self._pending + self._decoder.decode(chunk)
-        # A trailing CR may be the first half of CRLF: keep it until the next chunk.
-        hold_cr = text.endswith("\r")
-        if hold_cr:
-            text = text[:-1]
-        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        self._pending = lines.pop() + ("\r" if hold_cr else "")
-        frames = []
-        for line in lines:
-            frame = self._line(line)
-            if frame is not None:
-                frames.append(frame)
-        return frames
+        lines = self._lines.feed(self._decoder.decode(chunk))
+        return [frame for line in lines if (frame := self._line(line)) is not None]
 
     def close(self) -> list[Frame]:
         """End of stream: an event not terminated by a blank line is dispatched anyway."""
-        rest = (self._pending + self._decoder.decode(b"", final=True)).rstrip("\r")
-        self._pending = ""
-        frames = []
+        lines = self._lines.feed(self._decoder.decode(b"", final=True))
+        rest = self._lines.rest()
         if rest:
-            frame = self._line(rest)
-            if frame is not None:
-                frames.append(frame)
-        frame = self._line("")
-        if frame is not None:
-            frames.append(frame)
-        return frames
+            lines.append(rest)
+        lines.append("")
+        return [frame for line in lines if (frame := self._line(line)) is not None]
 
     def _line(self, line: str) -> Frame | None:
         if line == "":

@@ -5,8 +5,9 @@ project: each problem becomes a :class:`~peach_cli.diagnostics.Diagnostic` carry
 file, line and column of the YAML node it is about. Only a PROJECT argument that is not a
 project at all (a missing folder, a folder without conf) raises ``UsageError``.
 
-``build_plan`` adds the checks that need the notebooks (``peach_cli.validate``) and, when
-there is no error, returns the ``ProjectPlan`` that ``peach dev`` and ``peach deploy`` serve.
+The loader knows nothing of notebooks or plans: ``peach_cli.validate.build_plan`` loads
+with it, adds the checks that need the notebooks and, when there is no error, returns the
+``ProjectPlan`` that ``peach dev`` and ``peach deploy`` serve.
 
 YAML is read with ``yaml.compose`` (nodes only, never constructing objects from tags) and
 turned into plain values here, so ``!!python/object`` and friends are reported, not run.
@@ -20,12 +21,11 @@ from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
 import yaml
 
-from peach_cli.diagnostics import Diagnostic, Position, did_you_mean, has_errors
+from peach_cli.diagnostics import Diagnostic, Position, did_you_mean
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.conf import PeachConf
-    from peach_cli.plan import ProjectPlan
 
 MAX_CONF_BYTES = 4 * 1024 * 1024
 MAX_YAML_NODES = 200_000
@@ -635,17 +635,3 @@ def load_project(path: Path | str) -> tuple[Project | None, list[Diagnostic]]:
         _renumber_strings(project.positions, "decorator_endpoints", raw.get("decorator_endpoints"))
         project.schema_ok = False
     return project, diagnostics
-
-
-def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:
-    """Load and validate a project; the plan is None when any diagnostic is an error."""
-    from peach_cli.validate import validate_project
-
-    project, diagnostics = load_project(path)
-    if project is None:
-        return None, diagnostics
-    result = validate_project(project)
-    diagnostics += result.diagnostics
-    if has_errors(diagnostics):
-        return None, diagnostics
-    return result.plan(), diagnostics

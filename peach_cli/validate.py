@@ -16,7 +16,7 @@ from typing import Any
 
 from peach_cli import notebook as nb
 from peach_cli.conf import BASE_ENV, RESERVED_URL_PREFIX, Component, memory_bytes
-from peach_cli.diagnostics import Diagnostic, Position, did_you_mean
+from peach_cli.diagnostics import Diagnostic, Position, did_you_mean, has_errors
 from peach_cli.plan import (
     FALLBACK,
     PRIMARY,
@@ -25,7 +25,7 @@ from peach_cli.plan import (
     ProjectPlan,
     url_key,
 )
-from peach_cli.project import Path_, Project, schema_diagnostic
+from peach_cli.project import Path_, Project, load_project, schema_diagnostic
 
 MAX_MODULE_BYTES = 8 * 1024 * 1024
 _IMPORT_HINTS = {
@@ -83,6 +83,7 @@ class _Checker:
         self.imports: dict[tuple[Path, Path | str, int], list[Path]] = {}
         self.paths: dict[str, str | None] = {}
         self.seen: set[Diagnostic] = set()
+        self.runs: list[tuple[Path_, nb.Notebook, nb.Extraction]] = []  # for PC308
 
     # -- reporting --
 
@@ -160,6 +161,10 @@ class _Checker:
                 self.at(()),
                 "add one under endpoints: (see examples/quickstart/peach.yaml)",
             )
+        from peach_cli.undeclared import undeclared_imports
+
+        for diagnostic in undeclared_imports(self.project, self.runs):
+            self.add(diagnostic)
         return self.result
 
     def check_py_env(self, where: Path_, name: str) -> None:
@@ -320,6 +325,7 @@ class _Checker:
             else [n for n in (component.method, component.init) if n]
         )
         self.report_cells(notebook, extraction.cells)
+        self.runs.append((where, notebook, extraction))
         if not component.full_notebook:
             self.check_names(notebook, extraction, [component.method, component.init])
         if "stream" in component.args:
@@ -477,6 +483,7 @@ class _Checker:
             )
         broken = bool(notebook.broken_cells())
         extraction = notebook.extract(None)
+        self.runs.append((("decorator_endpoints", index), notebook, extraction))
         for function in functions:
             spec = self.decorated_endpoint(notebook, function, extraction)
             if spec is not None and not broken:
@@ -669,3 +676,18 @@ class _Checker:
             return ast.parse(path.read_bytes())
         except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
             return None
+
+
+def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:
+    """Load, validate and plan a project (what `peach dev` and `peach deploy` serve).
+
+    The plan is None when any diagnostic is an error.
+    """
+    project, diagnostics = load_project(path)
+    if project is None:
+        return None, diagnostics
+    result = validate_project(project)
+    diagnostics += result.diagnostics
+    if has_errors(diagnostics):
+        return None, diagnostics
+    return result.plan(), diagnostics

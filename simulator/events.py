@@ -6,8 +6,17 @@ it was given (``peach dev`` renders them, tests collect them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simulator.changes import Changes
+
+if TYPE_CHECKING:
+    from peach_cli.diagnostics import Diagnostic
+    from peach_cli.plan import ProjectPlan
 
 
 class ReplicaState(StrEnum):
@@ -96,4 +105,242 @@ class ServerNote:
     level: str = "info"
 
 
-Event = ReplicaChanged | ReplicaLog | ReplicaMemory | MemoryWarning | RequestLogged | ServerNote
+@dataclass(frozen=True)
+class EnvProgress:
+    """A py_environment is being built (or found): one step, for the live view."""
+
+    env: str
+    phase: str
+    """``waiting``, ``resolving``, ``downloading``, ``installing`` or ``done``."""
+    elapsed_s: float
+    detail: str = ""
+
+    @property
+    def message(self) -> str:
+        detail = f": {self.detail}" if self.detail else ""
+        return f"py_env {self.env} {self.phase}{detail} ({self.elapsed_s:.1f} s)"
+
+
+@dataclass(frozen=True)
+class EnvFailed:
+    """A py_environment could not be built: its components are unhealthy with ``error``."""
+
+    env: str
+    error: str
+    components: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        return self.error
+
+
+Event = (
+    ReplicaChanged
+    | ReplicaLog
+    | ReplicaMemory
+    | MemoryWarning
+    | RequestLogged
+    | ServerNote
+    | EnvProgress
+    | EnvFailed
+)
+
+
+# --- hot reload -----------------------------------------------------------------------------
+
+
+def _files(files: Iterable[str]) -> str:
+    names = sorted(files)
+    if len(names) > 3:
+        return f"{', '.join(names[:3])} and {len(names) - 3} more"
+    return ", ".join(names) or "the project"
+
+
+def _count(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s"
+
+
+@dataclass(frozen=True)
+class ReloadStarted:
+    """A save was detected and the new plan is valid: these components get new replicas."""
+
+    files: tuple[str, ...]
+    restarting: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        what = ", ".join(self.restarting) or "routing only"
+        return f"{_files(self.files)} changed: reloading {what}"
+
+
+@dataclass(frozen=True)
+class Reloaded:
+    """A reload is done: the new version serves."""
+
+    files: tuple[str, ...]
+    changes: Changes
+    seconds: float
+    """From detecting the save to the new version serving."""
+    init_seconds: float
+    """Spent starting the new replicas (process, code, ``init``) while the old ones served."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Components whose new replicas did not start (the previous version still serves)."""
+    plan: ProjectPlan | None = field(default=None, compare=False, repr=False)
+    """The plan now served."""
+
+    @property
+    def applied(self) -> bool:
+        """Whether anything changed in what is served (not only refused restarts)."""
+        changes = self.changes
+        return bool(
+            [k for k in changes.needs_new_replicas if k not in self.failed]
+            or changes.stopped
+            or changes.urls_changed
+            or changes.timeout_changed
+        )
+
+    @property
+    def message(self) -> str:
+        changes = self.changes
+        restarted = [k for k in changes.restarted if k not in self.failed]
+        started = [k for k in changes.started if k not in self.failed]
+        parts: list[str] = []
+        if restarted:
+            parts.append(
+                "reloaded "
+                + ", ".join(f"{k} ({', '.join(changes.reasons(k))} changed)" for k in restarted)
+            )
+        if started:
+            parts.append("started " + ", ".join(started))
+        if changes.stopped:
+            parts.append("stopped " + ", ".join(changes.stopped))
+        for name, old, new in changes.urls_changed:
+            parts.append(f"{name} moved from {old} to {new}")
+        if changes.timeout_changed:
+            parts.append(f"timeout_s {changes.timeout_changed[1]:g}")
+        head = "; ".join(parts) if parts else "re-routed"
+        text = f"{head} in {_seconds(self.seconds)}"
+        if restarted or started:
+            text += f" (init {_seconds(self.init_seconds)})"
+        unchanged = len(changes.unchanged)
+        if unchanged:
+            text += f"; {_count(unchanged, 'component')} unchanged"
+        return text
+
+
+@dataclass(frozen=True)
+class ReloadSkipped:
+    """A save changed nothing that is served (a comment in an unused cell, a new file)."""
+
+    files: tuple[str, ...]
+    recovered: bool = False
+    """The previous save was rejected and this one is back to what is served."""
+
+    @property
+    def message(self) -> str:
+        if self.recovered:
+            return f"{_files(self.files)} changed: the project is valid again, nothing to reload"
+        return f"{_files(self.files)} changed: nothing to reload"
+
+
+@dataclass(frozen=True)
+class ReloadRejected:
+    """The saved project has errors: the last good version keeps serving."""
+
+    files: tuple[str, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    problem: str | None = None
+    """What is wrong when it is not a diagnostic (the conf file is gone)."""
+
+    @property
+    def errors(self) -> int:
+        return sum(d.severity == "error" for d in self.diagnostics)
+
+    @property
+    def message(self) -> str:
+        what = self.problem or f"the project has {_count(self.errors, 'error')}"
+        return f"{_files(self.files)} changed, but {what}: still serving the previous version"
+
+
+@dataclass(frozen=True)
+class ReloadFailed:
+    """A changed component's new replicas could not start (its ``init`` raised, its code
+    failed to import): its previous version keeps serving."""
+
+    key: str
+    error: str
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{self.key}: the new version failed to start: {self.error}. Still serving the "
+            "previous version; on the platform this replica would stay unhealthy"
+        )
+
+
+@dataclass(frozen=True)
+class ReloadSuperseded:
+    """Files were saved again while a reload still started replicas (an ``init`` that
+    takes long, or never returns): that reload is dropped and the newest save applied."""
+
+    files: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return "saved again while reloading: dropping that reload, applying the latest save"
+
+
+@dataclass(frozen=True)
+class Watching:
+    """The watcher is live: saves from now on are reloaded."""
+
+    root: Path
+    notebooks: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return (
+            f"watching {self.root} for changes: the conf, {_count(len(self.notebooks), 'notebook')} "
+            "and .py files (--no-reload to turn off)"
+        )
+
+
+@dataclass(frozen=True)
+class WatchStopped:
+    """The watcher failed: the server keeps serving, without hot reload."""
+
+    root: Path
+    error: str
+
+    @property
+    def message(self) -> str:
+        return (
+            f"hot reload is off: cannot watch {self.root} ({self.error}); "
+            "restart peach dev to pick up changes"
+        )
+
+
+ReloadEvent = (
+    Watching
+    | WatchStopped
+    | ReloadStarted
+    | Reloaded
+    | ReloadSkipped
+    | ReloadRejected
+    | ReloadFailed
+    | ReloadSuperseded
+)
+RELOAD_EVENTS = (
+    Watching,
+    WatchStopped,
+    ReloadStarted,
+    Reloaded,
+    ReloadSkipped,
+    ReloadRejected,
+    ReloadFailed,
+    ReloadSuperseded,
+)

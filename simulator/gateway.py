@@ -17,7 +17,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
-from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,14 +24,25 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
 from peach_cli import contract
-from peach_cli.contract import Answer, Attempt, CallResult, ContractError, RequestParams
+from peach_cli.contract import (
+    STREAMING_KINDS,
+    Answer,
+    Attempt,
+    CallResult,
+    ContractError,
+    RequestParams,
+    StreamCut,
+    dispatch,
+    parse_query_string,
+    read_body,
+    stream_headers,
+)
 from peach_cli.plan import EndpointSpec, url_key
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.pool import ReplicaPool, Unavailable
 from simulator.replica import ReplicaGone, ReplicaStream
 from simulator.routing import Route, RoutingTable
 
-STREAMING_KINDS = frozenset({"generator", "async_generator"})
 INTERNAL_PREFIX = "/_peach/"
 _JSON = (b"content-type", b"application/json")
 
@@ -99,20 +109,19 @@ class Gateway:
         started = time.perf_counter()
         endpoint = route.endpoint
         try:
-            body = await _read_body(receive, scope, self.max_body_bytes)
+            body = await read_body(receive, scope.get("headers", ()), self.max_body_bytes)
         except ContractError as error:  # over the limit: refused before it is all in memory
             answer = contract.error_answer(error.code, error.message)
             await self._send_answer(send, answer, scope, endpoint, started)
             return
         if body is None:  # the client went away while sending
             return
-        query = scope["query_string"]
-        query_items = (
-            parse_qsl(query.decode("utf-8", "replace"), keep_blank_values=True) if query else []
-        )
         try:
             params, wants_stream = contract.parse_request(
-                scope["method"], query_items, body, max_body_bytes=self.max_body_bytes
+                scope["method"],
+                parse_query_string(scope["query_string"]),
+                body,
+                max_body_bytes=self.max_body_bytes,
             )
         except ContractError as error:
             answer = contract.error_answer(error.code, error.message)
@@ -130,13 +139,14 @@ class Gateway:
                 await self._send_answer(send, answer, scope, endpoint, started)
                 return
             kind = primary.method_kind
-        if kind in STREAMING_KINDS:
-            if wants_stream:
-                await self._stream(route, primary, params, scope, receive, send, started)
-            else:
-                await self._send_answer(
-                    send, await _stream_required(endpoint, primary), scope, endpoint, started
-                )
+        decision = dispatch(kind, wants_stream)
+        if decision == "stream":
+            await self._stream(route, primary, params, scope, receive, send, started)
+            return
+        if decision == "stream_required":
+            await self._send_answer(
+                send, await _stream_required(endpoint, primary), scope, endpoint, started
+            )
             return
         pools = route.pools
 
@@ -180,13 +190,10 @@ class Gateway:
     async def _not_found(
         self, scope: dict[str, Any], receive: Any, send: Any, table: RoutingTable
     ) -> None:
-        urls = sorted(route.endpoint.url for route in table.routes.values())
-        listed = ", ".join(urls) if urls else "none"
-        answer = contract.error_answer(
-            "not_found", f"no endpoint at {scope['path']} (endpoints: {listed})"
-        )
+        urls = (route.endpoint.url for route in table.routes.values())
+        answer = contract.not_found_answer(scope["path"], urls)
         try:
-            await _read_body(receive, scope, self.max_body_bytes)
+            await read_body(receive, scope.get("headers", ()), self.max_body_bytes)
         except ContractError:
             pass  # not found either way
         await self._send_answer(send, answer, scope, None, time.perf_counter())
@@ -235,16 +242,10 @@ class Gateway:
             return
         replica = chunks.replica.id
         outcome: dict[str, str | None] = {"error": None}
-        headers = {
-            "content-type": pool.spec.media_type,
-            "cache-control": "no-cache",
-            "x-accel-buffering": "no",
-            contract.COMPONENT_HEADER: component,
-            contract.REPLICA_HEADER: replica,
-        }
+        headers = stream_headers(pool.spec.media_type, component, replica)
         response = StreamingResponse(_relay(chunks, outcome), headers=headers)
         try:
-            await response(scope, receive, send)
+            await response(scope, receive, send)  # StreamCut: uvicorn closes the connection
         finally:
             await chunks.aclose()
             self._log_stream(scope, endpoint, replica, started, 200, outcome["error"])
@@ -336,52 +337,16 @@ async def _stream_required(endpoint: EndpointSpec, pool: ReplicaPool) -> Answer:
 
 
 async def _relay(chunks: ReplicaStream, outcome: dict[str, str | None]) -> AsyncIterator[bytes]:
-    """The stream's chunks; a replica that dies ends the stream (and is logged)."""
+    """The stream's chunks. A generator that raises, or a replica that dies, cuts the
+    stream: ``StreamCut`` leaves the response without its terminating chunk (SPEC §2)."""
+    count = 0
     try:
         async for chunk in chunks:
+            count += 1
             yield chunk
-    except ReplicaGone as error:
-        outcome["error"] = str(error)
-
-
-def _too_large(limit: int, size: int | None = None) -> ContractError:
-    size_text = f"{size} bytes, " if size is not None else ""
-    return ContractError(
-        "payload_too_large",
-        f"the request body is {size_text}over the limit of {limit} bytes",
-    )
-
-
-async def _read_body(receive: Any, scope: dict[str, Any], limit: int) -> bytes | None:
-    """The whole request body (None if the client disconnected).
-
-    Raises ``ContractError('payload_too_large')`` as soon as the declared length or the
-    bytes received pass ``limit``: a huge body is never held in memory.
-    """
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise _too_large(limit, int(value))
-    message = await receive()
-    if message["type"] == "http.disconnect":
-        return None
-    body = message.get("body", b"")
-    if len(body) > limit:
-        raise _too_large(limit)
-    if not message.get("more_body", False):
-        return body
-    parts = [body]
-    size = len(body)
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        part = message.get("body", b"")
-        size += len(part)
-        if size > limit:
-            raise _too_large(limit)
-        parts.append(part)
-        if not message.get("more_body", False):
-            return b"".join(parts)
+    except (StreamCut, ReplicaGone) as error:
+        outcome["error"] = f"stream cut after {count} chunk{'' if count == 1 else 's'}: {error}"
+        raise StreamCut(str(error)) from None
 
 
 async def _wait_disconnect(receive: Any) -> None:

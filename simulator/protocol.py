@@ -22,8 +22,9 @@ Replica → gateway::
     ("started", id, None)                              the stream is bound and running
     ("chunk", id, bytes)                               one yielded chunk
     ("end", id, None)                                  the stream is over
+    ("cut", id, {"message"})                           the generator raised: cut the stream
     ("stream_error", id, {"code", "message"})          the stream could not start
-    ("pong", id, {"rss", "reinitializing"})
+    ("pong", id, {"reinitializing"})          alive (memory is read by the gateway)
     ("state", 0, {"reinitializing", "error"})          drift re-init started / finished
     ("log", 0, {"level", "message"})                   a log record from the replica
 """

@@ -1,6 +1,6 @@
 """One replica: a worker process hosting one component, seen from the gateway.
 
-A ``Replica`` spawns ``python -m simulator.worker`` (cwd = the project root), sends it the
+A ``Replica`` starts a worker (``simulator.workers``: cwd = the project root), sends it the
 component, and waits for ``init``: the replica becomes healthy, or unhealthy with the init
 error. Calls and streams are multiplexed over the replica's socket by request id; the
 replica counts what is outstanding (the pool's load-balancing signal). When the process
@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from peach_cli.contract import CallResult, ContractError, RequestParams
+import psutil
+
+from peach_cli.contract import CallResult, ContractError, RequestParams, StreamCut
 from peach_cli.plan import ComponentSpec
+from simulator.environments import explain_init_error
 from simulator.events import (
     Event,
     MemoryWarning,
@@ -33,7 +32,7 @@ from simulator.events import (
     ReplicaState,
 )
 from simulator.protocol import STREAM_WINDOW_BYTES, STREAM_WINDOW_CHUNKS, Frame, FrameProtocol
-from simulator.spare import take_spare
+from simulator.workers import WorkerLaunch, spawn_worker, take_spare
 
 HEALTH_INTERVAL_S = 1.0
 STOP_TIMEOUT_S = 3.0
@@ -49,6 +48,14 @@ OUTPUT_LINE_BYTES = 4096
 """Longer lines of a replica's output are cut (the size of the rest is shown)."""
 
 
+def resident_memory(pid: int) -> int | None:
+    """The resident set size of process ``pid`` in bytes (psutil: Linux, macOS, Windows)."""
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return None
+
+
 class ReplicaGone(Exception):
     """The replica process died while serving a stream."""
 
@@ -62,22 +69,6 @@ def _exit_description(returncode: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-returncode}"
     return f"exited with code {returncode}"
-
-
-def _worker_command() -> list[str]:
-    command = [sys.executable]
-    command.append("-P")  # a project folder named like our modules must not shadow them
-    return [*command, "-m", "simulator.worker"]
-
-
-def _worker_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    # The simulator package must be importable from the replica even when peach runs
-    # from a source checkout that is not installed.
-    here = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    return env
 
 
 class ReplicaStream:
@@ -115,6 +106,8 @@ class ReplicaStream:
         self.release(finished=True)
         if kind == "end":
             raise StopAsyncIteration
+        if kind == "cut":
+            raise StreamCut(data["message"])
         raise ReplicaGone(data)
 
     def _credit(self, nbytes: int) -> None:
@@ -150,9 +143,12 @@ class Replica:
         on_event: Callable[[Event], None],
         *,
         on_change: Callable[[], None] | None = None,
+        launch: WorkerLaunch | None = None,
     ) -> None:
         self.spec = spec
         self.root = Path(root).resolve()
+        self.launch = launch or WorkerLaunch(self.root)
+        """How this replica's process is started (its interpreter, its environment)."""
         self.id = replica_id
         self.on_event = on_event
         self.on_change = on_change
@@ -187,29 +183,14 @@ class Replica:
 
     async def _spawn(self) -> None:
         loop = asyncio.get_running_loop()
-        spare = take_spare(self.root)  # started ahead of need when hot reload is on
-        if spare is not None:
-            process, parent_end = spare
-        else:
-            parent_end, child_end = socket.socketpair()
+        worker = take_spare(self.launch)  # started ahead of need when hot reload is on
+        if worker is None:
             try:
-                process = await asyncio.create_subprocess_exec(
-                    *_worker_command(),
-                    "--fd",
-                    str(child_end.fileno()),
-                    pass_fds=(child_end.fileno(),),
-                    cwd=str(self.root),
-                    env=_worker_env(),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                )
+                worker = await spawn_worker(self.launch)
             except OSError as error:
-                parent_end.close()
                 self._set_state(ReplicaState.UNHEALTHY, error=f"could not start a replica: {error}")
                 return
-            finally:
-                child_end.close()
+        process, parent_end = worker
         self._process = process
         self.pid = process.pid
         channel = FrameProtocol(self._on_frame, lambda exc: self._on_lost(process))
@@ -226,6 +207,11 @@ class Replica:
                 self._set_state(ReplicaState.STARTING, message=stuck)
                 self.error = stuck
             await asyncio.shield(self._started)
+
+    def fail(self, error: str) -> None:
+        """Unhealthy without a process: what it would run in could not be prepared."""
+        self._stopping = True
+        self._set_state(ReplicaState.UNHEALTHY, error=error)
 
     async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Stop the process: its streams are closed first; killed if it does not exit."""
@@ -359,7 +345,7 @@ class Replica:
             future = self._calls.get(request_id)
             if future is not None and not future.done():
                 future.set_result(CallResult(*payload))
-        elif kind in ("chunk", "end", "started", "stream_error"):
+        elif kind in ("chunk", "end", "cut", "started", "stream_error"):
             queue = self._streams.get(request_id)
             if queue is not None:
                 queue.put_nowait((kind, payload))
@@ -392,7 +378,8 @@ class Replica:
             details = payload.get("details") or ""
             if details:
                 self.on_event(ReplicaLog(self.spec.key, self.id, "error", details))
-            self._set_state(ReplicaState.UNHEALTHY, error=payload["message"])
+            error = explain_init_error(payload["message"], self.launch)
+            self._set_state(ReplicaState.UNHEALTHY, error=error)
             self._settle()
 
     def _settle(self) -> None:
@@ -488,8 +475,9 @@ class Replica:
         process = self._process
         while process is self._process and process is not None and process.returncode is None:
             info = await self.ping()
-            if info and "rss" in info:
-                self.rss = info["rss"]
+            rss = resident_memory(process.pid) if info is not None else None
+            if rss is not None:
+                self.rss = rss
                 limit = self.spec.memory
                 self.on_event(ReplicaMemory(self.spec.key, self.id, self.rss, limit))
                 over = limit is not None and self.rss > limit

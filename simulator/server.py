@@ -19,18 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
+import logging
 import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.contract import StreamCut
 from peach_cli.errors import PeachError
 from peach_cli.plan import ComponentSpec, ProjectPlan, url_key
+from simulator.environments import Environments, EnvUnavailable
 from simulator.events import Event, ReplicaState
 from simulator.pool import ReplicaPool
 from simulator.routing import Route, RoutingTable
+from simulator.workers import WorkerLaunch
 
 if TYPE_CHECKING:
     from simulator.gateway import Gateway
@@ -57,20 +60,6 @@ class PlanChange:
     """Changed components whose new replicas could not start, with the error: their
     previous replicas keep serving."""
     seconds: float = 0.0
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine.
-
-    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
-    (True, True, False)
-    """
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -101,11 +90,14 @@ class DevServer:
         port: int = 8000,
         timeout_s: float | None = None,
         on_event: Callable[[Event], None] | None = None,
+        environments: Environments | None = None,
     ) -> None:
         self.plan = plan
         self.host = host
         self.port = port
         self.timeout_override = timeout_s
+        self.environments = environments or Environments(plan.root, isolated=False)
+        """The interpreters replicas run in (default: peach's own, shared by all)."""
         self._on_event = on_event
         self._pools: dict[str, ReplicaPool] = {}
         self._fingerprints: dict[str, str] = {}
@@ -150,7 +142,7 @@ class DevServer:
         # Replica processes start first: they boot while the HTTP stack is imported.
         # Requests that arrive before their component is up wait for it (or its init error).
         self._starting = asyncio.ensure_future(
-            asyncio.gather(*(pool.start() for pool in self._pools.values()))
+            asyncio.gather(*(self._start_pool(pool) for pool in self._pools.values()))
         )
         import uvicorn
 
@@ -241,6 +233,20 @@ class DevServer:
         self._fingerprints[spec.key] = spec.fingerprint(self.plan.root)
         return ReplicaPool(spec, self.plan.root, self.emit)
 
+    async def _start_pool(self, pool: ReplicaPool) -> None:
+        """Start a pool's replicas in its env's interpreter (building the env first); a
+        pool whose env cannot be built is unhealthy with the builder's message."""
+        try:
+            launch = await self.environments.launch_for(pool.spec)
+        except EnvUnavailable as error:
+            pool.fail(str(error))
+            return
+        await pool.start(launch)
+
+    def launches(self) -> list[WorkerLaunch]:
+        """How replicas are started, one per env in use (spares are kept for each)."""
+        return self.environments.launches()
+
     def _table(self, plan: ProjectPlan, pools: dict[str, ReplicaPool]) -> RoutingTable:
         routes = {}
         for endpoint in plan.endpoints.values():
@@ -282,7 +288,7 @@ class DevServer:
                 fresh.append(pool)
                 change.started.append(spec.key)
         try:
-            await asyncio.gather(*(pool.start() for pool in fresh))
+            await asyncio.gather(*(self._start_pool(pool) for pool in fresh))
         except asyncio.CancelledError:  # a newer save supersedes this one: nothing changes
             self.plan = old_plan
             self._fingerprints = old_fingerprints
@@ -355,6 +361,19 @@ def _all_healthy(pool: ReplicaPool) -> bool:
 def _start_error(pool: ReplicaPool) -> str:
     errors = [r.error for r in pool.replicas if r.error]
     return errors[0] if errors else "its replicas did not become healthy"
+
+
+class _CutStreamFilter(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" for a stream the gateway cut on
+    purpose (``StreamCut``): the cut is the answer, and the request line reports it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, StreamCut)
+
+
+_CUT_FILTER = _CutStreamFilter()
+logging.getLogger("uvicorn.error").addFilter(_CUT_FILTER)
 
 
 def _QuietServer(config: Any) -> Any:  # noqa: N802 - a class factory, named as the class

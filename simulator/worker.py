@@ -6,7 +6,7 @@ which component to host; the worker wraps ``peach_cli.contract.ComponentRunner``
 notebook code, run ``init`` once, bind, call, stream, drift re-init) and adds only
 transport: calls and streams multiplexed by request id, each in its own task (async methods
 on this loop, sync ones in threads), ``cancel`` closing a stream's generator so its
-``finally`` runs, and ``ping`` answered with the resident memory read from ``/proc``.
+``finally`` runs, and ``ping`` answered (the gateway samples memory itself, with psutil).
 
 The process exits when the gateway says ``stop`` or when its socket closes (the gateway
 exited or died), and on Linux also when its parent dies, so no replica outlives ``peach dev``.
@@ -32,6 +32,7 @@ from peach_cli.contract import (
     ContractError,
     InitError,
     RequestParams,
+    StreamCut,
 )
 from simulator.aio import run
 from simulator.protocol import (
@@ -49,17 +50,6 @@ STOP_GRACE_S = 2.0
 
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 """The largest result a replica sends back; a larger one is a method_error saying so."""
-
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def resident_memory() -> int:
-    """This process's resident set size in bytes (0 where /proc is not available)."""
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * _PAGE_SIZE
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _die_with_parent() -> None:
@@ -180,10 +170,7 @@ class Worker:
             self.channel.send(
                 "pong",
                 request_id,
-                {
-                    "rss": resident_memory(),
-                    "reinitializing": bool(runner and self._started and runner.reinitializing),
-                },
+                {"reinitializing": bool(runner and self._started and runner.reinitializing)},
             )
         elif kind == "start":
             self.loop.create_task(self.start(*payload))
@@ -289,10 +276,15 @@ class Worker:
                 await window.reserve()
                 window.spend(len(chunk))
                 send("chunk", request_id, chunk)
-        except Exception as error:  # noqa: BLE001 - end the stream, never hang the gateway
+        except StreamCut as cut:  # the user's generator raised: the gateway cuts the response
+            send("cut", request_id, {"message": str(cut)})
+            return
+        except Exception as error:  # noqa: BLE001 - cut the stream, never hang the gateway
             logging.getLogger("peach.worker").error(
                 "the stream failed: %s: %s", type(error).__name__, error
             )
+            send("cut", request_id, {"message": f"{type(error).__name__}: {error}"})
+            return
         finally:
             self.windows.pop(request_id, None)
             await chunks.aclose()

@@ -122,7 +122,10 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
 
     async def sse(request: Request) -> Response:
         media = request.query_params.get("media", "text/event-stream")
-        return StreamingResponse(_chunks(SSE_CHUNKS), media_type=media)
+        chunks = SSE_CHUNKS
+        if request.query_params.get("bom"):  # a byte order mark, split, before the first event
+            chunks = [b"\xef\xbb", b"\xbf" + SSE_CHUNKS[1], *SSE_CHUNKS[2:]]
+        return StreamingResponse(_chunks(chunks), media_type=media)
 
     async def markdown(request: Request) -> Response:
         count = int(request.query_params.get("paragraphs", "40"))
@@ -155,6 +158,22 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
             raise RuntimeError("the server died mid-stream")
 
         return StreamingResponse(generate(), media_type="text/plain")
+
+    async def cut_first(request: Request) -> Response:
+        async def generate():
+            raise RuntimeError("the generator raised before its first chunk")
+            yield b""  # an async generator
+
+        return StreamingResponse(generate(), media_type="text/plain")
+
+    async def cut_jsonl(request: Request) -> Response:
+        async def generate():
+            yield b'{"token": "Hel"}\n'
+            await asyncio.sleep(0.02)
+            yield b'{"token": "lo"}\n{"tok'
+            raise RuntimeError("the server died mid-line")
+
+        return StreamingResponse(generate(), media_type="application/x-ndjson")
 
     async def stall(request: Request) -> Response:
         async def generate():
@@ -215,6 +234,8 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
         Route("/markdown", markdown, methods=["GET", "POST"]),
         Route("/gated", gated, methods=["GET", "POST"]),
         Route("/cut", cut, methods=["GET", "POST"]),
+        Route("/cut-first", cut_first, methods=["GET", "POST"]),
+        Route("/cut-jsonl", cut_jsonl, methods=["GET", "POST"]),
         Route("/stall", stall, methods=["GET", "POST"]),
         Route("/slow", slow, methods=["GET", "POST"]),
         Route("/ok", ok, methods=["GET", "POST"]),

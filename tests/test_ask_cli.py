@@ -151,6 +151,8 @@ def test_piped_stream_is_byte_exact_with_a_summary_on_stderr(server, path, chunk
         ("/jsonl?media=text/plain", 'Hello, world\n{"usage": {"tokens": 4}}\n'),
         ("/sse", "[greeting] first line\nsecond line\nHi there\nplain\n"),
         ("/sse?media=text/plain", "[greeting] first line\nsecond line\nHi there\nplain\n"),
+        ("/sse?bom=1", "[greeting] first line\nsecond line\nHi there\nplain\n"),
+        ("/sse?bom=1&media=text/plain", "[greeting] first line\nsecond line\nHi there\nplain\n"),
     ],
 )
 def test_terminal_stream_renders_the_framing(server, path, expected):
@@ -365,14 +367,69 @@ def test_stalled_stream_exits_6_and_keeps_what_arrived(server):
     assert "no data from 127.0.0.1:" in lines[1] and "stalled" in lines[1]
 
 
-def test_stream_cut_by_the_server_exits_7(server):
+CUT_ERROR = "closed the connection before the end of the response"
+CUT_HINT = (
+    "hint: an endpoint whose generator raises cuts its stream; the server's log has the error"
+)
+
+
+def run_ask(*args: str, tty: bool):
+    if not tty:
+        return ask(*args)
+    child = Child(*args, tty=True)
+    try:
+        result = child.finish()
+    finally:
+        child.kill()
+    result.stdout = result.stdout.replace(b"\r\n", b"\n")
+    return result
+
+
+@pytest.mark.parametrize("tty", [False, True], ids=["piped", "terminal"])
+def test_stream_cut_after_some_chunks_is_reported_as_cut(server, tty):
     url, _ = server
-    result = ask(f"{url}/cut", "--stream")
-    assert result.code == 7
-    assert result.stdout == b"partial answer"
-    lines = result.stderr.splitlines()
-    assert "2 chunks" in lines[0]
-    assert "closed the connection before the end of the response" in lines[1]
+    result = run_ask(f"{url}/cut", "--stream", tty=tty)
+    assert result.code == 7, result.stderr
+    assert result.stdout == (b"partial answer\n" if tty else b"partial answer")  # kept
+    summary, error, hint = result.stderr.splitlines()
+    assert re.search(r" · cut after [12] chunks? · 14 B · ", summary), summary
+    assert summary.startswith("200 OK · ") == tty
+    assert error.startswith("error: 127.0.0.1:") and error.endswith(CUT_ERROR)
+    assert hint == CUT_HINT
+
+
+@pytest.mark.parametrize("tty", [False, True], ids=["piped", "terminal"])
+def test_stream_cut_before_its_first_chunk_is_reported_as_cut(server, tty):
+    url, _ = server
+    result = run_ask(f"{url}/cut-first", "--stream", tty=tty)
+    assert result.code == 7, result.stderr
+    assert result.stdout == b""
+    summary, error, hint = result.stderr.splitlines()
+    assert " · no data · cut after 0 chunks · 0 B · " in f" · {summary}", summary
+    assert error.endswith(CUT_ERROR) and hint == CUT_HINT
+
+
+def test_a_line_cut_in_half_stays_on_the_terminal(server):
+    url, _ = server
+    result = run_ask(f"{url}/cut-jsonl", "--stream", tty=True)
+    assert result.code == 7, result.stderr
+    assert result.stdout == b'Hello\n{"tok\n'  # the tokens as text, then the broken line
+    assert re.search(r" · cut after [12] chunks? · 3 lines · ", result.stderr)  # 3rd: cut
+    piped = ask(f"{url}/cut-jsonl", "--stream")
+    assert piped.code == 7 and piped.stdout == b'{"token": "Hel"}\n{"token": "lo"}\n{"tok'
+
+
+def test_a_finished_stream_never_says_cut(server):
+    url, _ = server
+    result = ask(f"{url}/plain", "--stream")
+    assert result.code == 0 and "cut" not in result.stderr
+
+
+def test_an_answer_cut_without_stream_exits_7(server):
+    url, _ = server
+    result = ask(f"{url}/cut")
+    assert result.code == 7 and result.stdout == b""
+    assert one_line(result.stderr).endswith(CUT_ERROR)
 
 
 def test_an_answer_that_is_not_http_exits_9():
@@ -433,16 +490,23 @@ def test_error_envelope_prints_code_and_message_and_exits_1(server, extra):
     assert one_line(result.stderr) == "error: method_error: ValueError: boom"
 
 
-def test_a_failed_call_with_numbers_sent_as_strings_says_how_to_send_numbers(server):
+def test_key_value_items_travel_as_the_query_string_curl_would_send(server):
     url, _ = server
-    result = ask(f"{url}/error", "size=2", "flag=true", "name=x", "n:=3")
+    result = ask(f"{url}/echo", "n=3", "flag=true", "tag=a", "tag=b", "size:=2")
+    assert result.code == 0, result.stderr
+    echoed = json.loads(result.stdout)
+    assert echoed["method"] == "POST" and echoed["body"] == {"size": 2}
+    assert echoed["query"] == [["n", "3"], ["flag", "true"], ["tag", "a"], ["tag", "b"]]
+    long = "word " * 1000
+    echoed = json.loads(ask(f"{url}/echo", "n=3", f"text={long}").stdout)
+    assert echoed["query"] == [["n", "3"]] and echoed["body"] == {"text": long}
+
+
+def test_a_failed_call_has_no_hint_about_strings(server):
+    url, _ = server
+    result = ask(f"{url}/error", "size=2", "flag=true")
     assert result.code == 1
-    assert result.stderr.splitlines()[-1] == (
-        'hint: sent as JSON strings: size="2", flag="true"; '
-        "for numbers or booleans write size:=2 flag:=true"
-    )
-    as_query = ask(f"{url}/error", "size=2", "--get")  # query strings are converted
-    assert "hint" not in as_query.stderr
+    assert result.stderr.splitlines() == ["error: method_error: ValueError: boom"]
 
 
 def test_stream_required_error_is_shown_with_what_to_do(server):

@@ -11,7 +11,7 @@ import pytest
 from ask_support import JSONL_CHUNKS, PLAIN_CHUNKS, ServerState, make_app, run_server
 
 from peach_cli import client as client_module
-from peach_cli.ask_request import build_request, parse_items, resolve_url
+from peach_cli.ask_request import URL_LIMIT, build_request, parse_items, resolve_url
 from peach_cli.client import (
     EXIT_CODES,
     BadResponse,
@@ -40,18 +40,18 @@ def server():
 
 
 def test_items_follow_httpie_conventions():
-    body, query = parse_items(
+    parsed = parse_items(
         ["q=hello", "size:=5", 'tags:=["a","b"]', "eq=a=b", "page==2", "flag:=true", 's:="x"']
     )
-    assert body == {
-        "q": "hello",
-        "size": 5,
-        "tags": ["a", "b"],
-        "eq": "a=b",
-        "flag": True,
-        "s": "x",
-    }
-    assert query == [("page", "2")]
+    assert parsed.strings == [("q", "hello"), ("eq", "a=b")]
+    assert parsed.fields == {"size": 5, "tags": ["a", "b"], "flag": True, "s": "x"}
+    assert parsed.query == [("page", "2")]
+
+
+def test_the_later_of_key_equals_and_key_colon_equals_wins():
+    parsed = parse_items(["n=1", "n:=2", "m:=3", "m=4", "t=a", "t=b"])
+    assert parsed.fields == {"n": 2}
+    assert parsed.strings == [("m", "4"), ("t", "a"), ("t", "b")]  # a repeated key: a list
 
 
 @pytest.mark.parametrize("item", ["novalue", "=x", "size:=nope", ":=1"])
@@ -86,7 +86,8 @@ def test_resolve_url(monkeypatch):
 def test_build_request_body_query_stream_and_headers(tmp_path):
     request = build_request("/a", ["q=hi", "n:=2"], stream=True, headers=["X-Trace: 7"])
     assert request.method == "POST"
-    assert request.body == {"q": "hi", "n": 2, "stream": True}
+    assert request.params == (("q", "hi"),)  # KEY=VALUE: converted as a query string is
+    assert request.body == {"n": 2, "stream": True}
     assert ("X-Trace", "7") in request.headers
     assert ("Accept-Encoding", "identity") in request.headers
 
@@ -115,7 +116,38 @@ def test_build_request_body_query_stream_and_headers(tmp_path):
     body_file.write_text(json.dumps({"q": "from file", "size": 3}))
     request = build_request("/a", ["size:=9"], json_body=f"@{body_file}")
     assert request.body == {"q": "from file", "size": 9}  # items win over --json
+    request = build_request("/a", ["size=9"], json_body=f"@{body_file}")
+    assert request.body == {"q": "from file"} and request.params == (("size", "9"),)
     assert build_request("/a", json_body='{"x": 1}').body == {"x": 1}
+
+
+def test_key_value_items_go_in_the_query_string():
+    request = build_request("/a", ["n=3", "delay=0.1", "tag=a", "tag=b", "page==2"])
+    assert request.method == "GET" and request.body is None
+    assert request.params == (
+        ("page", "2"),
+        ("n", "3"),
+        ("delay", "0.1"),
+        ("tag", "a"),
+        ("tag", "b"),
+    )
+    request = build_request("/a", ["n=3", "stream=no"], stream=True)
+    assert request.params == (("n", "3"),) and request.body == {"stream": True}
+
+
+def test_a_value_too_long_for_the_url_goes_in_the_body_as_a_string():
+    long = "é" * 2000  # 12,000 bytes once percent-encoded
+    request = build_request("/a", ["q=short", f"text={long}", "n=3", f"text={long}x"])
+    assert request.method == "POST"
+    assert request.params == (("q", "short"), ("n", "3"))  # short values still convert
+    assert request.body == {"text": long + "x"}  # every value of that key, the last one wins
+    url = httpx.Request(request.method, request.url, params=request.params).url
+    assert len(str(url)) <= URL_LIMIT
+    fits = "x" * (URL_LIMIT - len("http://127.0.0.1:8000/a?v="))
+    assert build_request("/a", [f"v={fits}"]).params == (("v", fits),)  # exactly the limit
+    assert build_request("/a", [f"v={fits}y"]).body == {"v": fits + "y"}
+    request = build_request("/a", [f"text={long}"], get=True)  # --get: the query, always
+    assert request.params == (("text", long),) and request.body is None
 
 
 @pytest.mark.parametrize(

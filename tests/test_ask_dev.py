@@ -11,6 +11,7 @@ import re
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from ask_support import DURATION, Child, ask
 from conftest import PROJECTS, start_peach_dev
@@ -179,6 +180,35 @@ def test_unknown_url_lists_the_endpoints(env):
 
 
 def test_bad_parameter_is_the_servers_bad_request(env):
-    result = ask("/answer", "size=notanumber", "--get", env=env)
-    assert result.code == 1
-    assert "bad_request" in result.stderr and "size" in result.stderr
+    for extra in ([], ["--get"]):
+        result = ask("/answer", "size=notanumber", *extra, env=env)
+        assert result.code == 1
+        assert "bad_request" in result.stderr and "size" in result.stderr
+
+
+def test_key_value_reaches_typed_parameters_of_a_generator(env, dev):
+    result = ask("/count", "--stream", "n=3", "delay=0.1", env=env)
+    assert result.code == 0, result.stderr
+    assert result.stdout == b"0\n1\n2\n"
+    # The same values in a query string, as curl would send them: the same stream.
+    with httpx.stream("GET", f"{dev.url}/count?n=3&delay=0.1&stream=true", timeout=10) as reply:
+        assert reply.status_code == 200
+        assert b"".join(reply.iter_bytes()) == result.stdout
+
+
+def test_key_value_is_converted_like_a_query_string(env, dev):
+    for items in (["size=2"], ["size==2"], ["size:=2"]):
+        result = ask("/answer", "query=7", *items, env=env)
+        assert result.code == 0, result.stderr
+        assert result.stdout == b'{"query": "7", "items": [0, 1]}\n'  # str stays a string
+    curl = httpx.get(f"{dev.url}/answer?query=7&size=2", timeout=10)
+    assert curl.json()["result"] == {"query": "7", "items": [0, 1]}
+
+
+def test_a_stream_cut_by_peach_dev_is_reported_as_cut(env):
+    """The generator raises after two chunks: peach dev cuts the stream (SPEC §2) and
+    `peach ask` keeps what arrived, says "cut after 2 chunks" and exits 7."""
+    result = ask("/breaks", "--stream", env=env)
+    assert result.code == 7, result.stderr
+    assert result.stdout.count(b"\n") == 2
+    assert "cut after 2 chunks" in result.stderr

@@ -190,3 +190,87 @@ def test_markdown_block_boundary_skips_code_fences_and_unfinished_lines():
     assert _last_block_boundary("no blank line yet\n", 0) == 0
     start = len("# T\n\n")
     assert _last_block_boundary(text, start) == boundary
+
+
+# --------------------------------------------------------------------------- any split, BOM
+
+SSE_STREAM = (
+    "\ufeff"  # a byte order mark before the first event is ignored, the event is kept
+    "data: first\r\n\r\n"
+    ": comment\rid: 2\revent: e\rdata: cr\r\r"
+    "data: one\ndata: two\n\n"
+    'data: {"token": "café ☕"}\r\n\r\n'
+    "data: tail"
+).encode()
+SSE_DATA = ["first", "cr", "one\ntwo", '{"token": "café ☕"}', "tail"]
+JSON_LINES_STREAM = '\ufeff{"token": "é"}\n{"a": [1]}\r\nplain ☕\n\n{"text": "end"}'.encode()
+JSON_LINES_DATA = ['{"token": "é"}', '{"a": [1]}', "plain ☕", '{"text": "end"}']
+
+
+def split_at(data: bytes, *cuts: int) -> list[bytes]:
+    edges = [0, *cuts, len(data)]
+    return [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+
+
+def test_sse_split_at_every_position_gives_the_same_events():
+    expected = feed_all(SSEDecoder(), [SSE_STREAM])
+    assert [f.data for f in expected] == SSE_DATA
+    assert expected[1].event == "e" and expected[1].id == "2"
+    assert expected[3].text == "café ☕"
+    for cut in range(1, len(SSE_STREAM)):
+        assert feed_all(SSEDecoder(), split_at(SSE_STREAM, cut)) == expected, cut
+    one_byte_each = [SSE_STREAM[i : i + 1] for i in range(len(SSE_STREAM))]
+    assert feed_all(SSEDecoder(), one_byte_each) == expected
+
+
+def test_json_lines_split_at_every_position_give_the_same_lines():
+    expected = feed_all(JSONLinesDecoder(), [JSON_LINES_STREAM])
+    assert [f.data for f in expected] == JSON_LINES_DATA
+    assert [f.text for f in expected] == ["é", None, None, "end"]
+    for cut in range(1, len(JSON_LINES_STREAM)):
+        assert feed_all(JSONLinesDecoder(), split_at(JSON_LINES_STREAM, cut)) == expected, cut
+    one_byte_each = [JSON_LINES_STREAM[i : i + 1] for i in range(len(JSON_LINES_STREAM))]
+    assert feed_all(JSONLinesDecoder(), one_byte_each) == expected
+
+
+def test_a_bom_split_from_the_first_event_is_still_ignored():
+    frames = feed_all(SSEDecoder(), [b"\xef", b"\xbb", b"\xbfdata: x\n\n"])
+    assert [f.data for f in frames] == ["x"]
+    assert [f.data for f in feed_all(PlainDecoder(), [b"\xef\xbb\xbfhi"])] == ["hi"]
+
+
+def test_only_the_leading_bom_is_dropped():
+    frames = feed_all(SSEDecoder(), ["\ufeff\ufeffdata: x\n\ndata: \ufeffy\n\n".encode()])
+    # The second mark starts the first line's field name ("\ufeffdata"), which is no field.
+    assert [f.data for f in frames] == ["\ufeffy"]
+
+
+def test_an_event_ends_at_a_cr_without_waiting_for_the_next_chunk():
+    decoder = SSEDecoder()
+    assert [f.data for f in decoder.feed(b"data: now\r\r")] == ["now"]
+    assert decoder.feed(b"\n") == []  # the LF of a CRLF split across chunks: no extra line
+    assert [f.data for f in decoder.feed(b"data: next\n\n")] == ["next"]
+
+
+def test_a_long_line_in_many_pieces_is_one_frame():
+    payload = "x" * 300_000
+    sse = f"data: {payload}\n\n".encode()
+    pieces = [sse[i : i + 4096] for i in range(0, len(sse), 4096)]
+    assert [f.data for f in feed_all(SSEDecoder(), pieces)] == [payload]
+    jsonl = f'{{"text": "{payload}"}}\n'.encode()
+    pieces = [jsonl[i : i + 4096] for i in range(0, len(jsonl), 4096)]
+    assert [f.text for f in feed_all(JSONLinesDecoder(), pieces)] == [payload]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "head", "expected"),
+    [
+        ("text/plain", b"\xef\xbb\xbfdata: hi\n\n", SSE),
+        ("text/plain", b'\xef\xbb\xbf{"token": "a"}\n', JSON_LINES),
+        ("text/plain", b"\xef\xbb\xbfhello", PLAIN),
+        ("text/plain", b"\xef\xbb", None),  # could still be a mark before "data:"
+    ],
+)
+def test_detection_looks_past_a_bom(content_type, head, expected):
+    assert detect_framing(content_type, head) == expected
+    assert detect_framing(content_type, head, final=True) == (expected or PLAIN)

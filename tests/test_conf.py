@@ -7,7 +7,8 @@ from projectkit import BASE_CELLS, diagnose, write_project
 
 from peach_cli.conf import PeachConf, json_schema, memory_bytes
 from peach_cli.plan import DEFAULT_MEDIA_TYPE
-from peach_cli.project import build_plan, load_project
+from peach_cli.project import load_project
+from peach_cli.validate import build_plan
 
 NB = {"nb.ipynb": BASE_CELLS}
 

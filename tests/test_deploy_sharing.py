@@ -18,7 +18,7 @@ from peach_cli.deploy.gateway_health import proxy_url
 from peach_cli.deploy.logs import choose_application
 from peach_cli.deploy.reports import health_body
 from peach_cli.errors import DeployError, UsageError
-from peach_cli.project import build_plan
+from peach_cli.validate import build_plan
 
 TESTS = Path(__file__).resolve().parent
 BASIC = TESTS / "projects" / "deploy_basic"

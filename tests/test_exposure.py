@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import PROJECTS, REPO, DevProcess
 
-from simulator.server import is_loopback
+from peach_cli.addresses import is_loopback
 
 TOKEN = "tok-3f9a7c1e-never-print-me"
 PASSWORD = "pw-81d2-never-print-me"

@@ -335,10 +335,43 @@ def test_sync_generator_streams_too(client):
     assert response.content == b"sync-0\nsync-1\nsync-2\n"
 
 
-def test_generator_error_ends_the_stream(client):
-    response = client.get("/stream-fail", params={"stream": "true"})
-    assert response.status_code == 200
-    assert response.content == b"before-error\n"
+def read_stream(client: httpx.Client, url: str, **params: str) -> tuple[bytes, bool]:
+    """A stream's bytes and whether it ended cleanly (False: cut, no terminating chunk)."""
+    received = b""
+    with client.stream("GET", url, params={"stream": "true", **params}) as response:
+        assert response.status_code == 200, response.read()
+        try:
+            for piece in response.iter_raw():
+                received += piece
+        except httpx.RemoteProtocolError as error:
+            assert "incomplete chunked read" in str(error), error
+            return received, False
+    return received, True
+
+
+@pytest.mark.parametrize(
+    ("url", "before"),
+    [
+        ("/stream-fail", b"before-error\n"),
+        ("/stream-fail-first", b""),
+        ("/sync-stream-fail", b"sync-before-error\n"),
+    ],
+)
+def test_a_generator_that_raises_cuts_the_stream(client, url, before):
+    """Chunks before the error arrive; then the response ends without its terminating
+    chunk (curl: "transfer closed with outstanding read data remaining")."""
+    received, clean = read_stream(client, url)
+    assert (received, clean) == (before, False)
+
+
+def test_a_finished_stream_ends_cleanly(client):
+    assert read_stream(client, "/stream") == (b"chunk-0\nchunk-1\nchunk-2\n", True)
+
+
+def test_the_server_keeps_serving_after_a_cut_stream(client):
+    for _ in range(3):
+        assert read_stream(client, "/stream-fail")[1] is False
+    assert ok(client.get("/params", params={"a": "2"}))["values"]["a"] == 2
 
 
 def test_stream_uses_the_component_media_type(client):
@@ -419,6 +452,130 @@ def test_project_modules_are_importable(client):
     assert ok(client.get("/loud", params={"text": "hi"})) == "HI!"
 
 
+# -- annotations beyond int/float/bool/str ---------------------------------------------------
+
+
+def test_query_values_reach_dates_decimals_uuids_enums_and_literals(client):
+    query = {
+        "day": "2024-05-01",
+        "when": "2024-05-01T10:30:00+02:00",
+        "price": "19.90",
+        "ident": "12345678-1234-5678-1234-567812345678",
+        "color": "blue",
+        "level": "2",
+        "mode": "slow",
+        "days": "2024-01-01,2024-01-02",
+    }
+    result = ok(client.get("/typed", params=query))
+    assert result["types"] == {
+        "day": "date",
+        "when": "datetime",
+        "price": "Decimal",
+        "ident": "UUID",
+        "color": "Color",
+        "level": "Level",
+        "mode": "str",
+        "days": "list",
+    }
+    assert result["text"]["when"] == "2024-05-01 10:30:00+02:00"
+    assert result["text"]["price"] == "19.90"
+    assert result["text"]["color"] == "Color.BLUE"
+
+
+def test_body_strings_reach_dates_decimals_uuids_and_enums(client):
+    body = {"day": "2024-05-01", "price": 1.5, "color": "red", "level": 1, "mode": "fast"}
+    result = ok(client.post("/typed", json=body))
+    assert result["types"]["day"] == "date"
+    assert result["types"]["price"] == "Decimal"
+    assert result["text"]["color"] == "Color.RED"
+    assert result["types"]["level"] == "Level"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("day", "2024-13-01"),
+        ("when", "yesterday"),
+        ("price", "abc"),
+        ("price", "NaN"),
+        ("ident", "not-a-uuid"),
+        ("color", "green"),
+        ("level", "3"),
+        ("mode", "medium"),
+    ],
+)
+def test_a_value_that_does_not_fit_its_annotation_is_400_naming_it(client, name, value):
+    message = error(client.get("/typed", params={name: value}), 400, "bad_request")
+    assert f"parameter '{name}'" in message and repr(value) in message
+
+
+def test_a_body_value_that_does_not_fit_is_400_too(client):
+    message = error(client.post("/typed", json={"day": 20240501}), 400, "bad_request")
+    assert "parameter 'day'" in message
+
+
+# -- query strings --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"name=caf%C3%A9", "café"),
+        (b"name=%ff", "\ufffd"),
+        (b"name=a+b", "a b"),
+        (b"name=1%2B1", "1+1"),
+        (b"name=%", "%"),
+        (b"name=%zz", "%zz"),
+        (b"name=a=b", "a=b"),
+    ],
+)
+def test_query_strings_decode_alike_raw_or_escaped(base_url, raw, expected):
+    """The raw bytes of the request line, sent as they are (no client re-encoding)."""
+    result = raw_get(base_url, b"/kwargs?" + raw)
+    assert result["kwargs"]["name"] == expected
+
+
+def test_repeated_keys_fill_lists_and_the_last_wins_for_scalars(client):
+    response = client.get("/params", params=[("a", "1"), ("a", "5"), ("tags", "1"), ("tags", "2")])
+    values = ok(response)["values"]
+    assert values["a"] == 5 and values["tags"] == [1, 2]
+
+
+def raw_get(base_url: str, target: bytes) -> dict:
+    """GET ``target`` (path and query, raw bytes) over a plain socket; the result JSON."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    prefix = parts.path.rstrip("/").encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=20) as sock:
+        sock.sendall(
+            b"GET " + prefix + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), data[:500]
+    if b"transfer-encoding: chunked" in head.lower():
+        body = _unchunk(body)
+    envelope = json.loads(body)
+    return envelope["result"]
+
+
+def _unchunk(body: bytes) -> bytes:
+    out = b""
+    while body:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out += rest[:size]
+        body = rest[size + 2 :]
+    return out
+
+
 # -- bad requests -------------------------------------------------------------------------
 
 
@@ -437,6 +594,22 @@ def test_body_that_is_not_an_object_is_400(client, body):
 def test_body_over_10_mib_is_413(client):
     body = b'{"a": "' + b"x" * (10 * 1024 * 1024) + b'"}'
     error(client.post("/params", content=body), 413, "payload_too_large")
+
+
+def test_a_declared_body_over_the_limit_is_refused_before_it_is_sent(base_url):
+    """413 as soon as the head declares more than 10 MiB: the body is never read."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/").encode() + b"/params"
+    with socket.create_connection((parts.hostname, parts.port), timeout=20) as sock:
+        sock.sendall(
+            b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 20000000\r\n\r\n{"
+        )
+        data = sock.recv(65536)
+    assert data.startswith(b"HTTP/1.1 413"), data[:300]
 
 
 def test_unknown_url_is_404(client):

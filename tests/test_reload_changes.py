@@ -11,16 +11,9 @@ from pathlib import Path
 import pytest
 from reload_support import append_file, copy_project, edit_cell, edit_file
 
-from peach_cli.project import build_plan
-from simulator.reload import (
-    Changes,
-    ComponentChange,
-    Reloaded,
-    ReloadFailed,
-    ReloadRejected,
-    Snapshot,
-    analyze_changes,
-)
+from peach_cli.validate import build_plan
+from simulator.changes import Changes, ComponentChange, Snapshot, analyze_changes
+from simulator.events import Reloaded, ReloadFailed, ReloadRejected
 
 ALL = ["hello/main", "token/main", "loud/main", "story/main", "guarded/main"]
 

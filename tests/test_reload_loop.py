@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,9 @@ import pytest
 from reload_support import copy_project, edit_cell, edit_file
 
 from peach_cli.plan import ProjectPlan
-from peach_cli.project import build_plan
-from simulator.reload import (
+from peach_cli.validate import build_plan
+from simulator.events import (
     Reloaded,
-    Reloader,
     ReloadFailed,
     ReloadRejected,
     ReloadSkipped,
@@ -26,16 +24,12 @@ from simulator.reload import (
     Watching,
     WatchStopped,
 )
+from simulator.reload import Reloader
+from simulator.server import PlanChange
 
 DEADLINE_S = 10.0
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@dataclass
-class Change:
-    failed: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.01
 
 
 class RecordingServer:
@@ -47,10 +41,10 @@ class RecordingServer:
         self.applied: list[ProjectPlan] = []
         self.fail: dict[str, str] = {}
 
-    async def apply_plan(self, plan: ProjectPlan) -> Change:
+    async def apply_plan(self, plan: ProjectPlan) -> PlanChange:
         self.applied.append(plan)
         self.plan = plan
-        return Change(dict(self.fail))
+        return PlanChange(failed=dict(self.fail), seconds=0.01)
 
     async def wait_ready(self) -> None:
         return None
@@ -189,7 +183,7 @@ def test_a_save_during_a_reload_supersedes_it_even_if_that_init_never_ends(
     original = server.apply_plan
     calls = 0
 
-    async def first_apply_hangs(plan: ProjectPlan) -> Change:
+    async def first_apply_hangs(plan: ProjectPlan) -> PlanChange:
         nonlocal calls
         calls += 1
         if calls == 1:
@@ -228,25 +222,25 @@ def test_half_a_save_is_not_reported_when_the_rest_lands_during_the_build(
 ) -> None:
     """An editor that writes a notebook in two steps: the build sees a truncated file, the
     second write lands meanwhile and is the next batch; the error in between is not shown."""
-    import peach_cli.project
+    import peach_cli.validate
 
     server, reloader, events = setup
     notebook = project / "notebooks" / "Endpoints.ipynb"
     edit_cell(project, '"v1"', '"v2"')
     complete = notebook.read_text()
     notebook.write_text(complete[: len(complete) // 2])
-    real_build = peach_cli.project.build_plan
+    real_build = peach_cli.validate.build_plan
 
     def build_while_the_save_finishes(path: Any) -> Any:
         result = real_build(path)
         notebook.write_text(complete)
         return result
 
-    monkeypatch.setattr(peach_cli.project, "build_plan", build_while_the_save_finishes)
+    monkeypatch.setattr(peach_cli.validate, "build_plan", build_while_the_save_finishes)
     event = asyncio.run(reloader.reload({"notebooks/Endpoints.ipynb"}))
     assert isinstance(event, ReloadRejected)  # the truncated notebook was invalid...
     assert events == []  # ...but a newer save was on its way: nothing was shown
 
-    monkeypatch.setattr(peach_cli.project, "build_plan", real_build)
+    monkeypatch.setattr(peach_cli.validate, "build_plan", real_build)
     event = asyncio.run(reloader.reload({"notebooks/Endpoints.ipynb"}))
     assert isinstance(event, Reloaded) and event.changes.restarted == ["hello/main"]

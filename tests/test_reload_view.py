@@ -10,15 +10,15 @@ from reload_support import RELOAD_BASIC, copy_project, edit_file
 from rich.console import Console
 
 from peach_cli.dev_view import DevView
-from peach_cli.project import build_plan
-from simulator.events import ReplicaChanged, ReplicaState
-from simulator.reload import (
-    Changes,
-    ComponentChange,
+from peach_cli.validate import build_plan
+from simulator.changes import Changes, ComponentChange
+from simulator.events import (
     Reloaded,
     ReloadFailed,
     ReloadRejected,
     ReloadStarted,
+    ReplicaChanged,
+    ReplicaState,
 )
 
 pytestmark = pytest.mark.timeout(30)

@@ -27,6 +27,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -128,22 +129,28 @@ class Component:
         task.add_done_callback(self._reports.discard)
 
     async def stream(self, params: dict[str, Any]) -> AsyncIterator[Any]:
-        """A streaming call. The first item describes it, the rest are the chunks (bytes).
-
-        First item: ``{"replica": id, "streams": bool}``, or ``{"replica": id, "code": …,
-        "message": …}`` when the arguments cannot be bound.
+        """A call that asked for a stream. The first item describes it: ``{"replica": id,
+        "method_kind": kind}``, or ``{"replica": id, "code": …, "message": …}`` when the
+        arguments cannot be bound. Then the chunks (bytes) of a generator method — or, for
+        any other method, its ``CallResult`` as a dict: one remote call either way.
         """
         replica = self.runner.replica_id
-        if not self.runner.streams:
-            yield {"replica": replica, "streams": False}
+        kind = self.runner.method_kind
+        request = contract.RequestParams.from_dict(params)
+        if contract.dispatch(kind, True) != "stream":
+            yield {"replica": replica, "method_kind": kind}
+            result = await self.runner.call(request)
+            if result.drift:
+                self._report_after_reinit()
+            yield result.to_dict()
             return
         try:
-            chunks = await self.runner.open_stream(contract.RequestParams.from_dict(params))
+            chunks = await self.runner.open_stream(request)
         except contract.ContractError as error:
             yield {"replica": replica, "code": error.code, "message": error.message}
             return
         try:
-            yield {"replica": replica, "streams": True}
+            yield {"replica": replica, "method_kind": kind}
             async for chunk in chunks:
                 yield chunk
         finally:
@@ -227,7 +234,7 @@ class Gateway:
         error = self.unstartable.get(deployment)
         if not error:
             return None
-        return f"{endpoint.url} ({component}) has no healthy replica: {error}"
+        return contract.unavailable_message(f"{endpoint.name}/{component}", error)
 
     def _handle(self, endpoint: EndpointSpec, component: str) -> DeploymentHandle:
         return self.handles[self.deployments[(endpoint.name, component)]]
@@ -238,18 +245,25 @@ class Gateway:
         if endpoint is None:
             if request.method == "GET" and path in (ROUTES_PATH, HEALTH_PATH):
                 return await (self._routes() if path == ROUTES_PATH else self._health())
-            return _json_response(contract.error_answer("not_found", f"no endpoint at {path}"))
+            urls = (e.url for e in self.endpoints.values())
+            return _json_response(contract.not_found_answer(path, urls))
         try:
-            body = await request.body()
+            body = await contract.read_body(
+                request.receive, request.scope.get("headers", ()), contract.MAX_BODY_BYTES
+            )
+            if body is None:  # the client went away while sending
+                return Response(status_code=499)
             params, stream = contract.parse_request(
-                request.method, request.query_params.multi_items(), body
+                request.method, contract.parse_query_string(request.scope["query_string"]), body
             )
         except contract.ContractError as error:
             return _json_response(contract.error_answer(error.code, error.message))
         if stream:
-            response = await self._open_stream(endpoint, params)
-            if response is not None:
-                return response
+            opened = await self._open_stream(endpoint, params)
+            if isinstance(opened, Response):
+                return opened
+            # not a generator: the same remote call answers as a plain call (one call)
+            return _json_response(await self._answer(endpoint, params, opened))
         return _json_response(await self._answer(endpoint, params))
 
     def _endpoint_for(self, path: str) -> EndpointSpec | None:
@@ -292,19 +306,31 @@ class Gateway:
         return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
 
     async def _answer(
-        self, endpoint: EndpointSpec, params: contract.RequestParams
+        self,
+        endpoint: EndpointSpec,
+        params: contract.RequestParams,
+        opened: _OpenedCall | None = None,
     ) -> contract.Answer:
+        """The envelope answer (timeout, fallback). ``opened``: the primary's call, already
+        made by a stream request to a method that does not stream."""
         payload = params.to_dict()
 
         async def call(component: str, attempt: contract.Attempt) -> contract.CallResult:
-            unavailable = await self._unavailable(endpoint, component)
-            if unavailable:
-                return contract.CallResult.failure("unavailable", unavailable)
-            handle = self._handle(endpoint, component).options(stream=True)
-            items = cast(DeploymentResponseGenerator, handle.call.remote(payload))
+            nonlocal opened
+            described = False  # whether the call's first item (its replica) was read
+            if opened is not None and component == endpoint.primary:
+                items, attempt.replica, opened = opened.items, opened.replica, None
+                described = True
+            else:
+                unavailable = await self._unavailable(endpoint, component)
+                if unavailable:
+                    return contract.CallResult.failure("unavailable", unavailable)
+                handle = self._handle(endpoint, component).options(stream=True)
+                items = cast(DeploymentResponseGenerator, handle.call.remote(payload))
             try:
-                first = await items.__anext__()
-                attempt.replica = first.get("replica")
+                if not described:
+                    first = await items.__anext__()
+                    attempt.replica = first.get("replica")
                 data = await items.__anext__()
             except asyncio.CancelledError:  # timeout_s ran out: stop the call on the replica
                 items.cancel()
@@ -313,7 +339,9 @@ class Gateway:
                 items.cancel()
                 return contract.CallResult.failure(
                     "unavailable",
-                    f"{endpoint.url} ({component}) has no healthy replica: {_first_line(error)}",
+                    contract.unavailable_message(
+                        f"{endpoint.name}/{component}", _first_line(error)
+                    ),
                     attempt.replica,
                 )
             result = contract.CallResult.from_dict(data)
@@ -324,8 +352,9 @@ class Gateway:
 
     async def _open_stream(
         self, endpoint: EndpointSpec, params: contract.RequestParams
-    ) -> Response | None:
-        """A streaming response, or None when the method does not stream (envelope then)."""
+    ) -> Response | _OpenedCall:
+        """A streaming response, or the opened call when the method does not stream (its
+        result, the next item of the same remote call, is answered in the envelope)."""
         spec = endpoint.primary_component
         unavailable = await self._unavailable(endpoint, endpoint.primary)
         if unavailable:
@@ -336,8 +365,6 @@ class Gateway:
         generator = cast(DeploymentResponseGenerator, handle.stream.remote(params.to_dict()))
         try:
             first = await generator.__anext__()
-        except StopAsyncIteration:
-            return None
         except asyncio.CancelledError:
             generator.cancel()
             raise
@@ -346,8 +373,9 @@ class Gateway:
             return _json_response(
                 contract.error_answer(
                     "unavailable",
-                    f"{endpoint.url} ({endpoint.primary}) has no healthy replica: "
-                    f"{_first_line(error)}",
+                    contract.unavailable_message(
+                        f"{endpoint.name}/{endpoint.primary}", _first_line(error)
+                    ),
                     component=endpoint.primary,
                 )
             )
@@ -358,8 +386,8 @@ class Gateway:
                     first["code"], first["message"], component=endpoint.primary, replica=replica
                 )
             )
-        if not first.get("streams"):
-            return None
+        if contract.dispatch(first.get("method_kind"), True) != "stream":
+            return _OpenedCall(generator, replica)
 
         async def relay() -> AsyncIterator[bytes]:
             try:
@@ -367,17 +395,34 @@ class Gateway:
                     yield chunk
             except asyncio.CancelledError:
                 raise
-            except Exception as error:  # the replica failed mid-stream: end it cleanly
-                logger.error("the stream of %s ended with an error: %s", endpoint.url, error)
+            except Exception as error:  # the generator raised or the replica died: cut it
+                cause = _stream_cut_cause(error)
+                logger.error("the stream of %s was cut: %s", endpoint.url, cause)
+                raise contract.StreamCut(cause) from None
             finally:
                 generator.cancel()  # a client that went away closes the user's generator
 
-        headers = {contract.COMPONENT_HEADER: endpoint.primary}
-        if replica:
-            headers[contract.REPLICA_HEADER] = replica
-        headers["Cache-Control"] = "no-cache"
-        headers["X-Accel-Buffering"] = "no"
-        return StreamingResponse(relay(), media_type=spec.media_type, headers=headers)
+        headers = contract.stream_headers(spec.media_type, endpoint.primary, replica)
+        return StreamingResponse(relay(), headers=headers)
+
+
+@dataclass
+class _OpenedCall:
+    """A stream request's remote call to a method that does not stream: its next item is
+    the ``CallResult``."""
+
+    items: DeploymentResponseGenerator
+    replica: str | None
+
+
+def _stream_cut_cause(error: BaseException) -> str:
+    """What cut a stream: the user's exception (``StreamCut`` inside Ray's wrapper)."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, contract.StreamCut):
+        return str(cause)
+    if isinstance(error, contract.StreamCut):
+        return str(error)
+    return _first_line(error)
 
 
 def _route_path(request: Request) -> str:

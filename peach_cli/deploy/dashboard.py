@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from peach_cli.addresses import is_loopback
 from peach_cli.errors import DeployError, UsageError
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def resolve_address(address: str | None) -> tuple[str, list[str]]:
             hint=hint,
         )
     warnings = []
-    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
         warnings.append(
             f"talking to {parts.hostname} over plain HTTP: requests (and any token) "
             "are not encrypted"
@@ -92,15 +92,6 @@ def shown_address(address: str) -> str:
         return address
     userinfo, host = parts.netloc.rsplit("@", 1)
     return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def auth_token(environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
@@ -295,7 +286,8 @@ class DashboardClient:
             ) from None
         if response.status_code in (401, 403):
             has_token = "Authorization" in self._client.headers
-            raise DeployError(
+            raise DashboardRefused(
+                response.status_code,
                 f"the Ray dashboard at {self.shown} refused the request ({response.status_code})",
                 hint=f"check the token in {self._token_source}"
                 if has_token
@@ -339,3 +331,11 @@ def _log_params(actor_id: str, suffix: str, lines: int) -> dict[str, str]:
 def _reason(error: Exception) -> str:
     text = str(error).strip()
     return text or type(error).__name__
+
+
+class DashboardRefused(DeployError):
+    """The dashboard refused the request: 401 (no token sent) or 403 (a wrong token)."""
+
+    def __init__(self, status_code: int, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status_code = status_code

@@ -1,0 +1,55 @@
+"""The contract's error codes and exceptions (SPEC §2 "Envelope").
+
+ContractError       a request the contract refuses: ``code`` and its HTTP ``status``
+InitError           a component's code or ``init`` failed: the replica never serves
+ResultNotJSON       a method's result cannot be sent as JSON (a ``method_error``)
+"""
+
+from __future__ import annotations
+
+ERROR_STATUS: dict[str, int] = {
+    "bad_request": 400,
+    "stream_required": 400,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "payload_too_large": 413,
+    "method_error": 500,
+    "unavailable": 503,
+    "timeout": 504,
+}
+
+
+class ContractError(Exception):
+    """A request the contract refuses, with its stable error code and HTTP status."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @property
+    def status(self) -> int:
+        return ERROR_STATUS[self.code]
+
+
+class InitError(Exception):
+    """The component's code or its ``init`` failed: the replica cannot become healthy."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        """The user's traceback, for the server log."""
+
+
+class ResultNotJSON(TypeError):
+    """A method returned something that cannot be sent as JSON."""
+
+
+class StreamCut(Exception):
+    """A stream failed after it began (the user's generator raised, its replica died).
+
+    Hosts cut the HTTP response — it ends without its terminating chunk, as Ray Serve's
+    proxy does — so that a client can tell a failed stream from a finished one. The
+    message is the cause (``RuntimeError: text``); the user's traceback is in the log.
+    """

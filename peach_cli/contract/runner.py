@@ -1,0 +1,343 @@
+"""``ComponentRunner``: one replica's component — its module, its state, its calls.
+
+Both hosts wrap it: ``simulator/worker.py`` in a ``peach dev`` replica process, the
+``Component`` deployment on Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import linecache
+import logging
+import sys
+import threading
+import types
+from collections.abc import AsyncGenerator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+from peach_cli.contract.answers import CallResult, stream_required_message
+from peach_cli.contract.binding import MethodSignature, bind_arguments
+from peach_cli.contract.errors import ContractError, InitError, ResultNotJSON, StreamCut
+from peach_cli.contract.request import RequestParams
+from peach_cli.contract.results import (
+    describe_exception,
+    encode_chunk,
+    is_empty,
+    split_drift,
+    to_json_value,
+    user_traceback,
+)
+from peach_cli.plan import ComponentSpec
+
+logger = logging.getLogger("peach.contract")
+
+MethodKind = Literal["function", "coroutine", "generator", "async_generator"]
+
+
+def method_kind(function: Callable[..., Any]) -> MethodKind:
+    if inspect.isasyncgenfunction(function):
+        return "async_generator"
+    if inspect.isgeneratorfunction(function):
+        return "generator"
+    if inspect.iscoroutinefunction(function):
+        return "coroutine"
+    return "function"
+
+
+class ComponentRunner:
+    """One replica's view of a component: its module, its state and its calls.
+
+    Example (inside a host)::
+
+        runner = ComponentRunner(spec, project_root, replica_id="assistant/main#1")
+        await runner.start()                          # exec the code, run init once
+        result = await runner.call(params)            # CallResult, never raises for user errors
+        chunks = await runner.open_stream(params)     # ContractError here, before any byte
+        try:
+            async for chunk in chunks: ...            # bytes, as soon as each is yielded
+        finally:
+            await chunks.aclose()                     # closes the user's generator
+
+    Sync methods and sync generators run in the runner's own thread pool, so slow calls
+    (say, past ``timeout_s``) do not starve the replica's other requests.
+    """
+
+    max_threads = 64
+
+    def __init__(self, spec: ComponentSpec, root: Path, *, replica_id: str = "") -> None:
+        self.spec = spec
+        self.root = Path(root)
+        self.replica_id = replica_id or spec.key
+        self.state: Any = None
+        self.method: Callable[..., Any] | None = None
+        self.signature: MethodSignature | None = None
+        self.method_kind: MethodKind = "function"
+        self.init_function: Callable[..., Any] | None = None
+        self.last_reinit_error: str | None = None
+        self.reinit_count = 0
+        self._ready = asyncio.Event()
+        self._reinit_task: asyncio.Task[None] | None = None  # held: the loop keeps weak refs
+        self._executor = ThreadPoolExecutor(self.max_threads, thread_name_prefix="peach-call")
+        self.abandoned_threads = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Execute the component's extracted code in a fresh module and find its functions."""
+        for folder in (self.root, (self.root / self.spec.notebook).parent):
+            text = str(folder)
+            if text not in sys.path:
+                sys.path.insert(0, text)
+        # tracebacks and inspect.getsource find the notebook code by its name
+        lines = self.spec.source.splitlines(keepends=True)
+        linecache.cache[self.spec.source_name] = (
+            len(self.spec.source),
+            None,
+            lines,
+            self.spec.source_name,
+        )
+        module_name = f"peach_component_{self.spec.endpoint}_{self.spec.name}".replace("-", "_")
+        module = types.ModuleType(module_name)
+        module.__file__ = str(self.root / self.spec.notebook)
+        sys.modules[module_name] = module  # dataclasses and pickling look the module up
+        try:
+            code = compile(self.spec.source, self.spec.source_name, "exec")
+            exec(code, module.__dict__)  # noqa: S102 - running the user's notebook is the job
+        except (Exception, SystemExit) as error:  # anything the notebook raises, exit() too
+            raise InitError(
+                f"{self.spec.source_name} failed to run: {describe_exception(error)}",
+                user_traceback(error, self.spec),
+            ) from None
+        method = getattr(module, self.spec.method, None)
+        if not callable(method):
+            raise InitError(
+                f"{self.spec.source_name} does not define a function '{self.spec.method}'"
+            )
+        self.method = method
+        self.signature = MethodSignature.of(method)
+        self.method_kind = method_kind(method)
+        if self.spec.init:
+            init = getattr(module, self.spec.init, None)
+            if not callable(init):
+                raise InitError(
+                    f"{self.spec.source_name} does not define a function '{self.spec.init}'"
+                )
+            self.init_function = init
+
+    async def _in_thread(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        work = self._executor.submit(partial(function, *args, **kwargs))
+        try:
+            return await asyncio.wrap_future(work, loop=loop)
+        except asyncio.CancelledError:
+            if not work.cancelled():  # already running: a thread cannot be stopped, so
+                # count it as abandoned until the function returns on its own, if ever
+                self.abandoned_threads += 1
+                work.add_done_callback(lambda _: loop.call_soon_threadsafe(self._thread_returned))
+            raise
+
+    def _thread_returned(self) -> None:
+        self.abandoned_threads -= 1
+
+    @property
+    def threads_exhausted(self) -> bool:
+        """True when every thread is held by a call nobody waits for any more.
+
+        The replica can then no longer run a sync call: hosts should replace it.
+        """
+        return self.abandoned_threads >= self.max_threads
+
+    async def _run_init(self) -> Any:
+        assert self.init_function is not None
+        if inspect.iscoroutinefunction(self.init_function):
+            return await self.init_function()
+        return await self._in_thread(self.init_function)
+
+    async def start(self) -> None:
+        """Load the code and run ``init`` once; raise ``InitError`` if either fails."""
+        self.load()
+        if self.init_function is not None:
+            try:
+                self.state = await self._run_init()
+            except (Exception, SystemExit) as error:
+                raise InitError(
+                    f"{self.spec.init}() raised {describe_exception(error)}",
+                    user_traceback(error, self.spec),
+                ) from None
+        self._ready.set()
+
+    def close(self) -> None:
+        """Release the runner's threads (calls still running finish in the background)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def streams(self) -> bool:
+        """Whether the method is a generator, so callers must ask for a stream."""
+        return self.method_kind in ("async_generator", "generator")
+
+    @property
+    def reinitializing(self) -> bool:
+        """True while a drift re-init runs; new calls wait for it."""
+        return not self._ready.is_set()
+
+    async def _reinit(self) -> None:
+        try:
+            state = await self._run_init()
+        except Exception as error:  # keep the old state, report the error (SPEC decision)
+            self.last_reinit_error = (
+                "re-init after drift failed, keeping the previous state: "
+                f"{self.spec.init}() raised {describe_exception(error)}"
+            )
+            logger.error(
+                "%s: %s\n%s",
+                self.replica_id,
+                self.last_reinit_error,
+                user_traceback(error, self.spec),
+            )
+        else:
+            self.state = state
+            self.last_reinit_error = None
+        finally:
+            self.reinit_count += 1
+            self._ready.set()
+
+    def _schedule_reinit(self) -> None:
+        if self.init_function is None or self.reinitializing:
+            return
+        self._ready.clear()
+        self._reinit_task = asyncio.get_running_loop().create_task(self._reinit())
+
+    async def wait_reinit(self) -> None:
+        """Wait until a drift re-init (if any) is over."""
+        await self._ready.wait()
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def _bind(self, params: RequestParams) -> dict[str, Any]:
+        assert self.signature is not None, "start() first"
+        return bind_arguments(
+            self.signature,
+            params,
+            self.spec.args,
+            state=self.state,
+            state_param=self.spec.state_param,
+        )
+
+    async def call(self, params: RequestParams) -> CallResult:
+        """Run one non-streaming call; every failure becomes a ``CallResult``.
+
+        A drift-aware answer is returned first; the re-init it triggers then runs while new
+        calls to this replica wait for the fresh state.
+        """
+        assert self.method is not None, "start() first"
+        await self._ready.wait()
+        if self.streams:
+            return CallResult.failure(
+                "stream_required",
+                stream_required_message(self.spec.url, self.method_kind),
+                self.replica_id,
+            )
+        try:
+            kwargs = self._bind(params)
+        except ContractError as error:
+            return CallResult.failure(error.code, error.message, self.replica_id)
+        try:
+            if self.method_kind == "coroutine":
+                raw = await self.method(**kwargs)
+            else:
+                raw = await self._in_thread(self.method, **kwargs)
+        except Exception as error:
+            logger.error(
+                "%s: %s() raised\n%s",
+                self.replica_id,
+                self.spec.method,
+                user_traceback(error, self.spec),
+            )
+            return CallResult.failure(
+                "method_error",
+                f"{self.spec.method}() raised {describe_exception(error)}",
+                self.replica_id,
+            )
+        value, drift = split_drift(raw)
+        try:
+            result = to_json_value(value)
+        except ResultNotJSON as error:
+            return CallResult.failure(
+                "method_error",
+                f"{self.spec.method}() returned a result that is not JSON: {error}",
+                self.replica_id,
+            )
+        if drift:
+            self._schedule_reinit()
+        return CallResult(
+            ok=True, result=result, empty=is_empty(value), drift=drift, replica=self.replica_id
+        )
+
+    async def open_stream(self, params: RequestParams) -> AsyncGenerator[bytes, None]:
+        """Bind the call and return its chunks as bytes, each as soon as it is yielded.
+
+        Raises ``ContractError`` (``bad_request``) before any byte is sent. An exception
+        inside the user's generator is logged and raised as ``StreamCut``: hosts cut the
+        response. Closing the returned
+        iterator (a client that went away) closes the user's generator, so its ``finally``
+        runs.
+        """
+        assert self.method is not None, "start() first"
+        await self._ready.wait()
+        if not self.streams:
+            raise ContractError("bad_request", f"{self.spec.method}() does not stream")
+        kwargs = self._bind(params)
+        if self.method_kind == "async_generator":
+            return self._relay_async(self.method(**kwargs))
+        return self._relay_sync(self.method(**kwargs))
+
+    async def _relay_async(self, agen: Any) -> AsyncGenerator[bytes, None]:
+        try:
+            async for chunk in agen:
+                yield encode_chunk(chunk)
+        except Exception as error:
+            self._log_stream_error(error)
+            raise StreamCut(describe_exception(error)) from None
+        finally:
+            await agen.aclose()
+
+    async def _relay_sync(self, generator: Any) -> AsyncGenerator[bytes, None]:
+        lock = threading.Lock()  # next() and close() must never overlap
+
+        def step() -> Any:
+            with lock:
+                try:
+                    return next(generator)
+                except StopIteration:
+                    return _DONE
+
+        def close() -> None:
+            with lock:
+                generator.close()
+
+        try:
+            while True:
+                chunk = await self._in_thread(step)
+                if chunk is _DONE:
+                    break
+                yield encode_chunk(chunk)
+        except Exception as error:
+            self._log_stream_error(error)
+            raise StreamCut(describe_exception(error)) from None
+        finally:
+            await self._in_thread(close)
+
+    def _log_stream_error(self, error: BaseException) -> None:
+        logger.error(
+            "%s: the stream of %s() ended with an error\n%s",
+            self.replica_id,
+            self.spec.method,
+            user_traceback(error, self.spec),
+        )
+
+
+_DONE = object()

@@ -1,0 +1,210 @@
+"""What a save changed: two snapshots of the served plan in, a ``Changes`` out.
+
+The pure part of hot reload. A ``Snapshot`` is a plan and the fingerprints of its
+components, taken when it was applied; ``analyze_changes`` compares two — per component key
+``started``, ``stopped``, ``restarted`` or ``unchanged``, with reasons, plus the endpoints
+added, removed or moved to another url (a url change re-routes, it restarts nothing)::
+
+    before = Snapshot.take(plan)
+    ...  # the user saves
+    changes = analyze_changes(before, Snapshot.take(new_plan))
+    changes.restarted   # ['assistant/main']
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from peach_cli.plan import ComponentSpec, ProjectPlan
+
+Action = Literal["started", "stopped", "restarted", "unchanged"]
+
+_FIELD_REASONS = {
+    "source": "code",
+    "source_name": "cell positions",
+    "line_map": "cell positions",
+    "modules": "imports",
+    "dependencies": "py_env",
+}
+
+
+# --- what changed ---------------------------------------------------------------------------
+
+
+def _digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError:
+        return "<missing>"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A plan as it was applied: each component's fingerprint and its modules' digests.
+
+    Taken when the plan is built, because a fingerprint includes the current contents of the
+    project modules a component imports: recomputing it later would see the new contents.
+    """
+
+    plan: ProjectPlan
+    fingerprints: dict[str, str]
+    modules: dict[str, str] = field(default_factory=dict)
+    """Project module (relative path) -> digest of its contents."""
+
+    @classmethod
+    def take(cls, plan: ProjectPlan) -> Snapshot:
+        components = plan.components()
+        modules = {m for c in components for m in c.modules}
+        return cls(
+            plan,
+            {c.key: c.fingerprint(plan.root) for c in components},
+            {m: _digest(plan.root / m) for m in sorted(modules)},
+        )
+
+    def specs(self) -> dict[str, ComponentSpec]:
+        return {c.key: c for c in self.plan.components()}
+
+    def replace(self, key: str, other: Snapshot) -> Snapshot:
+        """This snapshot with component ``key`` taken from ``other`` (or dropped if absent
+        there): what is served after a restart of ``key`` was refused."""
+        endpoints = dict(self.plan.endpoints)
+        endpoint_name = key.split("/", 1)[0]
+        endpoint = endpoints.get(endpoint_name)
+        old_spec = other.specs().get(key)
+        fingerprints = dict(self.fingerprints)
+        if endpoint is not None:
+            components = dict(endpoint.components)
+            if old_spec is None:
+                components.pop(key.split("/", 1)[1], None)
+                fingerprints.pop(key, None)
+            else:
+                components[old_spec.name] = replace(old_spec, url=endpoint.url)
+                fingerprints[key] = other.fingerprints[key]
+            endpoints[endpoint_name] = replace(endpoint, components=components)
+        modules = {**other.modules, **self.modules}
+        return Snapshot(replace(self.plan, endpoints=endpoints), fingerprints, modules)
+
+
+@dataclass(frozen=True)
+class ComponentChange:
+    """What a reload does to one component."""
+
+    key: str
+    """``endpoint/component``."""
+    action: Action
+    reasons: tuple[str, ...] = ()
+    """Why it restarts: ``code``, ``init``, ``args``, ``replicas``, a module path, ..."""
+
+
+@dataclass(frozen=True)
+class Changes:
+    """The difference between the served plan and a new one."""
+
+    components: tuple[ComponentChange, ...] = ()
+    endpoints_added: tuple[str, ...] = ()
+    endpoints_removed: tuple[str, ...] = ()
+    urls_changed: tuple[tuple[str, str, str], ...] = ()
+    """(endpoint, old url, new url)."""
+    timeout_changed: tuple[float, float] | None = None
+
+    def keys(self, action: Action) -> list[str]:
+        return [c.key for c in self.components if c.action == action]
+
+    @property
+    def started(self) -> list[str]:
+        return self.keys("started")
+
+    @property
+    def stopped(self) -> list[str]:
+        return self.keys("stopped")
+
+    @property
+    def restarted(self) -> list[str]:
+        return self.keys("restarted")
+
+    @property
+    def unchanged(self) -> list[str]:
+        return self.keys("unchanged")
+
+    @property
+    def needs_new_replicas(self) -> list[str]:
+        """The keys whose replicas ``apply_plan`` starts: restarted and started ones."""
+        return [c.key for c in self.components if c.action in ("started", "restarted")]
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to apply: every component unchanged and routing the same."""
+        return not (
+            self.needs_new_replicas
+            or self.stopped
+            or self.endpoints_added
+            or self.endpoints_removed
+            or self.urls_changed
+            or self.timeout_changed
+        )
+
+    def reasons(self, key: str) -> tuple[str, ...]:
+        for change in self.components:
+            if change.key == key:
+                return change.reasons
+        return ()
+
+
+def _reasons(
+    old: ComponentSpec, new: ComponentSpec, snapshots: tuple[Snapshot, Snapshot]
+) -> tuple[str, ...]:
+    before, after = asdict(old), asdict(new)
+    reasons: list[str] = []
+    for name, value in after.items():
+        if name == "url" or before.get(name) == value:
+            continue
+        reason = _FIELD_REASONS.get(name, name)
+        if reason not in reasons:
+            reasons.append(reason)
+    old_modules, new_modules = snapshots[0].modules, snapshots[1].modules
+    for module in new.modules:
+        if module in old.modules and old_modules.get(module) != new_modules.get(module):
+            reasons.append(module)
+    return tuple(reasons) or ("config",)
+
+
+def analyze_changes(old: Snapshot, new: Snapshot) -> Changes:
+    """Compare the served snapshot with a new one, component by component.
+
+    A component restarts when its fingerprint changed (its extracted code, its config, or
+    the contents of a project module it imports); a url change only re-routes.
+    """
+    old_specs, new_specs = old.specs(), new.specs()
+    components: list[ComponentChange] = []
+    for key, spec in new_specs.items():
+        previous = old_specs.get(key)
+        if previous is None:
+            components.append(ComponentChange(key, "started"))
+        elif old.fingerprints.get(key) != new.fingerprints.get(key):
+            components.append(
+                ComponentChange(key, "restarted", _reasons(previous, spec, (old, new)))
+            )
+        else:
+            components.append(ComponentChange(key, "unchanged"))
+    components += [ComponentChange(key, "stopped") for key in old_specs if key not in new_specs]
+    old_endpoints, new_endpoints = old.plan.endpoints, new.plan.endpoints
+    urls = tuple(
+        (name, old_endpoints[name].url, spec.url)
+        for name, spec in new_endpoints.items()
+        if name in old_endpoints and old_endpoints[name].url != spec.url
+    )
+    timeouts = (old.plan.timeout_s, new.plan.timeout_s)
+    return Changes(
+        components=tuple(components),
+        endpoints_added=tuple(n for n in new_endpoints if n not in old_endpoints),
+        endpoints_removed=tuple(n for n in old_endpoints if n not in new_endpoints),
+        urls_changed=urls,
+        timeout_changed=timeouts if timeouts[0] != timeouts[1] else None,
+    )
+
+
+# --- what the loop reports ------------------------------------------------------------------

@@ -1,0 +1,182 @@
+"""The shape of the code: no import cycles, one place that starts workers, a stdlib runtime.
+
+These read the source (ast), so they fail the moment a change brings a cycle back, starts a
+process somewhere new, or lets a third-party import into the code every replica runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+from peach_cli.deploy.packaging import RUNTIME_MODULES
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("peach_cli", "simulator")
+
+REPLICA_RUNTIME = (
+    "peach_cli/__init__.py",
+    "peach_cli/decorator.py",
+    "peach_cli/plan.py",
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "peach_cli/contract").glob("*.py")),
+    "simulator/__init__.py",
+    "simulator/worker.py",
+    "simulator/protocol.py",
+    "simulator/aio.py",
+)
+"""What a replica imports: it runs inside every user environment, so stdlib only."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, Path]:
+    return {
+        _module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+    }
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """The project modules ``path`` imports, at module level or inside functions (lazy
+    imports count: they run), but not under ``if TYPE_CHECKING:``."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            names = []
+        for name in names:
+            if name in known:
+                found.add(name)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return found
+
+
+def _catches_import_error(node: ast.Try) -> bool:
+    names = {"ImportError", "ModuleNotFoundError"}
+    return any(
+        isinstance(h.type, ast.Name)
+        and h.type.id in names
+        or isinstance(h.type, ast.Tuple)
+        and any(isinstance(e, ast.Name) and e.id in names for e in h.type.elts)
+        for h in node.handlers
+    )
+
+
+def _required_imports(path: Path) -> set[str]:
+    """Top-level names of what ``path`` imports, but for optional imports (guarded by
+    ``try: … except ImportError``)."""
+    modules: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.Try) and _catches_import_error(node):
+            for child in node.handlers + node.orelse + node.finalbody:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            modules.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module.split(".")[0])
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return modules
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    sources = _sources()
+    known = set(sources)
+    graph = {name: _imports(path, known) - {name} for name, path in sources.items()}
+    # a package's __init__ re-exporting its own modules is not a cycle of the code
+    for name in graph:
+        graph[name] = {target for target in graph[name] if not (target == name.rsplit(".", 1)[0])}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                cycles.append([*stack[stack.index(target) :], target])
+            elif target not in state:
+                walk(target)
+        stack.pop()
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            walk(name)
+    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_worker_processes_are_started_in_one_module() -> None:
+    starters = ("create_subprocess_exec", "Popen", "subprocess.run", "os.fork", "spawn_worker(")
+    places = []
+    for name, path in _sources().items():
+        if name in ("simulator.workers",) or name.startswith("peach_cli.envs"):
+            continue
+        if name.startswith("simulator."):
+            text = path.read_text()
+            places += [f"{name}: {s}" for s in starters if s in text and s != "spawn_worker("]
+    assert places == []
+
+
+def test_no_private_name_crosses_a_module_boundary() -> None:
+    crossings = []
+    for name, path in _sources().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                if node.module.split(".")[0] not in PACKAGES:
+                    continue
+                # a package's own modules may share its private helpers
+                same_package = node.module.rsplit(".", 1)[0] == name.rsplit(".", 1)[0]
+                crossings += [
+                    f"{name} imports {node.module}.{alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not same_package
+                ]
+    assert crossings == []
+
+
+def test_the_replica_runtime_imports_only_the_standard_library() -> None:
+    allowed = set(sys.stdlib_module_names) | {"peach_cli", "simulator", "__future__"}
+    outside = {
+        module: sorted(_required_imports(ROOT / module) - allowed) for module in REPLICA_RUNTIME
+    }
+    assert {k: v for k, v in outside.items() if v} == {}
+
+
+def test_every_contract_module_is_uploaded_with_the_runtime() -> None:
+    contract = {f"contract/{p.name}" for p in (ROOT / "peach_cli" / "contract").glob("*.py")}
+    assert contract <= set(RUNTIME_MODULES)
+
+
+def test_process_figures_come_from_psutil_not_proc() -> None:
+    """Memory sampling must work where most users are (macOS): no ``/proc`` reads."""
+    readers = [name for name, path in _sources().items() if '"/proc/' in path.read_text()]
+    assert readers == []
