@@ -196,12 +196,18 @@ def test_a_failing_init_fails_the_deploy_fast_with_the_users_error(cluster):
     assert response.headers["x-peach-component"] == "main"
 
 
-def test_the_first_failure_is_reported_within_seconds_of_the_replica_starting(cluster):
-    reports: list[tuple[float, str]] = []
+def test_the_first_replica_start_failure_is_reported_while_serve_still_retries(cluster):
+    """peach stops at the first replica that fails to start, not when Serve gives up.
+
+    (How many seconds that is after the replica starts is a speed target, measured by
+    benchmarks/deploy.py: on a loaded machine, starting a worker process alone can take
+    longer than the target.)"""
+    reports: list[tuple[str, str]] = []
 
     def progress(app, elapsed):
-        states = [r.state for d in app.deployments for r in d.replicas if d.name == "broken.main"]
-        reports.append((time.monotonic(), ",".join(states)))
+        for d in app.deployments:
+            if d.name == "broken.main":
+                reports.append((d.status, ",".join(r.state for r in d.replicas)))
 
     with pytest.raises(ReplicaStartFailed) as caught:
         deploy(
@@ -210,10 +216,13 @@ def test_the_first_failure_is_reported_within_seconds_of_the_replica_starting(cl
             reporter=Reporter(progress=progress),
             poll_interval_s=0.1,
         )
-    failed_at = time.monotonic()
-    started = next(t for t, states in reports if "STARTING" in states)
-    assert failed_at - started <= 5.0, reports
     assert caught.value.deployment == "broken.main"
+    assert "no weights at /models/latest.bin" in caught.value.error
+    assert any("STARTING" in states for _, states in reports), reports
+    assert reports[-1][0] != "DEPLOY_FAILED", reports  # Serve had not given up yet
+    with DashboardClient(cluster.dashboard_url) as dashboard:
+        app = dashboard.serve_details()["applications"]["deploy-initfail"]
+    assert app["status"] != "DEPLOY_FAILED"  # and it is still retrying
 
 
 def test_a_fixed_init_redeploys_over_the_failing_version_that_holds_the_cpus(cluster, tmp_path):

@@ -2,8 +2,8 @@
 
 Each deployment gets its own ``working_dir`` zip: the gateway's holds the routing plan, a
 component's holds the project's files (those ``uploads.select_files`` picks: no notebooks,
-conf, dot-files, ignored files, virtualenvs or caches) plus its spec. The tool's own package goes in one more
-zip, for ``py_modules``. Zips are byte-for-byte reproducible (sorted entries, fixed
+conf, dot-files, ignored files, virtualenvs or caches) plus its spec. The tool's own
+package goes in one more zip, for ``py_modules``. Zips are byte-for-byte reproducible (sorted entries, fixed
 timestamps), so an unchanged component keeps the same ``gcs://`` URI, its deployment's
 options do not change, and a redeploy leaves its replicas running.
 """
