@@ -70,7 +70,7 @@ from peach_cli.contract.results import (
     to_json_value,
     user_traceback,
 )
-from peach_cli.contract.runner import ComponentRunner, MethodKind, method_kind
+from peach_cli.contract.runner import ComponentRunner, LoadedCode, MethodKind, method_kind
 from peach_cli.contract.transport import (
     STREAMING_KINDS,
     Dispatch,
@@ -98,6 +98,7 @@ __all__ = [
     "ContractError",
     "Dispatch",
     "InitError",
+    "LoadedCode",
     "MethodKind",
     "MethodSignature",
     "RequestParams",

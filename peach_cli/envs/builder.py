@@ -297,7 +297,8 @@ def ensure_env(
         lock.release()
     env = BuiltEnv(spec.name, key, path, spec.requirements, pinned)
     env.touch()
-    report("done", f"{len(pinned)} package{'s' if len(pinned) != 1 else ''}")
+    count = len(pinned)
+    report("done", f"{count} package{'s' if count != 1 else ''}" if count else "no packages")
     return env
 
 
@@ -320,7 +321,8 @@ def _build(
     """Build into ``tmp/`` and rename into place (the caller holds the key's lock)."""
     work = Path(tempfile.mkdtemp(prefix=f"env-{key}-", dir=_tmp_dir()))
     try:
-        report("downloading", f"{len(pinned)} package{'s' if len(pinned) != 1 else ''}")
+        if pinned:
+            report("downloading", f"{len(pinned)} package{'s' if len(pinned) != 1 else ''}")
         venv = work / "env"
         args = ["venv", str(venv), "--python", sys.executable, "--relocatable", "--quiet"]
         _run(spec, args, offline=offline, cancel=cancel)
