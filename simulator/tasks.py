@@ -50,7 +50,6 @@ from simulator.task_events import (
     TaskState,
 )
 from simulator.workers import WorkerLaunch, keep_spares, spawn_worker, take_spare
-from simulator.workers import release_spares as release_worker_spares
 
 TASK_MODULE = "simulator.task_worker"
 SOCKET_ENV = "PEACH_TASKS_SOCKET"
@@ -346,8 +345,8 @@ class TaskScheduler:
                 await self._server.wait_closed()
             self._server = None
         shutil.rmtree(self._folder, ignore_errors=True)
-        if self._warmed:
-            await release_worker_spares(self.root)
+        for launch in self._warmed:  # only the task workers: replicas' spares are not ours
+            await keep_spares(launch).close()
 
     # -- triggers --------------------------------------------------------------------------
 

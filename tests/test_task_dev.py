@@ -94,7 +94,7 @@ def test_a_burst_of_100_triggers_runs_each_once_in_order(project: Path, peach_de
 
 
 def test_an_edited_task_notebook_applies_from_the_next_run(project: Path, peach_dev) -> None:
-    dev = peach_dev(project)  # --no-reload: the task is re-read before its run anyway
+    dev = peach_dev(project, reload=True)  # hot reload on, as a user runs it
     dev.wait_ready()
     httpx.get(f"{dev.url}/kick", params={"task": "greet"}, timeout=10).raise_for_status()
     dev.wait_for_output(r"greet \| hello from greet v1")
@@ -102,6 +102,8 @@ def test_an_edited_task_notebook_applies_from_the_next_run(project: Path, peach_
     notebook.write_text(notebook.read_text().replace("greet v1", "greet v2"))
     httpx.get(f"{dev.url}/kick", params={"task": "greet"}, timeout=10).raise_for_status()
     dev.wait_for_output(r"greet \| hello from greet v2")
+    assert dev.stop() == 0
+    assert "Traceback" not in dev.output()
 
 
 def test_ctrl_c_stops_a_running_task_with_its_children(project: Path, peach_dev) -> None:
