@@ -130,8 +130,6 @@ def run_task_run(
     if plan is None:
         return 1
     if address is not None:
-        from peach_cli.deploy.jobs import run_task_on_ray
-
         return run_task_on_ray(plan, name, payload_text, address=address, timeout_s=timeout_s)
     from simulator import aio
 
@@ -206,3 +204,51 @@ async def _run_local(
         view.note(f"{name}: interrupted; the task was stopped and its process tree killed")
         return EXIT_INTERRUPTED
     return 0 if all(run.ok for run in ended) else 1
+
+
+def run_task_on_ray(
+    plan: ProjectPlan,
+    name: str,
+    payload: str | None,
+    *,
+    address: str | None,
+    timeout_s: float | None = None,
+) -> int:
+    """`peach task run NAME --address URL`: the exit code (0, 1, or 130 on Ctrl-C)."""
+    import time
+
+    from peach_cli.deploy.jobs import run_task_job
+    from peach_cli.task_view import TaskRunView
+
+    view = TaskRunView()
+    began = time.monotonic()
+    try:
+        outcome = run_task_job(
+            plan,
+            name,
+            payload,
+            address=address,
+            timeout_s=timeout_s,
+            on_line=lambda line: view.handle_line(name, line),
+            on_note=view.note,
+        )
+    except KeyboardInterrupt:
+        view.note(f"{name}: interrupted; the Ray job was stopped")
+        return EXIT_INTERRUPTED
+    seconds = time.monotonic() - began
+    job = f"Ray job {outcome.submission_id}"
+    if outcome.status == "SUCCEEDED":
+        view.note(f"task {name} {job} ok in {seconds:.2f} s")
+        return 0
+    if outcome.status == "TIMED_OUT":
+        view.note(
+            f"task {name} {job} {outcome.message} (timeout_s): the job was stopped "
+            "(Ray kills its process group)"
+        )
+        return 1
+    # Ray's message repeats the whole log, already shown: keep its first line
+    first = outcome.message.strip().splitlines()[0] if outcome.message.strip() else ""
+    first = first.split(", last available logs")[0]
+    detail = f": {first}" if first else ""
+    view.note(f"task {name} {job} {outcome.status.lower()} in {seconds:.2f} s{detail}")
+    return 1

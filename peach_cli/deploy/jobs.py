@@ -11,7 +11,8 @@ in ``PEACH_TASK_PAYLOAD``::
     GET  /api/jobs/<id>/logs             what it printed so far (polled, new lines shown)
     POST /api/jobs/<id>/stop             on Ctrl-C and past the task's timeout
 
-``run_task_job`` reports through callbacks and raises ``DeployError``; nothing here prints.
+``run_task_job`` reports through callbacks and raises ``DeployError``; nothing here prints
+(``peach_cli.cmd_task`` renders).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ JOBS_PATH = "/api/jobs/"
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 POLL_INTERVAL_S = 0.5
 STOP_WAIT_S = 30.0
-EXIT_INTERRUPTED = 130
 
 
 @dataclass(frozen=True)
@@ -245,48 +245,3 @@ def _stop(dashboard: JobsClient, submission_id: str, follower: _LogFollower) -> 
             break
         time.sleep(0.2)
     follower.feed(dashboard.job_logs(submission_id), final=True)
-
-
-def run_task_on_ray(
-    plan: ProjectPlan,
-    name: str,
-    payload: str | None,
-    *,
-    address: str | None,
-    timeout_s: float | None = None,
-) -> int:
-    """`peach task run NAME --address URL`: the exit code (0, 1, or 130 on Ctrl-C)."""
-    from peach_cli.task_view import TaskRunView
-
-    view = TaskRunView()
-    began = time.monotonic()
-    try:
-        outcome = run_task_job(
-            plan,
-            name,
-            payload,
-            address=address,
-            timeout_s=timeout_s,
-            on_line=lambda line: view.handle_line(name, line),
-            on_note=view.note,
-        )
-    except KeyboardInterrupt:
-        view.note(f"{name}: interrupted; the Ray job was stopped")
-        return EXIT_INTERRUPTED
-    seconds = time.monotonic() - began
-    job = f"Ray job {outcome.submission_id}"
-    if outcome.status == "SUCCEEDED":
-        view.note(f"task {name} {job} ok in {seconds:.2f} s")
-        return 0
-    if outcome.status == "TIMED_OUT":
-        view.note(
-            f"task {name} {job} {outcome.message} (timeout_s): the job was stopped "
-            "(Ray kills its process group)"
-        )
-        return 1
-    # Ray's message repeats the whole log, already shown: keep its first line
-    first = outcome.message.strip().splitlines()[0] if outcome.message.strip() else ""
-    first = first.split(", last available logs")[0]
-    detail = f": {first}" if first else ""
-    view.note(f"task {name} {job} {outcome.status.lower()} in {seconds:.2f} s{detail}")
-    return 1
