@@ -139,3 +139,59 @@ def test_the_dev_view_shows_a_tasks_table() -> None:
     assert "task     state       ok  failed  last run  last error" in lines
     assert "retrain  running      3       1  0.52 s    RuntimeError: bad" in lines
     assert "greet    queued (2)   1       0  -" in lines
+
+
+def test_triggered_runs_go_before_the_loops_next_task_and_during_its_pause(
+    project: Path,
+) -> None:
+    """The scheduler itself, with real task processes (peach's own interpreter)."""
+    import asyncio
+
+    from peach_cli.validate import build_plan
+    from simulator.task_events import TaskRunEnded
+    from simulator.tasks import TaskScheduler
+
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, diagnostics
+
+    async def scenario() -> list[tuple[str, bool]]:
+        ended: list[TaskRunEnded] = []
+        got_one = asyncio.Event()
+
+        def collect(event: object) -> None:
+            if isinstance(event, TaskRunEnded):
+                ended.append(event)
+                got_one.set()
+
+        scheduler = TaskScheduler(
+            plan, project=project, loop=True, interval_s=60, keep_warm=False, on_event=collect
+        )
+        scheduler.trigger("greet")  # queued before the loop starts: it runs first
+        await scheduler.start()
+        try:
+            async with asyncio.timeout(60):
+                while len(ended) < 7:  # greet, then the round of 5 (chain triggers record)
+                    got_one.clear()
+                    await got_one.wait()
+                scheduler.trigger("record", '{"value": "in the pause"}')
+                began = asyncio.get_running_loop().time()
+                while len(ended) < 8:
+                    got_one.clear()
+                    await got_one.wait()
+                assert asyncio.get_running_loop().time() - began < 30  # not after the pause
+        finally:
+            await scheduler.stop()
+        return [(e.task, e.triggered) for e in ended]
+
+    order = asyncio.run(scenario())
+    assert order == [
+        ("greet", True),
+        ("record", False),
+        ("greet", False),
+        ("fail", False),
+        ("hang", False),
+        ("chain", False),
+        ("record", True),  # triggered by chain: before the next round
+        ("record", True),  # triggered during the pause: at once
+    ]
+    assert runs(project)[-1]["payload"] == {"value": "in the pause"}
