@@ -294,3 +294,46 @@ class TestAnswer:
             }
         )
         assert (answer.status, answer.body["error"]["code"]) == (400, "bad_request")
+
+
+DATACLASS_SOURCE = """
+import dataclasses
+
+@dataclasses.dataclass
+class Hit:
+    id: str
+    score: float = VERSION
+
+def init_state():
+    return "kept"
+
+def hits(model):
+    return {"hit": Hit("a"), "model": model}
+"""
+
+
+def test_a_notebook_dataclass_works_at_load_and_after_a_patch() -> None:
+    """A @dataclass looks its module up in sys.modules while the code runs."""
+
+    def spec_for(version: float) -> ComponentSpec:
+        return ComponentSpec(
+            endpoint="dc",
+            name="main",
+            url="/dc",
+            notebook="nb.ipynb",
+            source=f"VERSION = {version}\n" + DATACLASS_SOURCE,
+            source_name="nb.ipynb",
+            method="hits",
+            init="init_state",
+        )
+
+    async def scenario() -> tuple[CallResult, CallResult]:
+        runner = contract.ComponentRunner(spec_for(1.0), Path("."))
+        await runner.start()
+        first = await runner.call(RequestParams())
+        runner.commit_patch(runner.prepare_patch(spec_for(2.0)))
+        return first, await runner.call(RequestParams())
+
+    first, patched = asyncio.run(scenario())
+    assert first.result == {"hit": {"id": "a", "score": 1.0}, "model": "kept"}
+    assert patched.result == {"hit": {"id": "a", "score": 2.0}, "model": "kept"}

@@ -103,13 +103,17 @@ class ComponentRunner:
         self._use(loaded)
 
     def _execute(self, spec: ComponentSpec) -> LoadedCode:
-        """Run ``spec.source`` in a new module (not yet in ``sys.modules``) and find its
-        functions; raise ``InitError`` when it raises or lacks them."""
+        """Run ``spec.source`` in a new module (registered in ``sys.modules`` only while it
+        runs) and find its functions; raise ``InitError`` when it raises or lacks them."""
         # tracebacks and inspect.getsource find the notebook code by its name
         lines = spec.source.splitlines(keepends=True)
         linecache.cache[spec.source_name] = (len(spec.source), None, lines, spec.source_name)
         module = types.ModuleType(self.module_name)
         module.__file__ = str(self.root / spec.notebook)
+        # While it runs, the code's module must be in sys.modules (a @dataclass looks its
+        # module up); the module in use stays registered otherwise, until ``_use``.
+        previous = sys.modules.get(self.module_name)
+        sys.modules[self.module_name] = module
         try:
             code = compile(spec.source, spec.source_name, "exec")
             exec(code, module.__dict__)  # noqa: S102 - running the user's notebook is the job
@@ -118,6 +122,11 @@ class ComponentRunner:
                 f"{spec.source_name} failed to run: {describe_exception(error)}",
                 user_traceback(error, spec),
             ) from None
+        finally:
+            if previous is not None:
+                sys.modules[self.module_name] = previous
+            else:
+                sys.modules.pop(self.module_name, None)
         method = getattr(module, spec.method, None)
         if not callable(method):
             raise InitError(f"{spec.source_name} does not define a function '{spec.method}'")
