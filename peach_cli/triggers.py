@@ -141,7 +141,7 @@ def _submit_job(tasks_file: str, task_name: str, payload: str | None) -> str:
     if payload is not None:
         body["runtime_env"].setdefault("env_vars", {})[PAYLOAD_ENV] = payload
     headers = {"Content-Type": "application/json"}
-    token = os.environ.get(TOKEN_ENV)
+    token = _token()
     if token:
         headers["Authorization"] = f"Bearer {token}"
     dashboard = os.environ.get(DASHBOARD_ENV, "http://127.0.0.1:8265").rstrip("/")
@@ -157,6 +157,21 @@ def _submit_job(tasks_file: str, task_name: str, payload: str | None) -> str:
             f"({error})"
         ) from None
     return str(reply["submission_id"])
+
+
+def _token() -> str | None:
+    """The dashboard token as Ray's tools read it: ``RAY_AUTH_TOKEN``, else the file named
+    by ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``."""
+    value = (os.environ.get(TOKEN_ENV) or "").strip()
+    if value:
+        return value
+    named = (os.environ.get(TOKEN_ENV + "_PATH") or "").strip()
+    path = os.path.expanduser(named or os.path.join("~", ".ray", "auth_token"))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
 
 
 class _TaskHelpers(importlib.abc.MetaPathFinder, importlib.abc.Loader):
