@@ -103,7 +103,7 @@ def plan_with_task(project: Path, name: str) -> ProjectPlan | None:
         )
         return None
     if name not in plan.tasks:
-        from simulator.tasks import unknown_task_message
+        from peach_cli.triggers import unknown_task_message
 
         raise UsageError(
             unknown_task_message(name, list(plan.tasks)),

@@ -1,9 +1,9 @@
 """The local Tasks Scheduler: runs of a project's tasks, one at a time, in their envs.
 
-Each run is a process of its own (``simulator.task_worker``, started by
-``simulator.workers``) in the task's py_env, with the project folder as working directory;
-what it prints is reported line by line, and past its ``timeout_s`` its whole process tree
-is killed. The scheduler keeps one queue: runs triggered by events
+Each run is a process of its own (``simulator.task_run``: a ``simulator.task_worker``
+started by ``simulator.workers``) in the task's py_env, with the project folder as working
+directory; what it prints is reported line by line, and past its ``timeout_s`` its whole
+process tree is killed. The scheduler keeps one queue: runs triggered by events
 (``trigger_task_with_event`` in a replica or a task, over a Unix socket) go first, in order,
 one at a time; with ``loop=True`` (``peach dev --tasks``) every task also runs once, one
 after another, then the loop pauses ``interval_s`` and starts again, forever.
@@ -27,7 +27,6 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections import deque
@@ -40,7 +39,6 @@ from peach_cli.plan import ProjectPlan, TaskSpec
 from peach_cli.triggers import unknown_task_message
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import ServerNote
-from simulator.protocol import Frame, FrameProtocol
 from simulator.task_events import (
     RunStatus,
     TaskChanged,
@@ -49,17 +47,14 @@ from simulator.task_events import (
     TaskRunEnded,
     TaskState,
 )
-from simulator.workers import WorkerLaunch, keep_spares, spawn_worker, take_spare
+from simulator.task_run import execute_task
+from simulator.workers import WorkerLaunch, keep_spares
 
 TASK_MODULE = "simulator.task_worker"
 SOCKET_ENV = "PEACH_TASKS_SOCKET"
 """Where ``trigger_task_with_event`` finds the scheduler (``peach_cli.triggers``)."""
 DEFAULT_INTERVAL_S = 60.0
-MAX_LINE_CHARS = 4096
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
-EXIT_GRACE_S = 5.0
-"""How long a worker that answered may take to exit before it is killed."""
-OUTPUT_GRACE_S = 2.0
 
 Emit = Callable[[TaskEvent | ServerNote], None]
 
@@ -101,167 +96,6 @@ class TaskStatus:
             self.last_seconds,
             self.last_error,
         )
-
-
-# -- one run -------------------------------------------------------------------------------
-
-
-def kill_tree(pid: int) -> int:
-    """Kill the process ``pid``, its process group and every descendant; how many died."""
-    import psutil
-
-    victims: list[Any] = []
-    try:
-        root = psutil.Process(pid)
-        victims = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        pass
-    killed = 0
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)  # the worker leads its own group (task_worker)
-    for process in victims:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-        except psutil.Error:
-            continue
-        killed += 1
-    return killed
-
-
-async def _pump(stream: asyncio.StreamReader | None, on_line: Callable[[str], None]) -> None:
-    """Report every line of ``stream`` (long lines cut at ``MAX_LINE_CHARS``)."""
-    if stream is None:
-        return
-    pending = b""
-    while True:
-        chunk = await stream.read(65536)
-        if not chunk:
-            break
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            on_line(line.decode(errors="replace").rstrip("\r")[:MAX_LINE_CHARS])
-        if len(pending) > MAX_LINE_CHARS:
-            on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
-            pending = b""
-    if pending:
-        on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
-
-
-async def execute_task(
-    spec: TaskSpec,
-    launch: WorkerLaunch,
-    *,
-    run_id: str,
-    payload: str | None = None,
-    timeout_s: float | None = None,
-    triggered: bool = False,
-    on_output: Callable[[str], None] | None = None,
-) -> TaskRunEnded:
-    """Run ``spec`` once in a worker of ``launch``; never raises for the task's failures.
-
-    Past ``timeout_s`` (default: the task's), or when cancelled, the worker's whole process
-    tree is killed (a cancellation then propagates).
-    """
-    limit = spec.timeout_s if timeout_s is None else timeout_s
-    loop = asyncio.get_running_loop()
-    began = time.perf_counter()
-    try:
-        process, sock = take_spare(launch) or await spawn_worker(launch)
-    except OSError as error:
-        return TaskRunEnded(
-            spec.name, run_id, RunStatus.FAILED, 0.0, error=f"cannot start: {error}"
-        )
-    answer: asyncio.Future[Frame | None] = loop.create_future()
-
-    def on_frame(frame: Frame) -> None:
-        if not answer.done():
-            answer.set_result(frame)
-
-    def on_lost(_: Exception | None) -> None:
-        if not answer.done():
-            answer.set_result(None)
-
-    printed = on_output or (lambda _line: None)
-    reading = loop.create_task(_pump(process.stdout, printed))
-    transport, channel = await loop.create_connection(
-        lambda: FrameProtocol(on_frame, on_lost), sock=sock
-    )
-    job = {
-        "spec": dataclasses.asdict(spec),
-        "root": str(launch.root),
-        "payload": payload,
-        "run_id": run_id,
-    }
-    channel.send("run", 0, job)
-    status, killed = RunStatus.FAILED, 0
-    frame: Frame | None = None
-    try:
-        frame = await asyncio.wait_for(asyncio.shield(answer), limit)
-    except TimeoutError:
-        status, killed = RunStatus.TIMED_OUT, kill_tree(process.pid)
-    except asyncio.CancelledError:
-        killed = kill_tree(process.pid)
-        await _finish(process, reading)
-        transport.close()
-        raise
-    seconds = time.perf_counter() - began
-    await _finish(process, reading)
-    transport.close()
-    if status is RunStatus.TIMED_OUT:
-        return TaskRunEnded(
-            spec.name,
-            run_id,
-            status,
-            seconds,
-            error=f"timed out after {limit:g} s",
-            triggered=triggered,
-            timeout_s=limit,
-            killed=killed,
-        )
-    if frame is None:
-        code = process.returncode
-        return TaskRunEnded(
-            spec.name,
-            run_id,
-            RunStatus.FAILED,
-            seconds,
-            error=f"the task's process exited with code {code} before {spec.method}() returned",
-            triggered=triggered,
-        )
-    kind, _, data = frame
-    if kind == "done":
-        return TaskRunEnded(
-            spec.name, run_id, RunStatus.OK, seconds, result=data["result"], triggered=triggered
-        )
-    return TaskRunEnded(
-        spec.name,
-        run_id,
-        RunStatus.FAILED,
-        seconds,
-        error=data["message"],
-        traceback=data["traceback"],
-        triggered=triggered,
-    )
-
-
-async def _finish(process: asyncio.subprocess.Process, reading: asyncio.Task[None]) -> None:
-    """Let the worker exit, kill what it left running, and read the rest of its output."""
-    try:
-        await asyncio.wait_for(asyncio.shield(process.wait()), EXIT_GRACE_S)
-    except TimeoutError:
-        kill_tree(process.pid)
-        await process.wait()
-    with contextlib.suppress(OSError):
-        os.killpg(process.pid, signal.SIGKILL)  # what it left in its group
-    try:
-        await asyncio.wait_for(asyncio.shield(reading), OUTPUT_GRACE_S)
-    except TimeoutError:  # a grandchild outside the group still holds the pipe
-        reading.cancel()
-    with contextlib.suppress(BaseException):
-        await reading
 
 
 # -- the scheduler -------------------------------------------------------------------------
@@ -612,7 +446,5 @@ __all__ = [
     "TaskScheduler",
     "TaskStatus",
     "UnknownTask",
-    "execute_task",
-    "kill_tree",
     "unknown_task_message",
 ]
