@@ -35,6 +35,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC114": ("error", "undeclared py_env"),
     "PC115": ("error", "fallback without primary"),
     "PC116": ("error", "reserved url"),
+    "PC117": ("error", "invalid A/B test"),
     "PC201": ("error", "notebook not found"),
     "PC202": ("error", "notebook outside the project"),
     "PC203": ("error", "unreadable notebook"),
@@ -50,6 +51,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC305": ("warning", "no @endpoint in decorator notebook"),
     "PC306": ("warning", "no endpoints"),
     "PC307": ("warning", "name from a cell that does not run"),
+    "PC309": ("warning", "component that never answers"),
     "PC401": ("info", "streaming method"),
 }
 """code -> (severity, short title): the documented table above, as data."""

@@ -9,6 +9,7 @@ can observe lives here, one concept a module:
   out before any default applies);
 * ``transport`` — what both gateways share: ``read_body`` up to the limit, the ``dispatch``
   decision (stream, ``stream_required`` or plain call), stream headers, the 503 message;
+* ``ab`` — ``choose_arm``: which component (arm) of an A/B test answers a request;
 * ``answers`` — ``answer`` (the per-codops timeout, fallback on a raise, a timeout or an
   empty result, the envelope) and ``stream_required_answer``;
 * ``binding`` — arguments bound to the method's signature (``model``/``init_state``
@@ -23,6 +24,7 @@ Nothing here imports a web framework, prints, or exits: it runs inside every rep
 every user environment, with the standard library only.
 """
 
+from peach_cli.contract.ab import assignment_value, bucket, choose_arm
 from peach_cli.contract.answers import (
     COMPONENT_HEADER,
     REPLICA_HEADER,
@@ -104,7 +106,10 @@ __all__ = [
     "ResultNotJSON",
     "StreamCut",
     "answer",
+    "assignment_value",
     "bind_arguments",
+    "bucket",
+    "choose_arm",
     "convert_body_value",
     "convert_query_value",
     "describe_exception",
