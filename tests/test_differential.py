@@ -48,6 +48,7 @@ DETERMINISTIC_URLS = [
     "/raises",
     "/empty",
     "/loud",
+    "/ab",
 ]
 """Endpoints whose answers depend only on the request (no replica state, no clock)."""
 
@@ -74,6 +75,7 @@ KEYS = [
     "model",
     "init_state",
     "x",
+    "user_id",
 ]
 
 VALUES = st.one_of(
