@@ -295,16 +295,16 @@ class Gateway:
                     "url": route.endpoint.url,
                     "components": list(route.endpoint.components),
                     "streams": None if kind is None else kind in STREAMING_KINDS,
-                    "ab": self._ab_route(route.endpoint),
                 }
             )
+            if route.endpoint.ab is not None:
+                endpoints[-1]["ab"] = self._ab_route(route.endpoint)
         return JSONResponse({"codops": table.codops, "endpoints": endpoints})
 
-    def _ab_route(self, endpoint: EndpointSpec) -> dict[str, Any] | None:
+    def _ab_route(self, endpoint: EndpointSpec) -> dict[str, Any]:
         """An A/B test as ``/_peach/routes`` shows it: who is split, the split, the
         requests routed to each arm so far."""
-        if endpoint.ab is None:
-            return None
+        assert endpoint.ab is not None
         counts = self.arm_requests.get(endpoint.name, {})
         return {
             "by": endpoint.ab.by,
