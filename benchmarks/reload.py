@@ -12,6 +12,11 @@ Three scenarios, each for both servers in the same run:
   restarts only the edited component; uvicorn restarts the whole process, startup included.
 * ``own-init``: the edited endpoint's own init sleeps 0.5 s; the target is that init plus
   0.25 s.
+* ``isolated-env``: ``trivial`` in an isolated py_environment that declares a dependency
+  (the env is built before measuring); against ``--shared-env``, peach's own interpreter,
+  in the same run (target: 0.1 s median, as in the shared interpreter).
+
+peach dev builds its envs in a temporary cache (``PEACH_ENV_CACHE``) unless one is set.
 
     python benchmarks/reload.py              # 12 edits per scenario and server
     python benchmarks/reload.py --scenario own-init
@@ -40,7 +45,8 @@ REPO = Path(__file__).resolve().parent.parent
 TARGET_S = 0.25
 SLOW_INIT_S = 3.0
 OWN_INIT_S = 0.5
-SCENARIOS = ("trivial", "slow-init", "own-init")
+SCENARIOS = ("trivial", "slow-init", "own-init", "isolated-env")
+ENV_TARGET_S = 0.1
 DEADLINE_S = 60.0
 
 HELLO_CELL = 'VERSION = "v0"\n\n\ndef hello():\n    return VERSION\n'
@@ -192,10 +198,13 @@ def measure(url: str, edit: Callable[[str], None], edits: int) -> tuple[list[flo
     return latencies, failed
 
 
-def bench_peach(work: Path, scenario: str, edits: int) -> tuple[list[float], int]:
-    project = work / f"peach-{scenario}"
+def bench_peach(work: Path, scenario: str, edits: int, *extra: str) -> tuple[list[float], int]:
+    project = work / f"peach-{scenario}{'-'.join(('', *extra)).replace('--', '')}"
     project.mkdir()
     conf, cell = HELLO_CONF, HELLO_CELL
+    if scenario == "isolated-env":
+        conf += "py_environments:\n  base: {dependencies: [pyyaml]}\n"
+        cell = "import yaml\n\n" + cell
     if scenario == "own-init":
         conf = conf.replace("method: hello}", "init: init_hello, method: hello}")
         cell = HELLO_INIT_CELL
@@ -206,7 +215,7 @@ def bench_peach(work: Path, scenario: str, edits: int) -> tuple[list[float], int
     (project / "peach.yaml").write_text(conf)
     path = project / "Endpoints.ipynb"
     path.write_text(notebook(cells))
-    command = [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0"]
+    command = [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0", *extra]
     server = Server(command, work, work / f"{project.name}.log")
     try:
         url = server.wait_for(r"serving on (http://\S+)").group(1)
@@ -263,8 +272,21 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory() as directory:
         work = Path(directory)
+        os.environ.setdefault("PEACH_ENV_CACHE", str(work / "envs"))
         for scenario in scenarios:
             print(f"{scenario}: save -> first answer from the new code, {options.edits} edits")
+            if scenario == "isolated-env":
+                latencies, failed = bench_peach(work, scenario, options.edits)
+                isolated = summary("isolated", latencies, failed)
+                shared = summary(
+                    "shared", *bench_peach(work, scenario, options.edits, "--shared-env")
+                )
+                print(
+                    f"  ratio isolated/shared {isolated / shared:.2f}x  "
+                    f"(target: isolated <= {ENV_TARGET_S:.2f} s with no failed request)"
+                )
+                ok = ok and isolated <= ENV_TARGET_S and failed == 0
+                continue
             latencies, failed = bench_peach(work, scenario, options.edits)
             peach = summary("peach", latencies, failed)
             uvicorn = summary("uvicorn", *bench_uvicorn(work, scenario, options.edits))

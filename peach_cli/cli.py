@@ -28,10 +28,48 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
+def complete_target(incomplete: str) -> list[tuple[str, str]]:
+    """Completes `peach ask` TARGET with the urls of the project in the current folder."""
+    from peach_cli import completion
+
+    return completion.complete_target(incomplete)
+
+
 ProjectArg = Annotated[
     Path,
     typer.Argument(help="The project folder (or one YAML file). Default: the current folder."),
 ]
+
+
+@app.command()
+def init(
+    folder: Annotated[
+        Path,
+        typer.Argument(help="Where to create the project (created if missing). Default: here."),
+    ] = Path("."),
+    codops: Annotated[
+        Optional[str],
+        typer.Option(
+            "--codops",
+            help="The organisation id, [a-z0-9_-]+. Default: the folder's name made valid.",
+            show_default=False,
+        ),
+    ] = None,
+    streaming: Annotated[
+        bool, typer.Option("--streaming", help="Add an async-generator (streaming) endpoint.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the files peach init writes.")
+    ] = False,
+) -> None:
+    """Create a new project that validates clean and serves at once.
+
+    Writes peach.yaml (with peach.schema.json beside it for editors), notebooks/Endpoints.ipynb with an endpoint, its init and its fallback, a .gitignore and a README with the next commands. Existing files are never overwritten without --force.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.cmd_init import run_init
+
+    raise typer.Exit(run_init(folder, codops=codops, streaming=streaming, force=force))
 
 
 @app.command()
@@ -71,12 +109,34 @@ def dev(
         Optional[float],
         typer.Option("--timeout-s", help="Override the conf's timeout_s for non-streaming calls."),
     ] = None,
+    shared_env: Annotated[
+        bool,
+        typer.Option(
+            "--shared-env",
+            help="Run every replica in peach's own Python (fast; imports are not checked).",
+        ),
+    ] = False,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Build py_environments from the cache only."),
+    ] = False,
 ) -> None:
-    """Serve every endpoint locally with the platform's semantics, reloading on save."""
+    """Serve every endpoint locally with the platform's semantics, reloading on save.
+
+    Each py_environment is an isolated env (built with uv, cached): an import the conf does not declare fails here as it does on the platform.
+    """
     from peach_cli.cmd_dev import run_dev
 
     raise typer.Exit(
-        run_dev(project, host=host, port=port, reload=not no_reload, timeout_s=timeout_s)
+        run_dev(
+            project,
+            host=host,
+            port=port,
+            reload=not no_reload,
+            timeout_s=timeout_s,
+            shared_env=shared_env,
+            offline=offline,
+        )
     )
 
 
@@ -87,6 +147,7 @@ def ask(
         typer.Argument(
             help="An endpoint path like /assistant (joined to --url), or a full URL.",
             show_default=False,
+            autocompletion=complete_target,
         ),
     ],
     items: Annotated[
@@ -251,6 +312,100 @@ def delete(
     from peach_cli.cmd_deploy import run_delete
 
     raise typer.Exit(run_delete(app_name, address=address))
+
+
+env_app = typer.Typer(
+    name="env",
+    help="The project's environments: list them, build them ahead of time, prune the cache.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(env_app)
+
+
+@env_app.command("list")
+def env_list(
+    project: ProjectArg = Path("."),
+    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+) -> None:
+    """Show each env of the project: its requirements, what uses it, whether it is built, its size and path."""
+    from peach_cli.cmd_env import run_env_list
+
+    raise typer.Exit(run_env_list(project, output_format=format))
+
+
+@env_app.command("build")
+def env_build(
+    project: ProjectArg = Path("."),
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Use only what is cached; never the network.")
+    ] = False,
+    refresh: Annotated[
+        bool,
+        typer.Option("--refresh", help="Resolve again (newer versions of unpinned requirements)."),
+    ] = False,
+) -> None:
+    """Build every env of the project ahead of time (for CI, or before going offline).
+
+    [bold]Exit codes[/]: 0 every env built · 1 a build failed (uv's reason names the env and the requirement) or the conf has errors · 2 bad command line.
+    """
+    from peach_cli.cmd_env import run_env_build
+
+    raise typer.Exit(run_env_build(project, offline=offline, refresh=refresh))
+
+
+@env_app.command("prune")
+def env_prune(
+    all_envs: Annotated[bool, typer.Option("--all", help="Remove every env, used or not.")] = False,
+    days: Annotated[
+        float, typer.Option("--days", help="Remove envs no run has used for this many days.")
+    ] = 30,
+) -> None:
+    """Remove cached envs that no run has used for 30 days (--all: every env)."""
+    from peach_cli.cmd_env import run_env_prune
+
+    raise typer.Exit(run_env_prune(all_envs=all_envs, older_than_days=days))
+
+
+@app.command()
+def doctor(
+    project: Annotated[
+        Optional[Path],
+        typer.Argument(
+            help="The project folder (or one YAML file). Default: the current folder.",
+            show_default=False,
+        ),
+    ] = None,
+    address: Annotated[
+        Optional[str],
+        typer.Option(
+            "--address",
+            help="The Ray dashboard URL to check. Default: env PEACH_RAY_ADDRESS; "
+            "without either, no cluster is checked.",
+            show_default=False,
+        ),
+    ] = None,
+    port: Annotated[int, typer.Option("--port", help="The port peach dev will bind.")] = 8000,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Do not contact the package index: check the cache."),
+    ] = False,
+    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+) -> None:
+    """Check the machine, the project and a cluster, and say what to fix. Changes nothing.
+
+    Python against requires-python, uv, the package index (or with --offline the env cache), the cache folder, the dev port, the project validating; with --address (or PEACH_RAY_ADDRESS) the dashboard, its token, its Ray version and its CPUs and memory.
+
+    [bold]Exit codes[/]: 0 no check failed (warnings allowed) · 1 a check failed · 2 bad command line.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.cmd_doctor import run_doctor
+
+    raise typer.Exit(
+        run_doctor(project, address=address, port=port, offline=offline, output_format=format)
+    )
 
 
 def main() -> None:

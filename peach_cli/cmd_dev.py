@@ -31,6 +31,8 @@ def run_dev(
     port: int = 8000,
     reload: bool = True,
     timeout_s: float | None = None,
+    shared_env: bool = False,
+    offline: bool = False,
 ) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
     if timeout_s is not None and not timeout_s > 0:
@@ -71,6 +73,8 @@ def run_dev(
             reload=reload,
             timeout_s=timeout_s,
             project=project,
+            shared_env=shared_env,
+            offline=offline,
         )
     )
 
@@ -84,14 +88,27 @@ async def serve(
     reload: bool,
     timeout_s: float | None,
     project: Path | None = None,
+    shared_env: bool = False,
+    offline: bool = False,
 ) -> int:
     """Run the dev server until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
     from peach_cli.addresses import is_loopback
+    from simulator.environments import Environments
     from simulator.server import DevServer
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    server = DevServer(plan, host=host, port=port, timeout_s=timeout_s, on_event=view.handle)
+    environments = Environments(
+        plan.root, isolated=not shared_env, offline=offline, on_event=view.handle
+    )
+    server = DevServer(
+        plan,
+        host=host,
+        port=port,
+        timeout_s=timeout_s,
+        on_event=view.handle,
+        environments=environments,
+    )
 
     def on_signal(number: int) -> None:
         if not stop.is_set():
@@ -109,6 +126,11 @@ async def serve(
     try:
         await server.start()
         view.serving(server.url)
+        if shared_env:
+            view.warn(
+                "--shared-env: every replica runs in peach's own Python; imports are not "
+                "checked against py_environments"
+            )
         if not is_loopback(host):
             view.warn(
                 f"bound to {host}: every endpoint is reachable from other machines, "

@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from peach_cli.diagnostics import Diagnostic
+    from peach_cli.doctor import Report
     from peach_cli.errors import PeachError
+    from peach_cli.scaffold import CreatedProject
 
 
 @lru_cache(maxsize=1)
@@ -94,3 +96,172 @@ def print_json(data: object) -> None:
     import sys
 
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+# --- peach env --------------------------------------------------------------------------------
+
+
+def human_size(size: int | None) -> str:
+    """``12.3 MB``-style sizes (powers of 1000, as ``du --si``)."""
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
+
+
+def print_env_list(rows: list[dict], *, cache: str) -> None:
+    """``peach env list``: a table on a terminal, one plain line per env otherwise."""
+    from rich.markup import escape
+
+    out = stdout()
+    if out.is_terminal:
+        from rich.table import Table
+
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for column in ("py_env", "requirements", "used by", "built", "size", "path"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(
+                escape(row["name"]),
+                escape(", ".join(row["requirements"]) or "(none)"),
+                escape(", ".join(row["used_by"]) or "-"),
+                "[green]yes[/]" if row["built"] else "[yellow]no[/]",
+                human_size(row["size_bytes"]),
+                escape(row["path"] or "-"),
+            )
+        out.print(table)
+    else:
+        for row in rows:
+            out.print(
+                escape(
+                    f"{row['name']}\trequirements: {', '.join(row['requirements']) or '(none)'}"
+                    f"\tused by: {', '.join(row['used_by']) or '-'}"
+                    f"\tbuilt: {'yes' if row['built'] else 'no'}"
+                    f"\tsize: {human_size(row['size_bytes'])}\tpath: {row['path'] or '-'}"
+                ),
+                soft_wrap=True,
+            )
+    out.print(f"[dim]cache: {escape(cache)}[/]", soft_wrap=True)
+
+
+class _EnvProgress:
+    """Build progress: a live status line on a terminal, plain lines on stderr otherwise."""
+
+    def __init__(self) -> None:
+        from rich.status import Status
+
+        self.status: Status | None = None
+        self.last = ""
+
+    def __enter__(self) -> _EnvProgress:
+        if stderr().is_terminal:
+            self.status = stderr().status("")
+            self.status.start()
+        return self
+
+    def __call__(self, progress: object) -> None:
+        from rich.markup import escape
+
+        line = str(progress)
+        if self.status is not None:
+            self.status.update(escape(line))
+        elif line != self.last:
+            stderr().print(escape(line), soft_wrap=True, highlight=False)
+        self.last = line
+
+    def __exit__(self, *exc: object) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def env_progress() -> _EnvProgress:
+    """A context manager whose value is a progress callback for ``ensure_env``."""
+    return _EnvProgress()
+
+
+def print_env_built(name: str, path: str, packages: int) -> None:
+    from rich.markup import escape
+
+    stderr().print(
+        f"[green]✓[/] py_env {escape(name)}: {packages} package{'' if packages == 1 else 's'} "
+        f"in {escape(path)}",
+        soft_wrap=True,
+    )
+
+
+def print_env_removed(path: str, requirements: tuple[str, ...], size: int) -> None:
+    from rich.markup import escape
+
+    stdout().print(
+        f"removed {escape(path)} ({escape(', '.join(requirements) or 'no requirements')}, "
+        f"{human_size(size)})",
+        soft_wrap=True,
+    )
+
+
+def print_summary(text: str, *, ok: bool) -> None:
+    from rich.markup import escape
+
+    mark = "[bold green]✓[/]" if ok else "[bold red]✗[/]"
+    stderr().print(f"{mark} {escape(text)}", soft_wrap=True)
+
+
+# --- peach init -------------------------------------------------------------------------------
+
+
+def print_created(created: CreatedProject, steps: list[str]) -> None:
+    """What `peach init` wrote, then the commands to run next."""
+    from rich.markup import escape
+
+    out = stdout()
+    where = escape(str(created.root))
+    out.print(f"[bold green]✓[/] created {where} (codops {escape(created.codops)})", soft_wrap=True)
+    for name in created.files:
+        note = " [dim](overwritten)[/]" if name in created.overwritten else ""
+        out.print(f"  {escape(name)}{note}", soft_wrap=True)
+    out.print("next:", soft_wrap=True)
+    for step in steps:
+        out.print(f"  {escape(step)}", soft_wrap=True)
+
+
+# --- peach doctor -----------------------------------------------------------------------------
+
+_CHECK_MARK = {
+    "ok": "[bold green]✓[/]",
+    "warn": "[bold yellow]![/]",
+    "fail": "[bold red]✗[/]",
+    "skip": "[dim]-[/]",
+}
+
+
+def print_checks(report: Report) -> None:
+    """One line per check (mark, name, summary) and its advice; then a count."""
+    from rich.markup import escape
+
+    out = stdout()
+    width = max(len(check.name) for check in report.checks)
+    for check in report.checks:
+        out.print(
+            f"{_CHECK_MARK[check.status]} {check.name:<{width}}  {escape(check.summary)}",
+            soft_wrap=True,
+        )
+        if check.advice and check.status != "ok":
+            out.print(f"  {' ' * width}  [dim]→[/] {escape(check.advice)}", soft_wrap=True)
+    counts = {s: sum(c.status == s for c in report.checks) for s in ("fail", "warn", "skip")}
+    notes = []
+    if counts["warn"]:
+        notes.append(f"{counts['warn']} warning{'' if counts['warn'] == 1 else 's'}")
+    if counts["skip"]:
+        notes.append(f"{counts['skip']} skipped")
+    tail = f" ({', '.join(notes)})" if notes else ""
+    if counts["fail"]:
+        out.print(
+            f"[bold red]✗[/] {counts['fail']} of {len(report.checks)} checks failed{tail}",
+            soft_wrap=True,
+        )
+    else:
+        out.print(f"[bold green]✓[/] no check failed{tail}", soft_wrap=True)

@@ -23,6 +23,8 @@ from rich.text import Text
 
 from simulator.events import (
     RELOAD_EVENTS,
+    EnvFailed,
+    EnvProgress,
     Event,
     MemoryWarning,
     ReplicaChanged,
@@ -124,6 +126,8 @@ class DevView:
         self._closed_output = False
         self._dirty = True
         self._task: asyncio.Task[None] | None = None
+        self.builds: dict[str, tuple[EnvProgress, float]] = {}
+        """Envs being built: the last step and when (monotonic) it was reported."""
 
     # -- plan and lifecycle --------------------------------------------------------------
 
@@ -248,8 +252,28 @@ class DevView:
             )
         elif isinstance(event, ServerNote):
             self.note(event.message, "yellow" if event.level == "warning" else "dim")
+        elif isinstance(event, EnvProgress):
+            self._on_env(event)
+        elif isinstance(event, EnvFailed):
+            self.builds.pop(event.env, None)
+            self.line(Text(f"error: {event.message}", style="bold red"))
+            self._dirty = True
         elif isinstance(event, RELOAD_EVENTS):
             self._on_reload(event)
+
+    def _on_env(self, event: EnvProgress) -> None:
+        """A py_environment build: a line per step (a cached env: one line when done);
+        on a terminal the live view counts the seconds of the step under way."""
+        import time
+
+        if event.phase == "done":
+            previous = self.builds.pop(event.env, None)
+            if previous is not None or event.detail != "cached":
+                self.note(event.message, "green")
+        else:
+            self.builds[event.env] = (event, time.monotonic())
+            self.note(event.message)
+        self._dirty = True
 
     def _on_reload(self, event: ReloadEvent) -> None:
         """Hot reload: replicas being replaced show as reloading; one line per reload."""
@@ -422,7 +446,19 @@ class DevView:
                         Text(row.last_error or "", style="red"),
                     )
                     first_endpoint = first_component = False
-        return Group(Text(""), table)
+        if not self.builds:
+            return Group(Text(""), table)
+        import time
+
+        lines = [Text("")]
+        for step, since in self.builds.values():
+            seconds = step.elapsed_s + time.monotonic() - since
+            detail = f": {step.detail}" if step.detail else ""
+            lines.append(
+                Text(f"building py_env {step.env}: {step.phase}{detail} ({seconds:.1f} s)", "cyan")
+            )
+        self._dirty = True  # the seconds keep counting
+        return Group(*lines, table)
 
     def _component_label(
         self, endpoint: str, component: str, split: tuple[str, dict[str, int]] | None

@@ -51,6 +51,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC305": ("warning", "no @endpoint in decorator notebook"),
     "PC306": ("warning", "no endpoints"),
     "PC307": ("warning", "name from a cell that does not run"),
+    "PC308": ("warning", "import its py_env does not provide"),
     "PC309": ("warning", "component that never answers"),
     "PC401": ("info", "streaming method"),
 }

@@ -6,7 +6,8 @@ Core code raises; only ``peach_cli.cli.main`` catches, renders and exits::
     ├── UsageError                  exit 2   bad command line (missing folder, bad option value)
     ├── ProjectInvalid              exit 1   the project has errors (carries the diagnostics)
     ├── ClientError                 exit 3+  `peach ask` failures (see peach_cli.client)
-    └── DeployError                 exit 1   `peach deploy` / `status` / `delete` failures
+    ├── DeployError                 exit 1   `peach deploy` / `status` / `delete` failures
+    └── EnvBuildError               exit 1   a py_environment cannot be resolved or installed
 """
 
 from __future__ import annotations
@@ -47,3 +48,28 @@ class ClientError(PeachError):
 
 class DeployError(PeachError):
     """A deploy, status or delete failed against the cluster."""
+
+
+class EnvBuildError(PeachError):
+    """A py_environment could not be built: ``reason`` is uv's, ``requirement`` the culprit.
+
+    ``message`` names the env and the requirement (when uv's reason points at one), so the
+    same text serves the CLI, the dev view and a component's unhealthy state.
+    """
+
+    def __init__(
+        self,
+        env: str,
+        reason: str,
+        *,
+        requirement: str | None = None,
+        offline: bool = False,
+        hint: str | None = None,
+    ) -> None:
+        what = f"requirement '{requirement}'" if requirement else "its requirements"
+        mode = " (offline)" if offline else ""
+        super().__init__(f"py_env '{env}'{mode}: cannot install {what}: {reason}", hint=hint)
+        self.env = env
+        self.reason = reason
+        self.requirement = requirement
+        self.offline = offline

@@ -84,6 +84,7 @@ class _Checker:
         self.imports: dict[tuple[Path, Path | str, int], list[Path]] = {}
         self.paths: dict[str, str | None] = {}
         self.seen: set[Diagnostic] = set()
+        self.runs: list[tuple[Path_, nb.Notebook, nb.Extraction]] = []  # for PC308
 
     # -- reporting --
 
@@ -169,6 +170,10 @@ class _Checker:
                 self.at(()),
                 "add one under endpoints: (see examples/quickstart/peach.yaml)",
             )
+        from peach_cli.undeclared import undeclared_imports
+
+        for diagnostic in undeclared_imports(self.project, self.runs):
+            self.add(diagnostic)
         return self.result
 
     def check_py_env(self, where: Path_, name: str) -> None:
@@ -329,6 +334,7 @@ class _Checker:
             else [n for n in (component.method, component.init) if n]
         )
         self.report_cells(notebook, extraction.cells)
+        self.runs.append((where, notebook, extraction))
         if not component.full_notebook:
             self.check_names(notebook, extraction, [component.method, component.init])
         if "stream" in component.args:
@@ -486,6 +492,7 @@ class _Checker:
             )
         broken = bool(notebook.broken_cells())
         extraction = notebook.extract(None)
+        self.runs.append((("decorator_endpoints", index), notebook, extraction))
         for function in functions:
             spec = self.decorated_endpoint(notebook, function, extraction)
             if spec is not None and not broken:

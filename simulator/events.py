@@ -107,7 +107,45 @@ class ServerNote:
     level: str = "info"
 
 
-Event = ReplicaChanged | ReplicaLog | ReplicaMemory | MemoryWarning | RequestLogged | ServerNote
+@dataclass(frozen=True)
+class EnvProgress:
+    """A py_environment is being built (or found): one step, for the live view."""
+
+    env: str
+    phase: str
+    """``waiting``, ``resolving``, ``downloading``, ``installing`` or ``done``."""
+    elapsed_s: float
+    detail: str = ""
+
+    @property
+    def message(self) -> str:
+        detail = f": {self.detail}" if self.detail else ""
+        return f"py_env {self.env} {self.phase}{detail} ({self.elapsed_s:.1f} s)"
+
+
+@dataclass(frozen=True)
+class EnvFailed:
+    """A py_environment could not be built: its components are unhealthy with ``error``."""
+
+    env: str
+    error: str
+    components: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        return self.error
+
+
+Event = (
+    ReplicaChanged
+    | ReplicaLog
+    | ReplicaMemory
+    | MemoryWarning
+    | RequestLogged
+    | ServerNote
+    | EnvProgress
+    | EnvFailed
+)
 
 
 # --- hot reload -----------------------------------------------------------------------------

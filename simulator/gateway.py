@@ -286,7 +286,7 @@ class Gateway:
 
     async def _list_routes(self, request: Request) -> JSONResponse:
         table = self.table
-        endpoints = []
+        endpoints: list[dict[str, Any]] = []
         for route in sorted(table.routes.values(), key=lambda r: r.endpoint.url):
             kind = route.pools[route.endpoint.primary].method_kind
             endpoints.append(

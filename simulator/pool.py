@@ -19,6 +19,7 @@ from peach_cli.contract import Attempt, CallResult, RequestParams, unavailable_m
 from peach_cli.plan import ComponentSpec
 from simulator.events import Event, ReplicaState
 from simulator.replica import Replica, ReplicaStream
+from simulator.workers import WorkerLaunch
 
 STARTUP_WAIT_S = 60.0
 """How long a request waits for a replica that is starting or restarting."""
@@ -56,9 +57,19 @@ class ReplicaPool:
         self._turn = 0
         self.retired = False
 
-    async def start(self) -> None:
-        """Start every replica at once; return when each is healthy, unhealthy or restarting."""
+    async def start(self, launch: WorkerLaunch | None = None) -> None:
+        """Start every replica at once (with ``launch``: in that interpreter); return when
+        each is healthy, unhealthy or restarting."""
+        if launch is not None:
+            for replica in self.replicas:
+                replica.launch = launch
         await asyncio.gather(*(replica.start() for replica in self.replicas))
+
+    def fail(self, error: str) -> None:
+        """Mark every replica unhealthy with ``error`` without starting it (its env could
+        not be built): requests get 503 with that error."""
+        for replica in self.replicas:
+            replica.fail(error)
 
     def _notify(self) -> None:
         self._changed.set()

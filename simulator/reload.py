@@ -35,7 +35,7 @@ from simulator.events import (
     WatchStopped,
 )
 from simulator.watch import DEBOUNCE_MS, STEP_MS, ProjectFilter, awatch_project
-from simulator.workers import WorkerLaunch, keep_spares, release_spares
+from simulator.workers import keep_spares, release_spares
 
 if TYPE_CHECKING:
     from peach_cli.plan import ProjectPlan
@@ -151,6 +151,8 @@ class Reloader:
                     await asyncio.wait({reloading, batch}, return_when=asyncio.FIRST_COMPLETED)
                     if reloading.done() or not self._supersedable(batch):
                         await self._finish(reloading)
+                        if prepare.done():  # a new env may be in use: keep spares for it
+                            prepare = asyncio.ensure_future(self._keep_spares())
                         break
                     reloading.cancel()
                     await self._finish(reloading)
@@ -186,7 +188,8 @@ class Reloader:
         """Once the first replicas are up, keep spare processes for the next reload."""
         if self.spares > 0:
             await self.server.wait_ready()
-            await keep_spares(WorkerLaunch(self.filter.root), count=self.spares).fill()
+            for launch in self.server.launches():  # one set per env in use
+                await keep_spares(launch, count=self.spares).fill()
 
     async def reload(self, files: Iterable[str]) -> ReloadEvent:
         """Rebuild the plan after ``files`` changed and serve it if it is valid."""

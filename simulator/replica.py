@@ -22,6 +22,7 @@ import psutil
 
 from peach_cli.contract import CallResult, ContractError, RequestParams, StreamCut
 from peach_cli.plan import ComponentSpec
+from simulator.environments import explain_init_error
 from simulator.events import (
     Event,
     MemoryWarning,
@@ -207,6 +208,11 @@ class Replica:
                 self.error = stuck
             await asyncio.shield(self._started)
 
+    def fail(self, error: str) -> None:
+        """Unhealthy without a process: what it would run in could not be prepared."""
+        self._stopping = True
+        self._set_state(ReplicaState.UNHEALTHY, error=error)
+
     async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Stop the process: its streams are closed first; killed if it does not exit."""
         self._stopping = True
@@ -372,7 +378,8 @@ class Replica:
             details = payload.get("details") or ""
             if details:
                 self.on_event(ReplicaLog(self.spec.key, self.id, "error", details))
-            self._set_state(ReplicaState.UNHEALTHY, error=payload["message"])
+            error = explain_init_error(payload["message"], self.launch)
+            self._set_state(ReplicaState.UNHEALTHY, error=error)
             self._settle()
 
     def _settle(self) -> None:

@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING, Any
 from peach_cli.contract import StreamCut
 from peach_cli.errors import PeachError
 from peach_cli.plan import ComponentSpec, ProjectPlan, url_key
+from simulator.environments import Environments, EnvUnavailable
 from simulator.events import Event, ReplicaState
 from simulator.pool import ReplicaPool
 from simulator.routing import Route, RoutingTable
+from simulator.workers import WorkerLaunch
 
 if TYPE_CHECKING:
     from simulator.gateway import Gateway
@@ -88,11 +90,14 @@ class DevServer:
         port: int = 8000,
         timeout_s: float | None = None,
         on_event: Callable[[Event], None] | None = None,
+        environments: Environments | None = None,
     ) -> None:
         self.plan = plan
         self.host = host
         self.port = port
         self.timeout_override = timeout_s
+        self.environments = environments or Environments(plan.root, isolated=False)
+        """The interpreters replicas run in (default: peach's own, shared by all)."""
         self._on_event = on_event
         self._pools: dict[str, ReplicaPool] = {}
         self._fingerprints: dict[str, str] = {}
@@ -137,7 +142,7 @@ class DevServer:
         # Replica processes start first: they boot while the HTTP stack is imported.
         # Requests that arrive before their component is up wait for it (or its init error).
         self._starting = asyncio.ensure_future(
-            asyncio.gather(*(pool.start() for pool in self._pools.values()))
+            asyncio.gather(*(self._start_pool(pool) for pool in self._pools.values()))
         )
         import uvicorn
 
@@ -228,6 +233,20 @@ class DevServer:
         self._fingerprints[spec.key] = spec.fingerprint(self.plan.root)
         return ReplicaPool(spec, self.plan.root, self.emit)
 
+    async def _start_pool(self, pool: ReplicaPool) -> None:
+        """Start a pool's replicas in its env's interpreter (building the env first); a
+        pool whose env cannot be built is unhealthy with the builder's message."""
+        try:
+            launch = await self.environments.launch_for(pool.spec)
+        except EnvUnavailable as error:
+            pool.fail(str(error))
+            return
+        await pool.start(launch)
+
+    def launches(self) -> list[WorkerLaunch]:
+        """How replicas are started, one per env in use (spares are kept for each)."""
+        return self.environments.launches()
+
     def _table(self, plan: ProjectPlan, pools: dict[str, ReplicaPool]) -> RoutingTable:
         routes = {}
         for endpoint in plan.endpoints.values():
@@ -269,7 +288,7 @@ class DevServer:
                 fresh.append(pool)
                 change.started.append(spec.key)
         try:
-            await asyncio.gather(*(pool.start() for pool in fresh))
+            await asyncio.gather(*(self._start_pool(pool) for pool in fresh))
         except asyncio.CancelledError:  # a newer save supersedes this one: nothing changes
             self.plan = old_plan
             self._fingerprints = old_fingerprints

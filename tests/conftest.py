@@ -144,6 +144,26 @@ def start_peach_dev(
         raise
 
 
+@pytest.fixture(scope="session", autouse=True)
+def env_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``PEACH_ENV_CACHE`` for the whole session: one env and uv cache shared by every test
+    (and every `peach` they start), never the user's own cache."""
+    from env_support import use_env_cache
+
+    with use_env_cache(tmp_path_factory.mktemp("peach-envs")) as path:
+        yield path
+
+
+@pytest.fixture(scope="session")
+def small_env(env_cache: Path):
+    """The session's one small built env (``env_support.SMALL``), built once."""
+    from env_support import SMALL
+
+    from peach_cli.envs import EnvSpec, ensure_env
+
+    return ensure_env(EnvSpec("base", SMALL))
+
+
 @pytest.fixture
 def peach_dev(tmp_path: Path) -> Iterator:
     """A factory: ``peach_dev(project, *args)`` starts `peach dev`; all are stopped after."""
@@ -210,3 +230,18 @@ def ray_semantics() -> Iterator[str]:
             timeout_s=RAY_DEPLOY_TIMEOUT_S,
         )
         yield result.url
+
+
+def drain_stream(chunks: Iterator[bytes]) -> tuple[bytes, bool]:
+    """The rest of a streamed body and whether it ended cleanly: False when the server cut
+    it (the response ended without its terminating chunk, SPEC §2)."""
+    import httpx
+
+    received = b""
+    try:
+        for chunk in chunks:
+            received += chunk
+    except httpx.RemoteProtocolError as error:
+        assert "incomplete chunked read" in str(error), error
+        return received, False
+    return received, True

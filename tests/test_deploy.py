@@ -308,13 +308,14 @@ def test_component_deployments_carry_replicas_cpus_memory():
     assert hello["ray_actor_options"]["num_cpus"] == 0.1
     assert hello["ray_actor_options"]["memory"] == 64 * 1024 * 1024
     assert "memory" not in deployments["count.main"]["ray_actor_options"]
-    # no dependencies: no pip, so the deploy needs no network
-    assert all("pip" not in d["ray_actor_options"]["runtime_env"] for d in deployments.values())
+    # no dependencies: nothing to install, so the deploy needs no network
+    for deployment in deployments.values():
+        assert set(deployment["ray_actor_options"]["runtime_env"]) == {"working_dir"}
     # Serve's request_timeout_s is never set: the gateway enforces timeout_s itself
     assert "request_timeout_s" not in json.dumps(build_bundle(plan).config)
 
 
-def test_py_env_dependencies_become_pip(tmp_path):
+def test_py_env_dependencies_are_installed_with_uv(tmp_path):
     import shutil
 
     project = tmp_path / "project"
@@ -329,11 +330,14 @@ def test_py_env_dependencies_become_pip(tmp_path):
     )
     conf.write_text(conf.read_text().replace("url: /count", "url: /count\n    py_env: extra"))
     deployments = {d["name"]: d for d in build_bundle(plan_of(project)).application["deployments"]}
-    assert deployments["hello.main"]["ray_actor_options"]["runtime_env"]["pip"] == ["orjson"]
-    assert deployments["count.main"]["ray_actor_options"]["runtime_env"]["pip"] == [
+    assert deployments["hello.main"]["ray_actor_options"]["runtime_env"]["uv"] == ["orjson"]
+    assert deployments["count.main"]["ray_actor_options"]["runtime_env"]["uv"] == [
         "orjson",
         "numpy>=1.24",
     ]
+    # the gateway gets base's
+    assert deployments["gateway"]["ray_actor_options"]["runtime_env"]["uv"] == ["orjson"]
+    validate_config(build_bundle(plan_of(project)).config)  # Ray's own schema accepts it
 
 
 def test_plan_round_trips_through_the_gateway_and_component_json():

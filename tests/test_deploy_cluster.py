@@ -32,6 +32,7 @@ PROJECTS = TESTS / "projects"
 BASIC = PROJECTS / "deploy_basic"
 INITFAIL = PROJECTS / "deploy_initfail"
 SEMANTICS = PROJECTS / "semantics"
+ENVS = PROJECTS / "deploy_envs"
 REPO = TESTS.parent
 
 
@@ -115,6 +116,23 @@ def test_deploy_waits_until_running_then_answers_and_shows_status(cluster):
     text = peach("status", "--address", cluster.dashboard_url)
     assert text.returncode == 0, text.stderr
     assert "deploy-basic" in text.stdout and "hello.main" in text.stdout and "2/2" in text.stdout
+
+
+def test_declared_dependencies_are_installed_for_the_replica_by_the_cluster(cluster):
+    # neither pyjokes (the env's own) nor tomli-w (base's) is installed in Ray's Python
+    for module in ("pyjokes", "tomli_w"):
+        missing = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
+        assert missing.returncode != 0, f"{module} is installed next to Ray: pick another"
+    result = peach(
+        "deploy", str(ENVS), "--address", cluster.dashboard_url,
+        "--http-port", str(cluster.http_port), timeout=110,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    response = httpx.get(f"{cluster.serve_url}/joke", timeout=10)
+    assert response.status_code == 200, response.text
+    answer = response.json()["result"]
+    assert answer["joke"] and answer["toml"] == 'language = "en"\n'
+    assert answer["prefix"] != sys.prefix  # the packages live in the runtime env's own prefix
 
 
 def test_redeploy_keeps_unchanged_replicas_and_restarts_only_changed_ones(cluster, tmp_path):

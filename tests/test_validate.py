@@ -32,6 +32,13 @@ def ab_endpoint(ab: str, components: tuple[str, ...] = ("main", "b", "fallback")
 
 # (code, peach.yaml, other files, expected position, expected text in message or hint)
 CASES = [
+    (
+        "PC308",
+        HEAD + endpoint(notebook="imp.ipynb"),
+        {"imp.ipynb": notebook_json(["import json, yaml\n\ndef ask(q=''):\n    return q\n"])},
+        "imp.ipynb:cell 1:line 1",
+        "add 'pyyaml' to py_environments.base.dependencies",
+    ),
     ("PC001", "codops: shop\nendpoints: a: b\n", {}, "peach.yaml:2:13", "YAML syntax"),
     ("PC002", b"\x89PNG\r\n\x1a\n\x00\x00garbage\xff", {}, "peach.yaml:1:1", "not UTF-8"),
     ("PC003", "- codops: shop\n", {}, "peach.yaml:1:1", "not a list"),
@@ -557,7 +564,8 @@ def test_names_from_cells_that_do_not_run_are_warned_about_once(tmp_path):
         ("nb.ipynb:cell 3:line 4", "'helper'"),
         ("nb.ipynb:cell 3:line 6", "'np'"),
     ]
-    conf = HEAD + endpoint(init="init_model", full_notebook=True)
+    numpy = "codops: shop\npy_environments:\n  base: {dependencies: [numpy]}\nendpoints:\n"
+    conf = numpy + endpoint(init="init_model", full_notebook=True)
     write_project(tmp_path, conf, {"nb.ipynb": cells})
     assert diagnose(tmp_path) == []
 

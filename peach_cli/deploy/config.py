@@ -147,6 +147,8 @@ def build_bundle(
     http_port: int = DEFAULT_HTTP_PORT,
 ) -> Bundle:
     """The Serve config for ``plan`` and the packages it references (nothing uploaded)."""
+    from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
+
     runtime = runtime_package()
     files = project_files(plan.root, excluded=plan.watched_files)
     gateway_package = package("gateway", [(GATEWAY_FILE, json_bytes(gateway_to_json(plan)))])
@@ -158,7 +160,10 @@ def build_bundle(
             "max_ongoing_requests": GATEWAY_MAX_ONGOING,
             "ray_actor_options": {
                 "num_cpus": GATEWAY_CPUS,
-                "runtime_env": {"working_dir": gateway_package.uri},
+                "runtime_env": {
+                    "working_dir": gateway_package.uri,
+                    **requirements_runtime_env(plan.py_environments.get("base", ())),
+                },
             },
         }
     ]
@@ -167,9 +172,10 @@ def build_bundle(
             "component", [*files, (COMPONENT_FILE, json_bytes(component_to_json(spec)))]
         )
         packages[component_package.name] = component_package
-        runtime_env: dict[str, Any] = {"working_dir": component_package.uri}
-        if spec.dependencies:
-            runtime_env["pip"] = list(spec.dependencies)
+        runtime_env: dict[str, Any] = {
+            "working_dir": component_package.uri,
+            **requirements_runtime_env(spec.dependencies),  # base + its py_env's own
+        }
         actor_options: dict[str, Any] = {"num_cpus": spec.cpus}
         if spec.memory:
             actor_options["memory"] = spec.memory

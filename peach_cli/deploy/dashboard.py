@@ -203,7 +203,8 @@ class DashboardClient:
             ) from None
         if response.status_code in (401, 403):
             has_token = "Authorization" in self._client.headers
-            raise DeployError(
+            raise DashboardRefused(
+                response.status_code,
                 f"the Ray dashboard at {self.shown} refused the request ({response.status_code})",
                 hint="check the token in RAY_AUTH_TOKEN"
                 if has_token
@@ -237,3 +238,11 @@ def _json(
 def _reason(error: Exception) -> str:
     text = str(error).strip()
     return text or type(error).__name__
+
+
+class DashboardRefused(DeployError):
+    """The dashboard refused the request: 401 (no token sent) or 403 (a wrong token)."""
+
+    def __init__(self, status_code: int, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status_code = status_code

@@ -1,0 +1,140 @@
+"""`peach env list|build|prune`: the project's envs, built ahead of time, and the cache pruned.
+
+Exit codes: 0 ok; 1 a build failed (the others are still built) or the conf has errors;
+2 the command line is wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.conf import PeachConf
+
+FORMATS = ("text", "json")
+
+
+def _load_conf(project: Path) -> PeachConf | None:
+    """The project's conf, or None after printing its errors."""
+    from peach_cli import console
+    from peach_cli.diagnostics import has_errors, sort_key
+    from peach_cli.project import load_project
+
+    loaded, diagnostics = load_project(project)
+    if loaded is None or has_errors(diagnostics):
+        errors = [d for d in diagnostics if d.severity == "error"]
+        errors.sort(key=sort_key)
+        count = len(errors)
+        console.print_diagnostics(
+            errors, summary=f"{count} error{'' if count == 1 else 's'} in {project}", ok=False
+        )
+        return None
+    return loaded.conf
+
+
+def used_by(conf: PeachConf) -> dict[str, list[str]]:
+    """py_env name → the endpoints and tasks that run in it."""
+    from peach_cli.envs.spec import BASE_ENV
+
+    users: dict[str, list[str]] = {}
+    for name, endpoint in conf.endpoints.items():
+        users.setdefault(endpoint.py_env, []).append(name)
+    for path in conf.decorator_endpoints:
+        users.setdefault(BASE_ENV, []).append(path)
+    for name, task in conf.tasks.items():
+        users.setdefault(task.py_env, []).append(f"task {name}")
+    return users
+
+
+def env_rows(conf: PeachConf) -> list[dict[str, Any]]:
+    """One row per env of the project: what ``peach env list`` shows."""
+    from peach_cli.envs import find_built, project_envs
+    from peach_cli.envs.store import directory_size
+
+    users = used_by(conf)
+    rows = []
+    for name, spec in project_envs(conf).items():
+        built = find_built(spec)
+        rows.append(
+            {
+                "name": name,
+                "requirements": list(spec.requirements),
+                "used_by": users.get(name, []),
+                "built": built is not None,
+                "pinned": list(built.pinned) if built else None,
+                "size_bytes": directory_size(built.path) if built else None,
+                "path": str(built.path) if built else None,
+            }
+        )
+    return rows
+
+
+def run_env_list(project: Path, *, output_format: str = "text") -> int:
+    if output_format not in FORMATS:
+        raise UsageError(
+            f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+        )
+    from peach_cli import console
+    from peach_cli.envs import cache_root
+
+    conf = _load_conf(project)
+    if conf is None:
+        return 1
+    rows = env_rows(conf)
+    if output_format == "json":
+        console.print_json({"cache": str(cache_root()), "envs": rows})
+    else:
+        console.print_env_list(rows, cache=str(cache_root()))
+    return 0
+
+
+def run_env_build(project: Path, *, offline: bool = False, refresh: bool = False) -> int:
+    from peach_cli import console
+    from peach_cli.envs import EnvBuildError, ensure_env, project_envs
+
+    conf = _load_conf(project)
+    if conf is None:
+        return 1
+    failed: list[EnvBuildError] = []
+    specs = project_envs(conf)
+    for spec in specs.values():
+        with console.env_progress() as progress:
+            try:
+                env = ensure_env(spec, offline=offline, refresh=refresh, progress=progress)
+            except EnvBuildError as error:
+                failed.append(error)
+                console.print_error(error)
+                continue
+        console.print_env_built(spec.name, str(env.path), len(env.pinned))
+    built = len(specs) - len(failed)
+    console.print_summary(
+        f"{built} of {len(specs)} env{'' if len(specs) == 1 else 's'} built", ok=not failed
+    )
+    return 1 if failed else 0
+
+
+def run_env_prune(*, all_envs: bool = False, older_than_days: float = 30) -> int:
+    if older_than_days < 0:
+        raise UsageError(f"--days must be 0 or more, not {older_than_days:g}")
+    from peach_cli import console
+    from peach_cli.envs import cache_root
+    from peach_cli.envs.store import directory_size, prune, stale_envs
+
+    sizes = {
+        env.key: directory_size(env.path)
+        for env in stale_envs(older_than_days=older_than_days, all_envs=all_envs)
+    }
+    removed = prune(older_than_days=older_than_days, all_envs=all_envs)
+    for env in removed:
+        console.print_env_removed(str(env.path), env.requirements, sizes.get(env.key, 0))
+    freed = sum(sizes.get(env.key, 0) for env in removed)
+    what = "every env" if all_envs else f"envs unused for {older_than_days:g} days"
+    console.print_summary(
+        f"removed {len(removed)} env{'' if len(removed) == 1 else 's'} "
+        f"({console.human_size(freed)}): {what}, from {cache_root()}",
+        ok=True,
+    )
+    return 0

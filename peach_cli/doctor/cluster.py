@@ -1,0 +1,252 @@
+"""Checks of a Ray cluster, through its dashboard's REST API (read-only calls only).
+
+Example::
+
+    check_cluster("http://127.0.0.1:8265", plan)
+    # dashboard: it answers · token: needed and found, or not needed · ray_version: the
+    # cluster's against the installed one · resources: its CPUs and memory against the plan's
+
+Without an address (``--address`` or env ``PEACH_RAY_ADDRESS``) the cluster is not checked.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from peach_cli.doctor import Check
+from peach_cli.errors import DeployError, UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.deploy.dashboard import DashboardClient
+    from peach_cli.deploy.resources import Needs
+    from peach_cli.plan import ProjectPlan
+
+_GIB = 1024**3
+_AFTER_DASHBOARD = ("token", "ray_version", "resources")
+
+
+def check_cluster(address: str | None, plan: ProjectPlan | None) -> list[Check]:
+    """The dashboard, its token, its Ray version and its resources (empty list: skipped)."""
+    from peach_cli.deploy.dashboard import ADDRESS_ENV, resolve_address
+
+    given = address or os.environ.get(ADDRESS_ENV)
+    if not given:
+        return [
+            Check(
+                "dashboard",
+                "skip",
+                "no cluster to check",
+                advice=f"pass --address URL (or set {ADDRESS_ENV}) to check a Ray cluster",
+            )
+        ]
+    try:
+        url, warnings = resolve_address(given)
+    except UsageError as error:
+        return [Check("dashboard", "fail", error.message, error.hint), *_skipped("no dashboard")]
+    return _check_dashboard(url, warnings, plan)
+
+
+def _skipped(reason: str, names: tuple[str, ...] = _AFTER_DASHBOARD) -> list[Check]:
+    return [Check(name, "skip", f"not checked: {reason}") for name in names]
+
+
+def find_token() -> tuple[str | None, str]:
+    """The token ``DashboardClient`` sends, and where it was found (for messages).
+
+    The one place doctor looks for the token: keep it the lookup the dashboard client uses.
+    """
+    from peach_cli.deploy.dashboard import TOKEN_ENV
+
+    return os.environ.get(TOKEN_ENV) or None, TOKEN_ENV
+
+
+def _check_dashboard(url: str, warnings: list[str], plan: ProjectPlan | None) -> list[Check]:
+    from peach_cli.deploy.dashboard import DashboardClient, DashboardRefused
+
+    token, source = find_token()
+    with DashboardClient(url, token="") as probe:  # without a token first: is one needed?
+        try:
+            version: dict[str, Any] | None = probe.version()
+        except DashboardRefused:
+            version = None
+        except DeployError as error:
+            details = {"address": probe.shown}
+            return [
+                Check("dashboard", "fail", error.message, error.hint, details),
+                *_skipped("the dashboard does not answer"),
+            ]
+        note = f" ({'; '.join(warnings)})" if warnings else ""
+        checks = [
+            Check(
+                "dashboard",
+                "ok",
+                f"Ray dashboard at {probe.shown} answers{note}",
+                details={"address": probe.shown},
+            )
+        ]
+        if version is not None:
+            extra = f" ({source} is set but not needed)" if token else ""
+            checks.append(
+                Check("token", "ok", f"no token needed{extra}", details={"needed": False})
+            )
+            return checks + _check_ray(version) + _check_resources(probe, plan)
+    if token is None:
+        checks.append(
+            Check(
+                "token",
+                "fail",
+                f"the cluster needs a token and {source} is not set",
+                advice=f"set {source} to the cluster's token",
+                details={"needed": True, "found": False},
+            )
+        )
+        return checks + _skipped("no token", _AFTER_DASHBOARD[1:])
+    with DashboardClient(url, token=token) as dashboard:
+        try:
+            version = dashboard.version()
+        except DeployError as error:  # 403: not the cluster's token
+            checks.append(
+                Check(
+                    "token",
+                    "fail",
+                    f"the cluster refused the token in {source}: {error.message}",
+                    advice=f"check {source}: it must be the cluster's token",
+                    details={"needed": True, "found": True, "accepted": False},
+                )
+            )
+            return checks + _skipped("the token is refused", _AFTER_DASHBOARD[1:])
+        checks.append(
+            Check(
+                "token",
+                "ok",
+                f"the cluster needs a token: the one in {source} is accepted",
+                details={"needed": True, "found": True, "accepted": True},
+            )
+        )
+        return checks + _check_ray(version) + _check_resources(dashboard, plan)
+
+
+def installed_ray_version() -> str | None:
+    """The version of Ray installed here, without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ray")
+    except PackageNotFoundError:
+        return None
+
+
+def compare_ray(cluster: str | None, local: str | None) -> Check:
+    """The same version ok; the same major.minor a warning; anything else a failure.
+
+    >>> compare_ray("2.60.0", "2.60.0").status, compare_ray("2.60.1", "2.60.0").status
+    ('ok', 'warn')
+    >>> compare_ray("2.41.0", "2.60.0").status
+    'fail'
+    """
+    details = {"cluster": cluster, "installed": local}
+    advice = f"install the cluster's version here: python -m pip install 'ray[serve]=={cluster}'"
+    if cluster is None:
+        return Check(
+            "ray_version", "warn", "the dashboard did not say its Ray version", None, details
+        )
+    summary = f"Ray {cluster} on the cluster, {local or 'none'} installed here"
+    if local == cluster:
+        return Check("ray_version", "ok", summary, details=details)
+    if local is not None and cluster.split(".")[:2] == local.split(".")[:2]:
+        return Check("ray_version", "warn", summary, advice, details)
+    return Check("ray_version", "fail", summary, advice, details)
+
+
+def _check_ray(version: dict[str, Any]) -> list[Check]:
+    cluster = version.get("ray_version")
+    return [compare_ray(str(cluster) if cluster else None, installed_ray_version())]
+
+
+def plan_needs(plan: ProjectPlan) -> Needs:
+    """What a deploy of ``plan`` reserves: the gateway, then replicas × (CPUs, memory)."""
+    from peach_cli.deploy.config import GATEWAY, GATEWAY_CPUS, deployment_name
+    from peach_cli.deploy.resources import application_needs
+
+    deployments: list[dict[str, Any]] = [
+        {"name": GATEWAY, "num_replicas": 1, "ray_actor_options": {"num_cpus": GATEWAY_CPUS}}
+    ]
+    for spec in plan.components():
+        options: dict[str, Any] = {"num_cpus": spec.cpus}
+        if spec.memory:
+            options["memory"] = spec.memory
+        deployments.append(
+            {
+                "name": deployment_name(spec),
+                "num_replicas": spec.replicas,
+                "ray_actor_options": options,
+            }
+        )
+    return application_needs({"deployments": deployments})
+
+
+def _check_resources(dashboard: DashboardClient, plan: ProjectPlan | None) -> list[Check]:
+    from peach_cli.deploy.resources import application_needs, check_fits, has_totals
+
+    try:
+        report = dashboard.cluster_status()
+        applications = dashboard.serve_details().get("applications") or {}
+    except DeployError as error:
+        return [Check("resources", "fail", error.message, error.hint)]
+    usage = report.get("usage") or {}
+    used_cpus, total_cpus = _pair(usage.get("CPU"))
+    used_memory, total_memory = _pair(usage.get("memory"))
+    details: dict[str, Any] = {
+        "cpus": total_cpus,
+        "cpus_free": total_cpus - used_cpus,
+        "memory": total_memory,
+        "memory_free": total_memory - used_memory,
+    }
+    has = (
+        f"the cluster has {_figure(total_cpus)} CPUs ({_figure(total_cpus - used_cpus)} free) "
+        f"and {_figure(total_memory / _GIB)} GiB ({_figure((total_memory - used_memory) / _GIB)} "
+        "free)"
+    )
+    if not has_totals(report):
+        return [
+            Check(
+                "resources",
+                "warn",
+                "the cluster reports no resources yet (it may have just started)",
+                "run peach doctor again in a few seconds",
+                details,
+            )
+        ]
+    if plan is None:
+        return [
+            Check(
+                "resources",
+                "skip",
+                f"{has}; no valid project to compare with",
+                "fix the project (peach validate) to compare what it asks for",
+                details,
+            )
+        ]
+    needs = plan_needs(plan)
+    current = applications.get(plan.codops) or {}
+    held = None
+    if current.get("deployed_app_config") and current.get("status") != "DELETING":
+        held = application_needs(current["deployed_app_config"])  # a redeploy gives it back
+    details.update(asks_cpus=needs.cpus, asks_memory=needs.memory)
+    asks = f"the project asks for {_figure(needs.cpus)} CPUs and {_figure(needs.memory / _GIB)} GiB"
+    try:
+        check_fits(needs, report, held)
+    except DeployError as error:
+        return [Check("resources", "fail", error.message, error.hint, details)]
+    return [Check("resources", "ok", f"{asks}; {has}", details=details)]
+
+
+def _pair(value: Any) -> tuple[float, float]:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return float(value[0]), float(value[1])
+    return 0.0, 0.0
+
+
+def _figure(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".")

@@ -1,0 +1,91 @@
+"""The project check: does it validate, as `peach validate` would report it, and what it uses.
+
+Example::
+
+    checked = check_project(Path("shop"), explicit=True)
+    checked.check          # ok / warn (warnings) / fail (errors) / skip (no project here)
+    checked.plan           # the serving plan when there is no error, for the cluster checks
+    checked.environments   # each py_env the project uses → its requirements
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from peach_cli.doctor import Check
+from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.conf import PeachConf
+    from peach_cli.plan import ProjectPlan
+
+
+@dataclass(frozen=True)
+class CheckedProject:
+    check: Check
+    plan: ProjectPlan | None = None
+    environments: dict[str, tuple[str, ...]] | None = None
+    """Each py_env the project's endpoints and tasks use → base's and its own requirements."""
+
+
+def check_project(path: Path, *, explicit: bool = True) -> CheckedProject:
+    """Validate the project at ``path`` (by parsing; nothing runs).
+
+    A PROJECT given on the command line that does not exist is a ``UsageError``; the
+    current folder without a conf is a skipped check that suggests `peach init`.
+    """
+    from peach_cli.diagnostics import has_errors
+    from peach_cli.project import load_project
+    from peach_cli.validate import validate_project
+
+    command = "peach validate" if not explicit else f"peach validate {path}"
+    if explicit and not path.exists():
+        raise UsageError(f"{path} does not exist", hint="give the project folder")
+    try:
+        project, diagnostics = load_project(path)
+    except UsageError as error:
+        if explicit:
+            return CheckedProject(Check("project", "fail", error.message, "create one: peach init"))
+        return CheckedProject(
+            Check("project", "skip", "no peach project in this folder", "create one: peach init")
+        )
+    endpoints = 0
+    plan = None
+    if project is not None:
+        result = validate_project(project)
+        diagnostics += result.diagnostics
+        endpoints = len(result.endpoints)
+        if not has_errors(diagnostics):
+            plan = result.plan()
+    counts = {s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")}
+    details = {**counts, "endpoints": endpoints, "path": str(path)}
+    environments = used_environments(project.conf) if project is not None else None
+    if counts["error"]:
+        summary = f"{path}: {_plural(counts['error'], 'error')}"
+        if counts["warning"]:
+            summary += f", {_plural(counts['warning'], 'warning')}"
+        check = Check("project", "fail", summary, f"run `{command}` to see them", details)
+        return CheckedProject(check, None, environments)
+    if counts["warning"]:
+        summary = f"{path} is valid, with {_plural(counts['warning'], 'warning')}"
+        check = Check("project", "warn", summary, f"run `{command}` to see them", details)
+        return CheckedProject(check, plan, environments)
+    summary = f"{path} is valid: {_plural(endpoints, 'endpoint')}"
+    return CheckedProject(Check("project", "ok", summary, details=details), plan, environments)
+
+
+def used_environments(conf: PeachConf) -> dict[str, tuple[str, ...]]:
+    """The py_envs the endpoints, decorator endpoints and tasks run in → their requirements."""
+    from peach_cli.conf import BASE_ENV
+
+    names = {endpoint.py_env for endpoint in conf.endpoints.values()}
+    names |= {task.py_env for task in conf.tasks.values()}
+    if conf.decorator_endpoints:
+        names.add(BASE_ENV)
+    return {name: conf.environment(name) for name in sorted(names)}
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"

@@ -1,0 +1,144 @@
+"""What the cache holds: built envs, their size and last use; pruning the stale ones.
+
+    for env in built_envs(): print(env.path, env.size_bytes, env.last_used)
+    removed = prune(older_than_days=30)      # or prune(all_envs=True)
+
+An env is removed by renaming it into ``tmp/`` (under its key's lock, so never while a
+``peach`` builds it) and deleting it there: it disappears at once, whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from peach_cli.envs.builder import LAST_USED, MARKER, lock_file
+from peach_cli.envs.lock import EnvLock
+from peach_cli.envs.paths import cache_root
+
+PRUNE_AFTER_DAYS = 30
+
+
+@dataclass(frozen=True)
+class StoredEnv:
+    """One built env in the cache."""
+
+    key: str
+    path: Path
+    requirements: tuple[str, ...]
+    pinned: tuple[str, ...]
+    last_used: float
+    """Epoch seconds of the last run that used it (its build time if none did)."""
+
+
+def directory_size(path: Path) -> int:
+    """Bytes under ``path``, each file counted once (hard links from uv's cache included)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_size
+    return total
+
+
+def last_used(path: Path) -> float:
+    try:
+        return float((path / LAST_USED).read_text().strip())
+    except (OSError, ValueError):
+        try:
+            return (path / MARKER).stat().st_mtime
+        except OSError:
+            return 0.0
+
+
+def built_envs() -> Iterator[StoredEnv]:
+    """Every complete env in the cache (half-built ones live in ``tmp/`` and are skipped)."""
+    root = cache_root()
+    if not root.is_dir():
+        return
+    for path in sorted(root.glob("env-*")):
+        try:
+            data = json.loads((path / MARKER).read_text())
+        except (OSError, ValueError):
+            continue
+        yield StoredEnv(
+            key=path.name.removeprefix("env-"),
+            path=path,
+            requirements=tuple(data.get("requirements") or ()),
+            pinned=tuple(data.get("pinned") or ()),
+            last_used=last_used(path),
+        )
+
+
+def remove_env(env: StoredEnv) -> bool:
+    """Remove one env unless a ``peach`` is building it right now; True when removed."""
+    lock = EnvLock(lock_file(env.key))
+    if not lock.acquire(blocking=False):
+        return False
+    try:
+        trash = Path(tempfile.mkdtemp(prefix="prune-", dir=_tmp()))
+        try:
+            os.rename(env.path, trash / "env")
+        except OSError:
+            shutil.rmtree(trash, ignore_errors=True)
+            return False
+        shutil.rmtree(trash, ignore_errors=True)
+        return True
+    finally:
+        lock.release()
+
+
+def _tmp() -> Path:
+    path = cache_root() / "tmp"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def stale_envs(
+    *, older_than_days: float = PRUNE_AFTER_DAYS, all_envs: bool = False, now: float | None = None
+) -> list[StoredEnv]:
+    """The envs ``prune`` would remove now."""
+    cutoff = (time.time() if now is None else now) - older_than_days * 86400
+    return [env for env in built_envs() if all_envs or env.last_used < cutoff]
+
+
+def prune(
+    *, older_than_days: float = PRUNE_AFTER_DAYS, all_envs: bool = False, now: float | None = None
+) -> list[StoredEnv]:
+    """Remove envs unused for ``older_than_days`` (every env with ``all_envs``).
+
+    ``all_envs`` also forgets the cached resolutions, so the next build resolves afresh.
+    Leftovers of interrupted builds older than a day are removed too. Returns what was
+    removed.
+    """
+    now = time.time() if now is None else now
+    removed = [
+        env
+        for env in stale_envs(older_than_days=older_than_days, all_envs=all_envs, now=now)
+        if remove_env(env)
+    ]
+    root = cache_root()
+    if all_envs:
+        shutil.rmtree(root / "resolved", ignore_errors=True)
+    tmp = root / "tmp"
+    if tmp.is_dir():
+        for leftover in tmp.iterdir():
+            try:
+                stale = leftover.stat().st_mtime < now - 86400
+            except OSError:
+                continue
+            if stale or all_envs and leftover.name.startswith("prune-"):
+                shutil.rmtree(leftover, ignore_errors=True)
+    return removed

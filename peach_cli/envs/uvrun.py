@@ -1,0 +1,125 @@
+"""Running uv: one subprocess per step, its stderr read line by line as it prints.
+
+    run_uv(["pip", "compile", "reqs.in", "-o", "reqs.txt"], on_line=print, cancel=event)
+
+uv's binary comes from the ``uv`` package (``uv.find_uv_bin()``); its package cache is
+``uv_cache_dir()``, beside the envs, so that installs are hard links. A step that fails
+raises ``UvFailed`` with uv's own message (its ``error:`` line and every ``cause:``), which
+the builder turns into an ``EnvBuildError`` naming the env and the requirement.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+
+from peach_cli.envs.paths import uv_cache_dir
+
+
+class UvFailed(Exception):
+    """A uv step exited non-zero; ``reason`` is what uv said, as one line."""
+
+    def __init__(self, reason: str, lines: list[str]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.lines = lines
+
+
+class UvCancelled(Exception):
+    """The caller's ``cancel`` event was set while uv ran; uv was stopped."""
+
+
+@lru_cache(maxsize=1)
+def uv_binary() -> str:
+    """The uv executable shipped by the ``uv`` package (a dependency of peach)."""
+    import uv
+
+    return uv.find_uv_bin()
+
+
+def uv_environment(*, offline: bool) -> dict[str, str]:
+    """The environment uv runs with: peach's cache, never a Python download, no active venv."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+    env["UV_CACHE_DIR"] = str(uv_cache_dir())
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    env["UV_NO_PROGRESS"] = "1"
+    env["NO_COLOR"] = "1"
+    env.pop("UV_SYSTEM_PYTHON", None)
+    if offline:
+        env["UV_OFFLINE"] = "1"
+    return env
+
+
+def reason_of(lines: list[str]) -> str:
+    """uv's failure as one line: ``error: X`` and ``cause: Y`` lines joined with ``: ``.
+
+    >>> reason_of(["error: No solution found", "  cause: Because x was not found"])
+    'No solution found: Because x was not found'
+    """
+    parts: list[str] = []
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            continue
+        for prefix in ("error:", "Error:", "cause:", "Caused by:", "×", "╰─▶", "hint:"):
+            if line.startswith(prefix):
+                line = line[len(prefix) :].strip()
+                break
+        else:
+            if parts:  # a continuation of the previous sentence
+                parts[-1] = f"{parts[-1]} {line}"
+                continue
+        if line and line not in parts:
+            parts.append(line)
+    return ": ".join(p.rstrip(".:") for p in parts) or "uv failed without a message"
+
+
+def run_uv(
+    args: Sequence[str],
+    *,
+    offline: bool,
+    on_line: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> None:
+    """Run ``uv ARGS``; call ``on_line`` for every line it prints; raise ``UvFailed``."""
+    process = subprocess.Popen(
+        [uv_binary(), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=uv_environment(offline=offline),
+        text=True,
+        errors="replace",
+    )
+    done = threading.Event()
+    if cancel is not None:
+
+        def watch() -> None:
+            while not done.wait(0.05):
+                if cancel.is_set():
+                    process.kill()
+                    return
+
+        threading.Thread(target=watch, name="peach-uv-cancel", daemon=True).start()
+    lines: list[str] = []
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            line = line.rstrip("\n")
+            lines.append(line)
+            if on_line is not None:
+                on_line(line)
+        code = process.wait()
+    finally:
+        done.set()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if cancel is not None and cancel.is_set():
+        raise UvCancelled
+    if code != 0:
+        failure = [line for line in lines if not line.startswith(("Using ", "Resolved "))]
+        raise UvFailed(reason_of(failure), lines)

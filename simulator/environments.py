@@ -1,0 +1,129 @@
+"""Which interpreter each component's replicas run in under ``peach dev``.
+
+Isolated (the default): every py_environment is a virtual env built from ``base`` + its
+own requirements (``peach_cli.envs``), and its replicas run that env's Python with only
+peach's staged standard-library runtime added to their path — so an import the conf does
+not declare fails here as it fails on the platform. Shared (``--shared-env``): every
+replica runs peach's own interpreter, as before environments existed (fast, unchecked).
+
+    envs = Environments(root, on_event=emit)                # isolated
+    launch = await envs.launch_for(spec)                    # builds the env once, or raises
+                                                            # EnvUnavailable(message)
+
+An env is built once per requirement set and ``peach dev`` run (in a thread, so serving
+goes on), reused across reloads, and rebuilt only when its requirements change. A build
+reports ``EnvProgress`` events and, when it fails, ``EnvFailed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from peach_cli.errors import EnvBuildError
+from peach_cli.plan import ComponentSpec
+from simulator.events import EnvFailed, EnvProgress, Event
+from simulator.workers import Interpreter, WorkerLaunch
+
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+
+
+class EnvUnavailable(Exception):
+    """The component's env could not be built; the message is the builder's reason."""
+
+
+class Environments:
+    """The envs of one ``peach dev`` run: built on first use, then reused."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        isolated: bool = True,
+        offline: bool = False,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.root = Path(root).resolve()
+        self.isolated = isolated
+        self.offline = offline
+        self.on_event = on_event
+        self._builds: dict[tuple[str, tuple[str, ...]], asyncio.Future[WorkerLaunch]] = {}
+        self._shared = WorkerLaunch(self.root)
+
+    def emit(self, event: Event) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    async def launch_for(self, spec: ComponentSpec) -> WorkerLaunch:
+        """How to start ``spec``'s replicas; builds its env first when needed.
+
+        Raises ``EnvUnavailable`` when the env cannot be built (the message names the env
+        and, where uv's reason points at one, the requirement).
+        """
+        if not self.isolated:
+            return self._shared
+        key = (spec.py_env, tuple(spec.dependencies))
+        build = self._builds.get(key)
+        if build is None or (build.done() and build.exception() is not None):
+            build = self._builds[key] = asyncio.ensure_future(self._build(*key))
+        try:
+            return await asyncio.shield(build)
+        except EnvBuildError as error:
+            raise EnvUnavailable(error.message) from None
+
+    def launches(self) -> list[WorkerLaunch]:
+        """The launches of every env built so far (spare workers are kept for each)."""
+        if not self.isolated:
+            return [self._shared]
+        return [
+            build.result()
+            for build in self._builds.values()
+            if build.done() and not build.cancelled() and build.exception() is None
+        ]
+
+    async def _build(self, name: str, requirements: tuple[str, ...]) -> WorkerLaunch:
+        from peach_cli.envs import EnvSpec, ensure_env
+        from peach_cli.envs.runtime import stage_runtime
+
+        loop = asyncio.get_running_loop()
+        began = time.monotonic()
+
+        def progress(step: object) -> None:
+            event = EnvProgress(
+                name,
+                str(getattr(step, "phase", "")),
+                float(getattr(step, "elapsed_s", time.monotonic() - began)),
+                str(getattr(step, "detail", "")),
+            )
+            loop.call_soon_threadsafe(self.emit, event)
+
+        spec = EnvSpec(name, requirements)
+        try:
+            env = await asyncio.to_thread(ensure_env, spec, offline=self.offline, progress=progress)
+            runtime = await asyncio.to_thread(stage_runtime)
+        except EnvBuildError as error:
+            self.emit(EnvFailed(name, error.message))
+            raise
+        except OSError as error:  # the cache folder is not writable, the disk is full
+            failure = EnvBuildError(name, f"cannot write the env cache: {error}")
+            self.emit(EnvFailed(name, failure.message))
+            raise failure from None
+        interpreter = Interpreter(
+            python=str(env.python), path=(str(runtime),), isolated=True, name=name
+        )
+        return WorkerLaunch(self.root, interpreter)
+
+
+def explain_init_error(message: str, launch: WorkerLaunch) -> str:
+    """A replica's init error, with what to declare when it is a missing module of an
+    isolated env (``yaml`` → add ``pyyaml`` to that py_env)."""
+    env = launch.interpreter.name
+    match = _MISSING_MODULE.search(message)
+    if not env or match is None:
+        return message
+    from peach_cli.envs import explain_missing_module
+
+    return f"{message}: {explain_missing_module(match.group(1), env)}"

@@ -1,0 +1,171 @@
+"""`peach dev` runs each py_environment's replicas in an isolated env (SPEC §4).
+
+Real `peach dev` processes, real envs built with uv into the session's env cache (see
+``env_support``), real HTTP. The envs here are few and small: ``base`` = tomli-w,
+``extra`` = base + websocket-client (the session's ``SMALL`` set), and one that cannot be
+built.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from projectkit import write_project
+
+pytestmark = pytest.mark.timeout(240)
+
+CONF = """\
+codops: envs
+py_environments:
+  base: {dependencies: [tomli-w]}
+  extra: {dependencies: [websocket-client]}
+  broken: {dependencies: ["peach-no-such-package-zz==1.0"]}
+endpoints:
+  base_info:
+    url: /base
+    components: {main: {notebook: nb.ipynb, method: base_info}}
+  extra_info:
+    url: /extra
+    py_env: extra
+    components: {main: {notebook: nb.ipynb, method: extra_info}}
+  undeclared:
+    url: /undeclared
+    components: {main: {notebook: yaml_nb.ipynb, init: load, method: answer}}
+  broken:
+    url: /broken
+    py_env: broken
+    components: {main: {notebook: nb.ipynb, method: base_info}}
+"""
+
+CELLS = [
+    "import importlib.util\nimport sys\n\n\n"
+    "def importable(name):\n    return importlib.util.find_spec(name) is not None\n",
+    "def base_info():\n    import tomli_w\n\n"
+    '    return {"prefix": sys.prefix, "tomli_w": tomli_w.__file__}\n',
+    "def extra_info():\n    import tomli_w\n    import websocket\n\n"
+    "    return {\n"
+    '        "prefix": sys.prefix,\n'
+    '        "tomli_w": tomli_w.__file__,\n'
+    '        "websocket": websocket.__file__,\n'
+    '        "peach_deps": {n: importable(n) for n in ("typer", "httpx", "ray", "yaml")},\n'
+    '        "six": importable("six"),\n'
+    "    }\n",
+]
+
+YAML_CELLS = [
+    "import yaml\n\n\ndef load():\n    return yaml.__version__\n\n\n"
+    "def answer(model):\n    return model\n",
+]
+
+
+def make_project(root: Path) -> Path:
+    cells = [CELLS[0] + "\n\n" + CELLS[1] + "\n\n" + CELLS[2]]
+    return write_project(root, CONF, {"nb.ipynb": cells, "yaml_nb.ipynb": YAML_CELLS})
+
+
+def ok(response: httpx.Response) -> dict:
+    assert response.status_code == 200, response.text
+    return response.json()["result"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, env_cache: Path):
+    """One `peach dev` of the project for the read-only tests of this module."""
+    from conftest import start_peach_dev
+
+    root = make_project(tmp_path_factory.mktemp("envs-project"))
+    dev = start_peach_dev(root, root / "peach-dev.log")
+    try:
+        dev.wait_ready(timeout_s=180)
+        yield dev
+    finally:
+        dev.stop()
+
+
+def test_a_declared_dependency_is_importable_from_the_envs_prefix(served, env_cache):
+    result = ok(httpx.get(f"{served.url}/base", timeout=10))
+    prefix = Path(result["prefix"])
+    assert prefix.is_relative_to(env_cache)  # the replica's sys.prefix is its env's
+    assert Path(result["tomli_w"]).is_relative_to(prefix)
+
+
+def test_an_env_inherits_base_and_holds_nothing_of_peachs_interpreter(served, env_cache):
+    base = ok(httpx.get(f"{served.url}/base", timeout=10))
+    extra = ok(httpx.get(f"{served.url}/extra", timeout=10))
+    prefix = Path(extra["prefix"])
+    assert prefix != Path(base["prefix"]) and prefix.is_relative_to(env_cache)
+    assert Path(extra["tomli_w"]).is_relative_to(prefix)  # base's dependency, inherited
+    assert Path(extra["websocket"]).is_relative_to(prefix)
+    # installed next to peach, not declared: not importable (as on the platform)
+    assert extra["peach_deps"] == {"typer": False, "httpx": False, "ray": False, "yaml": False}
+
+
+def test_an_undeclared_import_is_unhealthy_with_the_requirement_to_add(served):
+    response = httpx.get(f"{served.url}/undeclared", timeout=10)
+    assert response.status_code == 503, response.text
+    message = response.json()["error"]["message"]
+    assert "No module named 'yaml'" in message
+    assert "py_env 'base'" in message and "'pyyaml'" in message
+    health = httpx.get(f"{served.url}/_peach/health", timeout=10).json()
+    errors = [r["error"] for c in health["components"] for r in c["replicas"]]
+    assert any(e and "'pyyaml'" in e for e in errors)
+
+
+def test_an_env_that_cannot_be_built_fails_clearly_while_the_others_serve(served):
+    response = httpx.get(f"{served.url}/broken", timeout=10)
+    assert response.status_code == 503, response.text
+    message = response.json()["error"]["message"]
+    assert "py_env 'broken'" in message and "peach-no-such-package-zz" in message
+    assert ok(httpx.get(f"{served.url}/base", timeout=10))["tomli_w"]
+    served.wait_for_output(r"error: py_env 'broken'.*peach-no-such-package-zz")
+
+
+def test_shared_env_serves_undeclared_imports_and_says_they_are_not_checked(peach_dev, tmp_path):
+    root = make_project(tmp_path / "project")
+    dev = peach_dev(root, "--shared-env")
+    dev.wait_ready(timeout_s=120)
+    assert ok(httpx.get(f"{dev.url}/undeclared", timeout=10))  # peach's pyyaml is visible
+    dev.wait_for_output(r"--shared-env: every replica runs in peach's own Python")
+
+
+def test_a_dependency_edit_reloads_only_that_envs_components(peach_dev, tmp_path):
+    """Adding a requirement to `extra` rebuilds that env while the old replicas serve,
+    then swaps its component; base's replica and state stay; no request fails."""
+    root = make_project(tmp_path / "project")
+    dev = peach_dev(root, reload=True)
+    health = dev.wait_ready(timeout_s=180)
+    pids = {c["component"]: [r["pid"] for r in c["replicas"]] for c in health["components"]}
+    assert ok(httpx.get(f"{dev.url}/extra", timeout=10))["six"] is False
+    dev.wait_for_output(r"watching .* for changes")
+
+    failures: list[str] = []
+    calls = [0]
+    stop = threading.Event()
+
+    def hammer() -> None:
+        with httpx.Client(base_url=dev.url, timeout=20) as client:
+            while not stop.is_set():
+                for url in ("/base", "/extra"):
+                    response = client.get(url)
+                    calls[0] += 1
+                    if response.status_code != 200:
+                        failures.append(f"{url}: {response.status_code} {response.text}")
+
+    thread = threading.Thread(target=hammer)
+    thread.start()
+    try:
+        conf = root / "peach.yaml"
+        conf.write_text(conf.read_text().replace("[websocket-client]", "[websocket-client, six]"))
+        dev.wait_for_output(r"reloaded extra_info/main \(py_env changed\)", timeout_s=180)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert failures == [] and calls[0] > 0
+    assert ok(httpx.get(f"{dev.url}/extra", timeout=10))["six"] is True
+    after = httpx.get(f"{dev.url}/_peach/health", timeout=10).json()
+    now = {c["component"]: [r["pid"] for r in c["replicas"]] for c in after["components"]}
+    assert now["base_info/main"] == pids["base_info/main"]  # untouched: same process
+    assert now["extra_info/main"] != pids["extra_info/main"]

@@ -1,0 +1,139 @@
+"""`peach doctor --address` against a real Ray cluster that wants a token (one head here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from ray_cluster import RayHead
+
+from peach_cli.deploy.dashboard import DashboardClient
+from peach_cli.deploy.resources import has_totals
+
+pytestmark = pytest.mark.ray
+
+TOKEN = "peach-doctor-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[RayHead]:
+    with RayHead(num_cpus=3, auth_token=TOKEN) as running:
+        with DashboardClient(running.dashboard_url, token=TOKEN) as dashboard:
+            deadline = time.monotonic() + 30  # a new cluster reports its CPUs after a moment
+            while not has_totals(dashboard.cluster_status()):
+                assert time.monotonic() < deadline, "the cluster reported no resources"
+                time.sleep(0.2)
+        yield running
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def peach(*args: str, cwd: Path, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "PEACH_ENV_CACHE": str(cwd)}
+    for name in ("PEACH_RAY_ADDRESS", "RAY_AUTH_TOKEN"):
+        env.pop(name, None)
+    if token is not None:
+        env["RAY_AUTH_TOKEN"] = token
+    return subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=90,
+    )
+
+
+def cluster_checks(head: RayHead, project: Path, token: str | None) -> tuple[int, dict]:
+    result = peach(
+        "doctor",
+        "--address",
+        head.dashboard_url,
+        "--offline",  # the package index is not what this module tests
+        "--port",
+        str(free_port()),
+        "--format",
+        "json",
+        cwd=project,
+        token=token,
+    )
+    checks = {check["name"]: check for check in json.loads(result.stdout)["checks"]}
+    return result.returncode, checks
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    assert peach("init", "shop", cwd=tmp_path).returncode == 0
+    return tmp_path / "shop"
+
+
+def test_with_the_token_every_cluster_check_passes(head, project):
+    code, checks = cluster_checks(head, project, TOKEN)
+    assert code == 0, checks
+    assert checks["dashboard"]["status"] == "ok"
+    assert checks["token"] == {
+        "name": "token",
+        "status": "ok",
+        "summary": "the cluster needs a token: the one in RAY_AUTH_TOKEN is accepted",
+        "advice": None,
+        "details": {"needed": True, "found": True, "accepted": True},
+    }
+    ray = checks["ray_version"]
+    assert ray["status"] == "ok"
+    assert ray["details"] == {"cluster": version("ray"), "installed": version("ray")}
+    resources = checks["resources"]
+    assert resources["status"] == "ok", resources
+    # the gateway (0.1 CPU), then main and fallback, 1 CPU each by default
+    assert resources["summary"].startswith("the project asks for 2.1 CPUs and 0 GiB; ")
+    assert "the cluster has 3 CPUs (3 free)" in resources["summary"]
+    assert resources["details"]["cpus"] == 3.0
+
+
+def test_without_the_token_the_token_check_fails(head, project):
+    code, checks = cluster_checks(head, project, None)
+    assert code == 1
+    assert checks["dashboard"]["status"] == "ok"  # it answered: 401
+    token = checks["token"]
+    assert token["status"] == "fail"
+    assert token["summary"] == "the cluster needs a token and RAY_AUTH_TOKEN is not set"
+    assert checks["ray_version"]["status"] == checks["resources"]["status"] == "skip"
+
+
+def test_a_wrong_token_is_refused(head, project):
+    code, checks = cluster_checks(head, project, "not-the-token")
+    assert code == 1
+    assert checks["token"]["status"] == "fail"
+    assert "refused the token in RAY_AUTH_TOKEN" in checks["token"]["summary"]
+    assert "(403)" in checks["token"]["summary"]
+
+
+def test_a_project_larger_than_the_cluster_fails_with_the_numbers(head, project):
+    conf = project / "peach.yaml"
+    conf.write_text(
+        conf.read_text().replace(
+            "init: load_greetings", "init: load_greetings\n        replicas: 5"
+        )
+    )
+    code, checks = cluster_checks(head, project, TOKEN)
+    assert code == 1
+    resources = checks["resources"]
+    assert resources["status"] == "fail"
+    assert re.fullmatch(
+        r"the project asks for 6.1 CPUs and 0 GiB of memory; the cluster has 3 CPUs and "
+        r"[\d.]+ GiB free",
+        resources["summary"],
+    ), resources["summary"]
+    assert "lower `replicas`, `cpus` or `memory`" in resources["advice"]

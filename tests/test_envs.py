@@ -1,0 +1,328 @@
+"""Environments built with uv: isolation, caching, atomic and concurrent builds, failures.
+
+Every test shares the session's env cache (``env_cache`` in conftest.py): the small env is
+built once, and uv's package cache makes the few other builds links, not downloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from env_support import SMALL, run_peach, start_build, start_live_build
+
+from peach_cli.envs import (
+    EnvBuildError,
+    EnvSpec,
+    cache_root,
+    ensure_env,
+    explain_missing_module,
+    find_built,
+    project_envs,
+)
+from peach_cli.envs.builder import LAST_USED, resolution_file
+from peach_cli.envs.store import built_envs, prune
+from peach_cli.project import load_project
+
+CONF = """codops: shop
+py_environments:
+  base: {dependencies: [tomli-w]}
+  ws: {dependencies: [websocket-client, tomli-w]}
+endpoints:
+  e: {url: /e, py_env: ws, components: {main: {notebook: nb.ipynb, method: ask}}}
+tasks:
+  t: {notebook: nb.ipynb, method: ask}
+"""
+
+
+def run_in(env, code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` with the env's interpreter, without the test run's PYTHONPATH."""
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [str(env.python), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+        env=clean,
+    )
+
+
+def write_conf(root: Path, conf: str = CONF) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "peach.yaml").write_text(conf)
+    return root
+
+
+def test_the_cache_is_the_sessions_not_the_users(env_cache):
+    assert cache_root() == env_cache.resolve()
+    assert os.environ["PEACH_ENV_CACHE"] == str(env_cache)
+
+
+def test_an_env_is_base_plus_its_own_requirements(tmp_path):
+    project, diagnostics = load_project(write_conf(tmp_path))
+    assert project is not None and diagnostics == []
+    specs = project_envs(project.conf)
+    assert list(specs) == ["base", "ws"]
+    assert specs["base"].requirements == ("tomli-w",)
+    assert specs["ws"].requirements == ("tomli-w", "websocket-client")  # base first, no repeat
+    # the same set, whatever the env's name or the order, is resolved once
+    assert EnvSpec("x", ("a", "b")).request_key == EnvSpec("y", ("b", "a")).request_key
+
+
+def test_a_built_env_has_its_requirements_and_nothing_of_peachs(small_env):
+    result = run_in(
+        small_env,
+        "import sys, tomli_w, websocket; print(sys.prefix)\n"
+        "for name in ('yaml', 'typer', 'peach_cli', 'six'):\n"
+        "    try:\n        __import__(name)\n"
+        "    except ModuleNotFoundError:\n        print('missing', name)\n",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert Path(lines[0]) == small_env.path  # the replica's sys.prefix is its env
+    # pyyaml, typer and six are installed next to peach, but not importable in the env
+    assert lines[1:] == ["missing yaml", "missing typer", "missing peach_cli", "missing six"]
+    assert small_env.path.parent == cache_root()
+    assert {p.split("==")[0] for p in small_env.pinned} == set(SMALL)
+
+
+def test_a_cached_env_is_found_without_uv_and_records_its_use(small_env):
+    (small_env.path / LAST_USED).write_text("0\n")
+    phases = []
+    started = time.perf_counter()
+    again = ensure_env(EnvSpec("other-name", tuple(reversed(SMALL))), progress=phases.append)
+    elapsed = time.perf_counter() - started
+    assert again.path == small_env.path
+    assert [p.phase for p in phases] == ["done"] and phases[0].detail == "cached"
+    assert elapsed < 1.0  # no resolution, no build (a generous bound: it is a few stats)
+    assert float((small_env.path / LAST_USED).read_text()) > time.time() - 60
+    assert json.loads(resolution_file(EnvSpec("x", SMALL)).read_text())["pinned"]
+
+
+def leftovers(env_cache: Path) -> set[str]:
+    """What the builds left in the cache's scratch folder."""
+    tmp = env_cache / "tmp"
+    return {p.name for p in tmp.iterdir()} if tmp.is_dir() else set()
+
+
+def test_a_build_reports_its_phases_and_leaves_nothing_half_built(env_cache):
+    phases = []
+    before = leftovers(env_cache)
+    env = ensure_env(EnvSpec("solo", ("websocket-client",)), progress=phases.append)
+    names = [p.phase for p in phases]
+    assert names[0] == "resolving" and names[-1] == "done"
+    assert "installing" in names
+    assert all(b.elapsed_s >= a.elapsed_s for a, b in zip(phases, phases[1:], strict=False))
+    assert "py_env solo" in str(phases[-1])
+    assert run_in(env, "import websocket").returncode == 0
+    assert leftovers(env_cache) == before
+
+
+def test_two_processes_building_one_env_at_once_share_one_build(tmp_path):
+    requirements = ("tomli-w", "websocket-client==1.8.0")  # a set no other test builds
+    go = tmp_path / "go"
+    builders = [start_build(go, *requirements) for _ in range(2)]
+    go.touch()  # both start together
+    results = []
+    for builder in builders:
+        out, err = builder.communicate(timeout=90)
+        assert builder.returncode == 0, err
+        results.append(json.loads(out))
+    assert results[0]["path"] == results[1]["path"]
+    built_by = [r for r in results if "downloading" in r["phases"]]
+    assert len(built_by) == 1, results  # the other waited for the lock, or found it done
+    env = find_built(EnvSpec("base", requirements))
+    assert env is not None and run_in(env, "import websocket, tomli_w").returncode == 0
+
+
+def test_no_such_package_names_the_env_and_the_requirement(env_cache):
+    with pytest.raises(EnvBuildError) as raised:
+        ensure_env(EnvSpec("llm", ("tomli-w", "no-such-package-peach-test")))
+    error = raised.value
+    assert error.env == "llm" and error.requirement == "no-such-package-peach-test"
+    assert "py_env 'llm'" in error.message
+    assert "not found in the package registry" in error.message  # uv's own reason
+    assert "pypi" in (error.hint or "")
+
+
+def test_no_matching_version_names_the_requirement():
+    with pytest.raises(EnvBuildError) as raised:
+        ensure_env(EnvSpec("pinned", ("tomli-w>=999",)))
+    assert raised.value.requirement == "tomli-w>=999"
+    assert "tomli-w>=999" in raised.value.message
+
+
+def test_an_unreachable_registry_is_reported(monkeypatch):
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("UV_INDEX_URL", f"http://127.0.0.1:{port}/simple")
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    with pytest.raises(EnvBuildError) as raised:
+        ensure_env(EnvSpec("net", ("tomli",)))
+    assert raised.value.requirement == "tomli"
+    assert "Failed to fetch" in raised.value.message and "py_env 'net'" in raised.value.message
+
+
+def test_offline_uses_only_the_cache_and_says_what_is_missing(small_env):
+    # cached: fine offline
+    assert ensure_env(EnvSpec("base", SMALL), offline=True).path == small_env.path
+    # never downloaded by any test (keep pyjokes out of the other tests' envs): named
+    with pytest.raises(EnvBuildError) as raised:
+        ensure_env(EnvSpec("air", ("pyjokes",)), offline=True)
+    assert raised.value.offline and "not in the cache: pyjokes" in raised.value.message
+    assert "online" in (raised.value.hint or "")
+
+
+def test_offline_rebuilds_a_removed_env_from_uvs_cache(small_env):
+    spec = EnvSpec("re", ("tomli-w",))
+    env = ensure_env(spec)
+    [stored] = [e for e in built_envs() if e.path == env.path]
+    from peach_cli.envs.store import remove_env
+
+    assert remove_env(stored) and find_built(spec) is None
+    rebuilt = ensure_env(spec, offline=True)
+    assert rebuilt.path == env.path and run_in(rebuilt, "import tomli_w").returncode == 0
+
+
+def test_prune_removes_only_envs_unused_for_30_days(small_env):
+    bare = ensure_env(EnvSpec("bare", ()))  # a venv without packages
+    assert run_in(bare, "import sys; print(sys.prefix)").stdout.strip() == str(bare.path)
+    (bare.path / LAST_USED).write_text(f"{time.time() - 31 * 86400:.0f}\n")
+    small_env.touch()
+    removed = prune()
+    assert [e.path for e in removed] == [bare.path]
+    assert not bare.path.exists() and small_env.path.exists()
+
+
+def test_explain_missing_module_names_the_requirement_to_add():
+    cases = {
+        "yaml": "pyyaml",
+        "sklearn.linear_model": "scikit-learn",
+        "PIL": "pillow",
+        "cv2": "opencv-python",
+        "bs4": "beautifulsoup4",
+        "dateutil": "python-dateutil",
+        "Some_Pkg": "some-pkg",
+    }
+    for module, distribution in cases.items():
+        message = explain_missing_module(module, "llm")
+        top = module.split(".")[0]
+        assert f"module '{top}'" in message and "py_env 'llm'" in message
+        assert f"add '{distribution}' to py_environments.llm.dependencies" in message
+
+
+# -- the commands ----------------------------------------------------------------------
+
+
+def test_env_list_shows_requirements_built_size_and_path(tmp_path, small_env):
+    write_conf(tmp_path, CONF.replace("[tomli-w]", "[tomli-w, websocket-client]"))
+    result = run_peach("env", "list", str(tmp_path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)["envs"]}
+    assert rows["base"]["built"] and rows["base"]["path"] == str(small_env.path)
+    assert rows["base"]["size_bytes"] > 10_000
+    assert rows["base"]["used_by"] == ["task t"] and rows["ws"]["used_by"] == ["e"]
+    text = run_peach("env", "list", str(tmp_path))
+    assert text.returncode == 0
+    line = next(line for line in text.stdout.splitlines() if line.startswith("base"))
+    assert "built: yes" in line and str(small_env.path) in line and "kB" in line
+
+
+def test_env_build_builds_what_it_can_and_fails_clearly(tmp_path):
+    conf = CONF.replace("[websocket-client, tomli-w]", "[no-such-package-peach-test]")
+    result = run_peach("env", "build", str(write_conf(tmp_path, conf)))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "✓ py_env base" in result.stderr  # the other env is built
+    assert (
+        "error: py_env 'ws': cannot install requirement 'no-such-package-peach-test'"
+        in result.stderr
+    )
+    assert "1 of 2 envs built" in result.stderr
+    assert "py_env base resolving" in result.stderr or "py_env base done" in result.stderr
+
+
+def test_env_commands_reject_bad_input(tmp_path):
+    assert run_peach("env", "list", str(tmp_path / "nowhere")).returncode == 2
+    bad = run_peach("env", "build", str(write_conf(tmp_path, "codops: shop\nbogus: 1\n")))
+    assert bad.returncode == 1 and "PC101" in bad.stdout and "Traceback" not in bad.stderr
+    assert run_peach("env", "prune", "--days", "-1").returncode == 2
+
+
+def test_env_prune_all_removes_every_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEACH_ENV_CACHE", str(tmp_path / "cache"))  # not the shared one
+    env = ensure_env(EnvSpec("bare", ()))
+    result = run_peach("env", "prune", "--all")
+    assert result.returncode == 0, result.stderr
+    assert f"removed {env.path}" in result.stdout and not env.path.exists()
+    assert "removed 1 env" in result.stderr
+
+
+def test_a_cancelled_build_leaves_nothing_and_the_next_one_succeeds(env_cache):
+    import threading
+
+    from peach_cli.envs import UvCancelled
+
+    cancel = threading.Event()
+    spec = EnvSpec("cancelled", ("tomli-w", "six"))
+
+    def progress(step):
+        if step.phase == "downloading":  # the build has started: stop it
+            cancel.set()
+
+    before = leftovers(env_cache)
+    with pytest.raises(UvCancelled):
+        ensure_env(spec, progress=progress, cancel=cancel)
+    assert find_built(spec) is None
+    assert leftovers(env_cache) == before
+    env = ensure_env(spec)  # the lock was released
+    assert run_in(env, "import six, tomli_w").returncode == 0
+
+
+def test_a_process_environment_lets_nothing_of_the_host_in(small_env, tmp_path):
+    runtime = tmp_path / "runtime"
+    (runtime / "peach_cli").mkdir(parents=True)
+    (runtime / "peach_cli" / "__init__.py").write_text("STAGED = True\n")
+    host = dict(os.environ, PYTHONPATH=os.pathsep.join(["/work", str(Path.cwd())]))
+    environment = small_env.process_environment(host, python_path=[runtime])
+    result = subprocess.run(
+        [str(small_env.python), "-c", "import sys, peach_cli, tomli_w; print(peach_cli.STAGED)\n"
+         "try:\n    import yaml\nexcept ModuleNotFoundError:\n    print('no yaml')"],
+        capture_output=True, text=True, timeout=30, env=environment, cwd="/",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "no", "yaml"]
+    assert environment["PYTHONPATH"] == str(runtime)
+    assert environment["VIRTUAL_ENV"] == str(small_env.path)
+
+
+def test_a_build_killed_halfway_is_never_used_and_the_next_one_completes(env_cache):
+    before = leftovers(env_cache)
+    requirements = ("tomli-w", "idna")  # a set no other test builds
+    builder = start_live_build(*requirements)
+    try:
+        assert builder.stdout is not None
+        for line in builder.stdout:  # the process reports each phase as it starts
+            if line.strip() == "downloading":
+                break
+        builder.kill()  # as a crash or a second Ctrl-C would: no cleanup runs
+    finally:
+        builder.kill()
+        builder.wait(timeout=30)
+    spec = EnvSpec("base", requirements)
+    assert find_built(spec) is None
+    assert any(name.startswith("env-") for name in leftovers(env_cache))  # the half-built one
+    env = ensure_env(spec)  # the dead process's lock went with it
+    assert run_in(env, "import idna, tomli_w").returncode == 0
+    assert find_built(spec) == env
+    stale = time.time() - 2 * 86400
+    for name in leftovers(env_cache) - before:  # prune removes what is a day old
+        os.utime(env_cache / "tmp" / name, (stale, stale))
+    assert prune() == [] and leftovers(env_cache) == before
