@@ -7,6 +7,7 @@ hosts by ``test_gateway_semantics.py`` (through ``test_parity.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import time
@@ -105,6 +106,20 @@ def test_the_live_view_shows_each_arms_share_and_requests(project: Path) -> None
     table = console.file.getvalue()
     assert "reco /reco (A/B by user)" in table
     assert "main 80% · 2 routed" in table and "diverse 20% · 1 routed" in table
+
+
+def test_a_request_line_says_for_which_arm_the_fallback_answered(project: Path) -> None:
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    view = DevView(console, live=False)
+    view.set_plan(plan_of(project))
+    event = RequestLogged("GET", "/reco", 200, "reco", "fallback", "reco/fallback#1", 0.002)
+    view.handle(dataclasses.replace(event, arm="diverse"))
+    view.handle(dataclasses.replace(event, component="main", replica="reco/main#1", arm="main"))
+    lines = console.file.getvalue().splitlines()
+    assert lines == [
+        "GET /reco 200 fallback (arm diverse) reco/fallback#1 2.0 ms",
+        "GET /reco 200 main reco/main#1 2.0 ms",
+    ]
 
 
 def test_routes_show_the_split_and_a_saved_split_re_routes_the_same_replicas(
