@@ -75,7 +75,6 @@ KEYS = [
     "model",
     "init_state",
     "x",
-    "user_id",
 ]
 
 VALUES = st.one_of(
