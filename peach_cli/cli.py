@@ -105,6 +105,15 @@ def dev(
     no_reload: Annotated[
         bool, typer.Option("--no-reload", help="Do not watch files for changes.")
     ] = False,
+    reload_mode: Annotated[
+        str,
+        typer.Option(
+            "--reload",
+            metavar="patch|restart",
+            help="patch: a save that changes only a method keeps the replicas and their init "
+            "state; restart: every change starts new replicas.",
+        ),
+    ] = "patch",
     timeout_s: Annotated[
         Optional[float],
         typer.Option("--timeout-s", help="Override the conf's timeout_s for non-streaming calls."),
@@ -133,6 +142,7 @@ def dev(
             host=host,
             port=port,
             reload=not no_reload,
+            reload_mode=reload_mode,
             timeout_s=timeout_s,
             shared_env=shared_env,
             offline=offline,

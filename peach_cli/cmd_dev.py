@@ -19,9 +19,13 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.dev_keys import DevKeys
     from peach_cli.dev_view import DevView
     from peach_cli.plan import ProjectPlan
+    from simulator.reload import ReloadMode
     from simulator.server import DevServer
+
+RELOAD_MODES = ("patch", "restart")
 
 
 def run_dev(
@@ -30,11 +34,14 @@ def run_dev(
     host: str = "127.0.0.1",
     port: int = 8000,
     reload: bool = True,
+    reload_mode: str = "patch",
     timeout_s: float | None = None,
     shared_env: bool = False,
     offline: bool = False,
 ) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
+    if reload_mode not in RELOAD_MODES:
+        raise UsageError(f"--reload must be patch or restart, not {reload_mode!r}")
     if timeout_s is not None and not timeout_s > 0:
         raise UsageError(f"--timeout-s must be a positive number of seconds, not {timeout_s:g}")
     if not 0 <= port <= 65535:
@@ -73,6 +80,7 @@ def run_dev(
             reload=reload,
             timeout_s=timeout_s,
             project=project,
+            reload_mode=reload_mode,
             shared_env=shared_env,
             offline=offline,
         )
@@ -88,6 +96,7 @@ async def serve(
     reload: bool,
     timeout_s: float | None,
     project: Path | None = None,
+    reload_mode: str = "patch",
     shared_env: bool = False,
     offline: bool = False,
 ) -> int:
@@ -123,6 +132,7 @@ async def serve(
         loop.add_signal_handler(number, on_signal, number)
     began = time.perf_counter()
     reloading: asyncio.Task[None] | None = None
+    keys: DevKeys | None = None
     try:
         await server.start()
         view.serving(server.url)
@@ -139,13 +149,17 @@ async def serve(
         if reload and project is not None:
             from simulator.reload import Reloader
 
-            reloader = Reloader(server, project, on_event=view.handle)
+            mode: ReloadMode = "restart" if reload_mode == "restart" else "patch"
+            reloader = Reloader(server, project, on_event=view.handle, mode=mode)
             reloading = loop.create_task(reloader.run(stop))
         view.start()
+        keys = watch_keys(server, view)
         ready = loop.create_task(_report_ready(server, view, began))
         await stop.wait()
         ready.cancel()
     finally:
+        if keys is not None:
+            keys.close()
         view.note("stopping: closing streams and replicas", "yellow")
         view.flush()
         if reloading is not None:  # no reload may start replicas while they stop
@@ -159,6 +173,30 @@ async def serve(
             for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(number)
     return 0
+
+
+def watch_keys(server: DevServer, view: DevView) -> DevKeys | None:
+    """Keys typed in the terminal (``peach_cli.dev_keys``): ``i`` re-runs every init."""
+    from peach_cli.dev_keys import DevKeys
+
+    components = [c.key for c in server.plan.components() if c.init]
+    if not components:
+        return None
+
+    def reinit() -> None:
+        keys = [c.key for c in server.plan.components() if c.init]
+        view.note(f"re-running init of {', '.join(keys)}", "yellow")
+        task = asyncio.get_running_loop().create_task(server.reinit(keys))
+        _running.add(task)
+        task.add_done_callback(_running.discard)
+
+    keys = DevKeys.open({"i": reinit})
+    if keys is not None:
+        view.note("press i to re-run every init (a patch keeps the state init returned)")
+    return keys
+
+
+_running: set[asyncio.Task[object]] = set()
 
 
 async def _report_ready(server: DevServer, view: DevView, began: float) -> None:

@@ -27,6 +27,7 @@ from simulator.events import (
     EnvProgress,
     Event,
     MemoryWarning,
+    Reinitialized,
     ReplicaChanged,
     ReplicaLog,
     ReplicaMemory,
@@ -252,6 +253,8 @@ class DevView:
             )
         elif isinstance(event, ServerNote):
             self.note(event.message, "yellow" if event.level == "warning" else "dim")
+        elif isinstance(event, Reinitialized):
+            self.line(Text(event.message, style="bold red" if event.failed else "bold cyan"))
         elif isinstance(event, EnvProgress):
             self._on_env(event)
         elif isinstance(event, EnvFailed):

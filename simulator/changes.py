@@ -2,14 +2,17 @@
 
 The pure part of hot reload. A ``Snapshot`` is a plan and the fingerprints of its
 components, taken when it was applied; ``analyze_changes`` compares two — per component key
-``started``, ``stopped``, ``restarted`` or ``unchanged``, with reasons, plus the endpoints
-added, removed or moved to another url, and those whose A/B split changed (a url or a split
-change re-routes, it restarts nothing)::
+``started``, ``stopped``, ``patched``, ``restarted`` or ``unchanged``, with reasons, plus the
+endpoints added, removed or moved to another url, and those whose A/B split changed (a url
+or a split change re-routes, it restarts nothing). A component whose method alone changed
+is ``patched`` (its running replicas take the new code and keep their ``init`` state;
+``simulator.edits`` decides), unless the analysis is asked for restarts only::
 
     before = Snapshot.take(plan)
     ...  # the user saves
-    changes = analyze_changes(before, Snapshot.take(new_plan))
-    changes.restarted   # ['assistant/main']
+    changes = analyze_changes(before, Snapshot.take(new_plan), patch=True)
+    changes.patched     # ['assistant/main']: only its method changed
+    changes.restarted   # ['recommend/main']: its init changed
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from simulator.edits import restart_reason
+
 if TYPE_CHECKING:
     from peach_cli.plan import ComponentSpec, ProjectPlan
 
-Action = Literal["started", "stopped", "restarted", "unchanged"]
+Action = Literal["started", "stopped", "patched", "restarted", "unchanged"]
 
 _FIELD_REASONS = {
     "source": "code",
@@ -98,7 +103,8 @@ class ComponentChange:
     """``endpoint/component``."""
     action: Action
     reasons: tuple[str, ...] = ()
-    """Why it restarts: ``code``, ``init``, ``args``, ``replicas``, a module path, ..."""
+    """Why it restarts or is patched: ``code``, ``init``, ``args``, ``replicas``, a module
+    path, ``method`` (patched), ..."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,10 @@ class Changes:
         return self.keys("restarted")
 
     @property
+    def patched(self) -> list[str]:
+        return self.keys("patched")
+
+    @property
     def unchanged(self) -> list[str]:
         return self.keys("unchanged")
 
@@ -143,6 +153,7 @@ class Changes:
         """Nothing to apply: every component unchanged and routing the same."""
         return not (
             self.needs_new_replicas
+            or self.patched
             or self.stopped
             or self.endpoints_added
             or self.endpoints_removed
@@ -150,6 +161,19 @@ class Changes:
             or self.timeout_changed
             or self.splits_changed
         )
+
+    def with_restarts(self, failed_patches: dict[str, str]) -> Changes:
+        """These changes after the patches in ``failed_patches`` (key -> why) fell back to
+        restarts."""
+        if not failed_patches:
+            return self
+        components = tuple(
+            ComponentChange(c.key, "restarted", (f"patch failed: {failed_patches[c.key]}",))
+            if c.action == "patched" and c.key in failed_patches
+            else c
+            for c in self.components
+        )
+        return replace(self, components=components)
 
     def reasons(self, key: str) -> tuple[str, ...]:
         for change in self.components:
@@ -176,12 +200,32 @@ def _reasons(
     return tuple(reasons) or ("config",)
 
 
-def analyze_changes(old: Snapshot, new: Snapshot) -> Changes:
+_PATCHABLE = frozenset({"code", "cell positions"})
+
+
+def _changed(
+    key: str,
+    old: ComponentSpec,
+    new: ComponentSpec,
+    snapshots: tuple[Snapshot, Snapshot],
+    patch: bool,
+) -> ComponentChange:
+    reasons = _reasons(old, new, snapshots)
+    if not patch or not set(reasons) <= _PATCHABLE:
+        return ComponentChange(key, "restarted", reasons)
+    blocker = restart_reason(old, new)
+    if blocker is not None:
+        return ComponentChange(key, "restarted", (blocker,))
+    return ComponentChange(key, "patched", ("method",) if "code" in reasons else reasons)
+
+
+def analyze_changes(old: Snapshot, new: Snapshot, *, patch: bool = False) -> Changes:
     """Compare the served snapshot with a new one, component by component.
 
     A component restarts when its fingerprint changed (its extracted code, its config, or
     the contents of a project module it imports); a url or an A/B split change only
-    re-routes.
+    re-routes. With ``patch``, a component whose code changed only in its method is
+    patched instead.
     """
     old_specs, new_specs = old.specs(), new.specs()
     components: list[ComponentChange] = []
@@ -190,9 +234,7 @@ def analyze_changes(old: Snapshot, new: Snapshot) -> Changes:
         if previous is None:
             components.append(ComponentChange(key, "started"))
         elif old.fingerprints.get(key) != new.fingerprints.get(key):
-            components.append(
-                ComponentChange(key, "restarted", _reasons(previous, spec, (old, new)))
-            )
+            components.append(_changed(key, previous, spec, (old, new), patch))
         else:
             components.append(ComponentChange(key, "unchanged"))
     components += [ComponentChange(key, "stopped") for key in old_specs if key not in new_specs]

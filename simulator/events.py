@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simulator.changes import Changes
+from simulator.edits import REASONS
 
 if TYPE_CHECKING:
     from peach_cli.diagnostics import Diagnostic
@@ -108,6 +109,27 @@ class ServerNote:
 
 
 @dataclass(frozen=True)
+class Reinitialized:
+    """``init`` was re-run on demand (the dev view's key, ``POST /_peach/reinit/...``): the
+    components got new replicas, or kept their old ones when the new ``init`` raised."""
+
+    keys: tuple[str, ...]
+    seconds: float
+    failed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        done = [k for k in self.keys if k not in self.failed]
+        took = f"{self.seconds:.2f} s"
+        parts = [f"re-ran init of {', '.join(done)} in {took}"] if done else []
+        parts += [
+            f"{key}: the new init failed: {error}; still serving with the previous state"
+            for key, error in self.failed.items()
+        ]
+        return "; ".join(parts) or "no component to re-run init for"
+
+
+@dataclass(frozen=True)
 class EnvProgress:
     """A py_environment is being built (or found): one step, for the live view."""
 
@@ -143,6 +165,7 @@ Event = (
     | MemoryWarning
     | RequestLogged
     | ServerNote
+    | Reinitialized
     | EnvProgress
     | EnvFailed
 )
@@ -178,17 +201,30 @@ def _seconds(value: float) -> str:
     return f"{value:.2f} s"
 
 
+def _reason(reason: str) -> str:
+    """One reason as the reload line says it: ``init changed``, ``helpers.py changed``."""
+    if reason.startswith("patch failed"):
+        return reason
+    return REASONS.get(reason) or f"{reason} changed"
+
+
 @dataclass(frozen=True)
 class ReloadStarted:
-    """A save was detected and the new plan is valid: these components get new replicas."""
+    """A save was detected and the new plan is valid: these components get new replicas
+    (``restarting``) or new code in their running replicas (``patching``)."""
 
     files: tuple[str, ...]
     restarting: tuple[str, ...]
+    patching: tuple[str, ...] = ()
 
     @property
     def message(self) -> str:
-        what = ", ".join(self.restarting) or "routing only"
-        return f"{_files(self.files)} changed: reloading {what}"
+        parts = []
+        if self.patching:
+            parts.append(f"patching {', '.join(self.patching)}")
+        if self.restarting or not parts:
+            parts.append(f"reloading {', '.join(self.restarting) or 'routing only'}")
+        return f"{_files(self.files)} changed: {'; '.join(parts)}"
 
 
 @dataclass(frozen=True)
@@ -212,6 +248,7 @@ class Reloaded:
         changes = self.changes
         return bool(
             [k for k in changes.needs_new_replicas if k not in self.failed]
+            or changes.patched
             or changes.stopped
             or changes.urls_changed
             or changes.timeout_changed
@@ -224,10 +261,14 @@ class Reloaded:
         restarted = [k for k in changes.restarted if k not in self.failed]
         started = [k for k in changes.started if k not in self.failed]
         parts: list[str] = []
+        if changes.patched:
+            parts.append("patched " + ", ".join(self._patched(k) for k in changes.patched))
         if restarted:
             parts.append(
-                "reloaded "
-                + ", ".join(f"{k} ({', '.join(changes.reasons(k))} changed)" for k in restarted)
+                "restarted "
+                + ", ".join(
+                    f"{k} ({'; '.join(_reason(r) for r in changes.reasons(k))})" for k in restarted
+                )
             )
         if started:
             parts.append("started " + ", ".join(started))
@@ -248,6 +289,14 @@ class Reloaded:
         if unchanged:
             text += f"; {_count(unchanged, 'component')} unchanged"
         return text
+
+    def _patched(self, key: str) -> str:
+        reasons = [_reason(r) for r in self.changes.reasons(key)]
+        specs = {c.key: c for c in self.plan.components()} if self.plan is not None else {}
+        spec = specs.get(key)
+        if spec is None or spec.init:
+            reasons.append("init state kept")
+        return f"{key} ({'; '.join(reasons)})"
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,16 @@ the user's generator in the replica. The routing table is replaced as a whole by
 requests that began on the old table finish on it.
 
 ``GET /_peach/routes`` lists the endpoints (``peach ask`` uses it after a 404), with each
-A/B test's split and requests per arm, and ``GET /_peach/health`` the replicas and their
-states. The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
+A/B test's split and requests per arm, ``GET /_peach/health`` the replicas and their
+states, and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
+re-runs ``init``. The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any
 
 from starlette.applications import Starlette
@@ -25,6 +26,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
 from peach_cli import contract
+from peach_cli.addresses import is_loopback
 from peach_cli.contract import (
     STREAMING_KINDS,
     Answer,
@@ -77,10 +79,16 @@ class Gateway:
         self.max_body_bytes = max_body_bytes
         self.arm_requests: dict[str, dict[str, int]] = {}
         """Endpoint name → A/B arm → requests routed to it (kept across reloads)."""
+        self.reinit: Callable[[Collection[str]], Awaitable[Any]] | None = None
+        """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
         self._internal = Starlette(
             routes=[
                 StarletteRoute("/_peach/routes", self._list_routes, methods=["GET"]),
                 StarletteRoute("/_peach/health", self._health, methods=["GET"]),
+                StarletteRoute("/_peach/reinit/{endpoint}", self._reinit, methods=["POST"]),
+                StarletteRoute(
+                    "/_peach/reinit/{endpoint}/{component}", self._reinit, methods=["POST"]
+                ),
             ]
         )
 
@@ -344,6 +352,42 @@ class Gateway:
                 "components": components,
             }
         )
+
+    async def _reinit(self, request: Request) -> JSONResponse:
+        """Re-run ``init`` of an endpoint's components that have one, or of one component:
+        new replicas, started while the old ones serve. Loopback clients only."""
+        client = request.client.host if request.client else None
+        if not is_loopback(client):
+            return _internal_error(403, "forbidden", "/_peach/reinit is for loopback clients")
+        name, component = request.path_params["endpoint"], request.path_params.get("component")
+        routes = {route.endpoint.name: route for route in self.table.routes.values()}
+        route = routes.get(name)
+        if route is None:
+            return _internal_error(404, "not_found", f"no endpoint named {name!r}")
+        specs = route.endpoint.components
+        if component is not None and component not in specs:
+            return _internal_error(404, "not_found", f"{name} has no component {component!r}")
+        chosen = [component] if component else [c for c, spec in specs.items() if spec.init]
+        keys = [specs[c].key for c in chosen]
+        if not keys or not any(specs[c].init for c in chosen):
+            return _internal_error(400, "bad_request", f"{name}/{component or '*'} has no init")
+        if self.reinit is None:
+            return _internal_error(503, "unavailable", "this server cannot re-run init")
+        began = time.perf_counter()
+        change = await self.reinit(keys)
+        failed = getattr(change, "failed", {})
+        if failed:
+            message = "; ".join(f"{key}: {error}" for key, error in failed.items())
+            return _internal_error(
+                500, "init_error", f"{message} (the previous replicas keep serving)"
+            )
+        took = round(time.perf_counter() - began, 3)
+        return JSONResponse({"status": "ok", "result": {"reinitialized": keys, "seconds": took}})
+
+
+def _internal_error(status: int, code: str, message: str) -> JSONResponse:
+    body = {"status": "error", "error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=status)
 
 
 def _logged_arm(endpoint: EndpointSpec | None, arm: str | None) -> str | None:

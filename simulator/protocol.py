@@ -12,6 +12,8 @@ Gateway → replica::
     ("cancel", id, None)                               the caller went away / timed out
     ("credit", id, (chunks, nbytes))                   the gateway consumed that much of a stream
     ("ping", id, None)                                 health and memory
+    ("patch", id, ComponentSpec)                       execute new code, keep the state
+    ("patch_commit", id, bool)                         serve the prepared code (False: drop it)
     ("stop", 0, None)                                  close streams and exit
 
 Replica → gateway::
@@ -27,6 +29,8 @@ Replica → gateway::
     ("pong", id, {"reinitializing"})          alive (memory is read by the gateway)
     ("state", 0, {"reinitializing", "error"})          drift re-init started / finished
     ("log", 0, {"level", "message"})                   a log record from the replica
+    ("patch_ready", id, {"method_kind"})               the new code ran; waiting for commit
+    ("patch_error", id, {"message", "details"})        the new code raised: the old one serves
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 The loop is uvicorn's reloader made finer-grained: wait for a save (``simulator.watch``),
 rebuild the plan (``peach_cli.validate.build_plan``), then either keep serving the last good
 version and report the diagnostics (the project has errors), or hand the new plan to
-``DevServer.apply_plan``, which starts new replicas only for the components whose code,
-config or imported project modules changed and swaps traffic once they are up.
+``DevServer.apply_plan``, which patches the components whose method alone changed (their
+running replicas take the new code and keep their ``init`` state), starts new replicas for
+the components whose code, config or imported project modules changed otherwise, and swaps
+traffic once they are up.
 
 What a save changed is worked out by ``simulator.changes`` (the pure part). The loop
 reports through events (``simulator.events``: ``ReloadStarted``, ``Reloaded``,
@@ -20,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from simulator.changes import Snapshot, analyze_changes
 from simulator.events import (
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("peach.reload")
 
 MAX_SPARES = 2
+ReloadMode = Literal["patch", "restart"]
 
 # --- the loop -------------------------------------------------------------------------------
 
@@ -93,6 +96,7 @@ class Reloader:
         step_ms: int = STEP_MS,
         debounce_ms: int = DEBOUNCE_MS,
         spares: int | None = None,
+        mode: ReloadMode = "patch",
     ) -> None:
         r"""
         Args:
@@ -103,6 +107,9 @@ class Reloader:
             spares: replica processes kept started ahead of need (``simulator.workers``);
                 default: as many as the largest component has replicas, at most
                 ``MAX_SPARES``, so restarting any one component skips Python's start-up.
+            mode: ``patch`` (a component whose method alone changed keeps its replicas and
+                their ``init`` state, taking the new code) or ``restart`` (always new
+                replicas).
         """
         self.server = server
         self.project = Path(project)
@@ -115,6 +122,7 @@ class Reloader:
             largest = max((c.replicas for c in server.plan.components()), default=1)
             spares = min(MAX_SPARES, max(1, largest))
         self.spares = spares
+        self.mode = mode
         self.rejected = False
         """The last save was rejected (the served version is older than the files)."""
 
@@ -218,7 +226,7 @@ class Reloader:
             return event
         recovered, self.rejected = self.rejected, False
         snapshot = Snapshot.take(plan)
-        changes = analyze_changes(self.served, snapshot)
+        changes = analyze_changes(self.served, snapshot, patch=self.mode == "patch")
         if changes.timeout_changed and self.server.timeout_override is not None:
             changes = replace(changes, timeout_changed=None)  # --timeout-s wins: nothing changes
         self.filter.use_plan(plan)
@@ -227,8 +235,9 @@ class Reloader:
             event = ReloadSkipped(changed, recovered)
             self.emit(event)
             return event
-        self.emit(ReloadStarted(changed, tuple(changes.needs_new_replicas)))
-        result = await self.server.apply_plan(plan)
+        self.emit(ReloadStarted(changed, tuple(changes.needs_new_replicas), tuple(changes.patched)))
+        result = await self.server.apply_plan(plan, patch=changes.patched)
+        changes = changes.with_restarts(result.patch_failed)
         failed = dict(result.failed)
         served = snapshot
         for key, message in failed.items():

@@ -163,6 +163,8 @@ class Replica:
         self._calls: dict[int, asyncio.Future[CallResult]] = {}
         self._streams: dict[int, asyncio.Queue[tuple[str, Any]]] = {}
         self._pings: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._patches: dict[int, asyncio.Future[tuple[str, dict[str, Any]]]] = {}
+        self._prepared_kind: str | None = None
         self._next_id = 0
         self._started: asyncio.Future[None] | None = None
         self._stopping = False
@@ -337,6 +339,45 @@ class Replica:
         finally:
             self._pings.pop(request_id, None)
 
+    # -- hot patches (simulator.hotpatch) -------------------------------------------------
+
+    async def prepare_patch(self, spec: ComponentSpec, timeout_s: float) -> tuple[int, str | None]:
+        """Have the process execute ``spec``'s code beside the code in use.
+
+        Returns the patch's id and None when it is ready to commit, or an error saying why
+        it is not (the code raised, the process is gone, it took over ``timeout_s``).
+        """
+        channel = self._channel
+        request_id = self._new_id()
+        if channel is None or not channel.send("patch", request_id, spec):
+            return request_id, f"the replica {self.id} is not running"
+        future: asyncio.Future[tuple[str, dict[str, Any]]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._patches[request_id] = future
+        try:
+            kind, payload = await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return request_id, f"the new code did not finish running within {timeout_s:g} s"
+        finally:
+            self._patches.pop(request_id, None)
+        if kind == "patch_ready":
+            self._prepared_kind = payload.get("method_kind")
+            return request_id, None
+        # The traceback is not logged here: the restart that follows a failed patch runs
+        # the same code and reports it, with the error, if it fails again.
+        return request_id, str(payload["message"])
+
+    def commit_patch(self, request_id: int, spec: ComponentSpec, *, commit: bool) -> None:
+        """Serve (``commit``) or drop the code prepared as ``request_id``. Calls sent after
+        this run the new method: the process reads its frames in order."""
+        channel = self._channel
+        if channel is not None:
+            channel.send("patch_commit", request_id, commit)
+        if commit:
+            self.spec = spec  # a restart of this process runs the new code, init included
+            self.method_kind = self._prepared_kind or self.method_kind
+
     # -- frames from the process ---------------------------------------------------------
 
     def _on_frame(self, frame: Frame) -> None:
@@ -349,6 +390,10 @@ class Replica:
             queue = self._streams.get(request_id)
             if queue is not None:
                 queue.put_nowait((kind, payload))
+        elif kind in ("patch_ready", "patch_error"):
+            patch = self._patches.get(request_id)
+            if patch is not None and not patch.done():
+                patch.set_result((kind, payload))
         elif kind == "pong":
             ping = self._pings.get(request_id)
             if ping is not None and not ping.done():
@@ -439,6 +484,9 @@ class Replica:
         for ping in list(self._pings.values()):
             if not ping.done():
                 ping.set_result({})
+        for patch in list(self._patches.values()):
+            if not patch.done():
+                patch.set_result(("patch_error", {"message": message}))
 
     # -- background work -----------------------------------------------------------------
 

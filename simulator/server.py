@@ -22,7 +22,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,12 @@ class PlanChange:
     failed: dict[str, str] = field(default_factory=dict)
     """Changed components whose new replicas could not start, with the error: their
     previous replicas keep serving."""
+    patched: list[str] = field(default_factory=list)
+    """Components whose running replicas took the new code and kept their state."""
+    patch_failed: dict[str, str] = field(default_factory=dict)
+    """Components a patch was asked for that were restarted instead, with why."""
     seconds: float = 0.0
+    """Spent starting new replicas (patches not included)."""
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -109,6 +114,8 @@ class DevServer:
         self._retiring: set[ReplicaPool] = set()
         """Pools a reload replaced that still finish what began on them."""
         self._stopped = False
+        self._applying = asyncio.Lock()
+        """Held by ``apply_plan``: a reload and an on-demand re-init never overlap."""
         self.gateway: Gateway | None = None
 
     # -- events --------------------------------------------------------------------------
@@ -151,6 +158,7 @@ class DevServer:
 
         table = self._table(self.plan, self._pools)
         self.gateway = Gateway(table, self._on_event)
+        self.gateway.reinit = self.reinit
         config = uvicorn.Config(
             self.gateway,
             http=BoundedHttpToolsProtocol,
@@ -256,7 +264,13 @@ class DevServer:
             )
         return RoutingTable(plan.codops, self._timeout(plan), routes)
 
-    async def apply_plan(self, new_plan: ProjectPlan) -> PlanChange:
+    async def apply_plan(
+        self,
+        new_plan: ProjectPlan,
+        *,
+        patch: Collection[str] = (),
+        restart: Collection[str] = (),
+    ) -> PlanChange:
         """Serve ``new_plan``: new replicas only for components that changed.
 
         Changed and new components get new pools, started before the switch; unchanged ones
@@ -265,13 +279,44 @@ class DevServer:
         changed component whose new replicas do not become healthy keeps its old ones
         (``PlanChange.failed`` says why). Cancelled while the new replicas start (a newer
         save supersedes this one), it stops them and leaves everything as it was.
+
+        The components in ``patch`` (their method alone changed) are patched in their
+        running replicas instead (``simulator.hotpatch``); one that cannot be is restarted
+        (``PlanChange.patch_failed`` says why). Those in ``restart`` get new replicas even
+        if unchanged (``init`` re-run on demand).
         """
+        async with self._applying:
+            return await self._apply(new_plan, patch, restart)
+
+    async def _patch(
+        self, new_plan: ProjectPlan, keys: Collection[str], change: PlanChange
+    ) -> None:
+        """Patch the running pools of ``keys`` with their code in ``new_plan``."""
+        from simulator.hotpatch import patch_pool
+
+        specs = {spec.key: spec for spec in new_plan.components()}
+        targets = [(self._pools[k], specs[k]) for k in keys if k in specs and k in self._pools]
+        outcomes = await asyncio.shield(
+            asyncio.gather(*(patch_pool(pool, spec) for pool, spec in targets))
+        )
+        for (_, spec), outcome in zip(targets, outcomes, strict=True):
+            if outcome.ok:
+                change.patched.append(spec.key)
+                self._fingerprints[spec.key] = spec.fingerprint(new_plan.root)
+            else:
+                change.patch_failed[spec.key] = outcome.error or "the patch failed"
+
+    async def _apply(
+        self, new_plan: ProjectPlan, patch: Collection[str], restart: Collection[str]
+    ) -> PlanChange:
         assert self.gateway is not None, "start() first"
-        began = time.perf_counter()
         change = PlanChange()
+        if patch:
+            await self._patch(new_plan, patch, change)
+        began = time.perf_counter()  # what follows is starting new replicas
+        old_fingerprints = dict(self._fingerprints)
         old_table = self.gateway.table
         old_pools = dict(self._pools)
-        old_fingerprints = dict(self._fingerprints)
         old_plan = self.plan
         pools: dict[str, ReplicaPool] = {}
         fresh: list[ReplicaPool] = []
@@ -279,9 +324,11 @@ class DevServer:
         for spec in new_plan.components():
             fingerprint = spec.fingerprint(new_plan.root)
             existing = old_pools.get(spec.key)
-            if existing is not None and self._fingerprints.get(spec.key) == fingerprint:
+            same = self._fingerprints.get(spec.key) == fingerprint
+            if existing is not None and same and spec.key not in restart:
                 pools[spec.key] = existing
-                change.kept.append(spec.key)
+                if spec.key not in change.patched:
+                    change.kept.append(spec.key)
             else:
                 pool = self._new_pool(spec)
                 pools[spec.key] = pool
@@ -319,6 +366,20 @@ class DevServer:
             task.add_done_callback(self._draining.discard)
         await asyncio.gather(*(pool.stop() for pool in rejected))
         change.seconds = time.perf_counter() - began
+        return change
+
+    async def reinit(self, keys: Collection[str]) -> PlanChange:
+        """Re-run ``init`` of the components ``keys`` (``endpoint/component``) on demand.
+
+        Each gets new replicas, started while the old ones serve (as a restart by a reload);
+        one whose new ``init`` raises keeps its old replicas and state
+        (``PlanChange.failed``). Reported as a ``Reinitialized`` event.
+        """
+        from simulator.events import Reinitialized
+
+        began = time.perf_counter()
+        change = await self.apply_plan(self.plan, restart=keys)
+        self.emit(Reinitialized(tuple(keys), time.perf_counter() - began, dict(change.failed)))
         return change
 
     async def _retire(self, old_table: RoutingTable, pools: list[ReplicaPool]) -> None:

@@ -3,10 +3,11 @@
 The gateway starts one of these per replica, with the project root as the working
 directory and one end of a Unix socketpair as file descriptor ``N``. The first frame says
 which component to host; the worker wraps ``peach_cli.contract.ComponentRunner`` (exec the
-notebook code, run ``init`` once, bind, call, stream, drift re-init) and adds only
-transport: calls and streams multiplexed by request id, each in its own task (async methods
-on this loop, sync ones in threads), ``cancel`` closing a stream's generator so its
-``finally`` runs, and ``ping`` answered (the gateway samples memory itself, with psutil).
+notebook code, run ``init`` once, bind, call, stream, drift re-init, hot patches) and adds
+only transport: calls and streams multiplexed by request id, each in its own task (async
+methods on this loop, sync ones in threads), ``cancel`` closing a stream's generator so its
+``finally`` runs, ``ping`` answered (the gateway samples memory itself, with psutil), and a
+``patch`` prepared, then committed or dropped by ``patch_commit``.
 
 The process exits when the gateway says ``stop`` or when its socket closes (the gateway
 exited or died), and on Linux also when its parent dies, so no replica outlives ``peach dev``.
@@ -31,8 +32,10 @@ from peach_cli.contract import (
     ComponentRunner,
     ContractError,
     InitError,
+    LoadedCode,
     RequestParams,
     StreamCut,
+    method_kind,
 )
 from simulator.aio import run
 from simulator.protocol import (
@@ -130,6 +133,8 @@ class Worker:
         self.runner: ComponentRunner | None = None
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.windows: dict[int, StreamWindow] = {}
+        self.patches: dict[int, LoadedCode] = {}
+        """New code executed by ``patch`` frames, waiting for their ``patch_commit``."""
         self.closed = asyncio.Event()
         self._started = False
 
@@ -174,6 +179,12 @@ class Worker:
             )
         elif kind == "start":
             self.loop.create_task(self.start(*payload))
+        elif kind == "patch":
+            self.prepare_patch(request_id, payload)
+        elif kind == "patch_commit":
+            prepared = self.patches.pop(request_id, None)
+            if prepared is not None and payload and self.runner is not None:
+                self.runner.commit_patch(prepared)
         elif kind == "stop":
             self.closed.set()
 
@@ -203,6 +214,27 @@ class Worker:
             return
         self._started = True
         self.channel.send("ready", 0, {"method_kind": self.runner.method_kind, "pid": os.getpid()})
+
+    def prepare_patch(self, request_id: int, spec: Any) -> None:
+        """Execute a component's new code beside the one in use (``ComponentRunner``)."""
+        runner = self.runner
+        if runner is None or not self._started:
+            message = "the replica has not finished starting"
+            self.channel.send("patch_error", request_id, {"message": message, "details": ""})
+            return
+        try:
+            prepared = runner.prepare_patch(spec)
+        except InitError as error:
+            self.channel.send(
+                "patch_error", request_id, {"message": error.message, "details": error.details}
+            )
+            return
+        except Exception as error:  # noqa: BLE001 - report anything, never hang the gateway
+            message = f"{type(error).__name__}: {error}"
+            self.channel.send("patch_error", request_id, {"message": message, "details": ""})
+            return
+        self.patches = {request_id: prepared}  # only the latest patch may be committed
+        self.channel.send("patch_ready", request_id, {"method_kind": method_kind(prepared.method)})
 
     def _check_threads(self, _task: object) -> None:
         """Leave (so the gateway restarts this replica) once no thread is left for calls."""

@@ -159,7 +159,7 @@ def test_a_dependency_edit_reloads_only_that_envs_components(peach_dev, tmp_path
     try:
         conf = root / "peach.yaml"
         conf.write_text(conf.read_text().replace("[websocket-client]", "[websocket-client, six]"))
-        dev.wait_for_output(r"reloaded extra_info/main \(py_env changed\)", timeout_s=180)
+        dev.wait_for_output(r"restarted extra_info/main \(py_env changed\)", timeout_s=180)
     finally:
         stop.set()
         thread.join(timeout=30)

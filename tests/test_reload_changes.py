@@ -161,7 +161,7 @@ def test_the_reload_line_names_what_changed_and_how_long_it_took() -> None:
     )
     event = Reloaded(("notebooks/A.ipynb",), changes, seconds=0.214, init_seconds=0.151)
     assert event.message == (
-        "reloaded assistant/main (code changed) in 0.21 s (init 0.15 s); 4 components unchanged"
+        "restarted assistant/main (code changed) in 0.21 s (init 0.15 s); 4 components unchanged"
     )
 
 

@@ -1,6 +1,8 @@
 """Hot reload of `peach dev`, end to end: a real server, real HTTP, real file edits.
 
-Every test serves a fresh copy of ``tests/projects/reload_basic`` with reload on, edits it
+Every test serves a fresh copy of ``tests/projects/reload_basic`` with reload on in
+``--reload restart`` mode (every change starts new replicas; ``tests/test_reload_patch.py``
+covers the default, patching), edits it
 the way a user saves (Jupyter's temp file + rename + checkpoint), and polls with a deadline
 until the server's answer or output shows the reload. Broken saves are made while a thread
 hammers an endpoint: not one of its requests may fail.
@@ -79,7 +81,7 @@ class Served:
 @pytest.fixture
 def served(tmp_path: Path, peach_dev: Callable[..., DevProcess]) -> Iterator[Served]:
     project = copy_project("reload_basic", tmp_path)
-    dev = peach_dev(project, reload=True)
+    dev = peach_dev(project, "--reload", "restart", reload=True)
     dev.wait_ready()
     dev.wait_for_output(WATCHING)
     with httpx.Client(base_url=dev.url, timeout=10) as client:
@@ -150,13 +152,13 @@ def test_editing_a_cell_serves_the_new_code_and_keeps_other_state(served: Served
     assert served.result("/token") == token  # same replica, same init state
     assert served.get("/loud").headers["x-peach-replica"] == loud_replica
     served.dev.wait_for_output(
-        r"reloaded hello/main \(code changed\) in \d+\.\d\d s \(init \d+\.\d\d s\); "
+        r"restarted hello/main \(code changed\) in \d+\.\d\d s \(init \d+\.\d\d s\); "
         r"4 components unchanged"
     )
     # A Jupyter save is one reload: a later save of an unused file is the next thing seen.
     (served.project / "scratch.py").write_text("UNUSED = 1\n")
     served.dev.wait_for_output(r"scratch\.py changed: nothing to reload")
-    assert count(served.dev, r"reloaded hello/main") == 1
+    assert count(served.dev, r"restarted hello/main") == 1
 
 
 @pytest.mark.parametrize(
@@ -215,7 +217,7 @@ def test_ctrl_c_after_a_reload_ends_a_stream_still_on_the_old_replica(
         chunks = old.iter_raw()
         assert next(chunks) == b"s1 begins\n"
         edit_cell(served.project, 'STORY = "s1"', 'STORY = "s2"')
-        served.dev.wait_for_output(r"reloaded story/main \(code changed\)")
+        served.dev.wait_for_output(r"restarted story/main \(code changed\)")
 
         os.kill(served.dev.process.pid, signal.SIGINT)
         # the server stops: the stream is cut (it did not finish), it does not hang
@@ -237,7 +239,7 @@ def test_a_replaced_replica_that_dies_while_draining_is_not_restarted(
         chunks = old.iter_raw()
         assert next(chunks) == b"s1 begins\n"
         edit_cell(served.project, 'STORY = "s1"', 'STORY = "s2"')
-        served.dev.wait_for_output(r"reloaded story/main \(code changed\)")
+        served.dev.wait_for_output(r"restarted story/main \(code changed\)")
         served.dev.wait_for_output(r"story/main#1 draining")  # at once, while it streams
         os.kill(pid, signal.SIGKILL)
         assert drain_stream(chunks) == (b"", False)  # its replica died: the stream is cut
@@ -303,7 +305,7 @@ def test_a_replicas_change_in_the_conf_restarts_only_that_component(served: Serv
     token = served.result("/token")
     hello_replica = served.get("/hello").headers["x-peach-replica"]
     edit_file(served.project, "peach.yaml", "method: token}", "method: token, replicas: 2}")
-    served.dev.wait_for_output(r"reloaded token/main \(replicas changed\) in ")
+    served.dev.wait_for_output(r"restarted token/main \(replicas changed\) in ")
 
     def two_new_tokens() -> set[str]:
         tokens = {served.result("/token") for _ in range(8)}
@@ -339,7 +341,7 @@ def test_decorator_endpoints_are_added_and_reloaded(served: Served) -> None:
 
     second = poll(new_code, "the new code of /similar")
     assert second[1] != first[1]  # a new replica ran init_fn again
-    served.dev.wait_for_output(r"reloaded similar/main \(code changed\) in ")
+    served.dev.wait_for_output(r"restarted similar/main \(code changed\) in ")
     assert served.result("/token") == token
 
 
@@ -360,8 +362,8 @@ def test_a_helper_module_edit_reloads_only_the_components_importing_it(served: S
     edit_file(served.project, "helpers.py", '+ "!"', '+ "!!"')
     served.wait_result("/loud", "HI!!")
 
-    served.dev.wait_for_output(r"reloaded loud/main \(helpers\.py changed\) in ")
-    assert count(served.dev, r"reloaded ") == 1
+    served.dev.wait_for_output(r"restarted loud/main \(helpers\.py changed\) in ")
+    assert count(served.dev, r"restarted ") == 1
     assert served.result("/token") == token
     assert served.get("/hello").headers["x-peach-replica"] == hello_replica
 

@@ -41,7 +41,7 @@ class RecordingServer:
         self.applied: list[ProjectPlan] = []
         self.fail: dict[str, str] = {}
 
-    async def apply_plan(self, plan: ProjectPlan) -> PlanChange:
+    async def apply_plan(self, plan: ProjectPlan, **_: Any) -> PlanChange:
         self.applied.append(plan)
         self.plan = plan
         return PlanChange(failed=dict(self.fail), seconds=0.01)
@@ -61,7 +61,11 @@ def setup(project: Path) -> tuple[RecordingServer, Reloader, list[Any]]:
     assert plan is not None, diagnostics
     server = RecordingServer(plan)
     events: list[Any] = []
-    return server, Reloader(server, project, on_event=events.append, spares=0), events  # type: ignore[arg-type]
+    return (
+        server,
+        Reloader(server, project, on_event=events.append, spares=0, mode="restart"),
+        events,
+    )  # type: ignore[arg-type]
 
 
 def test_a_valid_save_is_applied_and_reported(project: Path, setup: Any) -> None:
@@ -73,7 +77,7 @@ def test_a_valid_save_is_applied_and_reported(project: Path, setup: Any) -> None
     assert len(server.applied) == 1
     assert [type(e) for e in events] == [ReloadStarted, Reloaded]
     assert events[0].restarting == ("hello/main",)
-    assert event.message.startswith("reloaded hello/main (code changed) in ")
+    assert event.message.startswith("restarted hello/main (code changed) in ")
 
 
 def test_a_broken_save_is_refused_then_a_fix_back_to_the_served_code_recovers(
@@ -183,7 +187,7 @@ def test_a_save_during_a_reload_supersedes_it_even_if_that_init_never_ends(
     original = server.apply_plan
     calls = 0
 
-    async def first_apply_hangs(plan: ProjectPlan) -> PlanChange:
+    async def first_apply_hangs(plan: ProjectPlan, **_: Any) -> PlanChange:
         nonlocal calls
         calls += 1
         if calls == 1:

@@ -60,7 +60,7 @@ def test_replicas_being_replaced_show_as_reloading_then_leave() -> None:
     assert states(view) == {"token/main#1": "healthy", "hello/main#2": "healthy"}
     view.flush()
     assert (
-        "reloaded hello/main (code changed) in 0.08 s (init 0.02 s); 1 component unchanged"
+        "restarted hello/main (code changed) in 0.08 s (init 0.02 s); 1 component unchanged"
         in out.getvalue()
     )
 

@@ -72,7 +72,7 @@ from peach_cli.contract.results import (
     to_json_value,
     user_traceback,
 )
-from peach_cli.contract.runner import ComponentRunner, MethodKind, method_kind
+from peach_cli.contract.runner import ComponentRunner, LoadedCode, MethodKind, method_kind
 from peach_cli.contract.transport import (
     STREAMING_KINDS,
     Dispatch,
@@ -100,6 +100,7 @@ __all__ = [
     "ContractError",
     "Dispatch",
     "InitError",
+    "LoadedCode",
     "MethodKind",
     "MethodSignature",
     "RequestParams",

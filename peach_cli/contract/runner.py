@@ -1,7 +1,9 @@
 """``ComponentRunner``: one replica's component — its module, its state, its calls.
 
 Both hosts wrap it: ``simulator/worker.py`` in a ``peach dev`` replica process, the
-``Component`` deployment on Ray.
+``Component`` deployment on Ray. ``peach dev`` also patches it: ``prepare_patch`` executes a
+component's new code in a module of its own, ``commit_patch`` switches the method to it and
+keeps the state ``init`` returned.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 import types
 from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -55,6 +58,8 @@ class ComponentRunner:
 
         runner = ComponentRunner(spec, project_root, replica_id="assistant/main#1")
         await runner.start()                          # exec the code, run init once
+        loaded = runner.prepare_patch(new_spec)       # new code beside the old (InitError)
+        runner.commit_patch(loaded)                   # next calls: new method, same state
         result = await runner.call(params)            # CallResult, never raises for user errors
         chunks = await runner.open_stream(params)     # ContractError here, before any byte
         try:
@@ -83,6 +88,8 @@ class ComponentRunner:
         self._reinit_task: asyncio.Task[None] | None = None  # held: the loop keeps weak refs
         self._executor = ThreadPoolExecutor(self.max_threads, thread_name_prefix="peach-call")
         self.abandoned_threads = 0
+        self.patch_count = 0
+        """How many times new code was patched in (``commit_patch``) since ``start``."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -92,41 +99,74 @@ class ComponentRunner:
             text = str(folder)
             if text not in sys.path:
                 sys.path.insert(0, text)
+        loaded = self._execute(self.spec)
+        self._use(loaded)
+
+    def _execute(self, spec: ComponentSpec) -> LoadedCode:
+        """Run ``spec.source`` in a new module (not yet in ``sys.modules``) and find its
+        functions; raise ``InitError`` when it raises or lacks them."""
         # tracebacks and inspect.getsource find the notebook code by its name
-        lines = self.spec.source.splitlines(keepends=True)
-        linecache.cache[self.spec.source_name] = (
-            len(self.spec.source),
-            None,
-            lines,
-            self.spec.source_name,
-        )
-        module_name = f"peach_component_{self.spec.endpoint}_{self.spec.name}".replace("-", "_")
-        module = types.ModuleType(module_name)
-        module.__file__ = str(self.root / self.spec.notebook)
-        sys.modules[module_name] = module  # dataclasses and pickling look the module up
+        lines = spec.source.splitlines(keepends=True)
+        linecache.cache[spec.source_name] = (len(spec.source), None, lines, spec.source_name)
+        module = types.ModuleType(self.module_name)
+        module.__file__ = str(self.root / spec.notebook)
         try:
-            code = compile(self.spec.source, self.spec.source_name, "exec")
+            code = compile(spec.source, spec.source_name, "exec")
             exec(code, module.__dict__)  # noqa: S102 - running the user's notebook is the job
         except (Exception, SystemExit) as error:  # anything the notebook raises, exit() too
             raise InitError(
-                f"{self.spec.source_name} failed to run: {describe_exception(error)}",
-                user_traceback(error, self.spec),
+                f"{spec.source_name} failed to run: {describe_exception(error)}",
+                user_traceback(error, spec),
             ) from None
-        method = getattr(module, self.spec.method, None)
+        method = getattr(module, spec.method, None)
         if not callable(method):
-            raise InitError(
-                f"{self.spec.source_name} does not define a function '{self.spec.method}'"
-            )
-        self.method = method
-        self.signature = MethodSignature.of(method)
-        self.method_kind = method_kind(method)
-        if self.spec.init:
-            init = getattr(module, self.spec.init, None)
+            raise InitError(f"{spec.source_name} does not define a function '{spec.method}'")
+        init = None
+        if spec.init:
+            init = getattr(module, spec.init, None)
             if not callable(init):
-                raise InitError(
-                    f"{self.spec.source_name} does not define a function '{self.spec.init}'"
-                )
-            self.init_function = init
+                raise InitError(f"{spec.source_name} does not define a function '{spec.init}'")
+        return LoadedCode(spec, module, method, init)
+
+    def _use(self, loaded: LoadedCode) -> None:
+        self.spec = loaded.spec
+        sys.modules[self.module_name] = loaded.module  # dataclasses and pickling look it up
+        self.method = loaded.method
+        self.signature = MethodSignature.of(loaded.method)
+        self.method_kind = method_kind(loaded.method)
+        self.init_function = loaded.init
+
+    @property
+    def module_name(self) -> str:
+        return f"peach_component_{self.spec.endpoint}_{self.spec.name}".replace("-", "_")
+
+    def prepare_patch(self, spec: ComponentSpec) -> LoadedCode:
+        """Execute the new code of this component in a fresh module, without running init.
+
+        Nothing changes for calls until ``commit_patch``: the method in use, its module and
+        the state stay as they are. Raises ``InitError`` when the code raises, lacks its
+        functions, or its method became or stopped being a generator (a restart is needed
+        then: callers decided how to call it when the replica started).
+        """
+        previous = linecache.cache.get(self.spec.source_name)
+        try:
+            loaded = self._execute(spec)
+            kind = method_kind(loaded.method)
+            if (kind in _STREAMING) != self.streams:
+                now = "is now" if kind in _STREAMING else "is no longer"
+                raise InitError(f"{spec.method}() {now} a generator: the replica must restart")
+            MethodSignature.of(loaded.method)
+        except BaseException:
+            if previous is not None:  # tracebacks of the code in use keep their lines
+                linecache.cache[self.spec.source_name] = previous
+            raise
+        return loaded
+
+    def commit_patch(self, loaded: LoadedCode) -> None:
+        """Serve the code ``prepare_patch`` loaded: the next call runs the new method with
+        the state ``init`` returned before; calls already running finish on the old one."""
+        self._use(loaded)
+        self.patch_count += 1
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -341,3 +381,14 @@ class ComponentRunner:
 
 
 _DONE = object()
+_STREAMING = ("async_generator", "generator")
+
+
+@dataclass(frozen=True)
+class LoadedCode:
+    """A component's code executed in its own module: what ``commit_patch`` switches to."""
+
+    spec: ComponentSpec
+    module: types.ModuleType
+    method: Callable[..., Any]
+    init: Callable[..., Any] | None

@@ -1,0 +1,72 @@
+"""Hot patches: the running replicas of a component switch to new code and keep their state.
+
+A patch is what ``apply_plan`` does instead of a restart when a save changed only a
+component's method (``simulator.changes`` decides). It has two phases, so that the
+replicas of a component never serve two versions and a patch that fails anywhere changes
+nothing:
+
+1. *prepare*: every replica executes the new code in a new module of its own, beside the
+   code in use (``ComponentRunner.prepare_patch``); ``init`` does not run;
+2. *commit* (all prepared) or *drop* (any failed): each replica switches its method to the
+   new one, keeping the state ``init`` returned. Calls already running finish on the old
+   function; the next call runs the new one.
+
+Usage (inside the server's loop)::
+
+    outcome = await patch_pool(pool, new_spec)
+    if not outcome.ok:
+        print(outcome.error)   # the old code still serves; the caller restarts instead
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from peach_cli.plan import ComponentSpec
+from simulator.events import ReplicaState
+from simulator.pool import ReplicaPool
+
+PATCH_TIMEOUT_S = 10.0
+"""How long the new code may take to run in a replica before the patch is given up."""
+
+_SERVING = (ReplicaState.HEALTHY, ReplicaState.RELOADING)
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    """What ``patch_pool`` did: ``ok`` (every replica serves the new code) or the error."""
+
+    ok: bool
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def unpatchable(pool: ReplicaPool) -> str | None:
+    """Why ``pool`` cannot be patched now (a replica is not serving), or None."""
+    for replica in pool.replicas:
+        if replica.state not in _SERVING:
+            return f"replica {replica.id} is {replica.state.value}"
+    return None
+
+
+async def patch_pool(
+    pool: ReplicaPool, spec: ComponentSpec, *, timeout_s: float = PATCH_TIMEOUT_S
+) -> PatchOutcome:
+    """Patch every replica of ``pool`` with ``spec``'s code, or none of them."""
+    began = time.perf_counter()
+    blocked = unpatchable(pool)
+    if blocked is not None:
+        return PatchOutcome(False, blocked, time.perf_counter() - began)
+    replicas = list(pool.replicas)
+    prepared = await asyncio.gather(*(r.prepare_patch(spec, timeout_s) for r in replicas))
+    errors = [error for _, error in prepared if error is not None]
+    commit = not errors and unpatchable(pool) is None
+    for replica, (request_id, _) in zip(replicas, prepared, strict=True):
+        replica.commit_patch(request_id, spec, commit=commit)
+    if commit:
+        pool.spec = spec
+        return PatchOutcome(True, None, time.perf_counter() - began)
+    error = errors[0] if errors else unpatchable(pool)
+    return PatchOutcome(False, error, time.perf_counter() - began)

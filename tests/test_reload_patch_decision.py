@@ -1,0 +1,133 @@
+"""Which saves are patched into the running replicas and which restart them, on real projects.
+
+Each test copies ``tests/projects/reload_patch``, builds its plan, edits the copy's notebook
+as a user would, builds again and compares the two snapshots with ``patch=True`` — the pure
+decision of ``simulator.edits`` and ``simulator.changes``, no process involved. The same
+edits served by ``peach dev`` are in ``tests/test_reload_patch.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from reload_support import copy_project, edit_cell, edit_file
+
+from peach_cli.validate import build_plan
+from simulator.changes import Changes, ComponentChange, Snapshot, analyze_changes
+from simulator.events import Reloaded
+
+NOTEBOOK = "notebooks/Patch.ipynb"
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def snapshot(project: Path) -> Snapshot:
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, [str(d) for d in diagnostics]
+    return Snapshot.take(plan)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return copy_project("reload_patch", tmp_path)
+
+
+def change_of(
+    project: Path, old: str, new: str, key: str, *, patch: bool = True
+) -> ComponentChange:
+    before = snapshot(project)
+    edit_cell(project, old, new, notebook=NOTEBOOK)
+    changes = analyze_changes(before, snapshot(project), patch=patch)
+    [change] = [c for c in changes.components if c.key == key]
+    others = [c for c in changes.components if c.key != key and c.action != "unchanged"]
+    assert others == [], others
+    return change
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ('LABEL = "m1"', 'LABEL = "m2"', "model/main"),  # a constant in the method's cell
+        ('return f"{LABEL} {model}"', 'return f"{LABEL}: {model}"', "model/main"),
+        ('return ["s1", model]', 'return ["s2", model]', "shared/main"),  # cell shared with init
+        ('return ["p1", model]', 'return ["p2", model]', "pair/main"),
+        ('STORY = "t1"', 'STORY = "t2"', "story/main"),  # an async generator stays one
+        # comments and blank lines in init's cell are not a change of init
+        ("    token = uuid", "    # a comment\n\n    token = uuid", "model/main"),
+    ],
+)
+def test_a_method_edit_is_patched(project: Path, old: str, new: str, key: str) -> None:
+    change = change_of(project, old, new, key)
+    assert (change.action, change.reasons) == ("patched", ("method",))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "reason"),
+    [
+        ("return token", 'return "i2-" + token', "model/main", "init"),
+        (
+            "import pathlib\nimport time",
+            "import pathlib\nimport time\nLIMIT = 3",
+            "model/main",
+            "init",
+        ),
+        ('return "s-" + uuid', 'return "i2-" + uuid', "shared/main", "init"),
+        # in the cell shared with init, anything but the method counts as init
+        (
+            "import uuid\n\n\ndef init_shared",
+            "import uuid\nX = 1\n\n\ndef init_shared",
+            "shared/main",
+            "init",
+        ),
+        ('return ["p1", model]', 'yield ["p1", model]', "pair/main", "generator"),
+    ],
+)
+def test_other_code_edits_restart(project: Path, old: str, new: str, key: str, reason: str) -> None:
+    change = change_of(project, old, new, key)
+    assert (change.action, change.reasons) == ("restarted", (reason,))
+
+
+def test_a_method_that_stops_being_a_generator_restarts(project: Path) -> None:
+    edit_cell(project, 'return ["p1", model]', 'yield ["p1", model]', notebook=NOTEBOOK)
+    change = change_of(project, 'yield ["p1", model]', 'return ["p1", model]', "pair/main")
+    assert (change.action, change.reasons) == ("restarted", ("not generator",))
+
+
+def test_restart_mode_never_patches(project: Path) -> None:
+    change = change_of(project, 'LABEL = "m1"', 'LABEL = "m2"', "model/main", patch=False)
+    assert (change.action, change.reasons) == ("restarted", ("code",))
+
+
+def test_a_config_change_with_a_method_edit_restarts(project: Path) -> None:
+    before = snapshot(project)
+    edit_cell(project, 'LABEL = "m1"', 'LABEL = "m2"', notebook=NOTEBOOK)
+    edit_file(project, "peach.yaml", "method: answer}", "method: answer, args: {x: 1}}")
+    changes = analyze_changes(before, snapshot(project), patch=True)
+    assert changes.restarted == ["model/main"]
+    assert changes.reasons("model/main") == ("code", "args")
+
+
+def test_the_reload_line_says_what_was_patched_and_restarted() -> None:
+    changes = Changes(
+        components=(
+            ComponentChange("assistant/main", "patched", ("method",)),
+            ComponentChange("recommend/main", "restarted", ("init",)),
+            ComponentChange("other/main", "unchanged"),
+        )
+    )
+    event = Reloaded(("notebooks/A.ipynb",), changes, seconds=0.612, init_seconds=0.551)
+    assert event.message == (
+        "patched assistant/main (method changed; init state kept); "
+        "restarted recommend/main (init changed) in 0.61 s (init 0.55 s); "
+        "1 component unchanged"
+    )
+    alone = Changes(components=(ComponentChange("assistant/main", "patched", ("method",)),))
+    assert Reloaded((), alone, seconds=0.031, init_seconds=0.0).message == (
+        "patched assistant/main (method changed; init state kept) in 0.03 s"
+    )
+    failed = alone.with_restarts({"assistant/main": "NameError: name 'x' is not defined"})
+    assert Reloaded((), failed, seconds=0.2, init_seconds=0.1).message == (
+        "restarted assistant/main (patch failed: NameError: name 'x' is not defined) "
+        "in 0.20 s (init 0.10 s)"
+    )
