@@ -13,12 +13,19 @@ On one fresh local Ray head (started here on free loopback ports, stopped at the
   to its exit 1 with the user's error, and from the first STARTING replica to that exit
   (target ≤ 5 s), against the time Serve takes to report DEPLOY_FAILED.
 - **request latency**: ``--requests`` sequential GETs of ``/hello`` through the Ray Serve
-  proxy and through ``peach dev`` serving the same project: median and p95.
+  proxy and through ``peach dev`` serving the same project: median and p95; and, on the
+  same cluster at the same time, a bare two-deployment Serve app (``bare_serve_app.py``: an
+  ingress calling a model deployment by handle) under ``/bare``, the two measured in
+  alternating blocks (target: peach ≤ 1.1 × bare, median).
+
+Every figure is measured twice: on a single-node head, and on two nodes — a head offering
+no CPUs and a worker node, both on loopback — where every replica runs on the worker.
 
 Usage::
 
     python benchmarks/deploy.py                   # 3 runs each, tests/projects/deploy_basic
     python benchmarks/deploy.py --runs 5 --json
+    python benchmarks/deploy.py --nodes 2         # the two-node cluster only
 """
 
 from __future__ import annotations
@@ -202,9 +209,70 @@ def latencies(url: str, count: int) -> dict:
     }
 
 
+def deploy_bare(head: RayHead) -> str:
+    """Deploy ``bare_serve_app.py`` under ``/bare`` beside the running applications."""
+    from peach_cli.deploy.dashboard import DashboardClient
+    from peach_cli.deploy.deployer import Reporter, wait_until_running
+    from peach_cli.deploy.packaging import package
+
+    source = (Path(__file__).parent / "bare_serve_app.py").read_bytes()
+    bare = package("bare", [("bare_serve_app.py", source)])
+    with DashboardClient(head.dashboard_url) as dashboard:
+        if not dashboard.package_exists(bare.name):
+            dashboard.upload_package(bare.name, bare.data)
+        details = dashboard.serve_details()
+        others = [
+            app["deployed_app_config"]
+            for name, app in (details.get("applications") or {}).items()
+            if name != "bare" and app.get("deployed_app_config")
+        ]
+        application = {
+            "name": "bare",
+            "route_prefix": "/bare",
+            "import_path": "bare_serve_app:app",
+            "runtime_env": {"working_dir": bare.uri},
+        }
+        config = {
+            "proxy_location": details.get("proxy_location") or "EveryNode",
+            "http_options": {"host": "127.0.0.1", "port": head.http_port},
+            "applications": [*others, application],
+        }
+        dashboard.put_applications(config)
+        wait_until_running(dashboard, "bare", timeout_s=300, reporter=Reporter())
+    return f"{head.serve_url}/bare"
+
+
+def alternating_latencies(urls: dict[str, str], count: int, block: int = 50) -> dict:
+    """``count`` sequential GETs of each url, in alternating blocks (same load for both)."""
+    times: dict[str, list[float]] = {name: [] for name in urls}
+    with httpx.Client(timeout=30) as client:
+        for url in urls.values():
+            for _ in range(10):  # warm-up
+                client.get(url).raise_for_status()
+        while any(len(t) < count for t in times.values()):
+            for name, url in urls.items():
+                for _ in range(min(block, count - len(times[name]))):
+                    began = time.perf_counter()
+                    client.get(url).raise_for_status()
+                    times[name].append((time.perf_counter() - began) * 1000)
+    result = {}
+    for name, values in times.items():
+        values.sort()
+        result[name] = {
+            "median_ms": statistics.median(values),
+            "p95_ms": values[int(len(values) * 0.95) - 1],
+        }
+    return result
+
+
 def measure_latency(project: Path, head: RayHead, requests: int) -> dict:
     time_peach_deploy(project, head)
-    ray = latencies(f"{head.serve_url}/hello", requests)
+    bare_url = deploy_bare(head)
+    measured = alternating_latencies(
+        {"ray_proxy": f"{head.serve_url}/hello", "bare_serve": f"{bare_url}?name=world"},
+        requests,
+    )
+    ray, bare = measured["ray_proxy"], measured["bare_serve"]
     clear_applications(head.dashboard_url)
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="peach-dev-", suffix=".log", delete=False)
@@ -233,26 +301,26 @@ def measure_latency(project: Path, head: RayHead, requests: int) -> dict:
         except (subprocess.TimeoutExpired, ProcessLookupError):
             os.killpg(dev.pid, signal.SIGKILL)
             dev.wait()
-    return {"ray_proxy": ray, "peach_dev": local}
+    return {
+        "ray_proxy": ray,
+        "bare_serve": bare,
+        "ratio_to_bare": ray["median_ms"] / bare["median_ms"],
+        "target_ratio_to_bare": 1.1,
+        "peach_dev": local,
+    }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--project", type=Path, default=BASIC)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    args = parser.parse_args()
-    results: dict = {"project": str(args.project.relative_to(ROOT))}
-    with RayHead(num_cpus=8) as head:
-        results["deploy"] = measure_deploys(args.project, head, args.runs)
-        results["init_failure"] = measure_init_failure(head)
-        results["latency"] = measure_latency(args.project, head, args.requests)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
+def measure_cluster(head: RayHead, args: argparse.Namespace) -> dict:
+    return {
+        "deploy": measure_deploys(args.project, head, args.runs),
+        "init_failure": measure_init_failure(head),
+        "latency": measure_latency(args.project, head, args.requests),
+    }
+
+
+def print_results(label: str, results: dict, runs: int) -> None:
     deploy, failure, latency = results["deploy"], results["init_failure"], results["latency"]
-    print(f"project: {results['project']}  ({args.runs} runs each, alternating)")
+    print(f"-- {label}")
     print(
         f"deploy to healthy   peach deploy {deploy['peach_median_s']:6.2f} s   "
         f"serve deploy + polling {deploy['serve_median_s']:6.2f} s   "
@@ -270,11 +338,50 @@ def main() -> int:
     line += "   Serve DEPLOY_FAILED after "
     line += f"{serve_failed:.2f} s" if serve_failed else "more than 180 s"
     print(line)
-    for name, label in (("ray_proxy", "Ray Serve proxy"), ("peach_dev", "peach dev")):
+    for name, label_text in (
+        ("ray_proxy", "Ray Serve proxy"),
+        ("bare_serve", "bare Serve app"),
+        ("peach_dev", "peach dev"),
+    ):
         item = latency[name]
         print(
-            f"GET /hello          {label:16} median {item['median_ms']:6.2f} ms   "
+            f"GET /hello          {label_text:16} median {item['median_ms']:6.2f} ms   "
             f"p95 {item['p95_ms']:6.2f} ms"
+        )
+    print(
+        f"                    peach / bare (median) {latency['ratio_to_bare']:.2f} "
+        f"(target ≤ {latency['target_ratio_to_bare']})"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--project", type=Path, default=BASIC)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument(
+        "--nodes", choices=("1", "2", "both"), default="both", help="which cluster(s) to measure"
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args()
+    results: dict = {"project": str(args.project.relative_to(ROOT))}
+    if args.nodes in ("1", "both"):
+        with RayHead(num_cpus=8) as head:
+            results["one_node"] = measure_cluster(head, args)
+    if args.nodes in ("2", "both"):
+        # a head offering no CPUs: every replica runs on the worker node
+        with RayHead(num_cpus=0, worker_cpus=8) as cluster:
+            cluster.start_serve()
+            results["two_nodes"] = measure_cluster(cluster, args)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"project: {results['project']}  ({args.runs} runs each, alternating)")
+    if "one_node" in results:
+        print_results("one node (a head with 8 CPUs)", results["one_node"], args.runs)
+    if "two_nodes" in results:
+        print_results(
+            "two nodes (a head with no CPUs, a worker with 8)", results["two_nodes"], args.runs
         )
     return 0
 

@@ -272,9 +272,19 @@ def deploy(
             show_default=False,
         ),
     ] = None,
+    route_prefix: Annotated[
+        str,
+        typer.Option(
+            "--route-prefix",
+            help="Serve the project under this path (/PREFIX), beside the cluster's other projects.",
+        ),
+    ] = "/",
     dry_run: Annotated[
         bool,
-        typer.Option("--dry-run", help="Print the Serve config; do not contact a cluster."),
+        typer.Option(
+            "--dry-run",
+            help="Print the Serve config and list the files to upload; do not contact a cluster.",
+        ),
     ] = False,
     format: Annotated[
         str, typer.Option("--format", help="The --dry-run config as json or yaml.")
@@ -293,6 +303,7 @@ def deploy(
             address=address,
             http_host=http_host,
             http_port=http_port,
+            route_prefix=route_prefix,
             dry_run=dry_run,
             output_format=format,
             timeout_s=timeout,
@@ -322,6 +333,38 @@ def delete(
     from peach_cli.cmd_deploy import run_delete
 
     raise typer.Exit(run_delete(app_name, address=address))
+
+
+@app.command()
+def logs(
+    app_name: Annotated[
+        Optional[str],
+        typer.Argument(
+            help="The application (a codops). Default: the cluster's only application.",
+            show_default=False,
+        ),
+    ] = None,
+    address: AddressOption = None,
+    deployment: Annotated[
+        Optional[str],
+        typer.Option(
+            "--deployment", "-d", help="Only this deployment (hello.main).", show_default=False
+        ),
+    ] = None,
+    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per replica log.")] = 100,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl-C.")
+    ] = False,
+) -> None:
+    """Print the replicas' logs of an application: prints, init errors, failed re-inits.
+
+    Each line is prefixed with its deployment and replica (deployment#replica); replicas that stopped (an init that failed, a version replaced) are marked (stopped).
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.cmd_logs import run_logs
+
+    raise typer.Exit(
+        run_logs(app_name, address=address, deployment=deployment, tail=tail, follow=follow)
+    )
 
 
 env_app = typer.Typer(

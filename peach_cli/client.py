@@ -372,18 +372,38 @@ class Client:
             response.close()
 
     def fetch_routes(self, url: str) -> list[dict[str, Any]] | None:
-        """The endpoints a `peach dev` server lists at ROUTES_PATH, or None for other servers."""
-        parts = urlsplit(url)
-        routes_url = f"{parts.scheme}://{parts.netloc}{ROUTES_PATH}"
-        try:
-            response = self._http.get(routes_url, timeout=min(self.timeout_s, 3.0))
-            data = response.json() if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            return None
-        endpoints = data.get("endpoints") if isinstance(data, dict) else None
-        if not isinstance(endpoints, list):
-            return None
-        return [e for e in endpoints if isinstance(e, dict) and isinstance(e.get("url"), str)]
+        """The endpoints a peach gateway lists at ROUTES_PATH, or None for other servers.
+
+        A gateway may serve under a route prefix (``http://host:8000/zzacc``): the folders
+        of ``url``'s path are tried from the deepest up, and the first gateway that answers
+        gives the list.
+        """
+        for routes_url in routes_urls(url):
+            try:
+                response = self._http.get(routes_url, timeout=min(self.timeout_s, 3.0))
+                data = response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                return None
+            endpoints = data.get("endpoints") if isinstance(data, dict) else None
+            if isinstance(endpoints, list):
+                return [
+                    e for e in endpoints if isinstance(e, dict) and isinstance(e.get("url"), str)
+                ]
+        return None
+
+
+def routes_urls(url: str) -> list[str]:
+    """Where a gateway serving ``url`` may list its routes, deepest prefix first.
+
+    >>> routes_urls("http://h:8000/zzacc/recommend")
+    ['http://h:8000/zzacc/_peach/routes', 'http://h:8000/_peach/routes']
+    """
+    parts = urlsplit(url)
+    folders = [p for p in (parts.path or "/").split("/") if p][:-1]
+    return [
+        f"{parts.scheme}://{parts.netloc}" + "".join(f"/{f}" for f in folders[:depth]) + ROUTES_PATH
+        for depth in range(len(folders), -1, -1)
+    ]
 
 
 # --------------------------------------------------------------------------- interpretation
@@ -415,9 +435,24 @@ def not_found_error(url: str, routes: list[dict[str, Any]] | None) -> EndpointNo
         f"{route['url']} ({route['name']})" if route.get("name") else route["url"]
         for route in routes
     )
-    close = difflib.get_close_matches(path, urls, n=1, cutoff=0.5)
+    close = _closest_url(path, urls)
     message = f"404: no endpoint at {path}" + (f"; did you mean {close[0]}?" if close else "")
     return EndpointNotFound(message, hint=f"endpoints: {listing}")
+
+
+def _closest_url(path: str, urls: list[str]) -> list[str]:
+    """The endpoint url closest to ``path``, or below a route prefix to a tail of it.
+
+    >>> _closest_url("/zzacc/tlak", ["/talk", "/drift"])
+    ['/talk']
+    """
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts) + 1):
+        tail = "/" + "/".join(parts[depth:])
+        close = difflib.get_close_matches(tail, urls, n=1, cutoff=0.5)
+        if close:
+            return close
+    return []
 
 
 def check_answer(answer: Answer, client: Client, url: str) -> tuple[bool, Any]:

@@ -13,6 +13,7 @@ from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.deploy.progress import ApplicationState
+    from peach_cli.deploy.uploads import Selection
     from peach_cli.plan import ProjectPlan
 
 CONFIG_FORMATS = ("json", "yaml")
@@ -56,11 +57,15 @@ def run_deploy(
     address: str | None = None,
     http_host: str | None = None,
     http_port: int | None = None,
+    route_prefix: str = "/",
     dry_run: bool = False,
     output_format: str = "json",
     timeout_s: float = 300.0,
 ) -> int:
     """Deploy the project (or print its Serve config with ``--dry-run``); return the exit code."""
+    from peach_cli.deploy.config import check_route_prefix
+
+    route_prefix = check_route_prefix(route_prefix)
     if output_format not in CONFIG_FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(CONFIG_FORMATS)}"
@@ -73,9 +78,13 @@ def run_deploy(
         resolve_address(address)  # a bad address fails before any other work
     plan = load_plan(project, quiet_warnings=dry_run)
     if dry_run:
-        from peach_cli.deploy.deployer import dry_run_config
+        from peach_cli.deploy.deployer import dry_run_config, upload_selection
 
-        print_config(dry_run_config(plan, http_host=http_host, http_port=http_port), output_format)
+        print_uploads(upload_selection(plan))
+        config = dry_run_config(
+            plan, http_host=http_host, http_port=http_port, route_prefix=route_prefix
+        )
+        print_config(config, output_format)
         return 0
     from peach_cli.deploy.deployer import deploy
 
@@ -86,6 +95,7 @@ def run_deploy(
             address=address,
             http_host=http_host,
             http_port=http_port,
+            route_prefix=route_prefix,
             timeout_s=timeout_s,
             reporter=view.reporter(),
         )
@@ -110,6 +120,25 @@ def run_deploy(
             soft_wrap=True,
         )
     return 0
+
+
+def print_uploads(selection: Selection) -> None:
+    """The files a deploy uploads with each component, on stderr (stdout holds the config)."""
+    from rich.markup import escape
+
+    from peach_cli import console
+    from peach_cli.deploy.uploads import format_size
+
+    err = console.stderr()
+    count = len(selection.files)
+    err.print(
+        f"[bold]{count} file(s), {format_size(selection.total_bytes)}[/] uploaded with each "
+        "component (notebooks, conf, dot-files, .gitignore/.rayignore matches, virtualenvs "
+        "and caches left out):",
+        soft_wrap=True,
+    )
+    for item in selection.files:
+        err.print(f"  {escape(item.path)}  [dim]{format_size(item.size)}[/]", soft_wrap=True)
 
 
 def print_config(config: dict[str, Any], output_format: str) -> None:
@@ -203,7 +232,9 @@ def application_table(app: ApplicationState, elapsed_s: float | None = None) -> 
     for deployment in app.deployments:
         target = "?" if deployment.target is None else str(deployment.target)
         states = ", ".join(
-            f"{escape(r.replica_id)} {_styled(r.state)}" for r in deployment.replicas
+            f"{escape(r.replica_id)} {_styled(r.state)}"
+            + (f" [red]({escape(r.last_error)})[/]" if r.last_error else "")
+            for r in deployment.replicas
         )
         message = deployment.message
         if any(marker in message for marker in ("failed to start", "RuntimeEnvSetupError")):

@@ -305,21 +305,10 @@ class Gateway:
                     "streams": None if kind is None else kind in STREAMING_KINDS,
                 }
             )
-            if route.endpoint.ab is not None:
-                endpoints[-1]["ab"] = self._ab_route(route.endpoint)
+            ab = contract.ab_route(route.endpoint, self.arm_requests.get(route.endpoint.name, {}))
+            if ab is not None:
+                endpoints[-1]["ab"] = ab
         return JSONResponse({"codops": table.codops, "endpoints": endpoints})
-
-    def _ab_route(self, endpoint: EndpointSpec) -> dict[str, Any]:
-        """An A/B test as ``/_peach/routes`` shows it: who is split, the split, the
-        requests routed to each arm so far."""
-        assert endpoint.ab is not None
-        counts = self.arm_requests.get(endpoint.name, {})
-        return {
-            "by": endpoint.ab.by,
-            "param": endpoint.ab.param,
-            "split": dict(endpoint.ab.split),
-            "requests": {arm: counts.get(arm, 0) for arm in endpoint.ab.arms},
-        }
 
     async def _health(self, request: Request) -> JSONResponse:
         components = []

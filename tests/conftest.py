@@ -211,9 +211,10 @@ RAY_DEPLOY_TIMEOUT_S = 240
 
 @pytest.fixture(scope="session")
 def ray_semantics() -> Iterator[str]:
-    """`peach deploy tests/projects/semantics` on a fresh head: the Serve proxy's URL.
+    """`peach deploy tests/projects/semantics` on a fresh two-node cluster: the proxy's URL.
 
-    One head for the session: the parity suite and the differential test share it.
+    A head offering no CPUs and a worker node, so every replica runs on the worker; one
+    cluster for the session: the parity suite and the differential test share it.
     """
     from ray_cluster import RayHead
 
@@ -222,7 +223,8 @@ def ray_semantics() -> Iterator[str]:
 
     plan, diagnostics = build_plan(SEMANTICS)
     assert plan is not None, diagnostics
-    with RayHead(num_cpus=SEMANTICS_CPUS) as head:
+    with RayHead(num_cpus=0, worker_cpus=SEMANTICS_CPUS) as head:
+        head.start_serve()
         result = deploy(
             plan,
             address=head.dashboard_url,
@@ -245,3 +247,56 @@ def drain_stream(chunks: Iterator[bytes]) -> tuple[bytes, bool]:
         assert "incomplete chunked read" in str(error), error
         return received, False
     return received, True
+
+
+# -- the two-node Ray cluster of the deploy tests -------------------------------------------
+
+RAY_WORKER_CPUS = 4
+"""Logical CPUs of the worker node (the test projects reserve 0.1 CPU per replica)."""
+
+
+class SharedRayCluster:
+    """One two-node cluster for every test that asks for ``ray_cluster``, started on first
+    use and stopped as soon as the next test does not need it (so it never idles through
+    the rest of the suite, and clusters never overlap on a small machine)."""
+
+    def __init__(self) -> None:
+        self.cluster = None
+
+    def get(self):
+        from ray_cluster import RayHead
+
+        if self.cluster is None:
+            cluster = RayHead(num_cpus=0, worker_cpus=RAY_WORKER_CPUS).start()
+            try:
+                cluster.start_serve()
+            except BaseException:
+                cluster.stop()
+                raise
+            self.cluster = cluster
+        return self.cluster
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+
+_shared_ray = SharedRayCluster()
+
+
+@pytest.fixture
+def ray_cluster():
+    """A head offering no CPUs and a worker node with ``RAY_WORKER_CPUS``, on loopback, Serve
+    running with its proxy on the head: every replica runs on the worker node, which did
+    not upload the packages it runs."""
+    return _shared_ray.get()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if nextitem is None or "ray_cluster" not in getattr(nextitem, "fixturenames", ()):
+        _shared_ray.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _shared_ray.stop()

@@ -1,13 +1,18 @@
-"""A real single-node Ray cluster for tests: `ray start --head` on free loopback ports.
+"""A real Ray cluster for tests: `ray start --head` on free loopback ports, and optionally
+one worker node (`ray start --address=…`) on other free ports of the same machine.
 
-The head runs in its own session (``start_new_session``) with its own ``--temp-dir``, so
-teardown can stop exactly its processes — the daemons and the workers they spawned share
-that session id — and never another head running on the same machine.
+Each node runs in its own session (``start_new_session``) and the head has its own
+``--temp-dir``, so teardown can stop exactly their processes — the daemons and the workers
+they spawned share their node's session id — and never another cluster on the machine.
 
 Usage::
 
     with RayHead(num_cpus=32) as head:
         head.dashboard_url      # http://127.0.0.1:<port>
+
+    # a head offering no CPUs plus a worker node: every replica runs on the worker
+    with RayHead(num_cpus=0, worker_cpus=4) as cluster:
+        cluster.start_serve()   # Serve's proxy on the head only (both nodes share 127.0.0.1)
 """
 
 from __future__ import annotations
@@ -62,13 +67,40 @@ def processes_in_session(session: int) -> list[int]:
     return pids
 
 
+def _stop_session(session: int) -> None:
+    _stop_sessions([session])
+
+
+def _stop_sessions(sessions: list[int]) -> None:
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        pids = [pid for session in sessions for pid in processes_in_session(session)]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(processes_in_session(s) for s in sessions):
+            time.sleep(0.1)
+
+
 class RayHead:
     """Start a Ray head on 127.0.0.1 with free ports; stop all of its processes after."""
 
     def __init__(
-        self, num_cpus: float = 8, *, auth_token: str | None = None, log: Path | None = None
+        self,
+        num_cpus: float = 8,
+        *,
+        auth_token: str | None = None,
+        log: Path | None = None,
+        worker_cpus: float | None = None,
     ) -> None:
         self.num_cpus = num_cpus
+        self.worker_cpus = worker_cpus
+        """CPUs of a second (worker) node, or None for a single-node cluster."""
+        self.worker_session: int | None = None
         self.auth_token = auth_token
         self.temp_dir = Path(tempfile.mkdtemp(prefix="prh", dir="/tmp"))
         (
@@ -111,7 +143,26 @@ class RayHead:
             "--disable-usage-stats",
         ]
 
-    def start(self) -> RayHead:
+    def worker_command(self) -> list[str]:
+        ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+        ports = free_ports(6)
+        return [
+            ray,
+            "start",
+            f"--address=127.0.0.1:{self.gcs_port}",
+            "--node-ip-address=127.0.0.1",
+            f"--node-manager-port={ports[0]}",
+            f"--object-manager-port={ports[1]}",
+            f"--dashboard-agent-listen-port={ports[2]}",
+            f"--dashboard-agent-grpc-port={ports[3]}",
+            f"--metrics-export-port={ports[4]}",
+            f"--runtime-env-agent-port={ports[5]}",
+            f"--num-cpus={self.worker_cpus:g}",
+            "--object-store-memory=200000000",
+            "--disable-usage-stats",
+        ]
+
+    def _env(self) -> dict[str, str]:
         env = dict(
             os.environ,
             RAY_USAGE_STATS_ENABLED="0",
@@ -127,28 +178,82 @@ class RayHead:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.auth_token)
         else:  # never pick up a token file of the machine's user
             env["RAY_AUTH_MODE"] = "disabled"
-        with open(self.log, "wb") as log:
+        return env
+
+    def _run_start(self, command: list[str], log_path: Path) -> int:
+        """Run one `ray start` in a new session; return that session's id."""
+        with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                self.command(),
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env=env,
+                env=self._env(),
                 cwd=self.temp_dir,
             )
-        self.session = process.pid  # a new session's id is its leader's pid
         try:
             process.wait(timeout=START_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            self.stop()
+            _stop_session(process.pid)
             raise RuntimeError(f"ray start did not return in {START_TIMEOUT_S:.0f} s") from None
         if process.returncode != 0:
-            text = self.log.read_text(errors="replace")[-3000:]
-            self.stop()
+            text = log_path.read_text(errors="replace")[-3000:]
+            _stop_session(process.pid)
             raise RuntimeError(f"ray start failed ({process.returncode}):\n{text}")
-        self._wait_for_dashboard()
+        return process.pid  # a new session's id is its leader's pid
+
+    def start(self) -> RayHead:
+        try:
+            self.session = self._run_start(self.command(), self.log)
+            self._wait_for_dashboard()
+            if self.worker_cpus is not None:
+                self.worker_session = self._run_start(
+                    self.worker_command(), self.temp_dir / "ray-start-worker.log"
+                )
+                self._wait_for_nodes(2)
+        except BaseException:
+            self.stop()
+            raise
         return self
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+
+    def _wait_for_nodes(self, count: int) -> None:
+        """Poll the dashboard until ``count`` nodes are alive."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                response = httpx.get(
+                    f"{self.dashboard_url}/nodes?view=summary", headers=self._headers(), timeout=5
+                )
+                nodes = response.json()["data"]["summary"]
+                if sum(1 for n in nodes if n["raylet"]["state"] == "ALIVE") >= count:
+                    return
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{count} Ray nodes were not alive within 60 s")
+            time.sleep(0.2)
+
+    def start_serve(self) -> None:
+        """Start Serve with its HTTP proxy on the head only, on ``http_port``.
+
+        The nodes of this cluster share 127.0.0.1, so a proxy per node (Serve's default)
+        would find the port taken on the second node.
+        """
+        response = httpx.put(
+            f"{self.dashboard_url}/api/serve/applications/",
+            json={
+                "proxy_location": "HeadOnly",
+                "http_options": {"host": "127.0.0.1", "port": self.http_port},
+                "applications": [],
+            },
+            headers=self._headers(),
+            timeout=120,
+        )
+        response.raise_for_status()
 
     def _wait_for_dashboard(self) -> None:
         deadline = time.monotonic() + 30
@@ -168,21 +273,10 @@ class RayHead:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        """SIGTERM every process of the head's session, then SIGKILL what is left."""
-        if self.session is not None:
-            for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-                pids = processes_in_session(self.session)
-                if not pids:
-                    break
-                for pid in pids:
-                    try:
-                        os.kill(pid, sig)
-                    except ProcessLookupError:
-                        pass
-                deadline = time.monotonic() + grace
-                while processes_in_session(self.session) and time.monotonic() < deadline:
-                    time.sleep(0.1)
-            self.session = None
+        """SIGTERM every process of the nodes' sessions, then SIGKILL what is left."""
+        sessions = [s for s in (self.worker_session, self.session) if s is not None]
+        _stop_sessions(sessions)
+        self.session = self.worker_session = None
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> RayHead:
@@ -192,8 +286,13 @@ class RayHead:
         self.stop()
 
 
-if __name__ == "__main__":  # a head for manual runs: python tests/ray_cluster.py [CPUS]
-    head = RayHead(num_cpus=float(sys.argv[1]) if len(sys.argv) > 1 else 8).start()
+if __name__ == "__main__":  # for manual runs: python tests/ray_cluster.py [CPUS [WORKER_CPUS]]
+    head = RayHead(
+        num_cpus=float(sys.argv[1]) if len(sys.argv) > 1 else 8,
+        worker_cpus=float(sys.argv[2]) if len(sys.argv) > 2 else None,
+    ).start()
+    if head.worker_cpus is not None:
+        head.start_serve()
     print(head.dashboard_url, head.serve_url, "session", head.session, flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))

@@ -714,3 +714,29 @@ def test_ab_a_stream_without_an_id_goes_to_main(client):
     response = client.post("/ab-stream", json={"stream": True, "count": 1})
     assert response.headers[COMPONENT] == "main"
     assert response.content == b"main-0:\n"
+
+
+def test_ab_routes_show_the_split_and_count_the_requests_routed_to_each_arm(client):
+    def ab_route() -> dict:
+        endpoints = client.get("/_peach/routes").json()["endpoints"]
+        return next(e["ab"] for e in endpoints if e["name"] == "ab")
+
+    before = ab_route()
+    assert {k: before[k] for k in ("by", "param", "split")} == {
+        "by": "user",
+        "param": "user_id",
+        "split": {"main": 50, "second": 30, "failing": 20},
+    }
+    (user,) = ids_for("failing")
+    ok(client.get("/ab", params={"user_id": user}))  # answered by the fallback, for failing
+    ok(client.get("/ab"))  # no id: main
+    after = ab_route()["requests"]
+    assert after == {
+        "main": before["requests"]["main"] + 1,
+        "second": before["requests"]["second"],
+        "failing": before["requests"]["failing"] + 1,
+    }
+    plain = next(
+        e for e in client.get("/_peach/routes").json()["endpoints"] if e["name"] == "token"
+    )
+    assert "ab" not in plain

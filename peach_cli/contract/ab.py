@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from peach_cli.contract.request import RequestParams
@@ -75,3 +76,17 @@ def choose_arm(endpoint: EndpointSpec, params: RequestParams) -> str:
         if position < upper:
             return arm
     return endpoint.primary  # unreachable for a validated split (it sums to 100)
+
+
+def ab_route(endpoint: EndpointSpec, requests: Mapping[str, int]) -> dict[str, Any] | None:
+    """An endpoint's A/B test as both hosts' ``GET /_peach/routes`` show it: who is split,
+    the split, and ``requests`` (arm → requests routed to it) for every arm."""
+    ab = endpoint.ab
+    if ab is None:
+        return None
+    return {
+        "by": ab.by,
+        "param": ab.param,
+        "split": dict(ab.split),
+        "requests": {arm: requests.get(arm, 0) for arm in ab.arms},
+    }

@@ -16,6 +16,9 @@
   to start is answered with 503 and the user's init error, as under `peach dev`.
 
 Each deployment reads what it runs from the ``.peach/`` folder of its own working_dir.
+The application may serve under a route prefix (Serve's ``root_path``): the gateway routes
+the path below it. It also answers ``GET /_peach/routes`` and ``GET /_peach/health`` as
+``peach dev`` does, the latter from what each replica reports (``reports``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from peach_cli import contract
-from peach_cli.deploy import INIT_FAILED_MARKER
+from peach_cli.deploy import INIT_FAILED_MARKER, reports
 from peach_cli.deploy.config import component_from_json, endpoints_from_json
 from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE
 from peach_cli.deploy.progress import is_start_failure, user_error
@@ -44,6 +47,8 @@ from peach_cli.plan import EndpointSpec, url_key
 logger = logging.getLogger("peach.deploy")
 
 JSON_MEDIA_TYPE = "application/json"
+ROUTES_PATH = "/_peach/routes"
+HEALTH_PATH = "/_peach/health"
 COMPONENT_CHECK_S = 1.0
 """How often the gateway reads which components have no replica because theirs fail to start."""
 
@@ -62,6 +67,15 @@ def _replica_suffix() -> str:
         return "local"
 
 
+def _replica_place() -> tuple[str, str, str] | None:
+    """(application, deployment, replica) of the running replica, or None outside one."""
+    try:
+        context = serve.get_replica_context()
+        return context.app_name, context.deployment, context.replica_id.unique_id
+    except Exception:
+        return None
+
+
 @serve.deployment
 class Component:
     """One replica of one component: a ``ComponentRunner`` behind a handle."""
@@ -71,9 +85,13 @@ class Component:
         self.runner = contract.ComponentRunner(
             spec, Path.cwd(), replica_id=f"{spec.key}#{_replica_suffix()}"
         )
+        self._place = _replica_place()
+        self._reports: set[asyncio.Task[None]] = set()
         try:
             await self.runner.start()
         except contract.InitError as error:
+            # in the replica's log too, where `peach logs` finds it
+            logger.error("%s: %s\n%s", self.runner.replica_id, error.message, error.details)
             text = error.message
             if error.details:
                 # Ray rewrites a "Traceback (most recent call last):" line inside an
@@ -92,7 +110,24 @@ class Component:
         """
         yield {"replica": self.runner.replica_id}
         result = await self.runner.call(contract.RequestParams.from_dict(params))
+        if result.drift:
+            self._report_after_reinit()
         yield result.to_dict()
+
+    def _report_after_reinit(self) -> None:
+        """Once the drift re-init ends, store its outcome for /_peach/health."""
+
+        async def report() -> None:
+            await self.runner.wait_reinit()
+            error = self.runner.last_reinit_error
+            if self._place is not None:
+                await asyncio.to_thread(
+                    reports.publish, *self._place, {"error": error, "at": time.time()}
+                )
+
+        task = asyncio.get_running_loop().create_task(report())
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
 
     async def stream(self, params: dict[str, Any]) -> AsyncIterator[Any]:
         """A call that asked for a stream. The first item describes it: ``{"replica": id,
@@ -105,7 +140,10 @@ class Component:
         request = contract.RequestParams.from_dict(params)
         if contract.dispatch(kind, True) != "stream":
             yield {"replica": replica, "method_kind": kind}
-            yield (await self.runner.call(request)).to_dict()
+            result = await self.runner.call(request)
+            if result.drift:
+                self._report_after_reinit()
+            yield result.to_dict()
             return
         try:
             chunks = await self.runner.open_stream(request)
@@ -131,6 +169,9 @@ class Component:
         runner = getattr(self, "runner", None)
         if runner is not None:
             runner.close()
+        place = getattr(self, "_place", None)
+        if place is not None and runner is not None and runner.reinit_count:
+            reports.remove(*place)
 
 
 @serve.deployment
@@ -139,6 +180,7 @@ class Gateway:
 
     async def __init__(self, components: dict[str, DeploymentHandle]) -> None:  # type: ignore[misc]
         data = json.loads(Path(GATEWAY_FILE).read_text())
+        self.codops = str(data.get("codops", ""))
         self.timeout_s = float(data["timeout_s"])
         self.endpoints = endpoints_from_json(data)
         self._by_url = {url_key(e.url): e for e in self.endpoints.values()}
@@ -148,6 +190,8 @@ class Gateway:
             for component, info in item["components"].items()
         }
         self.handles = components
+        self.arm_requests: dict[str, dict[str, int]] = {}
+        """Endpoint name → A/B arm → requests this gateway routed to it."""
         self.unstartable: dict[str, str] = {}
         """Component deployment → the user's init error, while none of its replicas runs."""
         self._checked_at = 0.0
@@ -202,6 +246,8 @@ class Gateway:
         path = _route_path(request)
         endpoint = self._endpoint_for(path)
         if endpoint is None:
+            if request.method == "GET" and path in (ROUTES_PATH, HEALTH_PATH):
+                return await (self._routes() if path == ROUTES_PATH else self._health())
             urls = (e.url for e in self.endpoints.values())
             return _json_response(contract.not_found_answer(path, urls))
         try:
@@ -216,6 +262,9 @@ class Gateway:
         except contract.ContractError as error:
             return _json_response(contract.error_answer(error.code, error.message))
         arm = contract.choose_arm(endpoint, params)
+        if endpoint.ab is not None:
+            counts = self.arm_requests.setdefault(endpoint.name, {})
+            counts[arm] = counts.get(arm, 0) + 1
         if stream:
             opened = await self._open_stream(endpoint, params, arm)
             if isinstance(opened, Response):
@@ -226,6 +275,46 @@ class Gateway:
 
     def _endpoint_for(self, path: str) -> EndpointSpec | None:
         return self._by_url.get(url_key(path))
+
+    # -- /_peach/routes and /_peach/health, as under `peach dev` -------------------------
+
+    async def _routes(self) -> Response:
+        endpoints: list[dict[str, Any]] = []
+        for endpoint in sorted(self.endpoints.values(), key=lambda e: e.url):
+            endpoints.append(
+                {
+                    "name": endpoint.name,
+                    "url": endpoint.url,
+                    "components": list(endpoint.components),
+                    "streams": None,  # known to the replicas only
+                }
+            )
+            ab = contract.ab_route(endpoint, self.arm_requests.get(endpoint.name, {}))
+            if ab is not None:
+                endpoints[-1]["ab"] = ab
+        body = {"codops": self.codops, "endpoints": endpoints}
+        return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
+
+    async def _health(self) -> Response:
+        """Every component's replicas, their states and last errors (a failed re-init)."""
+        await self._read_components()
+        app_name = serve.get_replica_context().app_name
+
+        def read() -> tuple[dict[str, Any], dict[tuple[str, str], dict[str, Any]]]:
+            from ray.serve.context import _get_global_client
+
+            client = _get_global_client()
+            details = client.get_serve_details() if client is not None else {}
+            app = (details.get("applications") or {}).get(app_name) or {}
+            return app.get("deployments") or {}, reports.read(app_name)
+
+        deployments, records = await asyncio.to_thread(read)
+        components = {
+            deployment: f"{name}/{component}"
+            for (name, component), deployment in self.deployments.items()
+        }
+        body = reports.health_body(self.codops, components, deployments, records, self.unstartable)
+        return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
 
     async def _answer(
         self,

@@ -12,6 +12,7 @@ Nothing here imports Ray, except ``validate_config`` (Ray's own schema).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from peach_cli.deploy.packaging import (
     project_files,
     runtime_package,
 )
-from peach_cli.errors import DeployError
+from peach_cli.errors import DeployError, UsageError
 from peach_cli.plan import ABSpec, ComponentSpec, EndpointSpec, ProjectPlan
 
 GATEWAY = "gateway"
@@ -36,6 +37,28 @@ COMPONENT_MAX_ONGOING = 100
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8000
 ROUTE_PREFIX = "/"
+_ROUTE_PREFIX = re.compile(r"^/[A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*$")
+
+
+def check_route_prefix(prefix: str | None) -> str:
+    """The route prefix an application serves: ``/`` or ``/team/project``, no trailing slash.
+
+    Raises ``UsageError`` for anything Serve would refuse or route strangely.
+
+    >>> check_route_prefix(None), check_route_prefix("/zzacc/"), check_route_prefix("/a/b")
+    ('/', '/zzacc', '/a/b')
+    """
+    if prefix is None:
+        return ROUTE_PREFIX
+    text = prefix.strip()
+    if text != "/":
+        text = text.rstrip("/")
+    if text == "/" or _ROUTE_PREFIX.match(text):
+        return text
+    raise UsageError(
+        f"--route-prefix {prefix!r} is not a route prefix",
+        hint="use / or a path like /zzacc (letters, digits, '.', '_', '~', '-' between slashes)",
+    )
 
 
 def deployment_name(spec: ComponentSpec) -> str:
@@ -145,6 +168,7 @@ def build_bundle(
     *,
     http_host: str = DEFAULT_HTTP_HOST,
     http_port: int = DEFAULT_HTTP_PORT,
+    route_prefix: str = ROUTE_PREFIX,
 ) -> Bundle:
     """The Serve config for ``plan`` and the packages it references (nothing uploaded)."""
     from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
@@ -190,7 +214,7 @@ def build_bundle(
         )
     application = {
         "name": plan.codops,
-        "route_prefix": ROUTE_PREFIX,
+        "route_prefix": route_prefix,
         "import_path": APPLICATION_BUILDER,
         "args": {
             "gateway": GATEWAY,
@@ -224,8 +248,9 @@ def merge_applications(
         if app.get("route_prefix") == ours["route_prefix"]:
             raise DeployError(
                 f"the application '{name}' already serves the route prefix "
-                f"'{ours['route_prefix']}' on this cluster",
-                hint=f"remove it first: peach delete {name}",
+                f"'{ours['route_prefix']}' on this cluster; nothing was changed",
+                hint=f"deploy this project under its own prefix: --route-prefix /{ours['name']}"
+                f" (or remove the other one: peach delete {name})",
             )
         deployed = app.get("deployed_app_config")
         if app.get("source") != "declarative" or not deployed:
@@ -248,6 +273,8 @@ def merge_applications(
         http_options = {k: v for k, v in current.items() if v is not None} or http_options
     config = dict(bundle.config)
     config["http_options"] = http_options
+    if details.get("controller_info") and details.get("proxy_location"):
+        config["proxy_location"] = details["proxy_location"]  # as Serve runs (it stays)
     config["applications"] = [*others, ours]
     return config, warnings
 

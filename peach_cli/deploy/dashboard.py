@@ -1,8 +1,9 @@
 """The REST client of a Ray cluster's dashboard: the only way peach talks to a cluster.
 
 Every call has an explicit timeout; every transport failure and every unexpected status is
-translated here, at one boundary, into a ``DeployError`` a user can act on. A token from
-``RAY_AUTH_TOKEN`` is sent as ``Authorization: Bearer …`` and never appears in a message.
+translated here, at one boundary, into a ``DeployError`` a user can act on. The token, found
+as Ray's own tools find it (``auth_token``), is sent as ``Authorization: Bearer …`` and never
+appears in a message.
 
 Example::
 
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 ADDRESS_ENV = "PEACH_RAY_ADDRESS"
 TOKEN_ENV = "RAY_AUTH_TOKEN"
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 APPLICATIONS_PATH = "/api/serve/applications/"
 
 _USERINFO = re.compile(r"^((?:[a-z][a-z0-9+.-]*://)?[^:/@\s]*):[^@/\s]*@", re.IGNORECASE)
@@ -91,6 +94,38 @@ def shown_address(address: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{host}"))
 
 
+def auth_token(environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """The dashboard token as Ray's tools read it, and where it came from (for hints).
+
+    ``RAY_AUTH_TOKEN``, else the file named by ``RAY_AUTH_TOKEN_PATH``, else
+    ``~/.ray/auth_token``; surrounding whitespace stripped. The token itself is never put
+    in a message. Raises ``DeployError`` when ``RAY_AUTH_TOKEN_PATH`` names a file that
+    cannot be read.
+
+    >>> auth_token({"RAY_AUTH_TOKEN": " abc\\n"})
+    ('abc', 'RAY_AUTH_TOKEN')
+    """
+    environ = os.environ if environ is None else environ
+    value = (environ.get(TOKEN_ENV) or "").strip()
+    if value:
+        return value, TOKEN_ENV
+    named = (environ.get(TOKEN_PATH_ENV) or "").strip()
+    if named:
+        path = Path(named).expanduser()
+        try:
+            return path.read_text().strip() or None, f"the file {path} ({TOKEN_PATH_ENV})"
+        except OSError as error:
+            raise DeployError(
+                f"cannot read the token file {path} named by {TOKEN_PATH_ENV}: "
+                f"{error.strerror or error}"
+            ) from None
+    path = Path(environ.get("HOME") or Path.home()) / ".ray" / "auth_token"
+    try:
+        return path.read_text().strip() or None, f"the file {path}"
+    except OSError:
+        return None, ""
+
+
 class DashboardClient:
     """A small, synchronous client of the endpoints peach needs."""
 
@@ -106,7 +141,10 @@ class DashboardClient:
         self.address = address
         self.shown = shown_address(address)
         """The address as messages show it (without a password)."""
-        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        source = "the token passed in"
+        if token is None:
+            token, source = auth_token()
+        self._token_source = source
         self._secrets = [s for s in (token, urlsplit(address).password) if s]
         headers = {"User-Agent": "peach-cli"}
         if token:
@@ -182,6 +220,51 @@ class DashboardClient:
             timeout=httpx.Timeout(UPLOAD_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
         )
 
+    # -- the state and log API (`peach logs`) ---------------------------------------------
+
+    def list_actors(self, class_name: str) -> list[dict[str, Any]]:
+        """``GET /api/v0/actors``: the actors of one class, alive and dead (as GCS keeps them)."""
+        path = "/api/v0/actors"
+        params = {
+            "filter_keys": "class_name",
+            "filter_predicates": "=",
+            "filter_values": class_name,
+            "detail": "true",
+            "limit": "1000",
+        }
+        data = _json(self._request("GET", path, params=params), path, self._redact)
+        try:
+            return list(data["data"]["result"]["result"])
+        except (KeyError, TypeError):
+            raise DeployError(f"unexpected answer from {path}: {data!r:.200}") from None
+
+    def actor_log(self, actor_id: str, suffix: str, lines: int) -> str | None:
+        """``GET /api/v0/logs/file``: the last ``lines`` of an actor's stdout or stderr
+        (``suffix`` ``out`` or ``err``); None when the cluster no longer has it."""
+        response = self._request(
+            "GET", "/api/v0/logs/file", params=_log_params(actor_id, suffix, lines), allow=(500,)
+        )
+        return response.text if response.status_code == 200 else None
+
+    def follow_actor_log(self, actor_id: str, suffix: str, lines: int) -> Iterator[str]:
+        """``GET /api/v0/logs/stream``: the last ``lines`` and then each new line, until the
+        actor's log ends or the caller stops iterating."""
+        import httpx
+
+        params = _log_params(actor_id, suffix, lines)
+        try:
+            with self._client.stream(
+                "GET",
+                "/api/v0/logs/stream",
+                params=params,
+                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+            ) as response:
+                if response.status_code != 200:
+                    return
+                yield from response.iter_lines()
+        except httpx.HTTPError:
+            return
+
     # -- the boundary --------------------------------------------------------------------
 
     def _request(
@@ -206,9 +289,10 @@ class DashboardClient:
             raise DashboardRefused(
                 response.status_code,
                 f"the Ray dashboard at {self.shown} refused the request ({response.status_code})",
-                hint="check the token in RAY_AUTH_TOKEN"
+                hint=f"check the token in {self._token_source}"
                 if has_token
-                else f"the cluster needs a token: set {TOKEN_ENV}",
+                else f"the cluster needs a token: set {TOKEN_ENV} (or {TOKEN_PATH_ENV}, "
+                "or write it to ~/.ray/auth_token)",
             )
         if response.status_code >= 400 and response.status_code not in allow:
             detail = self._redact(response.text.strip())  # a server may echo the request
@@ -233,6 +317,15 @@ def _json(
         return response.json()
     except ValueError:
         raise DeployError(f"{path} did not answer JSON: {redact(response.text[:200])!r}") from None
+
+
+def _log_params(actor_id: str, suffix: str, lines: int) -> dict[str, str]:
+    return {
+        "actor_id": actor_id,
+        "suffix": suffix,
+        "lines": str(lines),
+        "filter_ansi_code": "true",
+    }
 
 
 def _reason(error: Exception) -> str:

@@ -16,11 +16,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from peach_cli.deploy.config import (
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
+    ROUTE_PREFIX,
     Bundle,
     build_bundle,
     http_url,
@@ -34,6 +35,7 @@ from peach_cli.deploy.progress import (
     read_applications,
     starting_errors,
     startup_failure,
+    with_replica_errors,
 )
 from peach_cli.deploy.resources import (
     Needs,
@@ -44,6 +46,9 @@ from peach_cli.deploy.resources import (
 )
 from peach_cli.errors import DeployError
 from peach_cli.plan import ProjectPlan
+
+if TYPE_CHECKING:
+    from peach_cli.deploy.uploads import Selection
 
 DEFAULT_TIMEOUT_S = 300.0
 POLL_INTERVAL_S = 0.25
@@ -86,14 +91,28 @@ class DeployResult:
 
 
 def dry_run_config(
-    plan: ProjectPlan, *, http_host: str | None = None, http_port: int | None = None
+    plan: ProjectPlan,
+    *,
+    http_host: str | None = None,
+    http_port: int | None = None,
+    route_prefix: str = ROUTE_PREFIX,
 ) -> dict[str, Any]:
     """The exact Serve config a deploy of ``plan`` would send (checked by Ray's schema)."""
     bundle = build_bundle(
-        plan, http_host=http_host or DEFAULT_HTTP_HOST, http_port=http_port or DEFAULT_HTTP_PORT
+        plan,
+        http_host=http_host or DEFAULT_HTTP_HOST,
+        http_port=http_port or DEFAULT_HTTP_PORT,
+        route_prefix=route_prefix,
     )
     validate_config(bundle.config)
     return bundle.config
+
+
+def upload_selection(plan: ProjectPlan) -> Selection:
+    """The project files a deploy of ``plan`` uploads with each component."""
+    from peach_cli.deploy.uploads import select_files
+
+    return select_files(plan.root, plan.watched_files)
 
 
 def connect(address: str | None, reporter: Reporter) -> DashboardClient:
@@ -109,15 +128,23 @@ def deploy(
     address: str | None = None,
     http_host: str | None = None,
     http_port: int | None = None,
+    route_prefix: str = ROUTE_PREFIX,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     reporter: Reporter | None = None,
     poll_interval_s: float = POLL_INTERVAL_S,
 ) -> DeployResult:
-    """Deploy ``plan`` and wait until every replica runs; raise on the first failure."""
+    """Deploy ``plan`` and wait until every replica runs; raise on the first failure.
+
+    Nothing on the cluster changes before the route prefix, the config and the resources
+    have been checked.
+    """
     reporter = reporter or Reporter()
     started = time.monotonic()
     bundle = build_bundle(
-        plan, http_host=http_host or DEFAULT_HTTP_HOST, http_port=http_port or DEFAULT_HTTP_PORT
+        plan,
+        http_host=http_host or DEFAULT_HTTP_HOST,
+        http_port=http_port or DEFAULT_HTTP_PORT,
+        route_prefix=route_prefix,
     )
     with connect(address, reporter) as dashboard:
         version = dashboard.version()
@@ -148,10 +175,11 @@ def deploy(
             code=bundle.working_dirs,
             replaced=replaced,
         )
-        _check_proxies(dashboard, http_url(config), reporter)
+        url = http_url(config, "" if route_prefix == ROUTE_PREFIX else route_prefix)
+        _check_proxies(dashboard, url, reporter)
     return DeployResult(
         app=app,
-        url=http_url(config),
+        url=url,
         elapsed_s=time.monotonic() - started,
         uploaded=uploaded,
         reused=reused,
@@ -304,9 +332,17 @@ def _pending_hint(app: ApplicationState | None) -> str:
 
 
 def status(address: str | None = None, reporter: Reporter | None = None) -> list[ApplicationState]:
-    """Every Serve application on the cluster with its deployments and replicas."""
+    """Every Serve application on the cluster with its deployments and replicas, and each
+    replica's last error as its gateway reports it (a failed drift re-init)."""
+    from peach_cli.deploy.gateway_health import replica_errors
+
     with connect(address, reporter or Reporter()) as dashboard:
-        return read_applications(dashboard.serve_details())
+        details = dashboard.serve_details()
+        errors = replica_errors(details, dashboard.address)
+    return [
+        with_replica_errors(app, errors[app.name]) if app.name in errors else app
+        for app in read_applications(details)
+    ]
 
 
 def delete(

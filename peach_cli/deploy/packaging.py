@@ -1,9 +1,9 @@
 """The code a cluster runs, as zips named by their content hash.
 
 Each deployment gets its own ``working_dir`` zip: the gateway's holds the routing plan, a
-component's holds the project's files (notebooks and conf excluded: the code a replica runs
-is the extracted source in its spec) plus its spec. The tool's own package goes in one more
-zip, for ``py_modules``. Zips are byte-for-byte reproducible (sorted entries, fixed
+component's holds the project's files (those ``uploads.select_files`` picks: no notebooks,
+conf, dot-files, ignored files, virtualenvs or caches) plus its spec. The tool's own
+package goes in one more zip, for ``py_modules``. Zips are byte-for-byte reproducible (sorted entries, fixed
 timestamps), so an unchanged component keeps the same ``gcs://`` URI, its deployment's
 options do not change, and a redeploy leaves its replicas running.
 """
@@ -25,23 +25,6 @@ SPEC_DIR = ".peach"
 GATEWAY_FILE = f"{SPEC_DIR}/gateway.json"
 COMPONENT_FILE = f"{SPEC_DIR}/component.json"
 
-SKIPPED_DIRS = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".svn",
-        "__pycache__",
-        ".ipynb_checkpoints",
-        ".venv",
-        "venv",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".ruff_cache",
-        "node_modules",
-        SPEC_DIR,
-    }
-)
-SKIPPED_SUFFIXES = (".pyc", ".pyo", ".ipynb")
 MAX_PACKAGE_BYTES = 500 * 1024 * 1024
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -89,28 +72,16 @@ def package(kind: str, entries: Iterable[tuple[str, bytes]]) -> Package:
 
 
 def project_files(root: Path, excluded: Iterable[str] = ()) -> list[tuple[str, bytes]]:
-    """The project's files as ``(posix path, bytes)``, without caches, VCS and notebooks.
+    """The project's files to upload as ``(posix path, bytes)`` (see ``uploads``).
 
-    ``excluded`` are relative posix paths left out too (the conf files).
+    ``excluded`` are relative posix paths left out too (the conf files). Raises
+    ``DeployError`` before reading anything when they are over Ray's package limit.
     """
-    skip = set(excluded)
-    files: list[tuple[str, bytes]] = []
-    for path in sorted(root.rglob("*")):
-        relative = path.relative_to(root)
-        if any(part in SKIPPED_DIRS for part in relative.parts[:-1]):
-            continue
-        if not path.is_file() or path.name.endswith(SKIPPED_SUFFIXES):
-            continue
-        if relative.parts[-1] in SKIPPED_DIRS:
-            continue
-        posix = relative.as_posix()
-        if posix in skip:
-            continue
-        try:
-            files.append((posix, path.read_bytes()))
-        except OSError as error:
-            raise DeployError(f"cannot read {path}: {error.strerror}") from None
-    return files
+    from peach_cli.deploy.uploads import check_size, read_files, select_files
+
+    selection = select_files(root, excluded)
+    check_size(selection)
+    return read_files(selection)
 
 
 RUNTIME_MODULES = (
@@ -132,6 +103,7 @@ RUNTIME_MODULES = (
     "deploy/config.py",
     "deploy/packaging.py",
     "deploy/progress.py",
+    "deploy/reports.py",
 )
 """The part of ``peach_cli`` that replicas import (notebooks' ``from peach_cli import
 endpoint`` included): a change anywhere else in the tool does not restart replicas."""

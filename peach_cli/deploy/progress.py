@@ -8,6 +8,7 @@ of Ray's message (ANSI colour codes stripped).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,8 @@ class ReplicaState:
     state: str
     node_ip: str | None = None
     pid: int | None = None
+    last_error: str | None = None
+    """The replica's last error as its gateway reports it (a failed drift re-init)."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,13 @@ class ApplicationState:
                     "message": d.message,
                     "target_replicas": d.target,
                     "replicas": [
-                        {"replica_id": r.replica_id, "state": r.state, "pid": r.pid}
+                        {
+                            "replica_id": r.replica_id,
+                            "state": r.state,
+                            "pid": r.pid,
+                            "node_ip": r.node_ip,
+                            "last_error": r.last_error,
+                        }
                         for r in d.replicas
                     ],
                 }
@@ -139,6 +148,20 @@ def read_application(name: str, app: dict[str, Any]) -> ApplicationState:
         deployments=tuple(deployments),
         last_deployed_time_s=app.get("last_deployed_time_s"),
     )
+
+
+def with_replica_errors(app: ApplicationState, errors: dict[str, str]) -> ApplicationState:
+    """``app`` with each replica's last error (replica id → error) filled in."""
+    deployments = tuple(
+        dataclasses.replace(
+            d,
+            replicas=tuple(
+                dataclasses.replace(r, last_error=errors.get(r.replica_id)) for r in d.replicas
+            ),
+        )
+        for d in app.deployments
+    )
+    return dataclasses.replace(app, deployments=deployments)
 
 
 def read_applications(details: dict[str, Any]) -> list[ApplicationState]:

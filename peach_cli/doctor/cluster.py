@@ -52,13 +52,16 @@ def _skipped(reason: str, names: tuple[str, ...] = _AFTER_DASHBOARD) -> list[Che
 
 
 def find_token() -> tuple[str | None, str]:
-    """The token ``DashboardClient`` sends, and where it was found (for messages).
+    """The token ``DashboardClient`` sends, and where it was found (for messages): as Ray's
+    tools read it (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``)."""
+    from peach_cli.deploy.dashboard import TOKEN_ENV, auth_token
+    from peach_cli.errors import DeployError
 
-    The one place doctor looks for the token: keep it the lookup the dashboard client uses.
-    """
-    from peach_cli.deploy.dashboard import TOKEN_ENV
-
-    return os.environ.get(TOKEN_ENV) or None, TOKEN_ENV
+    try:
+        token, source = auth_token()
+    except DeployError:
+        return None, TOKEN_ENV
+    return token, source or TOKEN_ENV
 
 
 def _check_dashboard(url: str, warnings: list[str], plan: ProjectPlan | None) -> list[Check]:

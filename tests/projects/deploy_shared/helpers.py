@@ -1,0 +1,1 @@
+# a project module, uploaded with each component

@@ -1,0 +1,367 @@
+"""A shared Ray cluster (SPEC §6), on the two-node cluster of conftest's ``ray_cluster``:
+several projects under their own route prefixes, what is uploaded, `peach logs`, the
+gateway's `/_peach/health`, a redeploy under load, and the dashboard token."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from ray_cluster import RayHead
+from test_deploy_cluster import cluster, plan_of, replica_ids  # noqa: F401 - fixtures
+
+from peach_cli.deploy.deployer import deploy
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]  # the first test starts the cluster
+
+TESTS = Path(__file__).resolve().parent
+PROJECTS = TESTS / "projects"
+BASIC = PROJECTS / "deploy_basic"
+SHARED = PROJECTS / "deploy_shared"
+INITFAIL = PROJECTS / "deploy_initfail"
+REPO = TESTS.parent
+
+
+def peach(
+    *args: str, timeout: float = 110, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full = dict(os.environ, NO_COLOR="1", COLUMNS="200")
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        full.pop(name, None)
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=full,
+        timeout=timeout,
+    )
+
+
+def poll(check, what: str, timeout_s: float = 30.0, interval_s: float = 0.3):
+    """Call ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what} (last: {value!r})"
+        time.sleep(interval_s)
+
+
+def with_private_files(project: Path) -> None:
+    """Files a deploy must not upload, next to one it must."""
+    (project / ".env").write_text("DB_PASSWORD=hunter2\n")
+    (project / ".aws").mkdir()
+    (project / ".aws" / "credentials").write_text("[default]\n")
+    (project / ".gitignore").write_text("data/\n*.log\n!keep.log\n")
+    (project / ".rayignore").write_text("weights.bin\n")
+    (project / "data").mkdir()
+    (project / "data" / "customers.csv").write_text("id,email\n")
+    (project / "keep.log").write_text("kept\n")
+    (project / "debug.log").write_text("ignored\n")
+    (project / "weights.bin").write_bytes(b"\0" * 64)
+    (project / "venv" / "lib").mkdir(parents=True)
+    (project / "venv" / "pyvenv.cfg").write_text("home = /usr\n")
+    (project / "venv" / "lib" / "site.py").write_text("")
+    (project / "__pycache__").mkdir()
+    (project / "__pycache__" / "helpers.cpython-311.pyc").write_bytes(b"")
+    (project / "sub").mkdir()
+    (project / "sub" / ".gitignore").write_text("*.tmp\n")
+    (project / "sub" / "scratch.tmp").write_text("")
+    (project / "sub" / "notes.txt").write_text("uploaded\n")
+
+
+UPLOADED = ["helpers.py", "keep.log", "sub/notes.txt"]
+
+
+def nodes(head: RayHead) -> tuple[str, set[str]]:
+    """The head's node id, and the node ids of every Serve replica."""
+    summary = httpx.get(f"{head.dashboard_url}/nodes?view=summary", timeout=10).json()
+    (head_id,) = [
+        n["raylet"]["nodeId"] for n in summary["data"]["summary"] if n["raylet"]["isHeadNode"]
+    ]
+    details = httpx.get(f"{head.dashboard_url}/api/serve/applications/", timeout=10).json()
+    placed = {
+        replica["node_id"]
+        for app in details["applications"].values()
+        for deployment in app["deployments"].values()
+        for replica in deployment["replicas"]
+    }
+    return head_id, placed
+
+
+def test_projects_share_the_cluster_under_their_own_prefixes(cluster, tmp_path):  # noqa: F811
+    serve = cluster.serve_url
+    address = ("--address", cluster.dashboard_url)
+    basic = tmp_path / "basic"
+    shutil.copytree(BASIC, basic)
+    result = peach("deploy", str(basic), *address)
+    assert result.returncode == 0, result.stderr
+    before = replica_ids(cluster)
+
+    # a second project on the same prefix: refused before anything changes
+    shared = tmp_path / "shared"
+    shutil.copytree(SHARED, shared)
+    with_private_files(shared)
+    refused = peach("deploy", str(shared), *address)
+    assert refused.returncode == 1
+    assert "the application 'deploy-basic' already serves the route prefix '/'" in refused.stderr
+    assert "--route-prefix /deploy-shared" in refused.stderr
+    assert replica_ids(cluster) == before
+
+    # what it would upload, listed by --dry-run (stdout stays the config)
+    dry = peach("deploy", str(shared), "--dry-run", "--route-prefix", "/deploy-shared")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["applications"][0]["route_prefix"] == "/deploy-shared"
+    listed = re.findall(r"^  (\S+)  \d", dry.stderr, re.MULTILINE)
+    assert listed == UPLOADED, dry.stderr
+    assert re.search(r"3 file\(s\), [\d.]+ B", dry.stderr)
+
+    result = peach("deploy", str(shared), *address, "--route-prefix", "/deploy-shared")
+    assert result.returncode == 0, result.stderr
+    assert f"/talk  {serve}/deploy-shared/talk" in result.stdout
+    assert f"--url {serve}/deploy-shared" in result.stderr
+    # the replicas got exactly the files the listing promised, on the worker node
+    files = httpx.get(f"{serve}/deploy-shared/files", timeout=10).json()["result"]
+    assert files == UPLOADED
+    head_id, placed = nodes(cluster)
+    assert placed and head_id not in placed
+
+    asked = peach("ask", "/talk", "text=hi", "--url", f"{serve}/deploy-shared")
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout) == {"echo": "hi"}
+    missing = peach("ask", "/tlak", "--url", f"{serve}/deploy-shared")
+    assert missing.returncode == 8
+    assert "did you mean /talk" in missing.stderr  # the routes of the gateway under the prefix
+    assert httpx.get(f"{serve}/hello", timeout=10).json()["result"]["greeting"] == "hello world"
+    assert httpx.get(f"{serve}/deploy-shared/hello", timeout=10).status_code == 404
+
+    status = peach("status", *address, "--format", "json")
+    prefixes = {a["name"]: a["route_prefix"] for a in json.loads(status.stdout)["applications"]}
+    assert prefixes == {"deploy-basic": "/", "deploy-shared": "/deploy-shared"}
+    assert "route /deploy-shared" in peach("status", *address).stdout
+
+    # redeploying one (a changed component) leaves the other's replicas alone
+    shared_before = {k: v for k, v in replica_ids(cluster).items() if k.startswith("deploy-shared")}
+    notebook = basic / "notebooks" / "Hello.ipynb"
+    notebook.write_text(notebook.read_text().replace("hello {name}", "hi {name}"))
+    result = peach("deploy", str(basic), *address)
+    assert result.returncode == 0, result.stderr
+    assert httpx.get(f"{serve}/hello", timeout=10).json()["result"]["greeting"] == "hi world"
+    after = replica_ids(cluster)
+    assert {k: v for k, v in after.items() if k.startswith("deploy-shared")} == shared_before
+
+    # and deleting it too
+    result = peach("delete", "deploy-basic", *address)
+    assert result.returncode == 0, result.stderr
+    assert {k: v for k, v in replica_ids(cluster).items()} == shared_before
+    talk = httpx.get(f"{serve}/deploy-shared/talk", params={"text": "still"}, timeout=10)
+    assert talk.json()["result"] == {"echo": "still"}
+    routes = httpx.get(f"{serve}/deploy-shared/_peach/routes", timeout=10).json()
+    assert routes["codops"] == "deploy-shared"
+    assert [e["url"] for e in routes["endpoints"]] == ["/drift", "/files", "/talk"]
+
+
+def log_lines(head: RayHead, *args: str) -> str:
+    result = peach("logs", *args, "--address", head.dashboard_url)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def poll_logs(head: RayHead, needle: str, *args: str) -> str:
+    """`peach logs ARGS` once its output holds ``needle`` (log files are written async)."""
+
+    def read() -> str | None:
+        text = log_lines(head, *args)
+        return text if needle in text else None
+
+    return poll(read, f"{needle!r} never reached peach logs")
+
+
+def test_logs_health_and_status_show_prints_init_errors_and_failed_reinits(cluster):  # noqa: F811
+    serve, address = cluster.serve_url, ("--address", cluster.dashboard_url)
+    result = peach("deploy", str(SHARED), *address, "--route-prefix", "/shared")
+    assert result.returncode == 0, result.stderr
+    assert httpx.get(f"{serve}/shared/talk", params={"text": "ping"}, timeout=10).status_code == 200
+    # a drift-aware answer re-runs init on that replica, and this init fails the second time
+    assert httpx.get(f"{serve}/shared/drift", timeout=10).json()["result"] == ["v1"]
+
+    def drift_error():
+        health = httpx.get(f"{serve}/shared/_peach/health", timeout=10).json()
+        component = next(c for c in health["components"] if c["component"] == "drift/main")
+        return health if component["replicas"][0]["error"] else None
+
+    health = poll(drift_error, "the failed re-init never reached /_peach/health")
+    assert health["codops"] == "deploy-shared" and health["status"] == "degraded"
+    drift = next(c for c in health["components"] if c["component"] == "drift/main")
+    (replica,) = drift["replicas"]
+    assert replica["state"] == "running" and replica["id"] == f"drift/main#{replica['replica_id']}"
+    assert "re-init after drift failed, keeping the previous state" in replica["error"]
+    assert "RuntimeError: the model store is gone" in replica["error"]
+    talk = next(c for c in health["components"] if c["component"] == "talk/main")
+    assert [r["error"] for r in talk["replicas"]] == [None]
+    # the replica keeps serving with its old state
+    assert httpx.get(f"{serve}/shared/drift", timeout=10).json()["result"] == ["v1"]
+
+    status = peach("status", *address, "--format", "json")
+    (app,) = json.loads(status.stdout)["applications"]
+    deployments = {d["name"]: d for d in app["deployments"]}
+    assert "the model store is gone" in deployments["drift.main"]["replicas"][0]["last_error"]
+    assert deployments["talk.main"]["replicas"][0]["last_error"] is None
+    assert "re-init after drift failed" in peach("status", *address).stdout
+
+    # the replicas' own output, each line with its deployment and replica
+    talk_id = deployments["talk.main"]["replicas"][0]["replica_id"]
+    drift_id = deployments["drift.main"]["replicas"][0]["replica_id"]
+    text = poll_logs(cluster, "talk was asked: ping")
+    assert f"talk.main#{talk_id} | loading the talk model" in text
+    assert f"talk.main#{talk_id} | talk was asked: ping" in text
+    assert re.search(rf"^drift\.main#{drift_id} \| .*re-init after drift failed", text, re.M)
+    assert f"drift.main#{drift_id} | RuntimeError: the model store is gone" in text
+    only = log_lines(cluster, "deploy-shared", "--deployment", "talk.main", "--tail", "1")
+    prefixes = [line.split(" | ", 1)[0] for line in only.splitlines()]
+    assert f"talk.main#{talk_id}" in prefixes
+    # talk.main only (with the stopped replicas of the earlier test's deploy-shared), and
+    # one line of stdout and one of stderr per replica
+    assert all(p.startswith("talk.main#") for p in prefixes), only
+    assert all(prefixes.count(p) <= 2 for p in prefixes), only
+    unknown = peach("logs", "deploy-shared", *address, "--deployment", "talk")
+    assert unknown.returncode == 2 and "did you mean talk.main" in unknown.stderr
+
+    # --follow prints new lines as the replica writes them, until Ctrl-C
+    log = (cluster.temp_dir / "follow.log").open("wb")
+    env = dict(os.environ, NO_COLOR="1", PYTHONUNBUFFERED="1")
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "peach_cli.cli", "logs", "deploy-shared", *address,
+         "-d", "talk.main", "--follow", "--tail", "0"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True,
+    )  # fmt: skip
+    log.close()
+    try:
+        follow_log = cluster.temp_dir / "follow.log"
+
+        def followed():
+            httpx.get(f"{serve}/shared/talk", params={"text": "later"}, timeout=10)
+            return "talk was asked: later" in follow_log.read_text()
+
+        poll(followed, "--follow did not print the new line", interval_s=1.0)
+        assert f"talk.main#{talk_id} | talk was asked: later" in follow_log.read_text()
+    finally:
+        os.killpg(follower.pid, signal.SIGINT)
+        code = follower.wait(timeout=15)
+    assert code == 130
+
+    # an init that fails: its replicas stop, and their logs still show the user's error
+    failed = peach("deploy", str(INITFAIL), *address, "--route-prefix", "/initfail")
+    assert failed.returncode == 1
+    text = poll_logs(cluster, "no weights", "deploy-initfail")
+    assert re.search(
+        r"^broken\.main#\w+ \(stopped\) \| FileNotFoundError: no weights at /models/latest.bin",
+        text,
+        re.M,
+    )
+
+
+def test_a_redeploy_under_load_fails_no_request_and_keeps_unchanged_replicas(
+    cluster,  # noqa: F811
+    tmp_path,
+):
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    deploy(plan_of(project), address=cluster.dashboard_url)
+    before = replica_ids(cluster)
+    serve = cluster.serve_url
+    stop = threading.Event()
+    failures: list[str] = []
+    calls = {"hello": 0, "count": 0, "new": 0}
+
+    def client() -> None:
+        with httpx.Client(base_url=serve, timeout=30) as http:
+            while not stop.is_set():
+                try:
+                    hello = http.get("/hello", params={"name": "load"})
+                    if hello.status_code != 200:
+                        failures.append(f"/hello {hello.status_code} {hello.text[:200]}")
+                    elif hello.json()["result"]["greeting"] == "hi load":
+                        calls["new"] += 1
+                    calls["hello"] += 1
+                    count = http.get("/count", params={"stream": "1", "n": "2"})
+                    if count.status_code != 200 or count.content != b"0\n1\n":
+                        failures.append(f"/count {count.status_code} {count.content[:200]!r}")
+                    calls["count"] += 1
+                except httpx.HTTPError as error:
+                    failures.append(f"{type(error).__name__}: {error}")
+
+    clients = [threading.Thread(target=client) for _ in range(2)]
+    for thread in clients:
+        thread.start()
+    try:
+        poll(lambda: calls["hello"] >= 20, "the clients did not get going")
+        notebook = project / "notebooks" / "Hello.ipynb"
+        notebook.write_text(notebook.read_text().replace("hello {name}", "hi {name}"))
+        deploy(plan_of(project), address=cluster.dashboard_url)
+        served = calls["hello"]
+        poll(lambda: calls["hello"] >= served + 20, "the clients stopped after the redeploy")
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join(timeout=40)
+    assert failures == [], failures[:5]
+    assert calls["new"] > 0 and calls["count"] > 40, calls
+    after = replica_ids(cluster)
+    assert after["deploy-basic/count.main"] == before["deploy-basic/count.main"]
+    assert after["deploy-basic/gateway"] == before["deploy-basic/gateway"]
+    assert not set(after["deploy-basic/hello.main"]) & set(before["deploy-basic/hello.main"])
+
+
+# -- last: a cluster of its own, once the shared one is stopped -----------------------------
+
+
+def test_the_token_is_read_as_rays_tools_read_it(tmp_path):
+    token = "peach-test-token-0123456789abcdef"
+    home = tmp_path / "home"
+    home.mkdir()
+    empty_home = {"HOME": str(home)}
+    with RayHead(num_cpus=1, auth_token=token) as secured:
+        address = ("--address", secured.dashboard_url)
+        missing = peach("status", *address, env=empty_home)
+        assert missing.returncode == 1
+        assert "refused the request (401)" in missing.stderr
+        assert "set RAY_AUTH_TOKEN" in missing.stderr and "RAY_AUTH_TOKEN_PATH" in missing.stderr
+
+        wrong = peach("status", *address, env={**empty_home, "RAY_AUTH_TOKEN": "not-the-token"})
+        assert wrong.returncode == 1 and "(403)" in wrong.stderr
+        assert "not-the-token" not in wrong.stderr + wrong.stdout  # never printed
+
+        right = peach("status", *address, env={**empty_home, "RAY_AUTH_TOKEN": token})
+        assert right.returncode == 0, right.stderr
+        assert "no applications" in right.stdout
+
+        token_file = tmp_path / "token"
+        token_file.write_text(f"  {token}\n")  # whitespace stripped
+        by_path = peach(
+            "status", *address, env={**empty_home, "RAY_AUTH_TOKEN_PATH": str(token_file)}
+        )
+        assert by_path.returncode == 0, by_path.stderr
+
+        (home / ".ray").mkdir()
+        (home / ".ray" / "auth_token").write_text(f"{token}\n")
+        by_home = peach("status", *address, env=empty_home)
+        assert by_home.returncode == 0, by_home.stderr
+        assert token not in by_home.stdout + by_home.stderr
+
+        gone = peach("status", *address, env={"RAY_AUTH_TOKEN_PATH": str(tmp_path / "nope")})
+        assert gone.returncode == 1
+        assert f"cannot read the token file {tmp_path / 'nope'}" in gone.stderr

@@ -1,0 +1,171 @@
+"""What `peach deploy` uploads (SPEC §6), without a cluster: the ignore rules, `--dry-run`'s
+listing, and Ray's package limit checked before anything is read or sent."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from peach_cli.deploy.config import build_bundle
+from peach_cli.deploy.uploads import MAX_UPLOAD_BYTES, check_size, format_size, select_files
+from peach_cli.errors import DeployError
+from peach_cli.validate import build_plan
+
+TESTS = Path(__file__).resolve().parent
+BASIC = TESTS / "projects" / "deploy_basic"
+REPO = TESTS.parent
+
+
+def write(root: Path, files: dict[str, str | bytes]) -> None:
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
+def selected(root: Path, excluded: tuple[str, ...] = ()) -> list[str]:
+    return [f.path for f in select_files(root, excluded).files]
+
+
+def test_dot_files_virtualenvs_caches_and_notebooks_are_left_out(tmp_path):
+    write(
+        tmp_path,
+        {
+            "app.py": "",
+            ".env": "SECRET=1",
+            ".aws/credentials": "[default]",
+            ".git/config": "",
+            "pkg/.secret": "",
+            "pkg/mod.py": "",
+            "env/pyvenv.cfg": "home = /usr",
+            "env/lib/site.py": "",
+            "conda/conda-meta/history": "",
+            "conda/lib/x.py": "",
+            "node_modules/a/index.js": "",
+            "__pycache__/app.cpython-311.pyc": b"",
+            "pkg/__pycache__/mod.cpython-311.pyc": b"",
+            "tool-cache/CACHEDIR.TAG": "Signature: 8a477f597d28d172789f06886806bc55",
+            "tool-cache/blob": "",
+            "stale.pyc": b"",
+            "notebooks/A.ipynb": "{}",
+            "peach.yaml": "",
+        },
+    )
+    assert selected(tmp_path, ("peach.yaml",)) == ["app.py", "pkg/mod.py"]
+
+
+def test_gitignore_and_rayignore_apply_with_gitignore_semantics(tmp_path):
+    write(
+        tmp_path,
+        {
+            ".gitignore": "# data stays local\ndata/\n*.log\n!keep.log\n/top.txt\n",
+            ".rayignore": "weights/*.bin\n",
+            "data/customers.csv": "",
+            "nested/data/more.csv": "",  # `data/` matches at any depth
+            "debug.log": "",
+            "keep.log": "",
+            "top.txt": "",
+            "nested/top.txt": "",  # `/top.txt` is anchored to the folder of the file
+            "weights/model.bin": "",
+            "weights/README": "",
+            "sub/.gitignore": "*.tmp\n!keep.log\n",
+            "sub/a.tmp": "",
+            "sub/b.log": "",
+            "sub/keep.log": "",
+            "a.tmp": "",  # sub/.gitignore applies below sub/ only
+        },
+    )
+    assert selected(tmp_path) == [
+        "a.tmp",
+        "keep.log",
+        "nested/top.txt",
+        "sub/keep.log",
+        "weights/README",
+    ]
+
+
+def test_a_deeper_gitignore_can_re_include_what_a_parent_ignores(tmp_path):
+    write(tmp_path, {".gitignore": "*.csv\n", "lookup/.gitignore": "!codes.csv\n"})
+    write(tmp_path, {"big.csv": "", "lookup/codes.csv": "", "lookup/other.csv": ""})
+    assert selected(tmp_path) == ["lookup/codes.csv"]
+
+
+def test_component_zips_hold_only_the_selected_files(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    write(project, {".env": "DB_PASSWORD=hunter2", ".gitignore": "data/\n", "data/x.csv": ""})
+    write(project, {"helpers.py": "X = 1\n"})
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, diagnostics
+    bundle = build_bundle(plan)
+    for package in bundle.packages:
+        if package.name.startswith("peach_component_"):
+            with zipfile.ZipFile(io.BytesIO(package.data)) as archive:
+                names = sorted(n for n in archive.namelist() if not n.startswith(".peach/"))
+            assert names == ["helpers.py"]
+
+
+def test_a_project_over_rays_limit_fails_naming_the_largest_files(tmp_path):
+    write(tmp_path, {"app.py": "", "small.bin": b"1" * 1024})
+    for name, size in (("data/huge.parquet", 400), ("model.pt", 150)):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as sparse:  # sparse: no disk used, and never read
+            sparse.truncate(size * 1024 * 1024)
+    selection = select_files(tmp_path)
+    assert selection.total_bytes > MAX_UPLOAD_BYTES
+    with pytest.raises(DeployError) as caught:
+        check_size(selection)
+    message = caught.value.message
+    assert "550.0 MiB, over Ray's limit of 500.0 MiB" in message
+    assert message.index("data/huge.parquet (400.0 MiB)") < message.index("model.pt (150.0 MiB)")
+    assert ".gitignore or .rayignore" in (caught.value.hint or "")
+
+
+def run_peach(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, NO_COLOR="1", COLUMNS="200", **(env or {})),
+        timeout=60,
+    )
+
+
+def test_dry_run_lists_the_files_and_their_size_and_keeps_stdout_the_config(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    write(project, {".env": "x", "helpers.py": "X = 1\n", "data/table.csv": "a,b\n1,2\n"})
+    result = run_peach("deploy", str(project), "--dry-run", "--route-prefix", "/team")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["applications"][0]["route_prefix"] == "/team"
+    assert "2 file(s), 14 B uploaded with each component" in result.stderr
+    assert "  data/table.csv  8 B" in result.stderr and "  helpers.py  6 B" in result.stderr
+    assert ".env" not in result.stderr.replace("dot-files", "")
+
+
+def test_a_too_large_project_fails_the_dry_run_too_with_exit_1(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    with (project / "dump.sql").open("wb") as sparse:
+        sparse.truncate(MAX_UPLOAD_BYTES + 1)
+    result = run_peach("deploy", str(project), "--dry-run")
+    assert result.returncode == 1
+    assert "over Ray's limit" in result.stderr and "dump.sql (500.0 MiB)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_format_size():
+    assert [format_size(n) for n in (5, 2048, 3 * 1024 * 1024)] == ["5 B", "2.0 KiB", "3.0 MiB"]
