@@ -90,6 +90,7 @@ RUNTIME_MODULES = (
     "errors.py",
     "plan.py",
     "contract/__init__.py",
+    "contract/ab.py",
     "contract/answers.py",
     "contract/binding.py",
     "contract/errors.py",
