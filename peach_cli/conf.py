@@ -12,9 +12,16 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
 
 from peach_cli.plan import DEFAULT_MEDIA_TYPE, DEFAULT_TASK_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
@@ -116,6 +123,29 @@ class Component(_Strict):
     media_type: str = Field(DEFAULT_MEDIA_TYPE, description="Content type of streams.")
 
 
+Percent = Annotated[int, Field(ge=0, le=100, description="A whole percentage, 0 to 100.")]
+
+
+class ABTest(_Strict):
+    """An A/B test between an endpoint's components (SPEC §2 "A/B")."""
+
+    by: Literal["user", "client", "session"] = Field(
+        description="Who is split: read from user_id, client_id or session_id."
+    )
+    split: dict[str, Percent] = Field(
+        min_length=1,
+        description="Percent of requests per non-fallback component, in bucket order; sums to 100.",
+    )
+
+    @field_validator("split")
+    @classmethod
+    def _sums_to_100(cls, split: dict[str, int]) -> dict[str, int]:
+        total = sum(split.values())
+        if total != 100:
+            raise ValueError(f"the percentages sum to {total}, not 100")
+        return split
+
+
 class Endpoint(_Strict):
     """An endpoint: a url and its components (``main`` and an optional ``fallback``)."""
 
@@ -124,6 +154,9 @@ class Endpoint(_Strict):
     components: dict[str, Component] = Field(
         min_length=1,
         description="The components: main (or the only one), and an optional fallback.",
+    )
+    ab: ABTest | None = Field(
+        None, description="Split requests between components by user, client or session."
     )
 
 
@@ -190,7 +223,7 @@ def _without_pydantic_plugins() -> Iterator[None]:
 # 50 ms with ray installed, a sixth of `peach validate`). These models use none, so they are
 # built here with plugins off, as typer does for its own adapters.
 with _without_pydantic_plugins():
-    for _model in (PyEnvironment, Component, Endpoint, Task, PeachConf):
+    for _model in (PyEnvironment, Component, ABTest, Endpoint, Task, PeachConf):
         _model.model_rebuild(force=True)
 
 

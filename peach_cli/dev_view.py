@@ -3,7 +3,8 @@
 ``DevView`` receives the simulator's events (``simulator.events``) and renders them with
 Rich: one line per request (status, component, replica, latency), replica state changes,
 user tracebacks and prints, memory warnings; on a terminal, a live table underneath with
-each replica's state, request count, p50 latency, memory and last error. When stdout is
+each replica's state, request count, p50 latency, memory and last error, and for an
+endpoint with an A/B test each arm's share and the requests routed to it. When stdout is
 not a terminal there is no live table and every line is plain text, flushed at once, so
 ``peach dev serving on http://…`` can be parsed by scripts and tests.
 """
@@ -119,6 +120,10 @@ class DevView:
         """(endpoint name, url, component keys) in plan order."""
         self.replicas: dict[str, ReplicaRow] = {}
         self.limits: dict[str, int | None] = {}
+        self.splits: dict[str, tuple[str, dict[str, int]]] = {}
+        """Endpoint name → (by, arm → percent) for endpoints with an A/B test."""
+        self.arm_requests: dict[str, dict[str, int]] = {}
+        """Endpoint name → arm → requests routed to it."""
         self._live: Live | None = None
         self._pending: list[Text | str] = []
         self._closed_output = False
@@ -137,6 +142,11 @@ class DevView:
             for name, spec in plan.endpoints.items()
         ]
         self.limits = {c.key: c.memory for c in plan.components()}
+        self.splits = {
+            name: (spec.ab.by, dict(spec.ab.split))
+            for name, spec in plan.endpoints.items()
+            if spec.ab is not None
+        }
         keys = set(self.limits)
         for replica_id in [r for r, row in self.replicas.items() if row.component not in keys]:
             del self.replicas[replica_id]
@@ -330,6 +340,11 @@ class DevView:
         return row
 
     def _on_request(self, event: RequestLogged) -> None:
+        if event.arm and event.endpoint:
+            counts = self.arm_requests.setdefault(event.endpoint, {})
+            counts[event.arm] = counts.get(event.arm, 0) + 1
+            self._dirty = True
+        rerouted = event.arm is not None and event.arm != event.component
         if event.replica:
             row = self._row(event.replica, f"{event.endpoint}/{event.component}")
             row.requests += 1
@@ -341,6 +356,8 @@ class DevView:
             text = f"{event.method} {event.path} {event.status}"
             if event.component:
                 text += f" {event.component}"
+            if rerouted:
+                text += f" (arm {event.arm})"
             if event.replica:
                 text += f" {event.replica}"
             text += f" {format_latency(event.latency_s)}"
@@ -361,6 +378,8 @@ class DevView:
         ]
         if event.component:
             parts += [" ", (event.component, "cyan")]
+        if rerouted:
+            parts += [" ", (f"(arm {event.arm})", "dim")]
         if event.replica:
             parts += [" ", (event.replica, "dim")]
         parts += [" ", format_latency(event.latency_s)]
@@ -423,8 +442,10 @@ class DevView:
             by_component.setdefault(row.component, []).append(row)
         for name, url, components in self.endpoints:
             first_endpoint = True
+            split = self.splits.get(name)
             for key in components:
                 rows = by_component.get(key) or [ReplicaRow("-", key)]
+                label = self._component_label(name, key.split("/", 1)[1], split)
                 first_component = True
                 for row in rows:
                     memory = Text("")
@@ -433,9 +454,10 @@ class DevView:
                         memory = Text(format_bytes(row.rss), style="bold red" if over else "")
                         if row.limit:
                             memory.append(f"/{format_bytes(row.limit)}", "dim")
+                    endpoint_label = f"{name} {url}" + (f" (A/B by {split[0]})" if split else "")
                     table.add_row(
-                        Text(f"{name} {url}") if first_endpoint else "",
-                        key.split("/", 1)[1] if first_component else "",
+                        Text(endpoint_label) if first_endpoint else "",
+                        label if first_component else "",
                         Text(row.id, style="dim"),
                         Text(row.state.value, style=_STATE_STYLE.get(row.state, "")),
                         str(row.requests),
@@ -459,3 +481,15 @@ class DevView:
             )
         self._dirty = True  # the seconds keep counting
         return Group(*lines, *tail)
+
+    def _component_label(
+        self, endpoint: str, component: str, split: tuple[str, dict[str, int]] | None
+    ) -> Text:
+        """``main`` — or, in an A/B test, ``main 80% · 41 routed`` (the arm's share and the
+        requests routed to it)."""
+        if split is None or component not in split[1]:
+            return Text(component)
+        routed = self.arm_requests.get(endpoint, {}).get(component, 0)
+        return Text.assemble(
+            component, (f" {split[1][component]}%", "cyan"), (f" · {routed} routed", "dim")
+        )

@@ -35,6 +35,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC114": ("error", "undeclared py_env"),
     "PC115": ("error", "fallback without primary"),
     "PC116": ("error", "reserved url"),
+    "PC117": ("error", "invalid A/B test"),
     "PC201": ("error", "notebook not found"),
     "PC202": ("error", "notebook outside the project"),
     "PC203": ("error", "unreadable notebook"),
@@ -51,7 +52,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC306": ("warning", "no endpoints"),
     "PC307": ("warning", "name from a cell that does not run"),
     "PC308": ("warning", "import its py_env does not provide"),
-    "PC309": ("warning", "trigger_task_with_event names an unknown task"),
+    "PC309": ("warning", "component that never answers"),
+    "PC310": ("warning", "trigger_task_with_event names an unknown task"),
     "PC401": ("info", "streaming method"),
 }
 """code -> (severity, short title): the documented table above, as data."""

@@ -20,6 +20,8 @@ DEFAULT_TASK_TIMEOUT_S = 3600.0
 """A task's bound on one run (the platform's Tasks Scheduler: one hour)."""
 PRIMARY = "main"
 FALLBACK = "fallback"
+AB_PARAMS = {"user": "user_id", "client": "client_id", "session": "session_id"}
+"""An A/B test's ``by`` → the request parameter whose value picks the arm (SPEC §2)."""
 
 
 def url_key(url: str) -> str:
@@ -92,6 +94,25 @@ class ComponentSpec:
 
 
 @dataclass(frozen=True)
+class ABSpec:
+    """An endpoint's A/B test: who is split (``by``) and each arm's percentage, in order."""
+
+    by: str
+    """``user``, ``client`` or ``session``."""
+    split: tuple[tuple[str, int], ...]
+    """(component, percent) in the order the conf lists them; the percents sum to 100."""
+
+    @property
+    def param(self) -> str:
+        """The request parameter that identifies who is split: ``user_id``, ..."""
+        return AB_PARAMS[self.by]
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.split)
+
+
+@dataclass(frozen=True)
 class EndpointSpec:
     """One endpoint: a url and its components (a primary and an optional fallback)."""
 
@@ -101,6 +122,8 @@ class EndpointSpec:
     primary: str = PRIMARY
     fallback: str | None = None
     decorated: bool = False
+    ab: ABSpec | None = None
+    """The A/B test between components, if the endpoint has one (``primary`` without)."""
 
     @property
     def primary_component(self) -> ComponentSpec:

@@ -470,6 +470,11 @@ def schema_diagnostic(item: Any, locate: Any, model: type) -> Diagnostic:
             f"missing required key '{loc[-1]}' in {where}",
             locate(loc[:-1], key=True) if loc[:-1] else locate((), key=True),
         )
+    from peach_cli.validate_ab import schema_problem
+
+    ab_problem = schema_problem(item, locate)
+    if ab_problem is not None:
+        return ab_problem
     field_path = ".".join(str(p) for p in loc if not _is_type_tag(p))
     message = str(item.get("msg", "invalid value"))
     message = message.removeprefix("Value error, ")

@@ -1,4 +1,4 @@
-"""PC309: ``trigger_task_with_event("name", ...)`` names a task the project does not define.
+"""PC310: ``trigger_task_with_event("name", ...)`` names a task the project does not define.
 
 The call would raise ``ValueError`` when it runs (under ``peach dev``, ``peach task run``
 and on the platform); a literal name is checked here, by parsing the code that runs.
@@ -42,7 +42,7 @@ def triggered_names(tree: ast.AST) -> Iterator[tuple[str, ast.expr]]:
 
 
 def unknown_triggered_tasks(conf: PeachConf, runs: list[Run]) -> list[Diagnostic]:
-    """A PC309 warning for each literal task name that is not a task of ``conf``."""
+    """A PC310 warning for each literal task name that is not a task of ``conf``."""
     tasks = sorted(conf.tasks)
     found: list[Diagnostic] = []
     for _where, notebook, extraction in runs:
@@ -61,7 +61,7 @@ def _diagnostic(
 ) -> Diagnostic:
     listed = ", ".join(tasks) if tasks else "none"
     return Diagnostic(
-        "PC309",
+        "PC310",
         f"{TRIGGER}('{name}') names no task of the project (its tasks: {listed}): "
         "the call raises ValueError when it runs",
         Position(

@@ -27,6 +27,7 @@ from peach_cli.plan import (
     url_key,
 )
 from peach_cli.project import Path_, Project, load_project, schema_diagnostic
+from peach_cli.validate_ab import check_ab
 
 MAX_MODULE_BYTES = 8 * 1024 * 1024
 _IMPORT_HINTS = {
@@ -139,9 +140,17 @@ class _Checker:
                     specs[component_name] = self.component_spec(
                         name, component_name, env.url, env.py_env, component, code, "model"
                     )
+            refused = env.ab is None and ("endpoints", name, "ab") in self.project.positions
+            ab_problems, ab = check_ab(name, env, self.at, refused=refused)
+            for problem in ab_problems:
+                self.add(problem)
             if components is not None and len(specs) == len(env.components):
                 primary, fallback = components
-                self.result.endpoints[name] = EndpointSpec(name, env.url, specs, primary, fallback)
+                if (env.ab is not None or refused) and ab is None:
+                    continue  # the split is wrong (reported): nothing to serve
+                self.result.endpoints[name] = EndpointSpec(
+                    name, env.url, specs, primary, fallback, ab=ab
+                )
         for name, task in conf.tasks.items():
             self.check_py_env(("tasks", name, "py_env"), task.py_env)
             task_code = self.check_code(("tasks", name), task, "model")

@@ -3,10 +3,10 @@
 The pure part of hot reload. A ``Snapshot`` is a plan and the fingerprints of its
 components, taken when it was applied; ``analyze_changes`` compares two — per component key
 ``started``, ``stopped``, ``patched``, ``restarted`` or ``unchanged``, with reasons, plus the
-endpoints added, removed or moved to another url (a url change re-routes, it restarts
-nothing). A component whose method alone changed is ``patched`` (its running replicas take
-the new code and keep their ``init`` state; ``simulator.edits`` decides), unless the
-analysis is asked for restarts only::
+endpoints added, removed or moved to another url, and those whose A/B split changed (a url
+or a split change re-routes, it restarts nothing). A component whose method alone changed
+is ``patched`` (its running replicas take the new code and keep their ``init`` state;
+``simulator.edits`` decides), unless the analysis is asked for restarts only::
 
     before = Snapshot.take(plan)
     ...  # the user saves
@@ -117,6 +117,8 @@ class Changes:
     urls_changed: tuple[tuple[str, str, str], ...] = ()
     """(endpoint, old url, new url)."""
     timeout_changed: tuple[float, float] | None = None
+    splits_changed: tuple[str, ...] = ()
+    """Endpoints whose ``ab:`` test changed (added, removed, another split or ``by``)."""
 
     def keys(self, action: Action) -> list[str]:
         return [c.key for c in self.components if c.action == action]
@@ -157,6 +159,7 @@ class Changes:
             or self.endpoints_removed
             or self.urls_changed
             or self.timeout_changed
+            or self.splits_changed
         )
 
     def with_restarts(self, failed_patches: dict[str, str]) -> Changes:
@@ -220,8 +223,9 @@ def analyze_changes(old: Snapshot, new: Snapshot, *, patch: bool = False) -> Cha
     """Compare the served snapshot with a new one, component by component.
 
     A component restarts when its fingerprint changed (its extracted code, its config, or
-    the contents of a project module it imports); a url change only re-routes. With
-    ``patch``, a component whose code changed only in its method is patched instead.
+    the contents of a project module it imports); a url or an A/B split change only
+    re-routes. With ``patch``, a component whose code changed only in its method is
+    patched instead.
     """
     old_specs, new_specs = old.specs(), new.specs()
     components: list[ComponentChange] = []
@@ -240,6 +244,11 @@ def analyze_changes(old: Snapshot, new: Snapshot, *, patch: bool = False) -> Cha
         for name, spec in new_endpoints.items()
         if name in old_endpoints and old_endpoints[name].url != spec.url
     )
+    splits = tuple(
+        name
+        for name, spec in new_endpoints.items()
+        if name in old_endpoints and old_endpoints[name].ab != spec.ab
+    )
     timeouts = (old.plan.timeout_s, new.plan.timeout_s)
     return Changes(
         components=tuple(components),
@@ -247,6 +256,7 @@ def analyze_changes(old: Snapshot, new: Snapshot, *, patch: bool = False) -> Cha
         endpoints_removed=tuple(n for n in old_endpoints if n not in new_endpoints),
         urls_changed=urls,
         timeout_changed=timeouts if timeouts[0] != timeouts[1] else None,
+        splits_changed=splits,
     )
 
 

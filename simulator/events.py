@@ -17,7 +17,7 @@ from simulator.edits import REASONS
 
 if TYPE_CHECKING:
     from peach_cli.diagnostics import Diagnostic
-    from peach_cli.plan import ProjectPlan
+    from peach_cli.plan import ABSpec, ProjectPlan
 
 
 class ReplicaState(StrEnum):
@@ -96,6 +96,8 @@ class RequestLogged:
     stream: bool = False
     error: str | None = None
     """The error code and message of an error envelope."""
+    arm: str | None = None
+    """The A/B arm the request was routed to (endpoints with ``ab:`` only)."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,18 @@ def _count(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+def describe_split(ab: ABSpec | None) -> str:
+    """``main 80% / diverse 20% by user`` (``off``: no A/B test).
+
+    >>> from peach_cli.plan import ABSpec
+    >>> describe_split(ABSpec("user", (("main", 80), ("diverse", 20))))
+    'main 80% / diverse 20% by user'
+    """
+    if ab is None:
+        return "off"
+    return " / ".join(f"{arm} {percent}%" for arm, percent in ab.split) + f" by {ab.by}"
+
+
 def _seconds(value: float) -> str:
     return f"{value:.2f} s"
 
@@ -238,6 +252,7 @@ class Reloaded:
             or changes.stopped
             or changes.urls_changed
             or changes.timeout_changed
+            or changes.splits_changed
         )
 
     @property
@@ -263,6 +278,9 @@ class Reloaded:
             parts.append(f"{name} moved from {old} to {new}")
         if changes.timeout_changed:
             parts.append(f"timeout_s {changes.timeout_changed[1]:g}")
+        for name in changes.splits_changed:
+            endpoint = self.plan.endpoints.get(name) if self.plan is not None else None
+            parts.append(f"{name} split {describe_split(endpoint.ab if endpoint else None)}")
         head = "; ".join(parts) if parts else "re-routed"
         text = f"{head} in {_seconds(self.seconds)}"
         if restarted or started:

@@ -7,9 +7,10 @@ component's media type, no buffering and no compression. A client that goes away
 the user's generator in the replica. The routing table is replaced as a whole by a reload;
 requests that began on the old table finish on it.
 
-``GET /_peach/routes`` lists the endpoints (``peach ask`` uses it after a 404),
-``GET /_peach/health`` the replicas and their states, and
-``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only) re-runs ``init``.
+``GET /_peach/routes`` lists the endpoints (``peach ask`` uses it after a 404), with each
+A/B test's split and requests per arm, ``GET /_peach/health`` the replicas and their
+states, and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
+re-runs ``init``. The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class Gateway:
         self.table = table
         self.on_event = on_event
         self.max_body_bytes = max_body_bytes
+        self.arm_requests: dict[str, dict[str, int]] = {}
+        """Endpoint name → A/B arm → requests routed to it (kept across reloads)."""
         self.reinit: Callable[[Collection[str]], Awaitable[Any]] | None = None
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
         self._internal = Starlette(
@@ -135,34 +138,35 @@ class Gateway:
             answer = contract.error_answer(error.code, error.message)
             await self._send_answer(send, answer, scope, endpoint, started)
             return
-        primary = route.pools[endpoint.primary]
+        arm = contract.choose_arm(endpoint, params)
+        if endpoint.ab is not None:
+            counts = self.arm_requests.setdefault(endpoint.name, {})
+            counts[arm] = counts.get(arm, 0) + 1
+        primary = route.pools[arm]
         kind = primary.method_kind
         if kind is None:  # no replica has come up yet: wait for one (or its init error)
             try:
                 await primary.acquire()
             except Unavailable as error:
-                answer = contract.error_answer(
-                    "unavailable", str(error), component=endpoint.primary
-                )
-                await self._send_answer(send, answer, scope, endpoint, started)
+                answer = contract.error_answer("unavailable", str(error), component=arm)
+                await self._send_answer(send, answer, scope, endpoint, started, arm)
                 return
             kind = primary.method_kind
         decision = dispatch(kind, wants_stream)
         if decision == "stream":
-            await self._stream(route, primary, params, scope, receive, send, started)
+            await self._stream(route, primary, params, scope, receive, send, started, arm)
             return
         if decision == "stream_required":
-            await self._send_answer(
-                send, await _stream_required(endpoint, primary), scope, endpoint, started
-            )
+            answer = await _stream_required(endpoint, primary, arm)
+            await self._send_answer(send, answer, scope, endpoint, started, arm)
             return
         pools = route.pools
 
         async def call(component: str, attempt: Attempt) -> CallResult:
             return await pools[component].call(params, attempt)
 
-        answer = await contract.answer(endpoint, call, table.timeout_s)
-        await self._send_answer(send, answer, scope, endpoint, started)
+        answer = await contract.answer(endpoint, call, table.timeout_s, arm)
+        await self._send_answer(send, answer, scope, endpoint, started, arm)
 
     async def _send_answer(
         self,
@@ -171,6 +175,7 @@ class Gateway:
         scope: dict[str, Any],
         endpoint: EndpointSpec | None,
         started: float,
+        arm: str | None = None,
     ) -> None:
         payload = answer.body_bytes()
         headers = [_JSON, (b"content-length", str(len(payload)).encode())]
@@ -192,6 +197,7 @@ class Gateway:
                     answer.replica,
                     time.perf_counter() - started,
                     error=error,
+                    arm=_logged_arm(endpoint, arm),
                 )
             )
 
@@ -217,9 +223,9 @@ class Gateway:
         receive: Any,
         send: Any,
         started: float,
+        component: str,
     ) -> None:
         endpoint = route.endpoint
-        component = endpoint.primary
         attempt = Attempt(component)
         opening = asyncio.ensure_future(pool.open_stream(params, attempt))
         disconnect = asyncio.ensure_future(_wait_disconnect(receive))
@@ -227,26 +233,26 @@ class Gateway:
         if not opening.done():  # the client left before the stream started
             opening.cancel()
             await asyncio.gather(opening, return_exceptions=True)
-            self._log_stream(scope, endpoint, None, started, 499, "client disconnected")
+            self._log_stream(scope, endpoint, component, None, started, 499, "client disconnected")
             return
         disconnect.cancel()
         try:
             chunks = opening.result()
         except Unavailable as error:
             answer = contract.error_answer("unavailable", str(error), component=component)
-            await self._send_answer(send, answer, scope, endpoint, started)
+            await self._send_answer(send, answer, scope, endpoint, started, component)
             return
         except ContractError as error:  # the replica refused the call (a binding error)
             answer = contract.error_answer(
                 error.code, error.message, component=component, replica=attempt.replica
             )
-            await self._send_answer(send, answer, scope, endpoint, started)
+            await self._send_answer(send, answer, scope, endpoint, started, component)
             return
         except ReplicaGone as error:
             answer = contract.error_answer(
                 "method_error", str(error), component=component, replica=attempt.replica
             )
-            await self._send_answer(send, answer, scope, endpoint, started)
+            await self._send_answer(send, answer, scope, endpoint, started, component)
             return
         replica = chunks.replica.id
         outcome: dict[str, str | None] = {"error": None}
@@ -256,12 +262,13 @@ class Gateway:
             await response(scope, receive, send)  # StreamCut: uvicorn closes the connection
         finally:
             await chunks.aclose()
-            self._log_stream(scope, endpoint, replica, started, 200, outcome["error"])
+            self._log_stream(scope, endpoint, component, replica, started, 200, outcome["error"])
 
     def _log_stream(
         self,
         scope: dict[str, Any],
         endpoint: EndpointSpec,
+        component: str,
         replica: str | None,
         started: float,
         status: int,
@@ -274,11 +281,12 @@ class Gateway:
                     scope["path"],
                     status,
                     endpoint.name,
-                    endpoint.primary,
+                    component,
                     replica,
                     time.perf_counter() - started,
                     stream=True,
                     error=error,
+                    arm=_logged_arm(endpoint, component),
                 )
             )
 
@@ -286,7 +294,7 @@ class Gateway:
 
     async def _list_routes(self, request: Request) -> JSONResponse:
         table = self.table
-        endpoints = []
+        endpoints: list[dict[str, Any]] = []
         for route in sorted(table.routes.values(), key=lambda r: r.endpoint.url):
             kind = route.pools[route.endpoint.primary].method_kind
             endpoints.append(
@@ -297,6 +305,9 @@ class Gateway:
                     "streams": None if kind is None else kind in STREAMING_KINDS,
                 }
             )
+            ab = contract.ab_route(route.endpoint, self.arm_requests.get(route.endpoint.name, {}))
+            if ab is not None:
+                endpoints[-1]["ab"] = ab
         return JSONResponse({"codops": table.codops, "endpoints": endpoints})
 
     async def _health(self, request: Request) -> JSONResponse:
@@ -368,14 +379,19 @@ def _internal_error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-async def _stream_required(endpoint: EndpointSpec, pool: ReplicaPool) -> Answer:
+def _logged_arm(endpoint: EndpointSpec | None, arm: str | None) -> str | None:
+    """The arm a request was routed to, for endpoints with an A/B test."""
+    return arm if endpoint is not None and endpoint.ab is not None else None
+
+
+async def _stream_required(endpoint: EndpointSpec, pool: ReplicaPool, arm: str) -> Answer:
     """``stream_required`` for a generator called without ``stream``, naming the replica
     that would have failed to return it (as on the platform); 503 when none can serve."""
     try:
         replica = await pool.acquire()
     except Unavailable as error:
-        return contract.error_answer("unavailable", str(error), component=endpoint.primary)
-    answer = contract.stream_required_answer(endpoint, pool.method_kind or "async_generator")
+        return contract.error_answer("unavailable", str(error), component=arm)
+    answer = contract.stream_required_answer(endpoint, pool.method_kind or "async_generator", arm)
     answer.replica = replica.id
     return answer
 

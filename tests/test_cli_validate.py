@@ -193,6 +193,9 @@ def test_schema_accepts_every_file_of_a_split_project_and_flags_mistakes(tmp_pat
         assert errors == [], path
     typo = yaml.safe_load(GOOD.replace("method:", "methdo:"))
     assert any("methdo" in e.message for e in validator.iter_errors(typo))
+    ab = yaml.safe_load((ROOT / "examples/recommender/peach.yaml").read_text())
+    ab["endpoints"]["recommend"]["ab"]["by"] = "users"
+    assert any("users" in e.message for e in validator.iter_errors(ab))
 
 
 def test_a_single_file_of_peach_conf_resolves_notebooks_from_the_project(tmp_path):

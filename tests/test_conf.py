@@ -128,6 +128,11 @@ def test_schema_comes_from_the_model():
     assert component["memory"]["anyOf"][0]["pattern"]
     assert component["replicas"]["minimum"] == 1
     assert schema["properties"]["codops"]["pattern"] == "^[a-z0-9_-]+$"
+    ab = schema["$defs"]["ABTest"]
+    assert ab["properties"]["by"]["enum"] == ["user", "client", "session"]
+    percent = ab["properties"]["split"]["additionalProperties"]
+    assert (percent["type"], percent["minimum"], percent["maximum"]) == ("integer", 0, 100)
+    assert ab["additionalProperties"] is False and set(ab["required"]) == {"by", "split"}
     assert PeachConf.model_json_schema()["$defs"].keys() == schema["$defs"].keys()
     # editors show descriptions on hover: every key has one
     for where in [schema, *schema["$defs"].values()]:

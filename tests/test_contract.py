@@ -337,3 +337,47 @@ def test_a_notebook_dataclass_works_at_load_and_after_a_patch() -> None:
     first, patched = asyncio.run(scenario())
     assert first.result == {"hit": {"id": "a", "score": 1.0}, "model": "kept"}
     assert patched.result == {"hit": {"id": "a", "score": 2.0}, "model": "kept"}
+
+
+class TestABAssignment:
+    """Which value picks the arm; the buckets themselves are checked over HTTP on both hosts."""
+
+    @pytest.mark.parametrize(
+        ("query", "body", "expected"),
+        [
+            ({"user_id": "42"}, {}, "42"),
+            ({}, {"user_id": 42}, "42"),  # a JSON number hashes as the same text as ?user_id=42
+            ({"user_id": "a"}, {"user_id": "b"}, "b"),  # the body wins, as for any parameter
+            ({"user_id": ["a", "b"]}, {}, "b"),  # a repeated key: the last, as for scalars
+            ({}, {"user_id": True}, "true"),
+            ({"user_id": ""}, {}, None),
+            ({}, {"user_id": None}, None),
+            ({"client_id": "x"}, {}, None),
+        ],
+    )
+    def test_the_value_that_is_hashed(self, query, body, expected) -> None:
+        params = RequestParams(query=query, body=body)
+        assert contract.assignment_value(params, "user_id") == expected
+
+    def test_an_endpoint_without_ab_always_gets_its_primary(self) -> None:
+        endpoint = EndpointSpec("e", "/e", {}, primary="only")
+        assert contract.choose_arm(endpoint, RequestParams(query={"user_id": "x"})) == "only"
+
+    def test_the_answer_names_the_arm_and_the_fallback_covers_it(self) -> None:
+        endpoint = dataclasses.replace(TestAnswer.endpoint, primary="main")
+
+        async def call(component: str, attempt: contract.Attempt) -> CallResult:
+            attempt.replica = f"{component}#1"
+            if component == "b":
+                return CallResult.failure("method_error", "ValueError: b failed")
+            return CallResult(ok=True, result=component)
+
+        answered = asyncio.run(contract.answer(endpoint, call, 1.0, "b"))
+        assert (answered.status, answered.body["result"], answered.component) == (
+            200,
+            "fallback",
+            "fallback",
+        )
+        no_fallback = dataclasses.replace(endpoint, fallback=None)
+        failed = asyncio.run(contract.answer(no_fallback, call, 1.0, "b"))
+        assert (failed.status, failed.component) == (500, "b")

@@ -238,6 +238,30 @@ def test_changing_one_component_changes_only_its_deployment(tmp_path):
     assert by_name(after)["hello.main"]["num_replicas"] == 3
 
 
+def test_the_gateway_carries_the_ab_tests_and_a_split_change_redeploys_only_it(tmp_path):
+    import shutil
+
+    project = tmp_path / "project"
+    shutil.copytree(SEMANTICS, project)
+    plan = plan_of(project)
+    assert endpoints_from_json(gateway_to_json(plan))["ab"].ab == plan.endpoints["ab"].ab
+    assert gateway_to_json(plan)["endpoints"]["ab_stream"]["ab"] == {
+        "by": "session",
+        "split": [["other", 40], ["main", 60]],  # in the conf's order: it decides the buckets
+    }
+    before = build_bundle(plan).application
+    conf = project / "peach.yaml"
+    conf.write_text(conf.read_text().replace("{main: 50, second: 30,", "{main: 40, second: 40,"))
+    after = build_bundle(plan_of(project)).application
+    changed = {
+        d["name"]
+        for d, e in zip(before["deployments"], after["deployments"], strict=True)
+        if d != e
+    }
+    assert changed == {GATEWAY}
+    assert after["args"] == before["args"]
+
+
 def test_the_runtime_package_is_importable_on_its_own(tmp_path):
     """The replicas import peach_cli from this zip only: it must be self-contained."""
     package = runtime_package()
@@ -324,10 +348,11 @@ def test_plan_round_trips_through_the_gateway_and_component_json():
     assert set(endpoints) == set(plan.endpoints)
     for name, endpoint in endpoints.items():
         original = plan.endpoints[name]
-        assert (endpoint.url, endpoint.primary, endpoint.fallback) == (
+        assert (endpoint.url, endpoint.primary, endpoint.fallback, endpoint.ab) == (
             original.url,
             original.primary,
             original.fallback,
+            original.ab,
         )
         assert all(c.source == "" for c in endpoint.components.values())  # no code
 

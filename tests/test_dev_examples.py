@@ -34,6 +34,17 @@ def test_recommender(peach_dev):
         assert unknown.headers["x-peach-component"] == "fallback"
         assert len(unknown.json()["result"]) == 5  # args size: 5
         assert unknown.json()["result"][0]["title"] == "Pride and Prejudice"
+        # The A/B test of its README: alice is in main, frank in diverse (80/20 by user).
+        for user, arm in [("alice", "main"), ("frank", "diverse")]:
+            answer = client.get("/recommend", params={"item_id": "b01", "size": 3, "user_id": user})
+            assert answer.headers["x-peach-component"] == arm
+            authors = [item["author"] for item in answer.json()["result"]]
+            if arm == "main":
+                assert authors == ["Jane Austen"] * 3
+            else:  # never the author asked about, one book per author
+                assert authors == ["Leo Tolstoy", "George Eliot", "Charlotte Brontë"]
+        body = client.post("/recommend", json={"item_id": "b01", "user_id": "frank"})
+        assert body.headers["x-peach-component"] == "diverse"
 
 
 def test_assistant_streams_words_and_reloads_on_a_new_version(peach_dev, tmp_path):

@@ -48,6 +48,7 @@ DETERMINISTIC_URLS = [
     "/raises",
     "/empty",
     "/loud",
+    "/ab",
 ]
 """Endpoints whose answers depend only on the request (no replica state, no clock)."""
 

@@ -316,6 +316,10 @@ def test_a_generator_raising_after_three_chunks_cuts_the_stream(
     if url == "/three-then-raise":
         assert marker.read_text() == "closed"
     faults.wait_for_output(error)
+    # the request line says the stream was cut, after how much, and by what exception
+    faults.wait_for_output(
+        rf"GET {url} 200 .*stream cut after 3 chunks: RuntimeError: the .*{error}"
+    )
 
 
 def test_a_stream_to_a_client_that_stops_reading_keeps_memory_bounded(faults):

@@ -8,6 +8,7 @@ with files the generator waits on, everything else polls with a deadline.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from pathlib import Path
@@ -620,3 +621,122 @@ def test_unknown_url_is_404(client):
 @pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
 def test_other_methods_are_405(client, method):
     error(client.request(method, "/token"), 405, "method_not_allowed")
+
+
+# -- A/B tests ------------------------------------------------------------------------------
+
+AB_SPLIT = [("main", 50), ("second", 30), ("failing", 20)]  # /ab in the project, by user
+AB_STREAM_SPLIT = [("other", 40), ("main", 60)]  # /ab-stream, by session
+
+
+def spec_arm(endpoint: str, value: str, split: list[tuple[str, int]]) -> str:
+    """SPEC §2's assignment, written out here independently of peach's code."""
+    digest = hashlib.sha256(f"{endpoint}:{value}".encode()).digest()
+    bucket = int.from_bytes(digest[:8], "big") % 100
+    upper = 0
+    for arm, percent in split:
+        upper += percent
+        if bucket < upper:
+            return arm
+    raise AssertionError(f"the split {split} does not cover bucket {bucket}")
+
+
+def ids_for(arm: str, endpoint: str = "ab", split=AB_SPLIT, count: int = 1) -> list[str]:
+    found = [f"id-{i}" for i in range(1000) if spec_arm(endpoint, f"id-{i}", split) == arm]
+    return found[:count]
+
+
+def test_ab_300_ids_each_get_the_arm_of_the_spec_formula(client):
+    seen: dict[str, int] = {}
+    for i in range(300):
+        user = f"user-{i}"
+        arm = spec_arm("ab", user, AB_SPLIT)
+        seen[arm] = seen.get(arm, 0) + 1
+        response = client.get("/ab", params={"user_id": user})
+        result = ok(response)
+        answered = "fallback" if arm == "failing" else arm  # the failing arm always raises
+        assert response.headers[COMPONENT] == answered, (user, arm)
+        assert result["arm"] == answered and result["user_id"] == user  # the id reaches it
+    assert set(seen) == {"main", "second", "failing"}, seen  # every arm was exercised
+
+
+def test_ab_the_same_id_in_the_query_or_the_body_gets_the_same_arm(client):
+    for user in [f"same-{i}" for i in range(30)]:
+        by_query = client.get("/ab", params={"user_id": user})
+        by_body = client.post("/ab", json={"user_id": user})
+        assert ok(by_query) == ok(by_body)
+        assert by_query.headers[COMPONENT] == by_body.headers[COMPONENT]
+
+
+def test_ab_the_body_id_wins_over_the_query_id(client):
+    (in_main,), (in_second,) = ids_for("main"), ids_for("second")
+    response = client.post(f"/ab?user_id={in_main}", json={"user_id": in_second})
+    assert response.headers[COMPONENT] == "second"
+    assert ok(response)["user_id"] == in_second
+
+
+def test_ab_a_request_without_the_id_goes_to_main(client):
+    for response in (
+        client.get("/ab"),
+        client.get("/ab", params={"user_id": ""}),
+        client.post("/ab", json={"size": 1}),
+        client.get("/ab", params={"session_id": ids_for("second")[0]}),  # not what ab is by
+    ):
+        assert response.headers[COMPONENT] == "main"
+        assert ok(response)["arm"] == "main"
+
+
+def test_ab_the_fallback_answers_for_a_failing_arm(client):
+    for user in ids_for("failing", count=3):
+        response = client.get("/ab", params={"user_id": user})
+        assert response.headers[COMPONENT] == "fallback"
+        assert ok(response) == {"arm": "fallback", "user_id": user, "items": ["popular-0"]}
+
+
+def test_ab_a_stream_request_to_a_plain_arm_gets_the_envelope(client):
+    (user,) = ids_for("second")
+    response = client.get("/ab", params={"user_id": user, "stream": "true"})
+    assert response.headers[COMPONENT] == "second"
+    assert ok(response)["arm"] == "second"
+
+
+@pytest.mark.parametrize("arm", ["other", "main"])
+def test_ab_a_stream_goes_to_the_arm(client, arm):
+    (session,) = ids_for(arm, "ab_stream", AB_STREAM_SPLIT)
+    with client.stream("GET", "/ab-stream", params={"session_id": session, "stream": "1"}) as r:
+        assert r.status_code == 200
+        assert r.headers[COMPONENT] == arm and r.headers[REPLICA]
+        body = r.read()
+    assert body == f"{arm}-0:{session}\n{arm}-1:{session}\n".encode()
+
+
+def test_ab_a_stream_without_an_id_goes_to_main(client):
+    response = client.post("/ab-stream", json={"stream": True, "count": 1})
+    assert response.headers[COMPONENT] == "main"
+    assert response.content == b"main-0:\n"
+
+
+def test_ab_routes_show_the_split_and_count_the_requests_routed_to_each_arm(client):
+    def ab_route() -> dict:
+        endpoints = client.get("/_peach/routes").json()["endpoints"]
+        return next(e["ab"] for e in endpoints if e["name"] == "ab")
+
+    before = ab_route()
+    assert {k: before[k] for k in ("by", "param", "split")} == {
+        "by": "user",
+        "param": "user_id",
+        "split": {"main": 50, "second": 30, "failing": 20},
+    }
+    (user,) = ids_for("failing")
+    ok(client.get("/ab", params={"user_id": user}))  # answered by the fallback, for failing
+    ok(client.get("/ab"))  # no id: main
+    after = ab_route()["requests"]
+    assert after == {
+        "main": before["requests"]["main"] + 1,
+        "second": before["requests"]["second"],
+        "failing": before["requests"]["failing"] + 1,
+    }
+    plain = next(
+        e for e in client.get("/_peach/routes").json()["endpoints"] if e["name"] == "token"
+    )
+    assert "ab" not in plain

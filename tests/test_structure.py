@@ -179,6 +179,16 @@ def test_every_contract_module_is_uploaded_with_the_runtime() -> None:
     assert contract <= set(RUNTIME_MODULES)
 
 
+def test_every_contract_module_is_staged_for_isolated_envs() -> None:
+    """A replica in an isolated env imports the contract from the staged runtime only."""
+    from peach_cli.envs.runtime import REPLICA_RUNTIME
+
+    contract = {
+        f"peach_cli/contract/{p.name}" for p in (ROOT / "peach_cli" / "contract").glob("*.py")
+    }
+    assert contract <= set(REPLICA_RUNTIME)
+
+
 def test_process_figures_come_from_psutil_not_proc() -> None:
     """Memory sampling must work where most users are (macOS): no ``/proc`` reads."""
     readers = [name for name, path in _sources().items() if '"/proc/' in path.read_text()]

@@ -1,4 +1,4 @@
-"""Tasks in the conf: ``timeout_s`` in the model, the JSON Schema and validate; PC309; the
+"""Tasks in the conf: ``timeout_s`` in the model, the JSON Schema and validate; PC310; the
 plan's task specs (code extracted like a component's)."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def test_pc309_warns_of_a_literal_task_name_that_is_not_a_task(tmp_path: Path) -
         conf("  retrain: {notebook: T.ipynb, method: retrain}\n"),
         {"E.ipynb": [endpoint], "T.ipynb": CELLS},
     )
-    found = [d for d in diagnose(root) if d.code == "PC309"]
+    found = [d for d in diagnose(root) if d.code == "PC310"]
     assert [(d.position.cell, d.position.line, d.severity) for d in found] == [
         (1, 5, "warning"),
         (1, 6, "warning"),
@@ -129,7 +129,7 @@ def test_peach_validate_prints_pc309_and_strict_fails_on_it(tmp_path: Path) -> N
     )
     assert result.returncode == 1
     assert "E.ipynb:cell 1:line 4:" in result.stdout
-    assert "warning PC309 trigger_task_with_event('train') names no task" in result.stdout
+    assert "warning PC310 trigger_task_with_event('train') names no task" in result.stdout
 
 
 def test_the_tasks_test_project_is_clean() -> None:

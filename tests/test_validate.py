@@ -23,10 +23,17 @@ def endpoint(name: str = "e", url: str = "/e", **main: object) -> str:
 
 HEAD = "codops: shop\nendpoints:\n"
 
+
+def ab_endpoint(ab: str, components: tuple[str, ...] = ("main", "b", "fallback")) -> str:
+    """Endpoint e at /e with ``ab: <ab>`` on line 5 and one component a line from line 7."""
+    lines = "".join(f"      {c}: {{notebook: nb.ipynb, method: ask}}\n" for c in components)
+    return HEAD + f"  e:\n    url: /e\n    ab: {ab}\n    components:\n" + lines
+
+
 # (code, peach.yaml, other files, expected position, expected text in message or hint)
 CASES = [
     (
-        "PC309",
+        "PC310",
         HEAD
         + endpoint(notebook="trig.ipynb")
         + "tasks:\n  retrain: {notebook: trig.ipynb, method: retrain}\n",
@@ -114,6 +121,57 @@ CASES = [
         "main",
     ),
     ("PC116", HEAD + endpoint(url="/_peach/status"), {}, "peach.yaml:4:10", "reserved"),
+    (
+        "PC117",
+        ab_endpoint("{by: users, split: {main: 80, b: 20}}"),
+        {},
+        "peach.yaml:5:14",
+        "did you mean 'user'",
+    ),
+    (
+        "PC117",
+        ab_endpoint("{by: user, split: {main: 80.5, b: 19.5}}"),
+        {},
+        "peach.yaml:5:34",
+        "80.5",
+    ),
+    ("PC117", ab_endpoint("{by: user, split: {main: 120, b: -20}}"), {}, "peach.yaml:5:34", "120"),
+    (
+        "PC117",
+        ab_endpoint("{by: user, split: {main: 80, b: 30}}"),
+        {},
+        "peach.yaml:5:27",
+        "sum to 110",
+    ),
+    (
+        "PC117",
+        ab_endpoint("{by: user, split: {main: 80, bb: 20}}"),
+        {},
+        "peach.yaml:5:38",
+        "did you mean 'b'",
+    ),
+    (
+        "PC117",
+        ab_endpoint("{by: user, split: {main: 80, fallback: 20}}"),
+        {},
+        "peach.yaml:5:38",
+        "fallback",
+    ),
+    (
+        "PC309",
+        ab_endpoint("{by: client, split: {main: 100}}"),
+        {},
+        "peach.yaml:8:7",
+        "not in the split",
+    ),
+    (
+        "PC309",
+        HEAD + "  e:\n    url: /e\n    components:\n      main: {notebook: nb.ipynb, method: ask}\n"
+        "      b: {notebook: nb.ipynb, method: ask}\n",
+        {},
+        "peach.yaml:7:7",
+        "ab: {by: user",
+    ),
     (
         "PC201",
         HEAD + endpoint(notebook="nb2.ipynb"),
@@ -566,3 +624,39 @@ def test_a_later_file_that_cannot_be_merged_is_still_checked(tmp_path):
         ("PC104", "peach.yaml:9:1"),
     ]
     assert found[0][2] == "did you mean 'endpoints'?"
+
+
+def test_a_valid_ab_test_is_in_the_plan_in_split_order(tmp_path):
+    write_project(tmp_path, ab_endpoint("{by: session, split: {b: 30, main: 70}}"), NB)
+    plan, diagnostics = build_plan(tmp_path)
+    assert plan is not None, [str(d) for d in diagnostics]
+    assert [d for d in diagnostics if d.severity != "info"] == []
+    ab = plan.endpoints["e"].ab
+    assert ab is not None and (ab.by, ab.param, ab.split) == (
+        "session",
+        "session_id",
+        (("b", 30), ("main", 70)),
+    )
+
+
+def test_a_wrong_split_is_reported_once_and_nothing_is_served(tmp_path):
+    """A split the model refuses is only PC117 (no PC309 about the arms it would have)."""
+    write_project(tmp_path, ab_endpoint("{by: user, split: {main: 90, b: 20}}"), NB)
+    plan, diagnostics = build_plan(tmp_path)
+    assert plan is None
+    assert [(d.code, str(d.position)) for d in diagnostics] == [("PC117", "peach.yaml:5:27")]
+
+
+@pytest.mark.parametrize(
+    ("ab", "code", "where"),
+    [
+        ("{by: user}", "PC102", "peach.yaml:5:5"),
+        ("{by: user, split: {main: 100}, spilt: 1}", "PC101", "peach.yaml:5:40"),
+        ("7", "PC117", "peach.yaml:5:9"),
+        ("{by: user, split: {}}", "PC117", "peach.yaml:5:27"),
+    ],
+)
+def test_ab_keys_missing_unknown_or_of_the_wrong_shape(tmp_path, ab, code, where):
+    write_project(tmp_path, ab_endpoint(ab), NB)
+    found = [(d.code, str(d.position)) for d in diagnose(tmp_path) if d.severity == "error"]
+    assert found == [(code, where)]

@@ -9,6 +9,8 @@ can observe lives here, one concept a module:
   out before any default applies);
 * ``transport`` — what both gateways share: ``read_body`` up to the limit, the ``dispatch``
   decision (stream, ``stream_required`` or plain call), stream headers, the 503 message;
+* ``ab`` — ``choose_arm``: which component (arm) of an A/B test answers a request, and
+  ``ab_route``: how ``/_peach/routes`` shows the test;
 * ``answers`` — ``answer`` (the per-codops timeout, fallback on a raise, a timeout or an
   empty result, the envelope) and ``stream_required_answer``;
 * ``binding`` — arguments bound to the method's signature (``model``/``init_state``
@@ -23,6 +25,7 @@ Nothing here imports a web framework, prints, or exits: it runs inside every rep
 every user environment, with the standard library only.
 """
 
+from peach_cli.contract.ab import ab_route, assignment_value, bucket, choose_arm
 from peach_cli.contract.answers import (
     COMPONENT_HEADER,
     REPLICA_HEADER,
@@ -104,8 +107,12 @@ __all__ = [
     "RequestParams",
     "ResultNotJSON",
     "StreamCut",
+    "ab_route",
     "answer",
+    "assignment_value",
     "bind_arguments",
+    "bucket",
+    "choose_arm",
     "convert_body_value",
     "convert_query_value",
     "describe_exception",

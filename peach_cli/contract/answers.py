@@ -71,11 +71,14 @@ def stream_required_message(url: str, kind: str = "async_generator") -> str:
     )
 
 
-def stream_required_answer(endpoint: EndpointSpec, kind: str = "async_generator") -> Answer:
+def stream_required_answer(
+    endpoint: EndpointSpec, kind: str = "async_generator", component: str | None = None
+) -> Answer:
+    """``stream_required``, naming ``component`` (default: the primary; an A/B arm)."""
     return error_answer(
         "stream_required",
         stream_required_message(endpoint.url, kind),
-        component=endpoint.primary,
+        component=component or endpoint.primary,
     )
 
 
@@ -140,16 +143,21 @@ async def _attempt(
     return result
 
 
-async def answer(endpoint: EndpointSpec, call: ComponentCall, timeout_s: float) -> Answer:
+async def answer(
+    endpoint: EndpointSpec, call: ComponentCall, timeout_s: float, arm: str | None = None
+) -> Answer:
     """Answer a non-streaming call: the primary, bounded by ``timeout_s``, then the fallback.
 
-    The fallback answers (with the same parameters: the host's ``call`` carries them) when
-    the primary raised, timed out or returned nothing; caller mistakes (``bad_request``) and
+    ``arm`` is the component that plays the primary for this request (an A/B test's arm,
+    from ``choose_arm``; default the endpoint's primary). The fallback answers (with the
+    same parameters: the host's ``call`` carries them) when it raised, timed out or
+    returned nothing, whichever arm it was; caller mistakes (``bad_request``) and
     ``unavailable`` are returned as they are.
     """
-    primary = await _attempt(call, endpoint, endpoint.primary, timeout_s)
+    name = arm or endpoint.primary
+    primary = await _attempt(call, endpoint, name, timeout_s)
     if primary.ok and not primary.empty:
-        return Answer(200, ok_envelope(primary.result), endpoint.primary, primary.replica)
+        return Answer(200, ok_envelope(primary.result), name, primary.replica)
     fallback_name = endpoint.fallback
     wants_fallback = primary.empty if primary.ok else primary.code in _FALLBACK_CODES
     if fallback_name and wants_fallback:
@@ -157,18 +165,13 @@ async def answer(endpoint: EndpointSpec, call: ComponentCall, timeout_s: float) 
         if fallback.ok:
             return Answer(200, ok_envelope(fallback.result), fallback_name, fallback.replica)
         if primary.ok:  # the primary's empty result stands when the fallback fails too
-            return Answer(200, ok_envelope(primary.result), endpoint.primary, primary.replica)
+            return Answer(200, ok_envelope(primary.result), name, primary.replica)
         assert primary.code is not None and primary.message is not None
         message = f"{primary.message} (the fallback failed too: {fallback.message})"
-        return error_answer(
-            primary.code, message, component=endpoint.primary, replica=primary.replica
-        )
+        return error_answer(primary.code, message, component=name, replica=primary.replica)
     if primary.ok:
-        return Answer(200, ok_envelope(primary.result), endpoint.primary, primary.replica)
+        return Answer(200, ok_envelope(primary.result), name, primary.replica)
     assert primary.code is not None
     return error_answer(
-        primary.code,
-        primary.message or primary.code,
-        component=endpoint.primary,
-        replica=primary.replica,
+        primary.code, primary.message or primary.code, component=name, replica=primary.replica
     )

@@ -8,7 +8,8 @@
   constructor, so a failing ``init`` is a replica that fails to start, with the user's
   exception and traceback in its message; drift re-init happens inside the replica;
 * one ``Gateway`` ingress deployment — the per-codops gateway: it parses each HTTP
-  request with ``contract.parse_request`` and answers with ``contract.answer`` (the
+  request with ``contract.parse_request``, picks the A/B arm with ``contract.choose_arm``
+  (as `peach dev` does) and answers with ``contract.answer`` (the
   ``timeout_s`` bound, fallback, envelope), or relays a stream chunk by chunk through
   ``handle.options(stream=True)``, ending it cleanly if the generator fails. It reads
   Serve's status every second: a component none of whose replicas runs because they fail
@@ -207,6 +208,8 @@ class Gateway:
             for component, info in item["components"].items()
         }
         self.handles = components
+        self.arm_requests: dict[str, dict[str, int]] = {}
+        """Endpoint name → A/B arm → requests this gateway routed to it."""
         self.unstartable: dict[str, str] = {}
         """Component deployment → the user's init error, while none of its replicas runs."""
         self._checked_at = 0.0
@@ -276,13 +279,17 @@ class Gateway:
             )
         except contract.ContractError as error:
             return _json_response(contract.error_answer(error.code, error.message))
+        arm = contract.choose_arm(endpoint, params)
+        if endpoint.ab is not None:
+            counts = self.arm_requests.setdefault(endpoint.name, {})
+            counts[arm] = counts.get(arm, 0) + 1
         if stream:
-            opened = await self._open_stream(endpoint, params)
+            opened = await self._open_stream(endpoint, params, arm)
             if isinstance(opened, Response):
                 return opened
             # not a generator: the same remote call answers as a plain call (one call)
-            return _json_response(await self._answer(endpoint, params, opened))
-        return _json_response(await self._answer(endpoint, params))
+            return _json_response(await self._answer(endpoint, params, arm, opened))
+        return _json_response(await self._answer(endpoint, params, arm))
 
     def _endpoint_for(self, path: str) -> EndpointSpec | None:
         return self._by_url.get(url_key(path))
@@ -290,15 +297,19 @@ class Gateway:
     # -- /_peach/routes and /_peach/health, as under `peach dev` -------------------------
 
     async def _routes(self) -> Response:
-        endpoints = [
-            {
-                "name": endpoint.name,
-                "url": endpoint.url,
-                "components": list(endpoint.components),
-                "streams": None,  # known to the replicas only
-            }
-            for endpoint in sorted(self.endpoints.values(), key=lambda e: e.url)
-        ]
+        endpoints: list[dict[str, Any]] = []
+        for endpoint in sorted(self.endpoints.values(), key=lambda e: e.url):
+            endpoints.append(
+                {
+                    "name": endpoint.name,
+                    "url": endpoint.url,
+                    "components": list(endpoint.components),
+                    "streams": None,  # known to the replicas only
+                }
+            )
+            ab = contract.ab_route(endpoint, self.arm_requests.get(endpoint.name, {}))
+            if ab is not None:
+                endpoints[-1]["ab"] = ab
         body = {"codops": self.codops, "endpoints": endpoints}
         return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
 
@@ -327,16 +338,17 @@ class Gateway:
         self,
         endpoint: EndpointSpec,
         params: contract.RequestParams,
+        arm: str,
         opened: _OpenedCall | None = None,
     ) -> contract.Answer:
-        """The envelope answer (timeout, fallback). ``opened``: the primary's call, already
-        made by a stream request to a method that does not stream."""
+        """The envelope answer (timeout, fallback) with ``arm`` as the primary. ``opened``:
+        the arm's call, already made by a stream request to a method that does not stream."""
         payload = params.to_dict()
 
         async def call(component: str, attempt: contract.Attempt) -> contract.CallResult:
             nonlocal opened
             described = False  # whether the call's first item (its replica) was read
-            if opened is not None and component == endpoint.primary:
+            if opened is not None and component == arm:
                 items, attempt.replica, opened = opened.items, opened.replica, None
                 described = True
             else:
@@ -366,20 +378,18 @@ class Gateway:
             attempt.replica = result.replica or attempt.replica
             return result
 
-        return await contract.answer(endpoint, call, self.timeout_s)
+        return await contract.answer(endpoint, call, self.timeout_s, arm)
 
     async def _open_stream(
-        self, endpoint: EndpointSpec, params: contract.RequestParams
+        self, endpoint: EndpointSpec, params: contract.RequestParams, arm: str
     ) -> Response | _OpenedCall:
-        """A streaming response, or the opened call when the method does not stream (its
-        result, the next item of the same remote call, is answered in the envelope)."""
-        spec = endpoint.primary_component
-        unavailable = await self._unavailable(endpoint, endpoint.primary)
+        """A streaming response from ``arm``, or the opened call when its method does not
+        stream (its result, the next item of the same remote call, goes in the envelope)."""
+        spec = endpoint.components[arm]
+        unavailable = await self._unavailable(endpoint, arm)
         if unavailable:
-            return _json_response(
-                contract.error_answer("unavailable", unavailable, component=endpoint.primary)
-            )
-        handle = self._handle(endpoint, endpoint.primary).options(stream=True)
+            return _json_response(contract.error_answer("unavailable", unavailable, component=arm))
+        handle = self._handle(endpoint, arm).options(stream=True)
         generator = cast(DeploymentResponseGenerator, handle.stream.remote(params.to_dict()))
         try:
             first = await generator.__anext__()
@@ -391,17 +401,15 @@ class Gateway:
             return _json_response(
                 contract.error_answer(
                     "unavailable",
-                    contract.unavailable_message(
-                        f"{endpoint.name}/{endpoint.primary}", _first_line(error)
-                    ),
-                    component=endpoint.primary,
+                    contract.unavailable_message(f"{endpoint.name}/{arm}", _first_line(error)),
+                    component=arm,
                 )
             )
         replica = first.get("replica")
         if "code" in first:
             return _json_response(
                 contract.error_answer(
-                    first["code"], first["message"], component=endpoint.primary, replica=replica
+                    first["code"], first["message"], component=arm, replica=replica
                 )
             )
         if contract.dispatch(first.get("method_kind"), True) != "stream":
@@ -420,7 +428,7 @@ class Gateway:
             finally:
                 generator.cancel()  # a client that went away closes the user's generator
 
-        headers = contract.stream_headers(spec.media_type, endpoint.primary, replica)
+        headers = contract.stream_headers(spec.media_type, arm, replica)
         return StreamingResponse(relay(), headers=headers)
 
 

@@ -28,7 +28,7 @@ from peach_cli.deploy.packaging import (
     runtime_package,
 )
 from peach_cli.errors import DeployError, UsageError
-from peach_cli.plan import ComponentSpec, EndpointSpec, ProjectPlan
+from peach_cli.plan import ABSpec, ComponentSpec, EndpointSpec, ProjectPlan
 
 GATEWAY = "gateway"
 """The ingress deployment's name (component deployments always contain a dot)."""
@@ -122,8 +122,23 @@ def gateway_to_json(plan: ProjectPlan) -> dict[str, Any]:
             "fallback": endpoint.fallback,
             "decorated": endpoint.decorated,
             "components": components,
+            "ab": ab_to_json(endpoint.ab),
         }
     return {"codops": plan.codops, "timeout_s": plan.timeout_s, "endpoints": endpoints}
+
+
+def ab_to_json(ab: ABSpec | None) -> dict[str, Any] | None:
+    """An A/B test for the gateway: ``by`` and the split as [component, percent] pairs, in
+    order (the order decides which buckets each arm owns)."""
+    if ab is None:
+        return None
+    return {"by": ab.by, "split": [[arm, percent] for arm, percent in ab.split]}
+
+
+def ab_from_json(data: dict[str, Any] | None) -> ABSpec | None:
+    if not data:
+        return None
+    return ABSpec(data["by"], tuple((str(arm), int(percent)) for arm, percent in data["split"]))
 
 
 def endpoints_from_json(data: dict[str, Any]) -> dict[str, EndpointSpec]:
@@ -141,6 +156,7 @@ def endpoints_from_json(data: dict[str, Any]) -> dict[str, EndpointSpec]:
             primary=item["primary"],
             fallback=item["fallback"],
             decorated=item["decorated"],
+            ab=ab_from_json(item.get("ab")),
         )
     return endpoints
 

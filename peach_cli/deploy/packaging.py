@@ -94,6 +94,7 @@ RUNTIME_MODULES = (
     "task_runtime.py",
     "triggers.py",
     "contract/__init__.py",
+    "contract/ab.py",
     "contract/answers.py",
     "contract/binding.py",
     "contract/errors.py",

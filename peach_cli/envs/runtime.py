@@ -30,6 +30,7 @@ REPLICA_RUNTIME = (
     "peach_cli/decorator.py",
     "peach_cli/plan.py",
     "peach_cli/contract/__init__.py",
+    "peach_cli/contract/ab.py",
     "peach_cli/contract/answers.py",
     "peach_cli/contract/binding.py",
     "peach_cli/contract/errors.py",
