@@ -208,7 +208,9 @@ async def release_spares(root: Path) -> None:
     """Stop keeping spares for the project at ``root`` and stop the waiting ones."""
     root = Path(root).resolve()
     for launch in [launch for launch in _kept if launch.root == root]:
-        await _kept.pop(launch).close()
+        spares = _kept.pop(launch, None)  # another caller may be releasing them too
+        if spares is not None:
+            await spares.close()
 
 
 def spare_pids(root: Path) -> list[int]:
