@@ -120,17 +120,13 @@ class Component:
                 text = f"{text}\n{details}"
             raise PeachInitFailed(text) from None
 
-    async def call(self, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """A non-streaming call, sent as two items: ``{"replica": id}`` at once, then the
-        ``CallResult`` as a dict (never raises for user errors).
-
-        The first item tells the gateway which replica took the call, so a timeout names it.
-        """
-        yield {"replica": self.runner.replica_id}
+    async def call(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A non-streaming call: the ``CallResult`` as a dict, naming this replica (never
+        raises for user errors). One unary remote call: the cheapest Serve has."""
         result = await self.runner.call(contract.RequestParams.from_dict(params))
         if result.drift:
             self._report_after_reinit()
-        yield result.to_dict()
+        return result.to_dict()
 
     def _report_after_reinit(self) -> None:
         """Once the drift re-init ends, store its outcome for /_peach/health."""
@@ -347,33 +343,29 @@ class Gateway:
 
         async def call(component: str, attempt: contract.Attempt) -> contract.CallResult:
             nonlocal opened
-            described = False  # whether the call's first item (its replica) was read
             if opened is not None and component == arm:
                 items, attempt.replica, opened = opened.items, opened.replica, None
-                described = True
+                try:
+                    data = await items.__anext__()
+                except asyncio.CancelledError:  # timeout_s ran out: stop it on the replica
+                    items.cancel()
+                    raise
+                except Exception as error:  # the replica died or cannot be reached
+                    items.cancel()
+                    return _unreachable(endpoint, component, error, attempt.replica)
             else:
                 unavailable = await self._unavailable(endpoint, component)
                 if unavailable:
                     return contract.CallResult.failure("unavailable", unavailable)
-                handle = self._handle(endpoint, component).options(stream=True)
-                items = cast(DeploymentResponseGenerator, handle.call.remote(payload))
-            try:
-                if not described:
-                    first = await items.__anext__()
-                    attempt.replica = first.get("replica")
-                data = await items.__anext__()
-            except asyncio.CancelledError:  # timeout_s ran out: stop the call on the replica
-                items.cancel()
-                raise
-            except Exception as error:  # the replica died or cannot be reached
-                items.cancel()
-                return contract.CallResult.failure(
-                    "unavailable",
-                    contract.unavailable_message(
-                        f"{endpoint.name}/{component}", _first_line(error)
-                    ),
-                    attempt.replica,
-                )
+                # one unary remote call: the result names the replica that answered
+                response = self._handle(endpoint, component).call.remote(payload)
+                try:
+                    data = await response
+                except asyncio.CancelledError:  # timeout_s ran out: stop the call on the replica
+                    response.cancel()
+                    raise
+                except Exception as error:  # the replica died or cannot be reached
+                    return _unreachable(endpoint, component, error, None)
             result = contract.CallResult.from_dict(data)
             attempt.replica = result.replica or attempt.replica
             return result
@@ -439,6 +431,14 @@ class _OpenedCall:
 
     items: DeploymentResponseGenerator
     replica: str | None
+
+
+def _unreachable(
+    endpoint: EndpointSpec, component: str, error: BaseException, replica: str | None
+) -> contract.CallResult:
+    """The ``unavailable`` failure of a call whose replica died or cannot be reached."""
+    message = contract.unavailable_message(f"{endpoint.name}/{component}", _first_line(error))
+    return contract.CallResult.failure("unavailable", message, replica)
 
 
 def _stream_cut_cause(error: BaseException) -> str:
