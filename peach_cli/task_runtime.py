@@ -19,9 +19,11 @@ import linecache
 import os
 import sys
 import time
-import traceback
 import types
-from typing import Any
+from typing import Any, NamedTuple, cast
+
+from peach_cli.contract.results import describe_exception
+from peach_cli.contract.results import user_traceback as contract_traceback
 
 PAYLOAD_ENV = "PEACH_TASK_PAYLOAD"
 MAX_RESULT_CHARS = 2000
@@ -29,40 +31,23 @@ _CO_VARARGS = 0x04
 _CO_VARKEYWORDS = 0x08
 
 
-def notebook_position(line_map: list[tuple[int, int, int]], line: int) -> str:
-    """Where line ``line`` of the extracted module is in the notebook: ``cell 3, line 2``.
+class _Code(NamedTuple):
+    """What the contract's traceback needs of a task's code (a ``ComponentSpec`` subset)."""
 
-    >>> notebook_position([(1, 2, 1), (5, 4, 1)], 6)
-    'cell 4, line 2'
-    """
-    position = f"line {line}"
-    for first_line, cell, first_cell_line in line_map:
-        if first_line <= line:
-            position = f"cell {cell}, line {first_cell_line + line - first_line}"
-    return position
+    source_name: str
+    line_map: tuple[tuple[int, int, int], ...]
 
 
 def describe(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    """``TypeName: text``, as the contract says it for a method that raised."""
+    return describe_exception(error)
 
 
 def user_traceback(error: BaseException, spec: dict[str, Any]) -> str:
-    """The traceback from the first frame in the notebook's code on, cells and lines named."""
-    name = spec["source_name"]
-    frames = traceback.extract_tb(error.__traceback__)
-    start = next((i for i, f in enumerate(frames) if f.filename == name), 0)
-    lines = ["Traceback (most recent call last):"]
-    for frame in frames[start:]:
-        if frame.filename == name and frame.lineno is not None:
-            where = f"{name}, {notebook_position(spec['line_map'], frame.lineno)}"
-        else:
-            where = f"{frame.filename}, line {frame.lineno}"
-        lines.append(f"  File {where}, in {frame.name}")
-        if frame.line:
-            lines.append(f"    {frame.line.strip()}")
-    lines.append(describe(error))
-    return "\n".join(lines)
+    """The traceback from the first frame in the notebook's code on, cells and lines named
+    (the contract's, so a task's traceback reads like an endpoint's)."""
+    code = _Code(spec["source_name"], tuple(tuple(entry) for entry in spec.get("line_map", ())))
+    return contract_traceback(error, cast(Any, code))
 
 
 def _parameters(function: Any) -> tuple[list[str], list[str], bool, bool]:
