@@ -266,7 +266,8 @@ def test_logs_health_and_status_show_prints_init_errors_and_failed_reinits(clust
     # an init that fails: its replicas stop, and their logs still show the user's error
     failed = peach("deploy", str(INITFAIL), *address, "--route-prefix", "/initfail")
     assert failed.returncode == 1
-    text = poll_logs(cluster, "no weights", "deploy-initfail")
+    # Serve stops the failed replicas a moment after peach reports them: wait for that
+    text = poll_logs(cluster, "(stopped) | FileNotFoundError: no weights", "deploy-initfail")
     assert re.search(
         r"^broken\.main#\w+ \(stopped\) \| FileNotFoundError: no weights at /models/latest.bin",
         text,
