@@ -40,6 +40,17 @@ ProjectArg = Annotated[
     Path,
     typer.Argument(help="The project folder (or one YAML file). Default: the current folder."),
 ]
+SharedEnvOption = Annotated[
+    bool,
+    typer.Option(
+        "--shared-env",
+        help="Run in peach's own Python instead of each py_environment's env (fast; imports "
+        "are not checked).",
+    ),
+]
+OfflineOption = Annotated[
+    bool, typer.Option("--offline", help="Build py_environments from the cache only.")
+]
 
 
 @app.command()
@@ -118,17 +129,8 @@ def dev(
         Optional[float],
         typer.Option("--timeout-s", help="Override the conf's timeout_s for non-streaming calls."),
     ] = None,
-    shared_env: Annotated[
-        bool,
-        typer.Option(
-            "--shared-env",
-            help="Run every replica in peach's own Python (fast; imports are not checked).",
-        ),
-    ] = False,
-    offline: Annotated[
-        bool,
-        typer.Option("--offline", help="Build py_environments from the cache only."),
-    ] = False,
+    shared_env: SharedEnvOption = False,
+    offline: OfflineOption = False,
     tasks: Annotated[
         bool,
         typer.Option(
@@ -496,15 +498,8 @@ def task_run(
             show_default=False,
         ),
     ] = None,
-    shared_env: Annotated[
-        bool,
-        typer.Option(
-            "--shared-env", help="Run in peach's own Python (fast; imports are not checked)."
-        ),
-    ] = False,
-    offline: Annotated[
-        bool, typer.Option("--offline", help="Build the py_environment from the cache only.")
-    ] = False,
+    shared_env: SharedEnvOption = False,
+    offline: OfflineOption = False,
 ) -> None:
     """Run one task once, in its py_environment, streaming its output line by line.
 

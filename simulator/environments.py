@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peach_cli.errors import EnvBuildError
 from peach_cli.plan import ComponentSpec, TaskSpec
 from simulator.events import EnvFailed, EnvProgress, Event
 from simulator.workers import Interpreter, WorkerLaunch
+
+if TYPE_CHECKING:
+    from peach_cli.envs import BuildProgress
 
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
 
@@ -70,7 +73,7 @@ class Environments:
             return self._shared
         key = (spec.py_env, tuple(spec.dependencies))
         build = self._builds.get(key)
-        if build is None or (build.done() and build.exception() is not None):
+        if build is None or (build.done() and not _succeeded(build)):  # a failure is retried
             build = self._builds[key] = asyncio.ensure_future(self._build(*key))
         try:
             return await asyncio.shield(build)
@@ -81,26 +84,16 @@ class Environments:
         """The launches of every env built so far (spare workers are kept for each)."""
         if not self.isolated:
             return [self._shared]
-        return [
-            build.result()
-            for build in self._builds.values()
-            if build.done() and not build.cancelled() and build.exception() is None
-        ]
+        return [build.result() for build in self._builds.values() if _succeeded(build)]
 
     async def _build(self, name: str, requirements: tuple[str, ...]) -> WorkerLaunch:
         from peach_cli.envs import EnvSpec, ensure_env
         from peach_cli.envs.runtime import stage_runtime
 
         loop = asyncio.get_running_loop()
-        began = time.monotonic()
 
-        def progress(step: object) -> None:
-            event = EnvProgress(
-                name,
-                str(getattr(step, "phase", "")),
-                float(getattr(step, "elapsed_s", time.monotonic() - began)),
-                str(getattr(step, "detail", "")),
-            )
+        def progress(step: BuildProgress) -> None:  # called in the build's thread
+            event = EnvProgress(name, step.phase, step.elapsed_s, step.detail)
             loop.call_soon_threadsafe(self.emit, event)
 
         spec = EnvSpec(name, requirements)
@@ -118,6 +111,10 @@ class Environments:
             python=str(env.python), path=(str(runtime),), isolated=True, name=name
         )
         return WorkerLaunch(self.root, interpreter, env=self.env)
+
+
+def _succeeded(build: asyncio.Future[WorkerLaunch]) -> bool:
+    return build.done() and not build.cancelled() and build.exception() is None
 
 
 def explain_init_error(message: str, launch: WorkerLaunch) -> str:

@@ -138,15 +138,19 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
 
 def test_worker_processes_are_started_in_one_module() -> None:
-    starters = ("create_subprocess_exec", "Popen", "subprocess.run", "os.fork", "spawn_worker(")
-    places = []
-    for name, path in _sources().items():
-        if name in ("simulator.workers",) or name.startswith("peach_cli.envs"):
-            continue
-        if name.startswith("simulator."):
-            text = path.read_text()
-            places += [f"{name}: {s}" for s in starters if s in text and s != "spawn_worker("]
+    """Every process the simulator runs user code in (replicas, spares, tasks) is started
+    by ``simulator.workers``; no other simulator module spawns one."""
+    starters = ("create_subprocess_exec", "create_subprocess_shell", "Popen", "subprocess.run")
+    starters += ("os.fork", "os.spawn", "multiprocessing")
+    places = [
+        f"{name}: {starter}"
+        for name, path in _sources().items()
+        if name.startswith("simulator.") and name != "simulator.workers"
+        for starter in starters
+        if starter in path.read_text()
+    ]
     assert places == []
+    assert "create_subprocess_exec" in (ROOT / "simulator" / "workers.py").read_text()
 
 
 def test_no_private_name_crosses_a_module_boundary() -> None:
