@@ -114,6 +114,14 @@ def test_an_undeclared_import_is_unhealthy_with_the_requirement_to_add(served):
     assert any(e and "'pyyaml'" in e for e in errors)
 
 
+def test_each_build_step_is_reported_with_its_seconds(served):
+    """Not a terminal: one plain line per step of each env's build."""
+    for env in ("base", "extra"):
+        served.wait_for_output(rf"py_env {env} (resolving|done)\b.*\(\d+\.\d s\)")
+    # base's requirements come first in every env (inheritance), then its own
+    served.wait_for_output(r"py_env broken resolving: tomli-w, peach-no-such-package-zz==1\.0")
+
+
 def test_an_env_that_cannot_be_built_fails_clearly_while_the_others_serve(served):
     response = httpx.get(f"{served.url}/broken", timeout=10)
     assert response.status_code == 503, response.text
