@@ -38,6 +38,7 @@ from peach_cli.deploy.progress import (
     read_application,
     starting_errors,
     startup_failure,
+    still_failing_to_start,
     strip_ansi,
 )
 from peach_cli.deploy.resources import Needs, application_needs, check_fits
@@ -595,6 +596,37 @@ def test_replicas_starting_are_not_a_failure_and_not_ready():
     )
     assert startup_failure(app) is None and not app.ready
     assert app.deployments[0].running == 1 and app.deployments[0].target == 2
+
+
+# Serve's own words when a retried replica is slow to start (deployment_state.py, 2.60)
+SLOW_SCHEDULING = (
+    "Deployment 'broken.main' in application 'x' has 1 replicas that have taken more than "
+    "30s to be scheduled. This may be due to waiting for the cluster to auto-scale or for a "
+    "runtime environment to be installed."
+)
+SLOW_INIT = (
+    "Deployment 'broken.main' in application 'x' has 1 replicas that have taken more than "
+    "30s to initialize.\nThis may be caused by a slow __init__ or reconfigure method."
+)
+
+
+def test_a_start_failure_stays_known_while_serves_slow_start_warning_replaces_it():
+    """The gateway answers 503 with the init error while a component cannot start; on a
+    loaded machine Serve overwrites the failure message with its slow-start warning during
+    the retries, and that must not make the gateway wait for a replica that never comes."""
+    seen = still_failing_to_start({}, "UPDATING", RAY_FAILURE, 0, "broken.main")
+    assert seen == "load_model() raised FileNotFoundError: no weights"
+    known = {"broken.main": seen}
+    for warning in (SLOW_SCHEDULING, SLOW_INIT):
+        assert still_failing_to_start(known, "UPDATING", warning, 0, "broken.main") == seen
+        # never seen failing: a slow start is only slow
+        assert still_failing_to_start({}, "UPDATING", warning, 0, "broken.main") is None
+    # a replica runs (a fixed version started), or a new deploy reset the message
+    assert still_failing_to_start(known, "UPDATING", SLOW_INIT, 1, "broken.main") is None
+    assert still_failing_to_start(known, "UPDATING", "", 0, "broken.main") is None
+    assert still_failing_to_start(known, "HEALTHY", "", 2, "broken.main") is None
+    # Serve gave up
+    assert still_failing_to_start({}, "DEPLOY_FAILED", "The deployment failed", 0, "d")
 
 
 def test_strip_ansi():

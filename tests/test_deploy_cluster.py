@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -194,6 +195,58 @@ def test_a_failing_init_fails_the_deploy_fast_with_the_users_error(cluster):
         "load_model() raised FileNotFoundError: no weights" in response.json()["error"]["message"]
     )
     assert response.headers["x-peach-component"] == "main"
+
+
+def test_a_request_waiting_for_a_replica_gets_the_init_error_when_the_init_fails(cluster, tmp_path):
+    """A request that arrives while the model still loads waits for a replica; when that
+    init fails, it is answered with 503 and the error at once, not after timeout_s (30 s)."""
+    project = tmp_path / "project"
+    shutil.copytree(INITFAIL, project)
+    notebook = project / "notebooks" / "Broken.ipynb"
+    cells = json.loads(notebook.read_text())
+    for cell in cells["cells"]:
+        source = "".join(cell["source"])
+        if "def load_model():" in source:
+            slow = source.replace(
+                "def load_model():\n", "def load_model():\n    import time\n    time.sleep(8)\n"
+            )
+            cell["source"] = slow.splitlines(keepends=True)
+    notebook.write_text(json.dumps(cells))
+    done = threading.Event()
+
+    def deploy_it() -> None:
+        try:
+            deploy(plan_of(project), address=cluster.dashboard_url, http_port=cluster.http_port)
+        except ReplicaStartFailed:
+            pass
+        finally:
+            done.set()
+
+    deployer = threading.Thread(target=deploy_it, daemon=True)
+    deployer.start()
+    deadline = time.monotonic() + 60
+    while True:  # until the gateway answers (the component is still in its init)
+        assert time.monotonic() < deadline, "the gateway did not start"
+        try:
+            routes = httpx.get(f"{cluster.serve_url}/_peach/routes", timeout=5)
+            if routes.headers.get("content-type") == "application/json":
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    sent_before_the_failure = not done.is_set()
+    began = time.monotonic()
+    response = httpx.get(f"{cluster.serve_url}/broken", timeout=40)
+    waited = time.monotonic() - began
+    deployer.join(timeout=60)
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "unavailable"
+    assert (
+        "load_model() raised FileNotFoundError: no weights" in (response.json()["error"]["message"])
+    )
+    assert response.headers["x-peach-component"] == "main"
+    assert sent_before_the_failure  # the case under test: it waited for a replica
+    assert waited < 25, waited  # timeout_s is 30: the answer came with the failure
 
 
 def test_the_first_replica_start_failure_is_reported_while_serve_still_retries(cluster):

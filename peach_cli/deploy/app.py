@@ -13,7 +13,8 @@
   ``timeout_s`` bound, fallback, envelope), or relays a stream chunk by chunk through
   ``handle.options(stream=True)``, ending it cleanly if the generator fails. It reads
   Serve's status every second: a component none of whose replicas runs because they fail
-  to start is answered with 503 and the user's init error, as under `peach dev`.
+  to start is answered with 503 and the user's init error, as under `peach dev` — and so
+  is a call already waiting for a replica of it when that is found.
 
 Each deployment reads what it runs from the ``.peach/`` folder of its own working_dir.
 The application may serve under a route prefix (Serve's ``root_path``): the gateway routes
@@ -27,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -41,7 +42,7 @@ from peach_cli import contract
 from peach_cli.deploy import INIT_FAILED_MARKER, reports
 from peach_cli.deploy.config import component_from_json, endpoints_from_json
 from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE, TASKS_FILE
-from peach_cli.deploy.progress import is_start_failure, user_error
+from peach_cli.deploy.progress import still_failing_to_start
 from peach_cli.plan import EndpointSpec, url_key
 
 logger = logging.getLogger("peach.deploy")
@@ -208,6 +209,11 @@ class Gateway:
         """Endpoint name → A/B arm → requests this gateway routed to it."""
         self.unstartable: dict[str, str] = {}
         """Component deployment → the user's init error, while none of its replicas runs."""
+        self.running: dict[str, int] = {}
+        """Component deployment → its RUNNING replicas at the last read."""
+        self._failing: dict[str, asyncio.Future[None]] = {}
+        """Component deployment → set when it is found unstartable: what calls waiting for
+        a replica of a deployment with none running wait on too."""
         self._checked_at = 0.0
         self._reading: asyncio.Future[None] | None = None
         self._watcher = asyncio.get_running_loop().create_task(self._watch_components())
@@ -232,14 +238,24 @@ class Gateway:
             app_name = serve.get_replica_context().app_name
             status = await asyncio.to_thread(serve.status)
             deployments = status.applications[app_name].deployments
-            self.unstartable = {
-                name: user_error(item.message).splitlines()[0]
+            running = {
+                name: int(item.replica_states.get("RUNNING", 0))  # type: ignore[call-overload]
                 for name, item in deployments.items()
                 if name in self.handles
-                and not item.replica_states.get("RUNNING")  # type: ignore[call-overload]
-                and is_start_failure(item.status, item.message)
             }
-            self._checked_at = began
+            unstartable: dict[str, str] = {}
+            for name, count in running.items():
+                item = deployments[name]
+                error = still_failing_to_start(
+                    self.unstartable, str(item.status), item.message, count, name
+                )
+                if error:
+                    unstartable[name] = error
+            self.unstartable, self.running, self._checked_at = unstartable, running, began
+            for name in unstartable:
+                waiting = self._failing.pop(name, None)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(None)
         except Exception as error:  # the controller is busy or restarting: keep the last
             logger.debug("cannot read the components' status: %s", error)
 
@@ -255,6 +271,28 @@ class Gateway:
 
     def _handle(self, endpoint: EndpointSpec, component: str) -> DeploymentHandle:
         return self.handles[self.deployments[(endpoint.name, component)]]
+
+    async def _reply(self, endpoint: EndpointSpec, component: str, reply: Awaitable[Any]) -> Any:
+        """``reply`` awaited — or ``Unstartable`` as soon as the component is found unable to
+        start while the call waits for one of its replicas. (A component with replicas
+        running is awaited directly: the common case costs nothing more.)"""
+        deployment = self.deployments[(endpoint.name, component)]
+        if self.running.get(deployment):
+            return await reply
+        failing = self._failing.get(deployment)
+        if failing is None or failing.done():
+            failing = self._failing[deployment] = asyncio.get_running_loop().create_future()
+        waiting = asyncio.ensure_future(reply)
+        try:
+            await asyncio.wait((waiting, failing), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            waiting.cancel()
+            raise
+        if waiting.done():
+            return waiting.result()
+        waiting.cancel()
+        error = self.unstartable.get(deployment, "its replicas fail to start")
+        raise Unstartable(contract.unavailable_message(f"{endpoint.name}/{component}", error))
 
     async def __call__(self, request: Request) -> Response:
         path = _route_path(request)
@@ -360,10 +398,13 @@ class Gateway:
                 # one unary remote call: the result names the replica that answered
                 response = self._handle(endpoint, component).call.remote(payload)
                 try:
-                    data = await response
+                    data = await self._reply(endpoint, component, response)
                 except asyncio.CancelledError:  # timeout_s ran out: stop the call on the replica
                     response.cancel()
                     raise
+                except Unstartable as error:
+                    response.cancel()
+                    return contract.CallResult.failure("unavailable", str(error))
                 except Exception as error:  # the replica died or cannot be reached
                     return _unreachable(endpoint, component, error, None)
             result = contract.CallResult.from_dict(data)
@@ -384,10 +425,13 @@ class Gateway:
         handle = self._handle(endpoint, arm).options(stream=True)
         generator = cast(DeploymentResponseGenerator, handle.stream.remote(params.to_dict()))
         try:
-            first = await generator.__anext__()
+            first = await self._reply(endpoint, arm, generator.__anext__())
         except asyncio.CancelledError:
             generator.cancel()
             raise
+        except Unstartable as error:
+            generator.cancel()
+            return _json_response(contract.error_answer("unavailable", str(error), component=arm))
         except Exception as error:
             generator.cancel()
             return _json_response(
@@ -422,6 +466,10 @@ class Gateway:
 
         headers = contract.stream_headers(spec.media_type, arm, replica)
         return StreamingResponse(relay(), headers=headers)
+
+
+class Unstartable(Exception):
+    """A call's component was found unable to start while the call waited for a replica."""
 
 
 @dataclass

@@ -213,6 +213,40 @@ def is_start_failure(status: str, message: str) -> bool:
     return status == "DEPLOY_FAILED" or any(marker in message for marker in _FAILED_TO_START)
 
 
+_SLOW_START = re.compile(r"replicas (that )?have taken more than \S+ to (be scheduled|initialize)")
+
+
+def still_failing_to_start(
+    known: dict[str, str], status: str, message: str, running: int, name: str
+) -> str | None:
+    """The start failure of deployment ``name`` now (the user's error, first line), or None.
+
+    ``known`` is what an earlier read found. While Serve retries a replica that failed to
+    start, it may replace the failure in the deployment's message with its slow-start
+    warning ("… replicas that have taken more than 30s to be scheduled"): that keeps the
+    known failure, since no replica has started since. A running replica, or any other
+    message (a new deploy), clears it.
+
+    >>> known = {"d": "load_model() raised OSError"}
+    >>> slow = "Deployment 'd' in application 'a' has 1 replicas that have taken more than 30s to initialize."
+    >>> still_failing_to_start(known, "UPDATING", slow, 0, "d")
+    'load_model() raised OSError'
+    >>> still_failing_to_start(known, "UPDATING", slow, 1, "d") is None
+    True
+    >>> still_failing_to_start({}, "UPDATING", slow, 0, "d") is None
+    True
+    >>> still_failing_to_start(known, "UPDATING", "", 0, "d") is None
+    True
+    """
+    if running:
+        return None
+    if is_start_failure(status, message):
+        return user_error(message).splitlines()[0]
+    if name in known and _SLOW_START.search(message):
+        return known[name]
+    return None
+
+
 def starting_errors(app: ApplicationState) -> dict[str, str]:
     """Deployment → the start failure it reports now (the user's error), if any."""
     return {
