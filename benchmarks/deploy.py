@@ -15,8 +15,9 @@ On one fresh local Ray head (started here on free loopback ports, stopped at the
 - **request latency**: ``--requests`` sequential GETs of ``/hello`` through the Ray Serve
   proxy and through ``peach dev`` serving the same project: median and p95; and, on the
   same cluster at the same time, a bare two-deployment Serve app (``bare_serve_app.py``: an
-  ingress calling a model deployment by handle) under ``/bare``, the two measured in
-  alternating blocks (target: peach ≤ 1.1 × bare, median).
+  ingress calling a model deployment by handle, with as many model replicas as the
+  component behind ``/hello`` has, so that Serve's router picks a replica per call in both)
+  under ``/bare``, the two measured in alternating blocks (target: peach ≤ 1.1 × bare, median).
 
 Every figure is measured twice: on a single-node head, and on two nodes — a head offering
 no CPUs and a worker node, both on loopback — where every replica runs on the worker.
@@ -209,8 +210,10 @@ def latencies(url: str, count: int) -> dict:
     }
 
 
-def deploy_bare(head: RayHead) -> str:
-    """Deploy ``bare_serve_app.py`` under ``/bare`` beside the running applications."""
+def deploy_bare(head: RayHead, model_replicas: int = 1) -> str:
+    """Deploy ``bare_serve_app.py`` under ``/bare`` beside the running applications, with
+    ``model_replicas`` replicas of its model deployment (as many as the peach component
+    it is compared with: with more than one, Serve's router picks a replica per call)."""
     from peach_cli.deploy.dashboard import DashboardClient
     from peach_cli.deploy.deployer import Reporter, wait_until_running
     from peach_cli.deploy.packaging import package
@@ -231,6 +234,7 @@ def deploy_bare(head: RayHead) -> str:
             "route_prefix": "/bare",
             "import_path": "bare_serve_app:app",
             "runtime_env": {"working_dir": bare.uri},
+            "deployments": [{"name": "Model", "num_replicas": model_replicas}],
         }
         config = {
             "proxy_location": details.get("proxy_location") or "EveryNode",
@@ -265,14 +269,28 @@ def alternating_latencies(urls: dict[str, str], count: int, block: int = 50) -> 
     return result
 
 
+def replicas_behind(project: Path, url: str) -> int:
+    """How many replicas the component answering ``url`` has (the bare app gets as many)."""
+    from peach_cli.validate import build_plan
+
+    plan, _ = build_plan(project)
+    assert plan is not None, f"{project} does not validate"
+    for endpoint in plan.endpoints.values():
+        if endpoint.url == url:
+            return endpoint.components[endpoint.primary].replicas
+    raise SystemExit(f"{project} has no endpoint at {url}")
+
+
 def measure_latency(project: Path, head: RayHead, requests: int) -> dict:
     time_peach_deploy(project, head)
-    bare_url = deploy_bare(head)
+    model_replicas = replicas_behind(project, "/hello")
+    bare_url = deploy_bare(head, model_replicas)
     measured = alternating_latencies(
         {"ray_proxy": f"{head.serve_url}/hello", "bare_serve": f"{bare_url}?name=world"},
         requests,
     )
     ray, bare = measured["ray_proxy"], measured["bare_serve"]
+    bare["model_replicas"] = model_replicas
     clear_applications(head.dashboard_url)
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="peach-dev-", suffix=".log", delete=False)
@@ -340,12 +358,15 @@ def print_results(label: str, results: dict, runs: int) -> None:
     print(line)
     for name, label_text in (
         ("ray_proxy", "Ray Serve proxy"),
-        ("bare_serve", "bare Serve app"),
+        (
+            "bare_serve",
+            f"bare Serve app ({latency['bare_serve']['model_replicas']} model replicas)",
+        ),
         ("peach_dev", "peach dev"),
     ):
         item = latency[name]
         print(
-            f"GET /hello          {label_text:16} median {item['median_ms']:6.2f} ms   "
+            f"GET /hello          {label_text:33} median {item['median_ms']:6.2f} ms   "
             f"p95 {item['p95_ms']:6.2f} ms"
         )
     print(
