@@ -300,3 +300,14 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     _shared_ray.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM (a CI job's timeout, ``kill``) ends the run as Ctrl-C does, so that the
+    session's teardown still runs and stops its Ray clusters and `peach dev` servers
+    instead of leaving them running."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
