@@ -207,7 +207,7 @@ def start_bare(folder: Path) -> Server:
     return Server("bare", [sys.executable, "-c", runner], folder, folder / "bare.log")
 
 
-def start_peach(folder: Path) -> Server:
+def start_peach(folder: Path, *extra: str) -> Server:
     project = folder / "project"
     project.mkdir()
     (project / "peach.yaml").write_text(CONF)
@@ -221,6 +221,7 @@ def start_peach(folder: Path) -> Server:
         "--port",
         "0",
         "--no-reload",
+        *extra,
     ]
     return Server("peach dev", command, REPO, folder / "peach.log")
 
@@ -314,7 +315,13 @@ def run_all(options: argparse.Namespace) -> dict[str, dict[str, float]]:
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="peach-bench-") as tmp:
         folder = Path(tmp)
-        for name, start in (("bare", start_bare), ("peach dev", start_peach)):
+        peach_args = ("--shared-env",) if options.shared_env else ()
+
+        def start_peach_dev(folder: Path) -> Server:
+            return start_peach(folder, *peach_args)
+
+        starters = (("bare", start_bare), ("peach dev", start_peach_dev))
+        for name, start in starters:
             server = start(folder)
             try:
                 server.wait_ready()
@@ -390,6 +397,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="throughput duration")
     parser.add_argument("--stream-rounds", type=int, default=5, help="streams of 20 chunks")
     parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+    parser.add_argument(
+        "--shared-env",
+        action="store_true",
+        help="peach dev --shared-env: replicas in peach's own interpreter (uvloop when installed)"
+        " instead of the project's isolated env (asyncio's loop: the runtime is stdlib only)",
+    )
     options = parser.parse_args()
     results = run_all(options)
     if options.json:
