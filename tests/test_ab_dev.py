@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import time
 from pathlib import Path
 
 import httpx
@@ -18,6 +17,7 @@ import pytest
 from projectkit import write_project
 from reload_support import edit_file
 from rich.console import Console
+from waiting import poll
 
 from peach_cli.dev_view import DevView
 from peach_cli.validate import build_plan
@@ -49,19 +49,6 @@ def spec_arm(endpoint: str, value: str, split: list[tuple[str, int]]) -> str:
         if bucket < upper:
             return arm
     raise AssertionError(bucket)
-
-
-def poll(check, what: str, timeout_s: float = 30.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value = check()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture

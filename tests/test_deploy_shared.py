@@ -12,13 +12,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 from ray_cluster import RayHead
 from test_deploy_cluster import cluster, plan_of, replica_ids  # noqa: F401 - fixtures
+from waiting import poll as poll_until
 
 from peach_cli.deploy.deployer import deploy
 
@@ -50,14 +50,7 @@ def peach(
 
 
 def poll(check, what: str, timeout_s: float = 30.0, interval_s: float = 0.3):
-    """Call ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} (last: {value!r})"
-        time.sleep(interval_s)
+    return poll_until(check, what, timeout_s, interval_s=interval_s, tolerate=())
 
 
 def with_private_files(project: Path) -> None:

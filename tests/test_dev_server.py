@@ -18,6 +18,7 @@ import httpx
 import pytest
 from conftest import PROJECTS, DevProcess, drain_stream
 from projectkit import write_project
+from waiting import wait_until
 
 from peach_cli.validate import build_plan
 
@@ -32,13 +33,6 @@ def alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def wait_until(predicate, timeout_s: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 SMALL_CONF = """\

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import PROJECTS, REPO, URL_LINE, DevProcess, drain_stream, start_peach_dev
+from waiting import wait_until
 
 FAULTS = PROJECTS / "faults"
 SERVING = FAULTS / "serving"
@@ -38,13 +39,6 @@ def alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def wait_until(predicate, timeout_s: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def memory_kib(pid: int, field: str = "VmRSS") -> int:

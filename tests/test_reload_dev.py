@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 from conftest import DevProcess, drain_stream
 from projectkit import write_project
 from reload_support import append_file, copy_project, edit_cell, edit_file
+from waiting import poll as poll_until
 
 DEADLINE_S = 30.0
 WATCHING = r"watching .* for changes"
@@ -34,18 +34,7 @@ pytestmark = [pytest.mark.timeout(120)]
 
 
 def poll(check: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
-    """Call ``check`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value = check()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    return poll_until(check, what, timeout_s)
 
 
 def count(dev: DevProcess, pattern: str) -> int:

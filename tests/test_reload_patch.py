@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import termios
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import httpx
 import pytest
 from conftest import REPO, URL_LINE, DevProcess, with_group_killed
 from reload_support import copy_project, edit_cell
+from waiting import poll as poll_until
 
 NOTEBOOK = "notebooks/Patch.ipynb"
 DEADLINE_S = 20.0
@@ -35,18 +35,7 @@ pytestmark = [pytest.mark.timeout(120)]
 
 
 def poll(check: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
-    """Call ``check`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value = check()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    return poll_until(check, what, timeout_s)
 
 
 class Served:
