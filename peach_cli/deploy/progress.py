@@ -241,7 +241,7 @@ def still_failing_to_start(
     if running:
         return None
     if is_start_failure(status, message):
-        return user_error(message).splitlines()[0]
+        return (user_error(message).splitlines() or [status])[0]
     if name in known and _SLOW_START.search(message):
         return known[name]
     return None
