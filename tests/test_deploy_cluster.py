@@ -6,13 +6,13 @@ applications.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -202,50 +202,51 @@ def test_a_request_waiting_for_a_replica_gets_the_init_error_when_the_init_fails
     init fails, it is answered with 503 and the error at once, not after timeout_s (30 s)."""
     project = tmp_path / "project"
     shutil.copytree(INITFAIL, project)
+    release = tmp_path / "release"  # both nodes share this machine's file system
     notebook = project / "notebooks" / "Broken.ipynb"
     cells = json.loads(notebook.read_text())
     for cell in cells["cells"]:
         source = "".join(cell["source"])
         if "def load_model():" in source:
-            slow = source.replace(
-                "def load_model():\n", "def load_model():\n    import time\n    time.sleep(8)\n"
+            waits = (
+                "def load_model():\n"
+                "    import os, time\n"
+                "    deadline = time.monotonic() + 120\n"
+                f"    while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:\n"
+                "        time.sleep(0.05)\n"
             )
-            cell["source"] = slow.splitlines(keepends=True)
+            cell["source"] = source.replace("def load_model():\n", waits).splitlines(keepends=True)
     notebook.write_text(json.dumps(cells))
-    done = threading.Event()
 
-    def deploy_it() -> None:
-        try:
-            deploy(plan_of(project), address=cluster.dashboard_url, http_port=cluster.http_port)
-        except ReplicaStartFailed:
-            pass
-        finally:
-            done.set()
-
-    deployer = threading.Thread(target=deploy_it, daemon=True)
-    deployer.start()
-    deadline = time.monotonic() + 60
-    while True:  # until the gateway answers (the component is still in its init)
-        assert time.monotonic() < deadline, "the gateway did not start"
-        try:
-            routes = httpx.get(f"{cluster.serve_url}/_peach/routes", timeout=5)
-            if routes.headers.get("content-type") == "application/json":
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    sent_before_the_failure = not done.is_set()
-    began = time.monotonic()
-    response = httpx.get(f"{cluster.serve_url}/broken", timeout=40)
-    waited = time.monotonic() - began
-    deployer.join(timeout=60)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        deploying = pool.submit(
+            deploy, plan_of(project), address=cluster.dashboard_url, http_port=cluster.http_port
+        )
+        deadline = time.monotonic() + 90
+        while True:  # until the gateway answers (the component is still in its init)
+            assert time.monotonic() < deadline, "the gateway did not start"
+            try:
+                routes = httpx.get(f"{cluster.serve_url}/_peach/routes", timeout=5)
+                if routes.headers.get("content-type") == "application/json":
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        asking = pool.submit(httpx.get, f"{cluster.serve_url}/broken", timeout=40)
+        began = time.monotonic()
+        # no replica has finished its init: the request waits for one
+        with pytest.raises(concurrent.futures.TimeoutError):
+            asking.result(timeout=1.0)
+        release.touch()  # the inits go on, and raise
+        response = asking.result(timeout=45)
+        waited = time.monotonic() - began
+        with pytest.raises(ReplicaStartFailed):
+            deploying.result(timeout=90)
     assert response.status_code == 503, response.text
     assert response.json()["error"]["code"] == "unavailable"
-    assert (
-        "load_model() raised FileNotFoundError: no weights" in (response.json()["error"]["message"])
-    )
+    message = response.json()["error"]["message"]
+    assert "load_model() raised FileNotFoundError: no weights" in message
     assert response.headers["x-peach-component"] == "main"
-    assert sent_before_the_failure  # the case under test: it waited for a replica
     assert waited < 25, waited  # timeout_s is 30: the answer came with the failure
 
 
