@@ -79,6 +79,16 @@ def doctor(
     )
 
 
+def doctor_json(
+    *args: str, cwd: Path, index: str, cache: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``peach doctor --format json`` on a free port, with ``args`` before them."""
+    port = str(free_port())
+    return doctor(
+        *args, "--format", "json", "--port", port, cwd=cwd, index=index, cache=cache, env=env
+    )
+
+
 def checks_of(result: subprocess.CompletedProcess[str]) -> dict[str, dict]:
     report = json.loads(result.stdout)
     return {check["name"]: check for check in report["checks"]}
@@ -107,15 +117,7 @@ def test_a_healthy_setup_passes_every_check_and_exits_0(project, tmp_path, index
 
 
 def test_json_output_shape(project, tmp_path, index_url):
-    result = doctor(
-        "--format",
-        "json",
-        "--port",
-        str(free_port()),
-        cwd=project,
-        index=index_url,
-        cache=tmp_path,
-    )
+    result = doctor_json(cwd=project, index=index_url, cache=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert set(report) == {"ok", "checks"} and report["ok"] is True
@@ -146,18 +148,14 @@ def test_a_port_in_use_fails_with_advice(project, tmp_path, index_url):
 
 def test_an_unreachable_index_fails(project, tmp_path):
     index = f"http://127.0.0.1:{closed_port()}/simple/"
-    result = doctor(
-        "--format", "json", "--port", str(free_port()), cwd=project, index=index, cache=tmp_path
-    )
+    result = doctor_json(cwd=project, index=index, cache=tmp_path)
     assert result.returncode == 0  # the project needs no package: a warning only
     check = checks_of(result)["index"]
     assert check["status"] == "warn" and "is unreachable" in check["summary"]
     assert "need no package" in check["summary"]
 
     write_project(project, WITH_DEPS)
-    result = doctor(
-        "--format", "json", "--port", str(free_port()), cwd=project, index=index, cache=tmp_path
-    )
+    result = doctor_json(cwd=project, index=index, cache=tmp_path)
     assert result.returncode == 1
     check = checks_of(result)["index"]
     assert check["status"] == "fail"
@@ -167,9 +165,7 @@ def test_an_unreachable_index_fails(project, tmp_path):
 def test_an_index_answering_an_error_fails(project, tmp_path, index_url):
     write_project(project, WITH_DEPS)
     wrong = index_url.replace("/simple/", "/nothing/")
-    result = doctor(
-        "--format", "json", "--port", str(free_port()), cwd=project, index=wrong, cache=tmp_path
-    )
+    result = doctor_json(cwd=project, index=wrong, cache=tmp_path)
     check = checks_of(result)["index"]
     assert result.returncode == 1
     assert check["status"] == "fail" and "answered HTTP 404" in check["summary"]
@@ -180,32 +176,14 @@ def test_offline_reports_the_cache_instead_of_contacting_the_index(project, tmp_
     cache = tmp_path / "cache"
     (cache / "some-env").mkdir(parents=True)
     (cache / "some-env" / "file").write_bytes(b"x" * 2000)
-    result = doctor(
-        "--offline",
-        "--format",
-        "json",
-        "--port",
-        str(free_port()),
-        cwd=project,
-        index=index,
-        cache=cache,
-    )
+    result = doctor_json("--offline", cwd=project, index=index, cache=cache)
     check = checks_of(result)["index"]
     assert result.returncode == 0
     assert check["status"] == "ok" and "--offline ready" in check["summary"]
     assert "status_code" not in check["details"]  # not contacted
 
     write_project(project, WITH_DEPS)
-    result = doctor(
-        "--offline",
-        "--format",
-        "json",
-        "--port",
-        str(free_port()),
-        cwd=project,
-        index=index,
-        cache=cache,
-    )
+    result = doctor_json("--offline", cwd=project, index=index, cache=cache)
     check = checks_of(result)["index"]
     assert result.returncode == 1  # orjson was never built into this cache
     assert check["status"] == "fail" and "base are not built in the cache" in check["summary"]
@@ -219,16 +197,7 @@ def test_offline_is_ready_when_every_env_is_built(project, small_env, env_cache)
     deps = ", ".join(SMALL)
     write_project(project, GOOD + f"py_environments:\n  base: {{dependencies: [{deps}]}}\n")
     index = f"http://127.0.0.1:{closed_port()}/simple/"
-    result = doctor(
-        "--offline",
-        "--format",
-        "json",
-        "--port",
-        str(free_port()),
-        cwd=project,
-        index=index,
-        cache=env_cache,
-    )
+    result = doctor_json("--offline", cwd=project, index=index, cache=env_cache)
     check = checks_of(result)["index"]
     assert check["status"] == "ok", check
     assert "every env of the project is built" in check["summary"]
@@ -242,9 +211,7 @@ def test_the_cache_folder_is_reported_with_its_size(project, tmp_path, index_url
     os.link(cache / "env-a" / "lib.so", cache / "env-a" / "same.so")  # counted once
     (cache / "uv-cache").mkdir()
     (cache / "uv-cache" / "wheel").write_bytes(b"\0" * 500)
-    result = doctor(
-        "--format", "json", "--port", str(free_port()), cwd=project, index=index_url, cache=cache
-    )
+    result = doctor_json(cwd=project, index=index_url, cache=cache)
     check = checks_of(result)["cache"]
     assert check["status"] == "ok"
     assert check["details"]["entries"] == 1 and check["details"]["bytes"] == 2000
@@ -255,15 +222,7 @@ def test_a_cache_that_cannot_be_a_folder_fails(project, tmp_path, index_url):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     for cache in (blocker, blocker / "envs"):
-        result = doctor(
-            "--format",
-            "json",
-            "--port",
-            str(free_port()),
-            cwd=project,
-            index=index_url,
-            cache=cache,
-        )
+        result = doctor_json(cwd=project, index=index_url, cache=cache)
         check = checks_of(result)["cache"]
         assert result.returncode == 1
         assert check["status"] == "fail", check
@@ -285,15 +244,7 @@ def test_a_project_with_an_error_fails_and_points_at_peach_validate(tmp_path, in
 def test_a_project_with_a_warning_passes_with_a_warning(tmp_path, index_url):
     conf = GOOD.replace("method: ask", "method: no_model, init: init_model")
     project = write_project(tmp_path / "warned", conf, {"nb.ipynb": BASE_CELLS})
-    result = doctor(
-        "--format",
-        "json",
-        "--port",
-        str(free_port()),
-        cwd=project,
-        index=index_url,
-        cache=tmp_path,
-    )
+    result = doctor_json(cwd=project, index=index_url, cache=tmp_path)
     check = checks_of(result)["project"]
     assert result.returncode == 0
     assert check["status"] == "warn" and "1 warning" in check["summary"]
@@ -324,17 +275,7 @@ def test_bad_options_are_usage_errors(tmp_path, index_url):
 
 def test_an_unreachable_dashboard_fails_and_skips_the_cluster_checks(project, tmp_path, index_url):
     address = f"http://127.0.0.1:{closed_port()}"
-    result = doctor(
-        "--address",
-        address,
-        "--format",
-        "json",
-        "--port",
-        str(free_port()),
-        cwd=project,
-        index=index_url,
-        cache=tmp_path,
-    )
+    result = doctor_json("--address", address, cwd=project, index=index_url, cache=tmp_path)
     assert result.returncode == 1
     checks = checks_of(result)
     assert checks["dashboard"]["status"] == "fail"
@@ -347,11 +288,7 @@ def test_an_unreachable_dashboard_fails_and_skips_the_cluster_checks(project, tm
 def test_the_address_comes_from_peach_ray_address_and_must_be_a_dashboard_url(
     project, tmp_path, index_url
 ):
-    result = doctor(
-        "--format",
-        "json",
-        "--port",
-        str(free_port()),
+    result = doctor_json(
         cwd=project,
         index=index_url,
         cache=tmp_path,
