@@ -40,6 +40,7 @@ ProjectArg = Annotated[
     Path,
     typer.Argument(help="The project folder (or one YAML file). Default: the current folder."),
 ]
+FormatOption = Annotated[str, typer.Option("--format", help="text or json")]
 SharedEnvOption = Annotated[
     bool,
     typer.Option(
@@ -86,7 +87,7 @@ def init(
 @app.command()
 def validate(
     project: ProjectArg = Path("."),
-    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    format: FormatOption = "text",
     strict: Annotated[bool, typer.Option("--strict", help="Fail on warnings too.")] = False,
 ) -> None:
     """Check peach.conf and the notebooks it names, without running any code.
@@ -328,7 +329,7 @@ def deploy(
 @app.command()
 def status(
     address: AddressOption = None,
-    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    format: FormatOption = "text",
 ) -> None:
     """Show the cluster's Serve applications, deployments and replica states."""
     from peach_cli.cmd_deploy import run_status
@@ -396,7 +397,7 @@ app.add_typer(env_app)
 @env_app.command("list")
 def env_list(
     project: ProjectArg = Path("."),
-    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    format: FormatOption = "text",
 ) -> None:
     """Show each env of the project: its requirements, what uses it, whether it is built, its size and path."""
     from peach_cli.cmd_env import run_env_list
@@ -459,7 +460,7 @@ def complete_task(incomplete: str) -> list[tuple[str, str]]:
 @task_app.command("list")
 def task_list(
     project: ProjectArg = Path("."),
-    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    format: FormatOption = "text",
 ) -> None:
     """Show each task of the project: its notebook, method, py_env and timeout."""
     from peach_cli.cmd_task import run_task_list
@@ -545,7 +546,7 @@ def doctor(
         bool,
         typer.Option("--offline", help="Do not contact the package index: check the cache."),
     ] = False,
-    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    format: FormatOption = "text",
 ) -> None:
     """Check the machine, the project and a cluster, and say what to fix. Changes nothing.
 
