@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from peach_cli.errors import PeachError
 from peach_cli.plan import ProjectPlan, TaskSpec
 from peach_cli.triggers import unknown_task_message
 from simulator.environments import Environments, EnvUnavailable
@@ -139,7 +140,6 @@ class TaskScheduler:
         self._stamp = self._files_stamp(plan)
         self._warmed: set[WorkerLaunch] = set()
         self.status: dict[str, TaskStatus] = {name: TaskStatus(name) for name in plan.tasks}
-        self.history: list[TaskRunEnded] = []
 
     @property
     def worker_env(self) -> tuple[tuple[str, str], ...]:
@@ -314,7 +314,6 @@ class TaskScheduler:
                 time.perf_counter() - began,
                 triggered=run.triggered,
             )
-            self.history.append(stopped)
             self.emit(stopped)
             status.state = TaskState.IDLE
             self.emit(status.event())
@@ -326,7 +325,6 @@ class TaskScheduler:
             status.last_error = ended.error
         status.last_seconds = ended.seconds
         status.state = TaskState.QUEUED if status.queued else TaskState.IDLE
-        self.history.append(ended)
         self.emit(ended)
         self.emit(status.event())
         return ended
@@ -419,7 +417,12 @@ class TaskScheduler:
         from peach_cli.validate import build_plan
 
         self._stamp = stamp
-        plan, diagnostics = await asyncio.to_thread(build_plan, self.project)
+        try:
+            plan, diagnostics = await asyncio.to_thread(build_plan, self.project)
+        except PeachError as error:  # mid-save (an editor renames over peach.yaml): not yet
+            self._stamp = ()  # read it again next time
+            self.emit(ServerNote(f"tasks: {error}: running the last good version", "warning"))
+            return
         if plan is None:
             errors = sum(d.severity == "error" for d in diagnostics)
             self.emit(
@@ -446,5 +449,4 @@ __all__ = [
     "TaskScheduler",
     "TaskStatus",
     "UnknownTask",
-    "unknown_task_message",
 ]

@@ -195,3 +195,51 @@ def test_triggered_runs_go_before_the_loops_next_task_and_during_its_pause(
         ("record", True),  # triggered during the pause: at once
     ]
     assert runs(project)[-1]["payload"] == {"value": "in the pause"}
+
+
+def test_a_conf_missing_mid_save_does_not_stop_the_scheduler(project):
+    """An editor that saves by renaming leaves no peach.yaml for a moment: the scheduler
+    says so, keeps its last good tasks, and runs the next trigger."""
+    import asyncio
+
+    from peach_cli.validate import build_plan
+    from simulator.events import ServerNote
+    from simulator.task_events import TaskRunEnded
+    from simulator.tasks import TaskScheduler
+
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, diagnostics
+    conf = project / "peach.yaml"
+    text = conf.read_text()
+
+    async def scenario() -> tuple[list[str], list[TaskRunEnded]]:
+        notes: list[str] = []
+        ended: list[TaskRunEnded] = []
+        got_one = asyncio.Event()
+
+        def collect(event: object) -> None:
+            if isinstance(event, ServerNote):
+                notes.append(event.message)
+            elif isinstance(event, TaskRunEnded):
+                ended.append(event)
+                got_one.set()
+
+        scheduler = TaskScheduler(plan, project=project, keep_warm=False, on_event=collect)
+        await scheduler.start()
+        try:
+            conf.unlink()
+            scheduler.trigger("greet")
+            async with asyncio.timeout(60):
+                await got_one.wait()
+            conf.write_text(text)
+            got_one.clear()
+            scheduler.trigger("greet")
+            async with asyncio.timeout(60):
+                await got_one.wait()
+        finally:
+            await scheduler.stop()
+        return notes, ended
+
+    notes, ended = asyncio.run(scenario())
+    assert [e.task for e in ended] == ["greet", "greet"] and all(e.ok for e in ended)
+    assert any("running the last good version" in note for note in notes), notes
