@@ -296,9 +296,9 @@ class DevServer:
 
         specs = {spec.key: spec for spec in new_plan.components()}
         targets = [(self._pools[k], specs[k]) for k in keys if k in specs and k in self._pools]
-        outcomes = await asyncio.shield(
-            asyncio.gather(*(patch_pool(pool, spec) for pool, spec in targets))
-        )
+        # Not shielded: cancelled (a newer save), no replica has committed — the commit
+        # follows every prepare with no await between — so nothing changes.
+        outcomes = await asyncio.gather(*(patch_pool(pool, spec) for pool, spec in targets))
         for (_, spec), outcome in zip(targets, outcomes, strict=True):
             if outcome.ok:
                 change.patched.append(spec.key)

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import termios
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,27 @@ def test_a_method_edit_inside_the_cell_it_shares_with_init_is_patched(
     served.edit('return "s-" + uuid', 'return "i2-" + uuid')
     served.wait_result("/shared", lambda r: r[1].startswith("i2-"), "a new init state")
     served.dev.wait_for_output(r"restarted shared/main \(init changed\)")
+
+
+def test_a_patch_superseded_while_its_code_runs_changes_nothing(
+    serve: Callable[..., Served],
+) -> None:
+    """A save that reverts a method edit while the edit's code still runs in the replicas:
+    the first patch is dropped, never committed later, and the original method serves."""
+    served = serve()
+    original = served.result("/model")
+    # the new code says it runs (a file in the project folder, the replica's working
+    # directory), then takes 3 s
+    slow = 'LABEL = "m3"\nimport pathlib, time\npathlib.Path("patching").touch()\ntime.sleep(3)'
+    served.edit('LABEL = "m1"', slow)
+    poll(lambda: (served.project / "patching").exists(), "the new code to run")
+    served.edit(slow, 'LABEL = "m1"')
+    served.dev.wait_for_output(r"saved again while reloading", DEADLINE_S)
+    # the dropped patch's code ends 3 s after it began: watch past that, it never serves
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert served.result("/model") == original
+        time.sleep(0.1)
 
 
 def test_a_patch_that_raises_keeps_the_old_method_serving_and_says_why(
