@@ -75,14 +75,17 @@ class WorkerLaunch:
         return [self.interpreter.python, "-P", "-m", self.module, "--fd", str(fd)]
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        interpreter = self.interpreter
+        if interpreter.isolated:  # the env's own: nothing of the host's packages gets in
+            from peach_cli.envs.builder import isolated_environment
+
+            prefix = Path(interpreter.python).parent.parent  # <env>/bin/python
+            env = isolated_environment(prefix, os.environ, interpreter.path)
+        else:
+            env = dict(os.environ)
+            entries = (*interpreter.path, env.get("PYTHONPATH"))
+            env["PYTHONPATH"] = os.pathsep.join(p for p in entries if p)
         env["PYTHONUNBUFFERED"] = "1"
-        inherited = None if self.interpreter.isolated else env.get("PYTHONPATH")
-        if self.interpreter.isolated:
-            env.pop("PYTHONHOME", None)
-            env.pop("VIRTUAL_ENV", None)
-        entries = (*self.interpreter.path, inherited)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in entries if p)
         env.update(self.env)
         return env
 

@@ -286,21 +286,32 @@ def test_a_cancelled_build_leaves_nothing_and_the_next_one_succeeds(env_cache):
     assert run_in(env, "import six, tomli_w").returncode == 0
 
 
-def test_a_process_environment_lets_nothing_of_the_host_in(small_env, tmp_path):
+def test_a_worker_of_an_env_gets_nothing_of_the_host_in(small_env, tmp_path, monkeypatch):
+    """What a replica or task of an env is started with (``WorkerLaunch.environment``):
+    the host's PYTHONPATH, user site and activated conda env stay out; the env is
+    activated, so ``python`` in a subprocess is the env's."""
+    from simulator.workers import Interpreter, WorkerLaunch
+
     runtime = tmp_path / "runtime"
     (runtime / "peach_cli").mkdir(parents=True)
     (runtime / "peach_cli" / "__init__.py").write_text("STAGED = True\n")
-    host = dict(os.environ, PYTHONPATH=os.pathsep.join(["/work", str(Path.cwd())]))
-    environment = small_env.process_environment(host, python_path=[runtime])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/work", str(Path.cwd())]))
+    monkeypatch.setenv("CONDA_PREFIX", "/opt/conda")
+    monkeypatch.setenv("PYTHONUSERBASE", str(tmp_path / "user-site"))
+    interpreter = Interpreter(python=str(small_env.python), path=(str(runtime),), isolated=True)
+    environment = WorkerLaunch(tmp_path, interpreter).environment()
     result = subprocess.run(
         [str(small_env.python), "-c", "import sys, peach_cli, tomli_w; print(peach_cli.STAGED)\n"
+         "import shutil; print(shutil.which('python') == sys.executable)\n"
          "try:\n    import yaml\nexcept ModuleNotFoundError:\n    print('no yaml')"],
         capture_output=True, text=True, timeout=30, env=environment, cwd="/",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["True", "no", "yaml"]
+    assert result.stdout.split() == ["True", "True", "no", "yaml"]
     assert environment["PYTHONPATH"] == str(runtime)
     assert environment["VIRTUAL_ENV"] == str(small_env.path)
+    assert "CONDA_PREFIX" not in environment and "PYTHONUSERBASE" not in environment
+    assert environment["PYTHONUNBUFFERED"] == "1"
 
 
 def test_a_build_killed_halfway_is_never_used_and_the_next_one_completes(env_cache):

@@ -88,21 +88,29 @@ class BuiltEnv:
     def process_environment(
         self, base: Mapping[str, str], python_path: Sequence[str | Path] = ()
     ) -> dict[str, str]:
-        """The environment variables for a process of this env (a replica, a task).
+        """The environment variables for a process of this env (``isolated_environment``)."""
+        return isolated_environment(self.path, base, python_path)
 
-        ``base`` (usually ``os.environ``) without what would leak the host's packages in
-        (``PYTHONPATH``, ``PYTHONHOME``, an activated venv or conda env); ``python_path``
-        becomes the only ``PYTHONPATH`` (the replica runtime's folder); the env is
-        activated (``VIRTUAL_ENV``, its ``bin`` first on ``PATH``).
-        """
-        leaks = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONUSERBASE")
-        environment = {k: v for k, v in base.items() if k not in leaks}
-        if python_path:
-            environment["PYTHONPATH"] = os.pathsep.join(str(p) for p in python_path)
-        environment["VIRTUAL_ENV"] = str(self.path)
-        bin_dir = str(env_python(self.path).parent)
-        environment["PATH"] = os.pathsep.join([bin_dir, *filter(None, [base.get("PATH")])])
-        return environment
+
+def isolated_environment(
+    env: Path, base: Mapping[str, str], python_path: Sequence[str | Path] = ()
+) -> dict[str, str]:
+    """The environment variables for a process of the env at ``env`` (a replica, a task).
+
+    ``base`` (usually ``os.environ``) without what would leak the host's packages in
+    (``PYTHONPATH``, ``PYTHONHOME``, an activated venv or conda env, a user site);
+    ``python_path`` becomes the only ``PYTHONPATH`` (the replica runtime's folder); the env
+    is activated (``VIRTUAL_ENV``, its ``bin`` first on ``PATH``), so that a subprocess
+    running ``python`` or a console script gets the env's, not the host's.
+    """
+    leaks = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONUSERBASE")
+    environment = {k: v for k, v in base.items() if k not in leaks}
+    if python_path:
+        environment["PYTHONPATH"] = os.pathsep.join(str(p) for p in python_path)
+    environment["VIRTUAL_ENV"] = str(env)
+    bin_dir = str(env_python(env).parent)
+    environment["PATH"] = os.pathsep.join([bin_dir, *filter(None, [base.get("PATH")])])
+    return environment
 
 
 def env_python(path: Path) -> Path:
