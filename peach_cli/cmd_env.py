@@ -35,26 +35,13 @@ def _load_conf(project: Path) -> PeachConf | None:
     return loaded.conf
 
 
-def used_by(conf: PeachConf) -> dict[str, list[str]]:
-    """py_env name → the endpoints and tasks that run in it."""
-    from peach_cli.envs.spec import BASE_ENV
-
-    users: dict[str, list[str]] = {}
-    for name, endpoint in conf.endpoints.items():
-        users.setdefault(endpoint.py_env, []).append(name)
-    for path in conf.decorator_endpoints:
-        users.setdefault(BASE_ENV, []).append(path)
-    for name, task in conf.tasks.items():
-        users.setdefault(task.py_env, []).append(f"task {name}")
-    return users
-
-
 def env_rows(conf: PeachConf) -> list[dict[str, Any]]:
     """One row per env of the project: what ``peach env list`` shows."""
     from peach_cli.envs import find_built, project_envs
+    from peach_cli.envs.spec import env_users
     from peach_cli.envs.store import directory_size
 
-    users = used_by(conf)
+    users = env_users(conf)
     rows = []
     for name, spec in project_envs(conf).items():
         built = find_built(spec)

@@ -31,7 +31,7 @@ def index_url() -> tuple[str, str]:
     return DEFAULT_INDEX, "uv's default"
 
 
-def cached_envs(environments: dict[str, tuple[str, ...]]) -> dict[str, bool | None]:
+def cached_envs(environments: dict[str, tuple[str, ...]]) -> dict[str, bool]:
     """For each env, whether `peach dev --offline` could use it from the cache.
 
     ``True``: it is built (or needs nothing from the index); ``False``: it is not built.
@@ -56,9 +56,8 @@ def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: boo
     url, source = index_url()
     shown = shown_address(url)
     readiness = cached_envs(environments or {})
-    unknown = sorted(name for name, ready in readiness.items() if ready is None)
-    missing = sorted(name for name, ready in readiness.items() if ready is False)
-    ready = environments is not None and not unknown and not missing
+    missing = sorted(name for name, ready in readiness.items() if not ready)
+    ready = environments is not None and not missing
     details: dict[str, object] = {
         "index": shown,
         "source": source,
@@ -83,20 +82,11 @@ def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: boo
                 "--offline ready: every env of the project is built in the cache",
                 details=details,
             )
-        if missing:
-            return Check(
-                "index",
-                "fail",
-                f"--offline: env(s) {', '.join(missing)} are not built in the cache",
-                advice="build them once while online: peach env build",
-                details=details,
-            )
         return Check(
             "index",
-            "warn",
-            f"--offline readiness of env(s) {', '.join(unknown)} is unknown; the cache holds "
-            f"{_describe(cache)}",
-            advice="run peach env build once online so that every env is built",
+            "fail",
+            f"--offline: env(s) {', '.join(missing)} are not built in the cache",
+            advice="build them once while online: peach env build",
             details=details,
         )
     reached = _head(url)
@@ -199,6 +189,7 @@ def _existing_parent(path: Path) -> Path | None:
 def _cache_contents(root: Path | None = None) -> dict[str, int]:
     """How many entries the cache holds (uv's own package cache aside) and their bytes."""
     from peach_cli.envs.paths import cache_root, uv_cache_dir
+    from peach_cli.envs.store import directory_size
 
     root = root or cache_root()
     uv_cache = uv_cache_dir()
@@ -206,35 +197,14 @@ def _cache_contents(root: Path | None = None) -> dict[str, int]:
         entries = [entry for entry in root.iterdir() if entry != uv_cache]
     except OSError:
         return {"entries": 0, "bytes": 0}
-    return {"entries": len(entries), "bytes": _size(root)}
-
-
-def _size(root: Path) -> int:
-    """Bytes under ``root``: files counted once (hard links), symlinks not followed."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for folder, _dirs, files in os.walk(root, onerror=lambda _error: None):
-        for name in files:
-            try:
-                stat = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue
-            if (stat.st_dev, stat.st_ino) in seen:
-                continue
-            seen.add((stat.st_dev, stat.st_ino))
-            total += stat.st_size
-    return total
+    return {"entries": len(entries), "bytes": directory_size(root)}
 
 
 def _describe(contents: dict[str, int]) -> str:
     """``3 entries, 120.4 MB`` (``empty`` when nothing is there)."""
+    from peach_cli.console import human_size
+
     if not contents.get("entries") and not contents.get("bytes"):
         return "empty"
-    size = float(contents.get("bytes", 0))
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
-            break
-        size /= 1000
-    figure = f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
     entries = contents.get("entries", 0)
-    return f"{entries} entr{'y' if entries == 1 else 'ies'}, {figure}"
+    return f"{entries} entr{'y' if entries == 1 else 'ies'}, {human_size(contents.get('bytes', 0))}"

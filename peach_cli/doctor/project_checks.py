@@ -78,13 +78,9 @@ def check_project(path: Path, *, explicit: bool = True) -> CheckedProject:
 
 def used_environments(conf: PeachConf) -> dict[str, tuple[str, ...]]:
     """The py_envs the endpoints, decorator endpoints and tasks run in → their requirements."""
-    from peach_cli.conf import BASE_ENV
+    from peach_cli.envs.spec import used_envs
 
-    names = {endpoint.py_env for endpoint in conf.endpoints.values()}
-    names |= {task.py_env for task in conf.tasks.values()}
-    if conf.decorator_endpoints:
-        names.add(BASE_ENV)
-    return {name: conf.environment(name) for name in sorted(names)}
+    return {name: conf.environment(name) for name in used_envs(conf)}
 
 
 def _plural(count: int, word: str) -> str:

@@ -69,9 +69,20 @@ def project_envs(conf: PeachConf) -> dict[str, EnvSpec]:
     return {name: EnvSpec(name, conf.environment(name)) for name in names}
 
 
+def env_users(conf: PeachConf) -> dict[str, list[str]]:
+    """py_env name → the endpoints and tasks that run in it (decorator endpoints run in
+    ``base``; a task shows as ``task NAME``)."""
+    users: dict[str, list[str]] = {}
+    for name, endpoint in conf.endpoints.items():
+        users.setdefault(endpoint.py_env, []).append(name)
+    for path in conf.decorator_endpoints:
+        users.setdefault(BASE_ENV, []).append(path)
+    for name, task in conf.tasks.items():
+        users.setdefault(task.py_env, []).append(f"task {name}")
+    return users
+
+
 def used_envs(conf: PeachConf) -> list[str]:
-    """The envs that endpoints and tasks run in (decorator endpoints run in ``base``)."""
-    used = {e.py_env for e in conf.endpoints.values()} | {t.py_env for t in conf.tasks.values()}
-    if conf.decorator_endpoints:
-        used.add(BASE_ENV)
-    return [name for name in project_envs(conf) if name in used]
+    """The envs that endpoints and tasks run in, base first."""
+    users = env_users(conf)
+    return [name for name in project_envs(conf) if name in users]
