@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -45,6 +45,9 @@ from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.pool import ReplicaPool, Unavailable
 from simulator.replica import ReplicaGone, ReplicaStream
 from simulator.routing import Route, RoutingTable
+
+if TYPE_CHECKING:
+    from simulator.server import PlanChange
 
 INTERNAL_PREFIX = "/_peach/"
 _JSON = (b"content-type", b"application/json")
@@ -79,7 +82,7 @@ class Gateway:
         self.max_body_bytes = max_body_bytes
         self.arm_requests: dict[str, dict[str, int]] = {}
         """Endpoint name → A/B arm → requests routed to it (kept across reloads)."""
-        self.reinit: Callable[[Collection[str]], Awaitable[Any]] | None = None
+        self.reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
         self._internal = Starlette(
             routes=[
@@ -358,15 +361,14 @@ class Gateway:
             return _internal_error(404, "not_found", f"{name} has no component {component!r}")
         chosen = [component] if component else [c for c, spec in specs.items() if spec.init]
         keys = [specs[c].key for c in chosen]
-        if not keys or not any(specs[c].init for c in chosen):
+        if not any(specs[c].init for c in chosen):
             return _internal_error(400, "bad_request", f"{name}/{component or '*'} has no init")
         if self.reinit is None:
             return _internal_error(503, "unavailable", "this server cannot re-run init")
         began = time.perf_counter()
         change = await self.reinit(keys)
-        failed = getattr(change, "failed", {})
-        if failed:
-            message = "; ".join(f"{key}: {error}" for key, error in failed.items())
+        if change.failed:
+            message = "; ".join(f"{key}: {error}" for key, error in change.failed.items())
             return _internal_error(
                 500, "init_error", f"{message} (the previous replicas keep serving)"
             )
@@ -375,8 +377,7 @@ class Gateway:
 
 
 def _internal_error(status: int, code: str, message: str) -> JSONResponse:
-    body = {"status": "error", "error": {"code": code, "message": message}}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(contract.error_envelope(code, message), status_code=status)
 
 
 def _logged_arm(endpoint: EndpointSpec | None, arm: str | None) -> str | None:

@@ -21,17 +21,13 @@ Usage (inside the server's loop)::
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 
 from peach_cli.plan import ComponentSpec
-from simulator.events import ReplicaState
 from simulator.pool import ReplicaPool
 
 PATCH_TIMEOUT_S = 10.0
 """How long the new code may take to run in a replica before the patch is given up."""
-
-_SERVING = (ReplicaState.HEALTHY, ReplicaState.RELOADING)
 
 
 @dataclass(frozen=True)
@@ -40,13 +36,12 @@ class PatchOutcome:
 
     ok: bool
     error: str | None = None
-    seconds: float = 0.0
 
 
 def unpatchable(pool: ReplicaPool) -> str | None:
     """Why ``pool`` cannot be patched now (a replica is not serving), or None."""
     for replica in pool.replicas:
-        if replica.state not in _SERVING:
+        if not replica.serving:
             return f"replica {replica.id} is {replica.state.value}"
     return None
 
@@ -55,18 +50,16 @@ async def patch_pool(
     pool: ReplicaPool, spec: ComponentSpec, *, timeout_s: float = PATCH_TIMEOUT_S
 ) -> PatchOutcome:
     """Patch every replica of ``pool`` with ``spec``'s code, or none of them."""
-    began = time.perf_counter()
     blocked = unpatchable(pool)
     if blocked is not None:
-        return PatchOutcome(False, blocked, time.perf_counter() - began)
+        return PatchOutcome(False, blocked)
     replicas = list(pool.replicas)
     prepared = await asyncio.gather(*(r.prepare_patch(spec, timeout_s) for r in replicas))
     errors = [error for _, error in prepared if error is not None]
-    commit = not errors and unpatchable(pool) is None
+    error = errors[0] if errors else unpatchable(pool)  # one died while it prepared
     for replica, (request_id, _) in zip(replicas, prepared, strict=True):
-        replica.commit_patch(request_id, spec, commit=commit)
-    if commit:
-        pool.spec = spec
-        return PatchOutcome(True, None, time.perf_counter() - began)
-    error = errors[0] if errors else unpatchable(pool)
-    return PatchOutcome(False, error, time.perf_counter() - began)
+        replica.commit_patch(request_id, spec, commit=error is None)
+    if error is not None:
+        return PatchOutcome(False, error)
+    pool.spec = spec
+    return PatchOutcome(True)

@@ -614,19 +614,18 @@ def test_a_start_failure_stays_known_while_serves_slow_start_warning_replaces_it
     """The gateway answers 503 with the init error while a component cannot start; on a
     loaded machine Serve overwrites the failure message with its slow-start warning during
     the retries, and that must not make the gateway wait for a replica that never comes."""
-    seen = still_failing_to_start({}, "UPDATING", RAY_FAILURE, 0, "broken.main")
+    seen = still_failing_to_start("UPDATING", RAY_FAILURE, 0, None)
     assert seen == "load_model() raised FileNotFoundError: no weights"
-    known = {"broken.main": seen}
     for warning in (SLOW_SCHEDULING, SLOW_INIT):
-        assert still_failing_to_start(known, "UPDATING", warning, 0, "broken.main") == seen
+        assert still_failing_to_start("UPDATING", warning, 0, seen) == seen
         # never seen failing: a slow start is only slow
-        assert still_failing_to_start({}, "UPDATING", warning, 0, "broken.main") is None
+        assert still_failing_to_start("UPDATING", warning, 0, None) is None
     # a replica runs (a fixed version started), or a new deploy reset the message
-    assert still_failing_to_start(known, "UPDATING", SLOW_INIT, 1, "broken.main") is None
-    assert still_failing_to_start(known, "UPDATING", "", 0, "broken.main") is None
-    assert still_failing_to_start(known, "HEALTHY", "", 2, "broken.main") is None
+    assert still_failing_to_start("UPDATING", SLOW_INIT, 1, seen) is None
+    assert still_failing_to_start("UPDATING", "", 0, seen) is None
+    assert still_failing_to_start("HEALTHY", "", 2, seen) is None
     # Serve gave up
-    assert still_failing_to_start({}, "DEPLOY_FAILED", "The deployment failed", 0, "d")
+    assert still_failing_to_start("DEPLOY_FAILED", "The deployment failed", 0, None)
 
 
 def test_strip_ansi():

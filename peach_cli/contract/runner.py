@@ -34,6 +34,7 @@ from peach_cli.contract.results import (
     to_json_value,
     user_traceback,
 )
+from peach_cli.contract.transport import STREAMING_KINDS
 from peach_cli.plan import ComponentSpec
 
 logger = logging.getLogger("peach.contract")
@@ -88,7 +89,6 @@ class ComponentRunner:
         self._reinit_task: asyncio.Task[None] | None = None  # held: the loop keeps weak refs
         self._executor = ThreadPoolExecutor(self.max_threads, thread_name_prefix="peach-call")
         self.abandoned_threads = 0
-        self.patch_count = 0
         """How many times new code was patched in (``commit_patch``) since ``start``."""
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -161,8 +161,8 @@ class ComponentRunner:
         try:
             loaded = self._execute(spec)
             kind = method_kind(loaded.method)
-            if (kind in _STREAMING) != self.streams:
-                now = "is now" if kind in _STREAMING else "is no longer"
+            if (kind in STREAMING_KINDS) != self.streams:
+                now = "is now" if kind in STREAMING_KINDS else "is no longer"
                 raise InitError(f"{spec.method}() {now} a generator: the replica must restart")
             MethodSignature.of(loaded.method)
         except BaseException:
@@ -175,7 +175,6 @@ class ComponentRunner:
         """Serve the code ``prepare_patch`` loaded: the next call runs the new method with
         the state ``init`` returned before; calls already running finish on the old one."""
         self._use(loaded)
-        self.patch_count += 1
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -226,7 +225,7 @@ class ComponentRunner:
     @property
     def streams(self) -> bool:
         """Whether the method is a generator, so callers must ask for a stream."""
-        return self.method_kind in ("async_generator", "generator")
+        return self.method_kind in STREAMING_KINDS
 
     @property
     def reinitializing(self) -> bool:
@@ -390,7 +389,6 @@ class ComponentRunner:
 
 
 _DONE = object()
-_STREAMING = ("async_generator", "generator")
 
 
 @dataclass(frozen=True)

@@ -238,17 +238,14 @@ class Gateway:
             app_name = serve.get_replica_context().app_name
             status = await asyncio.to_thread(serve.status)
             deployments = status.applications[app_name].deployments
-            running = {
-                name: int(item.replica_states.get("RUNNING", 0))  # type: ignore[call-overload]
-                for name, item in deployments.items()
-                if name in self.handles
-            }
+            running: dict[str, int] = {}
             unstartable: dict[str, str] = {}
-            for name, count in running.items():
-                item = deployments[name]
-                error = still_failing_to_start(
-                    self.unstartable, str(item.status), item.message, count, name
-                )
+            for name, item in deployments.items():
+                if name not in self.handles:
+                    continue
+                count = running[name] = int(item.replica_states.get("RUNNING", 0))  # type: ignore[call-overload]
+                known = self.unstartable.get(name)
+                error = still_failing_to_start(str(item.status), item.message, count, known)
                 if error:
                     unstartable[name] = error
             self.unstartable, self.running, self._checked_at = unstartable, running, began

@@ -217,33 +217,30 @@ _SLOW_START = re.compile(r"replicas (that )?have taken more than \S+ to (be sche
 
 
 def still_failing_to_start(
-    known: dict[str, str], status: str, message: str, running: int, name: str
+    status: str, message: str, running: int, known: str | None
 ) -> str | None:
-    """The start failure of deployment ``name`` now (the user's error, first line), or None.
+    """A deployment's start failure now (the user's error, first line), or None.
 
-    ``known`` is what an earlier read found. While Serve retries a replica that failed to
-    start, it may replace the failure in the deployment's message with its slow-start
-    warning ("… replicas that have taken more than 30s to be scheduled"): that keeps the
-    known failure, since no replica has started since. A running replica, or any other
-    message (a new deploy), clears it.
+    ``known`` is the failure an earlier read found, if any. While Serve retries a replica
+    that failed to start, it may replace the failure in the deployment's message with its
+    slow-start warning ("… replicas that have taken more than 30s to be scheduled"): that
+    keeps the known failure, since no replica has started since. A running replica, or any
+    other message (a new deploy), clears it.
 
-    >>> known = {"d": "load_model() raised OSError"}
     >>> slow = "Deployment 'd' in application 'a' has 1 replicas that have taken more than 30s to initialize."
-    >>> still_failing_to_start(known, "UPDATING", slow, 0, "d")
+    >>> still_failing_to_start("UPDATING", slow, 0, "load_model() raised OSError")
     'load_model() raised OSError'
-    >>> still_failing_to_start(known, "UPDATING", slow, 1, "d") is None
+    >>> still_failing_to_start("UPDATING", slow, 1, "load_model() raised OSError") is None
     True
-    >>> still_failing_to_start({}, "UPDATING", slow, 0, "d") is None
-    True
-    >>> still_failing_to_start(known, "UPDATING", "", 0, "d") is None
+    >>> still_failing_to_start("UPDATING", slow, 0, None) is None
     True
     """
     if running:
         return None
     if is_start_failure(status, message):
         return (user_error(message).splitlines() or [status])[0]
-    if name in known and _SLOW_START.search(message):
-        return known[name]
+    if known and _SLOW_START.search(message):
+        return known
     return None
 
 
