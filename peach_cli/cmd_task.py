@@ -215,13 +215,10 @@ def run_task_on_ray(
     timeout_s: float | None = None,
 ) -> int:
     """`peach task run NAME --address URL`: the exit code (0, 1, or 130 on Ctrl-C)."""
-    import time
-
     from peach_cli.deploy.jobs import run_task_job
     from peach_cli.task_view import TaskRunView
 
     view = TaskRunView()
-    began = time.monotonic()
     try:
         outcome = run_task_job(
             plan,
@@ -235,10 +232,9 @@ def run_task_on_ray(
     except KeyboardInterrupt:
         view.note(f"{name}: interrupted; the Ray job was stopped")
         return EXIT_INTERRUPTED
-    seconds = time.monotonic() - began
     job = f"Ray job {outcome.submission_id}"
-    if outcome.status == "SUCCEEDED":
-        view.note(f"task {name} {job} ok in {seconds:.2f} s")
+    if outcome.status == "SUCCEEDED":  # seconds from the submission (not the upload) to the end
+        view.note(f"task {name} {job} ok in {outcome.seconds:.2f} s")
         return 0
     if outcome.status == "TIMED_OUT":
         view.note(
@@ -250,5 +246,5 @@ def run_task_on_ray(
     first = outcome.message.strip().splitlines()[0] if outcome.message.strip() else ""
     first = first.split(", last available logs")[0]
     detail = f": {first}" if first else ""
-    view.note(f"task {name} {job} {outcome.status.lower()} in {seconds:.2f} s{detail}")
+    view.note(f"task {name} {job} {outcome.status.lower()} in {outcome.seconds:.2f} s{detail}")
     return 1

@@ -24,8 +24,8 @@ from typing import Any, NamedTuple, cast
 
 from peach_cli.contract.results import describe_exception
 from peach_cli.contract.results import user_traceback as contract_traceback
+from peach_cli.triggers import PAYLOAD_ENV
 
-PAYLOAD_ENV = "PEACH_TASK_PAYLOAD"
 MAX_RESULT_CHARS = 2000
 _CO_VARARGS = 0x04
 _CO_VARKEYWORDS = 0x08

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError:
         pass
     _die_with_parent()
+    from peach_cli.task_runtime import run_outcome  # a spare imports it before its job
     from peach_cli.triggers import install_task_helpers
 
     install_task_helpers()
@@ -84,8 +85,6 @@ def main(argv: list[str] | None = None) -> None:
     if kind != "run":
         os._exit(0)
     payload = json.loads(job["payload"]) if job.get("payload") is not None else None
-    from peach_cli.task_runtime import run_outcome
-
     kind, answer = run_outcome(job["spec"], job["root"], payload)
     sys.stdout.flush()
     sys.stderr.flush()

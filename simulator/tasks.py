@@ -37,7 +37,7 @@ from typing import Any
 
 from peach_cli.errors import PeachError
 from peach_cli.plan import ProjectPlan, TaskSpec
-from peach_cli.triggers import unknown_task_message
+from peach_cli.triggers import SOCKET_ENV, unknown_task_message
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import ServerNote
 from simulator.task_events import (
@@ -52,8 +52,6 @@ from simulator.task_run import execute_task
 from simulator.workers import WorkerLaunch, keep_spares
 
 TASK_MODULE = "simulator.task_worker"
-SOCKET_ENV = "PEACH_TASKS_SOCKET"
-"""Where ``trigger_task_with_event`` finds the scheduler (``peach_cli.triggers``)."""
 DEFAULT_INTERVAL_S = 60.0
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 

@@ -35,9 +35,9 @@ from peach_cli.deploy.packaging import (
 )
 from peach_cli.errors import DeployError
 from peach_cli.plan import ProjectPlan, TaskSpec
+from peach_cli.triggers import PAYLOAD_ENV
 
 TASK_FILE = ".peach/task.json"
-PAYLOAD_ENV = "PEACH_TASK_PAYLOAD"
 ENTRYPOINT = f"python -m peach_cli.task_runtime {TASK_FILE}"
 JOBS_PATH = "/api/jobs/"
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
@@ -51,10 +51,6 @@ class TaskJob:
 
     body: dict[str, Any]
     packages: tuple[Package, ...]
-
-    @property
-    def submission_id(self) -> str:
-        return str(self.body["submission_id"])
 
 
 def job_template(
@@ -209,6 +205,7 @@ def run_task_job(
         on_note(f"task {name}: submitted as Ray job {submission_id}")
         follower = _LogFollower(on_line)
         began = time.monotonic()
+        running_since: float | None = None  # timeout_s counts from RUNNING, not the env setup
         try:
             while True:
                 status = dashboard.job_status(submission_id)
@@ -221,7 +218,9 @@ def run_task_job(
                         time.monotonic() - began,
                         str(status.get("message") or ""),
                     )
-                if time.monotonic() - began > limit:
+                if running_since is None and state == "RUNNING":
+                    running_since = time.monotonic()
+                if running_since is not None and time.monotonic() - running_since > limit:
                     _stop(dashboard, submission_id, follower)
                     return JobOutcome(
                         "TIMED_OUT",
