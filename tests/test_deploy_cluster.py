@@ -50,13 +50,10 @@ def cluster(ray_cluster: RayHead) -> RayHead:
     return head
 
 
-def peach(
-    *args: str, timeout: float = 110, token: str | None = None
-) -> subprocess.CompletedProcess[str]:
+def peach(*args: str, timeout: float = 110) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
-    env.pop("RAY_AUTH_TOKEN", None)
-    if token:
-        env["RAY_AUTH_TOKEN"] = token
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):  # the test cluster wants none
+        env.pop(name, None)
     return subprocess.run(
         [sys.executable, "-m", "peach_cli.cli", *args],
         capture_output=True,

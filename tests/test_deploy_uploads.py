@@ -109,11 +109,12 @@ def test_component_zips_hold_only_the_selected_files(tmp_path):
     plan, diagnostics = build_plan(project)
     assert plan is not None, diagnostics
     bundle = build_bundle(plan)
-    for package in bundle.packages:
-        if package.name.startswith("peach_component_"):
-            with zipfile.ZipFile(io.BytesIO(package.data)) as archive:
-                names = sorted(n for n in archive.namelist() if not n.startswith(".peach/"))
-            assert names == ["helpers.py"]
+    components = [p for p in bundle.packages if p.name.startswith("peach_component_")]
+    assert len(components) == 2  # hello.main and count.main
+    for package in components:
+        with zipfile.ZipFile(io.BytesIO(package.data)) as archive:
+            names = sorted(n for n in archive.namelist() if not n.startswith(".peach/"))
+        assert names == ["helpers.py"]
 
 
 def test_a_project_over_rays_limit_fails_naming_the_largest_files(tmp_path):

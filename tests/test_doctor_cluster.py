@@ -41,12 +41,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def peach(*args: str, cwd: Path, token: str | None = None) -> subprocess.CompletedProcess[str]:
+def peach(
+    *args: str, cwd: Path, token: str | None = None, token_path: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "PEACH_ENV_CACHE": str(cwd)}
-    for name in ("PEACH_RAY_ADDRESS", "RAY_AUTH_TOKEN"):
+    for name in ("PEACH_RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         env.pop(name, None)
     if token is not None:
         env["RAY_AUTH_TOKEN"] = token
+    if token_path is not None:
+        env["RAY_AUTH_TOKEN_PATH"] = str(token_path)
     return subprocess.run(
         [sys.executable, "-m", "peach_cli.cli", *args],
         capture_output=True,
@@ -57,7 +61,9 @@ def peach(*args: str, cwd: Path, token: str | None = None) -> subprocess.Complet
     )
 
 
-def cluster_checks(head: RayHead, project: Path, token: str | None) -> tuple[int, dict]:
+def cluster_checks(
+    head: RayHead, project: Path, token: str | None, token_path: Path | None = None
+) -> tuple[int, dict]:
     result = peach(
         "doctor",
         "--address",
@@ -69,6 +75,7 @@ def cluster_checks(head: RayHead, project: Path, token: str | None) -> tuple[int
         "json",
         cwd=project,
         token=token,
+        token_path=token_path,
     )
     checks = {check["name"]: check for check in json.loads(result.stdout)["checks"]}
     return result.returncode, checks
@@ -110,6 +117,15 @@ def test_without_the_token_the_token_check_fails(head, project):
     assert token["status"] == "fail"
     assert token["summary"] == "the cluster needs a token and RAY_AUTH_TOKEN is not set"
     assert checks["ray_version"]["status"] == checks["resources"]["status"] == "skip"
+
+
+def test_a_token_file_that_cannot_be_read_is_named(head, project, tmp_path):
+    missing = tmp_path / "no-such-token"
+    code, checks = cluster_checks(head, project, None, token_path=missing)
+    assert code == 1
+    token = checks["token"]
+    assert token["status"] == "fail"
+    assert f"cannot read the token file {missing} named by RAY_AUTH_TOKEN_PATH" in token["summary"]
 
 
 def test_a_wrong_token_is_refused(head, project):

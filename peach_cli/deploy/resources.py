@@ -71,28 +71,28 @@ def check_fits(needs: Needs, report: dict[str, Any], held: Needs | None = None) 
     """
     held = held or Needs()
     usage = report.get("usage") or {}
-    used_cpus, total_cpus = _pair(usage.get("CPU"))
-    used_memory, total_memory = _pair(usage.get("memory"))
+    used_cpus, total_cpus = pair(usage.get("CPU"))
+    used_memory, total_memory = pair(usage.get("memory"))
     free_cpus = min(total_cpus, total_cpus - used_cpus + held.cpus)
     free_memory = min(total_memory, total_memory - used_memory + held.memory)
     if needs.cpus > free_cpus + 1e-9 or needs.memory > free_memory + 1:
         raise DeployError(
-            f"the project asks for {_cpus(needs.cpus)} CPUs and {_gib(needs.memory)} GiB of "
-            f"memory; the cluster has {_cpus(free_cpus)} CPUs and {_gib(free_memory)} GiB free",
+            f"the project asks for {cpus_text(needs.cpus)} CPUs and {gib_text(needs.memory)} GiB of "
+            f"memory; the cluster has {cpus_text(free_cpus)} CPUs and {gib_text(free_memory)} GiB free",
             hint="lower `replicas`, `cpus` or `memory` in peach.conf, or add nodes "
-            f"(the cluster has {_cpus(total_cpus)} CPUs and {_gib(total_memory)} GiB in all)",
+            f"(the cluster has {cpus_text(total_cpus)} CPUs and {gib_text(total_memory)} GiB in all)",
         )
     nodes = [node or {} for node in (report.get("usageByNode") or {}).values()]
     if not nodes:
         return
-    sizes = [(_pair(node.get("CPU"))[1], _pair(node.get("memory"))[1]) for node in nodes]
+    sizes = [(pair(node.get("CPU"))[1], pair(node.get("memory"))[1]) for node in nodes]
     asked = needs.replicas or ((needs.largest_name, needs.largest_cpus, needs.largest_memory),)
     for name, cpus, memory in asked:
         if not any(cpus <= c + 1e-9 and memory <= m + 1 for c, m in sizes):
             raise DeployError(
-                f"a replica of {name} asks for {_cpus(cpus)} CPUs and {_gib(memory)} GiB; "
+                f"a replica of {name} asks for {cpus_text(cpus)} CPUs and {gib_text(memory)} GiB; "
                 f"no node has that much (the nodes have at most "
-                f"{_cpus(max(c for c, _ in sizes))} CPUs and {_gib(max(m for _, m in sizes))} GiB)"
+                f"{cpus_text(max(c for c, _ in sizes))} CPUs and {gib_text(max(m for _, m in sizes))} GiB)"
             )
 
 
@@ -104,25 +104,28 @@ def fits_when_idle(needs: Needs, report: dict[str, Any]) -> bool:
     """
     usage = report.get("usage") or {}
     return (
-        needs.cpus <= _pair(usage.get("CPU"))[1] + 1e-9
-        and needs.memory <= _pair(usage.get("memory"))[1] + 1
+        needs.cpus <= pair(usage.get("CPU"))[1] + 1e-9
+        and needs.memory <= pair(usage.get("memory"))[1] + 1
     )
 
 
 def has_totals(report: dict[str, Any]) -> bool:
     """Whether the report knows the cluster's CPUs yet (a new cluster takes a few seconds)."""
-    return _pair((report.get("usage") or {}).get("CPU"))[1] > 0
+    return pair((report.get("usage") or {}).get("CPU"))[1] > 0
 
 
-def _pair(value: Any) -> tuple[float, float]:
+def pair(value: Any) -> tuple[float, float]:
+    """A ``[used, total]`` figure of Ray's cluster status, as two floats (0, 0 when absent)."""
     if isinstance(value, (list, tuple)) and len(value) == 2:
         return float(value[0]), float(value[1])
     return 0.0, 0.0
 
 
-def _cpus(value: float) -> str:
+def cpus_text(value: float) -> str:
+    """``1.5`` CPUs, ``2`` CPUs: two decimals at most."""
     return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
-def _gib(value: float) -> str:
+def gib_text(value: float) -> str:
+    """Bytes as GiB, two decimals at most."""
     return f"{value / _GIB:.2f}".rstrip("0").rstrip(".")

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from peach_cli.deploy.resources import Needs
     from peach_cli.plan import ProjectPlan
 
-_GIB = 1024**3
 _AFTER_DASHBOARD = ("token", "ray_version", "resources")
 
 
@@ -51,23 +50,23 @@ def _skipped(reason: str, names: tuple[str, ...] = _AFTER_DASHBOARD) -> list[Che
     return [Check(name, "skip", f"not checked: {reason}") for name in names]
 
 
-def find_token() -> tuple[str | None, str]:
-    """The token ``DashboardClient`` sends, and where it was found (for messages): as Ray's
-    tools read it (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``)."""
+def find_token() -> tuple[str | None, str, str | None]:
+    """The token ``DashboardClient`` sends, where it was found (for messages), and why none
+    could be read: as Ray's tools read it (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``,
+    ``~/.ray/auth_token``)."""
     from peach_cli.deploy.dashboard import TOKEN_ENV, auth_token
-    from peach_cli.errors import DeployError
 
     try:
         token, source = auth_token()
-    except DeployError:
-        return None, TOKEN_ENV
-    return token, source or TOKEN_ENV
+    except DeployError as error:  # RAY_AUTH_TOKEN_PATH names a file that cannot be read
+        return None, TOKEN_ENV, error.message
+    return token, source or TOKEN_ENV, None
 
 
 def _check_dashboard(url: str, warnings: list[str], plan: ProjectPlan | None) -> list[Check]:
     from peach_cli.deploy.dashboard import DashboardClient, DashboardRefused
 
-    token, source = find_token()
+    token, source, unreadable = find_token()
     with DashboardClient(url, token="") as probe:  # without a token first: is one needed?
         try:
             version: dict[str, Any] | None = probe.version()
@@ -99,7 +98,9 @@ def _check_dashboard(url: str, warnings: list[str], plan: ProjectPlan | None) ->
             Check(
                 "token",
                 "fail",
-                f"the cluster needs a token and {source} is not set",
+                f"the cluster needs a token: {unreadable}"
+                if unreadable
+                else f"the cluster needs a token and {source} is not set",
                 advice=f"set {source} to the cluster's token",
                 details={"needed": True, "found": False},
             )
@@ -190,7 +191,14 @@ def plan_needs(plan: ProjectPlan) -> Needs:
 
 
 def _check_resources(dashboard: DashboardClient, plan: ProjectPlan | None) -> list[Check]:
-    from peach_cli.deploy.resources import application_needs, check_fits, has_totals
+    from peach_cli.deploy.resources import (
+        application_needs,
+        check_fits,
+        cpus_text,
+        gib_text,
+        has_totals,
+        pair,
+    )
 
     try:
         report = dashboard.cluster_status()
@@ -198,8 +206,8 @@ def _check_resources(dashboard: DashboardClient, plan: ProjectPlan | None) -> li
     except DeployError as error:
         return [Check("resources", "fail", error.message, error.hint)]
     usage = report.get("usage") or {}
-    used_cpus, total_cpus = _pair(usage.get("CPU"))
-    used_memory, total_memory = _pair(usage.get("memory"))
+    used_cpus, total_cpus = pair(usage.get("CPU"))
+    used_memory, total_memory = pair(usage.get("memory"))
     details: dict[str, Any] = {
         "cpus": total_cpus,
         "cpus_free": total_cpus - used_cpus,
@@ -207,8 +215,8 @@ def _check_resources(dashboard: DashboardClient, plan: ProjectPlan | None) -> li
         "memory_free": total_memory - used_memory,
     }
     has = (
-        f"the cluster has {_figure(total_cpus)} CPUs ({_figure(total_cpus - used_cpus)} free) "
-        f"and {_figure(total_memory / _GIB)} GiB ({_figure((total_memory - used_memory) / _GIB)} "
+        f"the cluster has {cpus_text(total_cpus)} CPUs ({cpus_text(total_cpus - used_cpus)} free) "
+        f"and {gib_text(total_memory)} GiB ({gib_text(total_memory - used_memory)} "
         "free)"
     )
     if not has_totals(report):
@@ -237,19 +245,9 @@ def _check_resources(dashboard: DashboardClient, plan: ProjectPlan | None) -> li
     if current.get("deployed_app_config") and current.get("status") != "DELETING":
         held = application_needs(current["deployed_app_config"])  # a redeploy gives it back
     details.update(asks_cpus=needs.cpus, asks_memory=needs.memory)
-    asks = f"the project asks for {_figure(needs.cpus)} CPUs and {_figure(needs.memory / _GIB)} GiB"
+    asks = f"the project asks for {cpus_text(needs.cpus)} CPUs and {gib_text(needs.memory)} GiB"
     try:
         check_fits(needs, report, held)
     except DeployError as error:
         return [Check("resources", "fail", error.message, error.hint, details)]
     return [Check("resources", "ok", f"{asks}; {has}", details=details)]
-
-
-def _pair(value: Any) -> tuple[float, float]:
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        return float(value[0]), float(value[1])
-    return 0.0, 0.0
-
-
-def _figure(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".")
