@@ -56,10 +56,12 @@ def kill_tree(pid: int) -> int:
 
 
 async def _pump(stream: asyncio.StreamReader | None, on_line: Callable[[str], None]) -> None:
-    """Report every line of ``stream`` (long lines cut at ``MAX_LINE_CHARS``)."""
+    """Report every line of ``stream``; a line longer than ``MAX_LINE_CHARS`` is cut there
+    (reported once, the rest of it dropped up to its newline)."""
     if stream is None:
         return
     pending = b""
+    cutting = False  # the current line was reported already, cut: drop up to its newline
     while True:
         chunk = await stream.read(65536)
         if not chunk:
@@ -67,11 +69,15 @@ async def _pump(stream: asyncio.StreamReader | None, on_line: Callable[[str], No
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            on_line(line.decode(errors="replace").rstrip("\r")[:MAX_LINE_CHARS])
-        if len(pending) > MAX_LINE_CHARS:
+            if not cutting:
+                on_line(line.decode(errors="replace").rstrip("\r")[:MAX_LINE_CHARS])
+            cutting = False
+        if not cutting and len(pending) > MAX_LINE_CHARS:
             on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
+            cutting = True
+        if cutting:
             pending = b""
-    if pending:
+    if pending and not cutting:
         on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
 
 

@@ -200,3 +200,22 @@ def test_a_project_with_errors_is_not_run(project: Path) -> None:
     assert "error PC204 method 'greeet' is not defined" in result.stdout
     assert "not running" in result.stdout
     assert runs(project) == []
+
+
+def test_a_long_output_line_is_cut_once_not_split_into_lines():
+    import asyncio
+
+    from simulator.task_run import MAX_LINE_CHARS, _pump
+
+    async def pumped(*chunks: bytes) -> list[str]:
+        reader = asyncio.StreamReader()
+        for chunk in chunks:
+            reader.feed_data(chunk)
+        reader.feed_eof()
+        lines: list[str] = []
+        await _pump(reader, lines.append)
+        return lines
+
+    long = b"a" * 200_000  # longer than one read: it arrives in several
+    lines = asyncio.run(pumped(long, b"\nshort\r\n", b"b" * 70_000))
+    assert lines == ["a" * MAX_LINE_CHARS, "short", "b" * MAX_LINE_CHARS]
