@@ -106,6 +106,8 @@ class Component:
         )
         self._place = _replica_place()
         self._reports: set[asyncio.Task[None]] = set()
+        self._reported = -1
+        """``reinit_count`` when the last report was scheduled (one report per re-init)."""
         try:
             await self.runner.start()
         except contract.InitError as error:
@@ -130,7 +132,13 @@ class Component:
         return result.to_dict()
 
     def _report_after_reinit(self) -> None:
-        """Once the drift re-init ends, store its outcome for /_peach/health."""
+        """Once the drift re-init ends, store its outcome for /_peach/health: once per
+        re-init (one a drifting call started; concurrent drifts share it), and only when
+        there is one (a component without ``init`` has nothing to re-run)."""
+        runner = self.runner
+        if not runner.reinitializing or self._reported == runner.reinit_count:
+            return
+        self._reported = runner.reinit_count  # the count this re-init ends at, minus one
 
         async def report() -> None:
             await self.runner.wait_reinit()
