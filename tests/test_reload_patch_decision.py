@@ -88,6 +88,18 @@ def test_other_code_edits_restart(project: Path, old: str, new: str, key: str, r
     assert (change.action, change.reasons) == ("restarted", (reason,))
 
 
+def test_a_method_edit_restarts_when_init_sets_module_globals(project: Path) -> None:
+    """The patched method runs in a new module, where a global that init set is missing."""
+    edit_cell(
+        project,
+        "    token = uuid.uuid4().hex\n",
+        "    global LOADED\n    LOADED = True\n    token = uuid.uuid4().hex\n",
+        notebook=NOTEBOOK,
+    )
+    change = change_of(project, 'LABEL = "m1"', 'LABEL = "m2"', "model/main")
+    assert (change.action, change.reasons) == ("restarted", ("init globals",))
+
+
 def test_a_method_that_stops_being_a_generator_restarts(project: Path) -> None:
     edit_cell(project, 'return ["p1", model]', 'yield ["p1", model]', notebook=NOTEBOOK)
     change = change_of(project, 'yield ["p1", model]', 'return ["p1", model]', "pair/main")
