@@ -266,6 +266,16 @@ def test_logs_health_and_status_show_prints_init_errors_and_failed_reinits(clust
         text,
         re.M,
     )
+    # the stopped replicas shown are the newest that wrote something: each shows the error,
+    # never one that an earlier test's delete stopped before it ran init (those are listed too)
+    stopped = {
+        line.split(" | ", 1)[0]
+        for line in text.splitlines()
+        if line.startswith("broken.main#") and "(stopped) | " in line
+    }
+    assert 1 <= len(stopped) <= 2, text
+    for prefix in stopped:
+        assert f"{prefix} | FileNotFoundError: no weights at /models/latest.bin" in text, text
 
 
 def test_a_redeploy_under_load_fails_no_request_and_keeps_unchanged_replicas(

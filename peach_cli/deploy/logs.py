@@ -5,7 +5,8 @@ its stdout (what the user's code printed) and stderr (tracebacks, init errors, f
 re-inits) are log files on its node, which the dashboard serves by actor id
 (``/api/v0/logs/file``, ``/api/v0/logs/stream``) whichever node the replica ran on. Replicas
 that stopped — one whose init failed, one a redeploy replaced — are still known to the
-cluster for a while: the last few of each deployment are read too, so an init error shows.
+cluster for a while: the newest few of each deployment that wrote anything are read too, so
+an init error shows (and not a replica a delete stopped before it ran the user's code).
 
 Example::
 
@@ -16,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import queue
 import threading
@@ -31,7 +33,10 @@ if TYPE_CHECKING:
 
 STREAMS = ("out", "err")
 STOPPED_SHOWN = 2
-"""Stopped replicas read per deployment (the cluster may keep hundreds after retries)."""
+"""Stopped replicas shown per deployment, newest first, among those that wrote a line."""
+STOPPED_TRIED = 8
+"""Stopped replicas read per deployment at most, to find those (the cluster may keep hundreds
+after Serve's retries)."""
 RELIST_S = 3.0
 """How often ``--follow`` looks for replicas started since (a redeploy, a restart)."""
 _RAY_HEADERS = (":job_id:", ":actor_name:", ":task_name:", ":task_attempt_number:")
@@ -47,6 +52,8 @@ class ReplicaLog:
     """Serve's replica id (``jgkg4hxb``), as `peach status` shows it."""
     actor_id: str
     alive: bool
+    ended_ms: int = 0
+    """When a stopped replica's process exited (0 when the cluster no longer knows)."""
 
     @property
     def prefix(self) -> str:
@@ -90,7 +97,8 @@ def choose_application(details: dict, app: str | None) -> str:
 def find_replicas(
     dashboard: DashboardClient, app: str | None, deployment: str | None = None
 ) -> tuple[str, list[ReplicaLog]]:
-    """The application's name and the replicas to read (running first, then stopped ones)."""
+    """The application's name and the replicas to read: per deployment the running ones,
+    then up to ``STOPPED_TRIED`` stopped ones, newest first."""
     details = dashboard.serve_details()
     app = choose_application(details, app)
     deployments = sorted(((details.get("applications") or {})[app].get("deployments")) or {})
@@ -104,6 +112,7 @@ def find_replicas(
             )
         deployments = [deployment]
     replicas: list[ReplicaLog] = []
+    ended: dict[tuple[str, int], int] | None = None
     for name in deployments:
         alive: list[ReplicaLog] = []
         stopped: list[ReplicaLog] = []
@@ -114,9 +123,15 @@ def find_replicas(
                 actor_id=str(actor.get("actor_id")),
                 alive=str(actor.get("state")) in _ALIVE,
             )
-            (alive if replica.alive else stopped).append(replica)
+            if replica.alive:
+                alive.append(replica)
+                continue
+            if ended is None:  # one read of the workers table, only when something stopped
+                ended = dashboard.worker_end_times()
+            key = (str(actor.get("node_id")), int(actor.get("pid") or 0))
+            stopped.append(dataclasses.replace(replica, ended_ms=ended.get(key, 0)))
         replicas += sorted(alive, key=lambda r: r.replica)
-        replicas += sorted(stopped, key=lambda r: r.replica)[:STOPPED_SHOWN]
+        replicas += sorted(stopped, key=lambda r: (-r.ended_ms, r.replica))[:STOPPED_TRIED]
     return app, replicas
 
 
@@ -127,16 +142,22 @@ def _lines(text: str) -> list[str]:
 def read_logs(
     dashboard: DashboardClient, replicas: list[ReplicaLog], tail: int
 ) -> Iterator[LogLine]:
-    """The last ``tail`` lines of each replica's stdout, then of its stderr."""
+    """The last ``tail`` lines of each replica's stdout, then of its stderr; of the stopped
+    replicas of a deployment, the first ``STOPPED_SHOWN`` that wrote a line."""
     if tail == 0:
         return
+    stopped_shown: dict[str, int] = {}
     for replica in replicas:
+        if not replica.alive and stopped_shown.get(replica.deployment, 0) >= STOPPED_SHOWN:
+            continue
+        lines = []
         for stream in STREAMS:
             text = dashboard.actor_log(replica.actor_id, stream, tail)
-            if text is None:
-                continue
-            for line in _lines(text)[-tail:]:  # Ray's header lines left out
-                yield LogLine(replica, stream, line)
+            if text is not None:  # Ray's header lines left out
+                lines += [LogLine(replica, stream, line) for line in _lines(text)[-tail:]]
+        if not replica.alive and lines:
+            stopped_shown[replica.deployment] = stopped_shown.get(replica.deployment, 0) + 1
+        yield from lines
 
 
 def follow_logs(
