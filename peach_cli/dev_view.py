@@ -287,9 +287,8 @@ class DevView:
         import time
 
         if event.phase == "done":
-            previous = self.builds.pop(event.env, None)
-            if previous is not None or event.detail != "cached":
-                self.note(event.message, "green")
+            self.builds.pop(event.env, None)
+            self.note(event.message, "green")  # "py_env base done: cached (0.0 s)" too
         else:
             self.builds[event.env] = (event, time.monotonic())
             self.note(event.message)

@@ -12,13 +12,15 @@ replica runs peach's own interpreter, as before environments existed (fast, unch
 
 An env is built once per requirement set and ``peach dev`` run (in a thread, so serving
 goes on), reused across reloads, and rebuilt only when its requirements change. A build
-reports ``EnvProgress`` events and, when it fails, ``EnvFailed``.
+reports ``EnvProgress`` events and, when it fails, ``EnvFailed``. ``close()`` (``peach dev``
+stopping) stops the builds under way at once: uv is killed, nothing half-built is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,6 +60,8 @@ class Environments:
         """Extra environment variables of every worker (the task scheduler's socket)."""
         self._builds: dict[tuple[str, tuple[str, ...]], asyncio.Future[WorkerLaunch]] = {}
         self._shared = WorkerLaunch(self.root, env=env)
+        self._closed = threading.Event()
+        """Set by ``close``: builds under way stop (uv is killed), no new one starts."""
 
     def emit(self, event: Event) -> None:
         if self.on_event is not None:
@@ -71,14 +75,22 @@ class Environments:
         """
         if not self.isolated:
             return self._shared
+        if self._closed.is_set():
+            raise EnvUnavailable(f"py_env {spec.py_env}: peach is stopping")
         key = (spec.py_env, tuple(spec.dependencies))
         build = self._builds.get(key)
         if build is None or (build.done() and not _succeeded(build)):  # a failure is retried
             build = self._builds[key] = asyncio.ensure_future(self._build(*key))
+            build.add_done_callback(_retrieved)  # nobody may wait for it any more
         try:
             return await asyncio.shield(build)
         except EnvBuildError as error:
             raise EnvUnavailable(error.message) from None
+
+    def close(self) -> None:
+        """Stop the builds under way (``peach dev`` is stopping): uv is killed at once
+        instead of being waited for, and no build starts after."""
+        self._closed.set()
 
     def launches(self) -> list[WorkerLaunch]:
         """The launches of every env built so far (spare workers are kept for each)."""
@@ -87,7 +99,7 @@ class Environments:
         return [build.result() for build in self._builds.values() if _succeeded(build)]
 
     async def _build(self, name: str, requirements: tuple[str, ...]) -> WorkerLaunch:
-        from peach_cli.envs import EnvSpec, ensure_env
+        from peach_cli.envs import EnvSpec, UvCancelled, ensure_env
         from peach_cli.envs.runtime import stage_runtime
 
         loop = asyncio.get_running_loop()
@@ -98,8 +110,12 @@ class Environments:
 
         spec = EnvSpec(name, requirements)
         try:
-            env = await asyncio.to_thread(ensure_env, spec, offline=self.offline, progress=progress)
+            env = await asyncio.to_thread(
+                ensure_env, spec, offline=self.offline, progress=progress, cancel=self._closed
+            )
             runtime = await asyncio.to_thread(stage_runtime)
+        except UvCancelled:
+            raise EnvBuildError(name, "the build was stopped: peach is stopping") from None
         except EnvBuildError as error:
             self.emit(EnvFailed(name, error.message))
             raise
@@ -111,6 +127,11 @@ class Environments:
             python=str(env.python), path=(str(runtime),), isolated=True, name=name
         )
         return WorkerLaunch(self.root, interpreter, env=self.env)
+
+
+def _retrieved(build: asyncio.Future[WorkerLaunch]) -> None:
+    if not build.cancelled():
+        build.exception()  # a failed build is reported by EnvFailed, not at exit
 
 
 def _succeeded(build: asyncio.Future[WorkerLaunch]) -> bool:

@@ -195,6 +195,7 @@ class DevServer:
         if self._stopped:
             return
         self._stopped = True
+        self.environments.close()  # an env build under way is stopped, not waited for
         server = self._uvicorn
         if server is not None:
             server.should_exit = True

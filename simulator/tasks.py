@@ -163,7 +163,9 @@ class TaskScheduler:
 
     async def stop(self) -> None:
         """Stop listening; a running task is killed with its process tree; spare task
-        workers stop."""
+        workers stop; an env build under way is stopped (uv killed), not waited for."""
+        if self.environments is not None:
+            self.environments.close()
         for warming in self._warming:
             warming.cancel()
         if self._runner is not None:

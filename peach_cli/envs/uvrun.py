@@ -11,6 +11,7 @@ the builder turns into an ``EnvBuildError`` naming the env and the requirement.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
@@ -84,7 +85,10 @@ def run_uv(
     on_line: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> None:
-    """Run ``uv ARGS``; call ``on_line`` for every line it prints; raise ``UvFailed``."""
+    """Run ``uv ARGS``; call ``on_line`` for every line it prints; raise ``UvFailed``.
+
+    uv leads its own process group, so that stopping it stops what it started too (a
+    package's build backend, which would otherwise go on compiling after uv is gone)."""
     process = subprocess.Popen(
         [uv_binary(), *args],
         stdin=subprocess.DEVNULL,
@@ -93,6 +97,7 @@ def run_uv(
         env=uv_environment(offline=offline),
         text=True,
         errors="replace",
+        start_new_session=os.name == "posix",
     )
     done = threading.Event()
     if cancel is not None:
@@ -100,7 +105,7 @@ def run_uv(
         def watch() -> None:
             while not done.wait(0.05):
                 if cancel.is_set():
-                    process.kill()
+                    _kill(process)
                     return
 
         threading.Thread(target=watch, name="peach-uv-cancel", daemon=True).start()
@@ -116,10 +121,22 @@ def run_uv(
     finally:
         done.set()
         if process.poll() is None:
-            process.kill()
+            _kill(process)
             process.wait()
     if cancel is not None and cancel.is_set():
+        _kill(process)  # what uv started may outlive it: a build backend it was waiting for
         raise UvCancelled
     if code != 0:
         failure = [line for line in lines if not line.startswith(("Using ", "Resolved "))]
         raise UvFailed(reason_of(failure), lines)
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    """Kill uv and every process of its group (on POSIX; elsewhere, uv alone)."""
+    if os.name != "posix":
+        process.kill()
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the whole group has exited already
