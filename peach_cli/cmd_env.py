@@ -114,14 +114,22 @@ def run_env_prune(*, all_envs: bool = False, older_than_days: float = 30) -> int
         env.key: directory_size(env.path)
         for env in stale_envs(older_than_days=older_than_days, all_envs=all_envs)
     }
-    removed = prune(older_than_days=older_than_days, all_envs=all_envs)
-    for env in removed:
+    pruned = prune(older_than_days=older_than_days, all_envs=all_envs)
+    for env in pruned.removed:
         console.print_env_removed(str(env.path), env.requirements, sizes.get(env.key, 0))
+    for env in pruned.in_use:
+        console.print_env_removed(
+            str(env.path), env.requirements, sizes.get(env.key, 0), kept="in use by a running peach"
+        )
+    removed = pruned.removed
     freed = sum(sizes.get(env.key, 0) for env in removed)
     what = "every env" if all_envs else f"envs unused for {older_than_days:g} days"
+    kept = f"; {len(pruned.in_use)} in use kept" if pruned.in_use else ""
+    count = len(pruned.runtimes)
+    older = f"; {count} runtime{'' if count == 1 else 's'} of other peach versions" if count else ""
     console.print_summary(
         f"removed {len(removed)} env{'' if len(removed) == 1 else 's'} "
-        f"({console.human_size(freed)}): {what}, from {cache_root()}",
+        f"({console.human_size(freed)}): {what}, from {cache_root()}{kept}{older}",
         ok=True,
     )
     return 0

@@ -193,14 +193,17 @@ def print_env_built(name: str, path: str, packages: int) -> None:
     )
 
 
-def print_env_removed(path: str, requirements: tuple[str, ...], size: int) -> None:
+def print_env_removed(
+    path: str, requirements: tuple[str, ...], size: int, *, kept: str | None = None
+) -> None:
+    """``removed PATH (REQUIREMENTS, SIZE)``, or with ``kept`` ``kept PATH (…): KEPT``."""
     from rich.markup import escape
 
-    stdout().print(
-        f"removed {escape(path)} ({escape(', '.join(requirements) or 'no requirements')}, "
-        f"{human_size(size)})",
-        soft_wrap=True,
-    )
+    what = f"({escape(', '.join(requirements) or 'no requirements')}, {human_size(size)})"
+    if kept is None:
+        stdout().print(f"removed {escape(path)} {what}", soft_wrap=True)
+    else:
+        stdout().print(f"kept {escape(path)} {what}: {escape(kept)}", soft_wrap=True)
 
 
 def print_summary(text: str, *, ok: bool) -> None:

@@ -14,6 +14,8 @@ An env is built once per requirement set and ``peach dev`` run (in a thread, so 
 goes on), reused across reloads, and rebuilt only when its requirements change. A build
 reports ``EnvProgress`` events and, when it fails, ``EnvFailed``. ``close()`` (``peach dev``
 stopping) stops the builds under way at once: uv is killed, nothing half-built is kept.
+While it runs, it marks each env it uses (and the staged runtime) in use, so that
+``peach env prune --all`` elsewhere keeps them (``peach_cli.envs.lock.InUse``).
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from peach_cli.envs.builder import in_use_file
+from peach_cli.envs.lock import InUse, LockTimeout
 from peach_cli.errors import EnvBuildError
 from peach_cli.plan import ComponentSpec, TaskSpec
 from simulator.events import EnvFailed, EnvProgress, Event
 from simulator.workers import Interpreter, WorkerLaunch
 
 if TYPE_CHECKING:
-    from peach_cli.envs import BuildProgress
+    from peach_cli.envs import BuildProgress, BuiltEnv
 
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
 
@@ -62,6 +66,7 @@ class Environments:
         self._shared = WorkerLaunch(self.root, env=env)
         self._closed = threading.Event()
         """Set by ``close``: builds under way stop (uv is killed), no new one starts."""
+        self._uses: list[InUse] = []
 
     def emit(self, event: Event) -> None:
         if self.on_event is not None:
@@ -91,6 +96,9 @@ class Environments:
         """Stop the builds under way (``peach dev`` is stopping): uv is killed at once
         instead of being waited for, and no build starts after."""
         self._closed.set()
+        for use in self._uses:
+            use.release()
+        self._uses.clear()
 
     def launches(self) -> list[WorkerLaunch]:
         """The launches of every env built so far (spare workers are kept for each)."""
@@ -109,11 +117,17 @@ class Environments:
             loop.call_soon_threadsafe(self.emit, event)
 
         spec = EnvSpec(name, requirements)
+
+        def build() -> tuple[BuiltEnv, Path]:
+            for _ in range(3):  # a prune elsewhere may remove it between finding and holding
+                env = ensure_env(spec, offline=self.offline, progress=progress, cancel=self._closed)
+                runtime = stage_runtime()
+                if self._hold(env.key, env.path) and self._hold(runtime.name, runtime):
+                    return env, runtime
+            raise EnvBuildError(name, "its env keeps being removed (peach env prune) as it starts")
+
         try:
-            env = await asyncio.to_thread(
-                ensure_env, spec, offline=self.offline, progress=progress, cancel=self._closed
-            )
-            runtime = await asyncio.to_thread(stage_runtime)
+            env, runtime = await asyncio.to_thread(build)
         except UvCancelled:
             raise EnvBuildError(name, "the build was stopped: peach is stopping") from None
         except EnvBuildError as error:
@@ -127,6 +141,20 @@ class Environments:
             python=str(env.python), path=(str(runtime),), isolated=True, name=name
         )
         return WorkerLaunch(self.root, interpreter, env=self.env)
+
+    def _hold(self, name: str, path: Path) -> bool:
+        """Mark ``path`` (an env, a staged runtime) in use until ``close``; False when it
+        was removed before the mark was taken."""
+        use = InUse(in_use_file(name))
+        try:
+            use.acquire()
+        except LockTimeout as error:  # a prune held it for a minute: not ours to wait on
+            raise EnvBuildError(name, str(error)) from None
+        if not path.is_dir():
+            use.release()
+            return False
+        self._uses.append(use)
+        return True
 
 
 def _retrieved(build: asyncio.Future[WorkerLaunch]) -> None:

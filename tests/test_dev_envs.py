@@ -249,3 +249,40 @@ def test_stopping_peach_dev_during_an_env_build_stops_uv_at_once(peach_dev, tmp_
         return Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
     poll(backend_gone, "the build backend to stop with uv", 10, tolerate=())
+
+
+def test_prune_all_keeps_the_envs_a_running_peach_dev_uses(peach_dev, tmp_path, monkeypatch):
+    """`peach env prune --all` beside a running `peach dev`: its env (and the staged
+    runtime) are kept and it goes on serving; once it stops, the next prune removes them.
+    Runtimes staged by other versions of peach go at once."""
+    from env_support import run_peach
+
+    cache = tmp_path / "cache"  # its own cache: prune --all must not touch the session's
+    monkeypatch.setenv("PEACH_ENV_CACHE", str(cache))
+    old_runtime = cache / "runtime-0123456789abcdef"  # another version's
+    (old_runtime / "peach_cli").mkdir(parents=True)
+    (old_runtime / "peach_cli" / "__init__.py").write_text("")
+    conf = "codops: pruned\nendpoints:\n  info:\n    url: /info\n    components: {main: {notebook: nb.ipynb, method: info}}\n"  # noqa: E501
+    cells = ["import sys\n\n\ndef info():\n    return sys.prefix\n"]
+    root = write_project(tmp_path / "project", conf, {"nb.ipynb": cells})
+    dev = peach_dev(root)
+    dev.wait_ready(timeout_s=120)
+    env_path = Path(ok(httpx.get(f"{dev.url}/info", timeout=10)))
+    assert env_path.is_relative_to(cache)
+    (runtime,) = [p for p in cache.glob("runtime-*") if p != old_runtime]
+
+    pruned = run_peach("env", "prune", "--all")
+    assert pruned.returncode == 0, pruned.stderr
+    assert f"kept {env_path} (no requirements, " in pruned.stdout
+    assert "in use by a running peach" in pruned.stdout and "removed" not in pruned.stdout
+    assert "removed 0 envs" in pruned.stderr and "1 in use kept" in pruned.stderr
+    assert "1 runtime of other peach versions" in pruned.stderr
+    assert env_path.is_dir() and runtime.is_dir() and not old_runtime.exists()
+    assert ok(httpx.get(f"{dev.url}/info", timeout=10)) == str(env_path)  # still serving
+
+    assert dev.stop() == 0
+    pruned = run_peach("env", "prune", "--all")
+    assert pruned.returncode == 0, pruned.stderr
+    assert f"removed {env_path} (no requirements, " in pruned.stdout
+    assert "removed 1 env " in pruned.stderr and not env_path.exists()
+    assert runtime.is_dir()  # this version's runtime stays

@@ -196,8 +196,8 @@ def test_prune_removes_only_envs_unused_for_30_days(small_env):
     assert run_in(bare, "import sys; print(sys.prefix)").stdout.strip() == str(bare.path)
     (bare.path / LAST_USED).write_text(f"{time.time() - 31 * 86400:.0f}\n")
     small_env.touch()
-    removed = prune()
-    assert [e.path for e in removed] == [bare.path]
+    pruned = prune()
+    assert [e.path for e in pruned.removed] == [bare.path] and pruned.in_use == []
     assert not bare.path.exists() and small_env.path.exists()
 
 
@@ -336,4 +336,4 @@ def test_a_build_killed_halfway_is_never_used_and_the_next_one_completes(env_cac
     stale = time.time() - 2 * 86400
     for name in leftovers(env_cache) - before:  # prune removes what is a day old
         os.utime(env_cache / "tmp" / name, (stale, stale))
-    assert prune() == [] and leftovers(env_cache) == before
+    assert prune().removed == [] and leftovers(env_cache) == before

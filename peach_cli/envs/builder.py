@@ -148,6 +148,11 @@ def lock_file(name: str) -> Path:
     return cache_root() / "locks" / f"{name}.lock"
 
 
+def in_use_file(name: str) -> Path:
+    """The ``InUse`` lock of an env key (or a staged runtime's folder name)."""
+    return cache_root() / "locks" / f"{name}.inuse"
+
+
 def env_key(pinned: tuple[str, ...]) -> str:
     import hashlib
 

@@ -1,28 +1,36 @@
 """What the cache holds: built envs, their size and last use; pruning the stale ones.
 
     for env in built_envs(): print(env.path, env.size_bytes, env.last_used)
-    removed = prune(older_than_days=30)      # or prune(all_envs=True)
+    pruned = prune(older_than_days=30)       # or prune(all_envs=True)
+    pruned.removed, pruned.in_use            # what went, what a running peach still uses
 
 An env is removed by renaming it into ``tmp/`` (under its key's lock, so never while a
-``peach`` builds it) and deleting it there: it disappears at once, whole.
+``peach`` builds it, and under its ``InUse`` lock, so never while a ``peach`` runs workers
+in it) and deleting it there: it disappears at once, whole. The replica runtime staged for
+other versions of peach (``runtime-<hash>``) goes too, unless a running peach uses it. The
+lock files stay: they are empty, and removing one while a ``peach`` waits on it would let
+two builds of one env in at once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from peach_cli.envs.builder import LAST_USED, MARKER, lock_file
-from peach_cli.envs.lock import EnvLock
+from peach_cli.envs.builder import LAST_USED, MARKER, in_use_file, lock_file
+from peach_cli.envs.lock import EnvLock, InUse
 from peach_cli.envs.paths import cache_root
 
 PRUNE_AFTER_DAYS = 30
+_STAGED = re.compile(r"runtime-[0-9a-f]{16}")
+"""A staged runtime's folder (``runtime.stage_runtime``), not one being written."""
 
 
 @dataclass(frozen=True)
@@ -82,22 +90,45 @@ def built_envs() -> Iterator[StoredEnv]:
         )
 
 
-def remove_env(env: StoredEnv) -> bool:
-    """Remove one env unless a ``peach`` is building it right now; True when removed."""
+@dataclass
+class Pruned:
+    """What ``prune`` did."""
+
+    removed: list[StoredEnv] = field(default_factory=list)
+    in_use: list[StoredEnv] = field(default_factory=list)
+    """Stale (or, with ``all_envs``, any) envs kept because a running ``peach`` uses them."""
+    runtimes: list[Path] = field(default_factory=list)
+    """Staged runtimes of other versions of peach that were removed."""
+
+
+def remove_env(env: StoredEnv) -> bool | None:
+    """Remove one env: True when removed, None when a running ``peach`` uses it, False
+    when a ``peach`` is building it right now (or it vanished meanwhile)."""
     lock = EnvLock(lock_file(env.key))
     if not lock.acquire(blocking=False):
         return False
     try:
+        return _remove_unused(env.path, env.key)
+    finally:
+        lock.release()
+
+
+def _remove_unused(path: Path, name: str) -> bool | None:
+    """Move ``path`` out of the cache and delete it, while nobody holds its ``InUse``."""
+    use = InUse.try_exclusive(in_use_file(name))
+    if use is None:
+        return None
+    try:
         trash = Path(tempfile.mkdtemp(prefix="prune-", dir=_tmp()))
         try:
-            os.rename(env.path, trash / "env")
+            os.rename(path, trash / "env")
         except OSError:
             shutil.rmtree(trash, ignore_errors=True)
             return False
         shutil.rmtree(trash, ignore_errors=True)
         return True
     finally:
-        lock.release()
+        use.release()
 
 
 def _tmp() -> Path:
@@ -116,20 +147,29 @@ def stale_envs(
 
 def prune(
     *, older_than_days: float = PRUNE_AFTER_DAYS, all_envs: bool = False, now: float | None = None
-) -> list[StoredEnv]:
-    """Remove envs unused for ``older_than_days`` (every env with ``all_envs``).
+) -> Pruned:
+    """Remove envs unused for ``older_than_days`` (every env with ``all_envs``), except
+    those a running ``peach`` uses, and the runtimes staged for other versions of peach.
 
     ``all_envs`` also forgets the cached resolutions, so the next build resolves afresh.
-    Leftovers of interrupted builds older than a day are removed too. Returns what was
-    removed.
+    Leftovers of interrupted builds older than a day are removed too.
     """
+    from peach_cli.envs.runtime import runtime_digest
+
     now = time.time() if now is None else now
-    removed = [
-        env
-        for env in stale_envs(older_than_days=older_than_days, all_envs=all_envs, now=now)
-        if remove_env(env)
-    ]
+    pruned = Pruned()
+    for env in stale_envs(older_than_days=older_than_days, all_envs=all_envs, now=now):
+        outcome = remove_env(env)
+        if outcome:
+            pruned.removed.append(env)
+        elif outcome is None:
+            pruned.in_use.append(env)
     root = cache_root()
+    current = f"runtime-{runtime_digest()}"
+    for runtime in sorted(root.glob("runtime-*")) if root.is_dir() else ():
+        if runtime.name != current and _STAGED.fullmatch(runtime.name) and runtime.is_dir():
+            if _remove_unused(runtime, runtime.name):
+                pruned.runtimes.append(runtime)
     if all_envs:
         shutil.rmtree(root / "resolved", ignore_errors=True)
     tmp = root / "tmp"
@@ -141,4 +181,4 @@ def prune(
                 continue
             if stale or all_envs and leftover.name.startswith("prune-"):
                 shutil.rmtree(leftover, ignore_errors=True)
-    return removed
+    return pruned
