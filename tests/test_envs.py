@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -337,3 +338,23 @@ def test_a_build_killed_halfway_is_never_used_and_the_next_one_completes(env_cac
     for name in leftovers(env_cache) - before:  # prune removes what is a day old
         os.utime(env_cache / "tmp" / name, (stale, stale))
     assert prune().removed == [] and leftovers(env_cache) == before
+
+
+def test_what_an_env_provides_is_read_once_until_its_folder_changes(small_env, tmp_path):
+    """`peach dev` re-validates (PC308) on every save: the env's dist-info is not re-read
+    while its site-packages is unchanged; a distribution added to it is seen."""
+    from peach_cli.envs.provides import installed_modules
+
+    site = small_env.site_packages()
+    assert site is not None
+    first = installed_modules(site)
+    assert first["websocket-client"] == {"websocket"} and first["tomli-w"] == {"tomli_w"}
+    assert installed_modules(site) is first  # nothing read again
+    folder = tmp_path / "site-packages"
+    shutil.copytree(site, folder, symlinks=True)
+    assert "extra-dist" not in installed_modules(folder)
+    info = folder / "extra_dist-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: extra-dist\nVersion: 1.0\n\n")
+    (info / "RECORD").write_text("extra_mod/__init__.py,,\n")
+    assert installed_modules(folder)["extra-dist"] == {"extra_mod"}

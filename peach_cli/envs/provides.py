@@ -4,7 +4,8 @@
 
 Read from each ``*.dist-info``: ``top_level.txt`` when there is one, else the first path
 component of every file in ``RECORD`` (``six.py`` → ``six``, ``yaml/__init__.py`` →
-``yaml``). Nothing is imported.
+``yaml``). Nothing is imported. What a folder holds is read once per change of the folder
+(its mtime): `peach dev` re-validates on every save, and an env never changes once built.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 from peach_cli.envs.spec import normalize_name
 
 _SKIPPED = {"__pycache__", "..", "."}
+_read: dict[Path, tuple[int, dict[str, set[str]]]] = {}
+"""site-packages folder → (its mtime in ns when read, what it provided then)."""
 
 
 def _module_of(first: str) -> str | None:
@@ -44,7 +47,21 @@ def _distribution_name(info: Path) -> str:
 
 
 def installed_modules(site_packages: Path) -> dict[str, set[str]]:
-    """Distribution name (normalised) → the top-level modules its files provide."""
+    """Distribution name (normalised) → the top-level modules its files provide (shared
+    between calls: read it, do not change it)."""
+    try:
+        stamp = site_packages.stat().st_mtime_ns
+    except OSError:
+        return {}
+    known = _read.get(site_packages)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    found = _read_modules(site_packages)
+    _read[site_packages] = (stamp, found)
+    return found
+
+
+def _read_modules(site_packages: Path) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     try:
         infos = sorted(site_packages.glob("*.dist-info"))
