@@ -23,7 +23,6 @@ REASONS = {
     "generator": "method is now a generator",
     "not generator": "method is no longer a generator",
     "code": "code changed",
-    "init globals": "init sets module globals, which a patched method would not see",
 }
 """What each reason of ``restart_reason`` means, as the reload line says it."""
 
@@ -97,9 +96,6 @@ def restart_reason(old: ComponentSpec, new: ComponentSpec) -> str | None:
     old_init, new_init = _defining(before, new.init), _defining(after, new.init)
     if old_init is None or new_init is None:
         return "init"
-    if any(isinstance(node, ast.Global) for node in ast.walk(new_init[1])):
-        # a patch runs the new code in a new module: the globals init set are not there
-        return "init globals"
     old_shared, new_shared = old_init[0] == old_method[0], new_init[0] == new_method[0]
     if old_shared != new_shared:
         return "init"

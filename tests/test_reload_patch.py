@@ -101,6 +101,30 @@ def test_a_method_edit_keeps_the_init_state_and_does_not_wait_for_init(
     assert "restarted model/main" not in served.dev.output()
 
 
+def test_a_patch_keeps_what_the_replica_built_besides_the_init_state(
+    serve: Callable[..., Served],
+) -> None:
+    """The patched method sees what init left in the module (a dict it filled, a global it
+    set), the class of its state is the same class (isinstance holds), and the costly
+    top-level statement of the code is not run again."""
+    served = serve()
+    first = served.result("/kept")
+    assert first[:4] == ["k1", True, "w1", True]
+    runs = served.project / "top_level_runs"
+    assert runs.read_text() == "run\n"
+
+    served.edit('return ["k1",', 'return ["k2",')
+    patched = served.wait_result("/kept", lambda r: r[0] == "k2", "the patched method")
+    assert patched == ["k2", True, "w1", True, first[4]]
+    served.dev.wait_for_output(r"patched kept/main \(method changed; init state kept\)")
+    assert runs.read_text() == "run\n"  # once, at the replica's start
+
+    # an edit of a value the unchanged statements read: they run again, with it
+    served.edit("CACHE = {}", 'CACHE = {"weights": "w0"}')
+    served.dev.wait_for_output(r"restarted kept/main \(init changed\)")
+    assert served.wait_result("/kept", lambda r: r[4] != first[4], "a new init state")[2] == "w1"
+
+
 def test_an_init_edit_restarts_and_runs_init_again(serve: Callable[..., Served]) -> None:
     served = serve()
     token = served.result("/model").split()[1]
@@ -315,7 +339,8 @@ def test_the_i_key_reruns_every_init(tmp_path: Path) -> None:
         token = httpx.get(f"{dev.url}/model", timeout=10).json()["result"].split()[1]
         os.write(primary, b"i")
         dev.wait_for_output(
-            r"re-ran init of model/main, shared/main, pair/main, story/main in ", DEADLINE_S
+            r"re-ran init of model/main, shared/main, pair/main, story/main, kept/main in ",
+            DEADLINE_S,
         )
         assert httpx.get(f"{dev.url}/model", timeout=10).json()["result"].split()[1] != token
         assert dev.stop() == 0
