@@ -6,6 +6,10 @@ Exit codes: 0 ok; 1 a build failed (the others are still built) or the conf has 
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,15 +91,16 @@ def run_env_build(project: Path, *, offline: bool = False, refresh: bool = False
         return 1
     failed: list[EnvBuildError] = []
     specs = project_envs(conf)
-    for spec in specs.values():
-        with console.env_progress() as progress:
-            try:
-                env = ensure_env(spec, offline=offline, refresh=refresh, progress=progress)
-            except EnvBuildError as error:
-                failed.append(error)
-                console.print_error(error)
-                continue
-        console.print_env_built(spec.name, str(env.path), len(env.pinned))
+    with _interrupted_by_termination():
+        for spec in specs.values():
+            with console.env_progress() as progress:
+                try:
+                    env = ensure_env(spec, offline=offline, refresh=refresh, progress=progress)
+                except EnvBuildError as error:
+                    failed.append(error)
+                    console.print_error(error)
+                    continue
+            console.print_env_built(spec.name, str(env.path), len(env.pinned))
     built = len(specs) - len(failed)
     console.print_summary(
         f"{built} of {len(specs)} env{'' if len(specs) == 1 else 's'} built", ok=not failed
@@ -133,3 +138,22 @@ def run_env_prune(*, all_envs: bool = False, older_than_days: float = 30) -> int
         ok=True,
     )
     return 0
+
+
+@contextlib.contextmanager
+def _interrupted_by_termination() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal, ``kill``, ``timeout``) stop a build as Ctrl-C
+    does: uv runs in its own process group, so only peach's own cleanup stops it."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGHUP"):
+        yield
+        return
+
+    def interrupt(number: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {n: signal.signal(n, interrupt) for n in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

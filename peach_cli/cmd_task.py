@@ -200,6 +200,8 @@ async def _run_local(
         for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(number)
         await scheduler.stop()
+        if scheduler.environments is not None:
+            scheduler.environments.release()
     if ended is None:
         view.note(f"{name}: interrupted; the task was stopped and its process tree killed")
         return EXIT_INTERRUPTED

@@ -282,13 +282,14 @@ class DevView:
             self.line(run_line(event))
 
     def _on_env(self, event: EnvProgress) -> None:
-        """A py_environment build: a line per step (a cached env: one line when done);
-        on a terminal the live view counts the seconds of the step under way."""
+        """A py_environment build: a line per step (a cached env: none, so that the URL
+        comes first); on a terminal the live view counts the seconds of the step under way."""
         import time
 
         if event.phase == "done":
-            self.builds.pop(event.env, None)
-            self.note(event.message, "green")  # "py_env base done: cached (0.0 s)" too
+            previous = self.builds.pop(event.env, None)
+            if previous is not None or event.detail != "cached":
+                self.note(event.message, "green")
         else:
             self.builds[event.env] = (event, time.monotonic())
             self.note(event.message)

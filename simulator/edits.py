@@ -5,8 +5,13 @@ to a component is in its code can be patched into the running replicas — their
 state kept — when the edit leaves ``init`` alone: the ``init`` function's source and the
 cell that defines it are unchanged (when that cell also defines the method, everything in
 it but the method's own definition is unchanged), and the method did not become or stop
-being a generator. Code is compared by syntax tree, so comments and blank lines do not
-count. Nothing here runs user code::
+being a generator. A patch runs the whole new code in a new module and keeps only what
+``init`` returned, so it restarts instead when the state also lives elsewhere: ``init``
+sets module globals (``global X``) or fills a module-level object in place
+(``CACHE[k] = v``), or the code checks objects against its own classes
+(``isinstance(model, Model)``: the state's objects are of the class as it was). Code is
+compared by syntax tree, so comments and blank lines do not count. Nothing here runs user
+code::
 
     restart_reason(old_spec, new_spec)   # None: patch; "init", "generator", ...: restart
 """
@@ -23,6 +28,9 @@ REASONS = {
     "generator": "method is now a generator",
     "not generator": "method is no longer a generator",
     "code": "code changed",
+    "init globals": "init sets module globals, which a patched method would not see",
+    "init module data": "init fills module-level data, which a patched method would not see",
+    "own classes": "the code checks objects against its own classes, which a patch defines anew",
 }
 """What each reason of ``restart_reason`` means, as the reload line says it."""
 
@@ -73,6 +81,92 @@ def _dump_without(tree: ast.Module, name: str) -> list[str]:
     return [ast.dump(node) for node in tree.body if not _is_function(node, name)]
 
 
+def _module_data_names(trees: list[ast.Module]) -> set[str]:
+    """The names the code binds at top level to objects of its own: assigned values and
+    classes, not imports (a module is shared through ``sys.modules``) or functions."""
+    names: set[str] = set()
+    for tree in trees:
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            else:
+                names |= {
+                    n.id
+                    for n in ast.walk(node)
+                    if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+                }
+    return names
+
+
+def _fills_module_data(init: FunctionNode, trees: list[ast.Module]) -> bool:
+    """Whether ``init`` changes a module-level object in place (``CACHE[k] = v``,
+    ``STORE.x = v``, ``REGISTRY.append(v)``): a patched method, in a new module, would
+    find that object as the code made it, not as init left it."""
+    local = {a.arg for a in ast.walk(init.args) if isinstance(a, ast.arg)}
+    local |= {
+        n.id for n in ast.walk(init) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    }
+    module = _module_data_names(trees) - local
+    for node in ast.walk(init):
+        if isinstance(node, (ast.Subscript, ast.Attribute)) and not isinstance(node.ctx, ast.Load):
+            base: ast.expr = node.value
+        elif (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+        ):
+            base = node.value.func.value  # a call for its effect: REGISTRY.append(v)
+        else:
+            continue
+        while isinstance(base, (ast.Subscript, ast.Attribute)):
+            base = base.value
+        if isinstance(base, ast.Name) and base.id in module:
+            return True
+    return False
+
+
+def _checks_own_classes(trees: list[ast.Module]) -> bool:
+    """Whether the code checks an object against a class it defines itself
+    (``isinstance(x, Model)``, ``type(x) is Model``, ``case Model():``): the objects init
+    made are of the class as it was, and a patch defines the class anew."""
+    classes = {n.name for t in trees for n in t.body if isinstance(n, ast.ClassDef)}
+    if not classes:
+        return False
+
+    def names(node: ast.AST) -> set[str]:
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+    for tree in trees:
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("isinstance", "issubclass")
+                and len(node.args) == 2
+                and names(node.args[1]) & classes
+            ):
+                return True
+            if isinstance(node, ast.Compare) and any(
+                isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in node.ops
+            ):
+                sides = [node.left, *node.comparators]
+                typed = any(
+                    isinstance(side, ast.Call)
+                    and isinstance(side.func, ast.Name)
+                    and side.func.id == "type"
+                    for side in sides
+                )
+                if typed and any(isinstance(s, ast.Name) and s.id in classes for s in sides):
+                    return True
+            if isinstance(node, ast.MatchClass) and names(node.cls) & classes:
+                return True
+    return False
+
+
 def restart_reason(old: ComponentSpec, new: ComponentSpec) -> str | None:
     """Why the new code of a component needs new replicas (a key of ``REASONS``), or None
     when it can be patched into the running ones: only the method's code changed.
@@ -104,4 +198,13 @@ def restart_reason(old: ComponentSpec, new: ComponentSpec) -> str | None:
         unchanged = _dump_without(old_cell, new.method) == _dump_without(new_cell, new.method)
     else:
         unchanged = ast.dump(old_cell) == ast.dump(new_cell)
-    return None if unchanged else "init"
+    if not unchanged:
+        return "init"
+    if any(isinstance(node, ast.Global) for node in ast.walk(new_init[1])):
+        # a patch runs the new code in a new module: the globals init set are not there
+        return "init globals"
+    if _fills_module_data(new_init[1], after):
+        return "init module data"  # CACHE["model"] = ...: the new module's CACHE is empty
+    if _checks_own_classes(after):
+        return "own classes"  # isinstance(model, Model): the state's Model is the old class
+    return None

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from peach_cli.envs.builder import in_use_file
 from peach_cli.envs.lock import InUse, LockTimeout
+from peach_cli.envs.uvrun import UvCancelled
 from peach_cli.errors import EnvBuildError
 from peach_cli.plan import ComponentSpec, TaskSpec
 from simulator.events import EnvFailed, EnvProgress, Event
@@ -67,6 +68,7 @@ class Environments:
         self._closed = threading.Event()
         """Set by ``close``: builds under way stop (uv is killed), no new one starts."""
         self._uses: list[InUse] = []
+        self._uses_lock = threading.Lock()  # builds take marks in their threads
 
     def emit(self, event: Event) -> None:
         if self.on_event is not None:
@@ -94,11 +96,17 @@ class Environments:
 
     def close(self) -> None:
         """Stop the builds under way (``peach dev`` is stopping): uv is killed at once
-        instead of being waited for, and no build starts after."""
+        instead of being waited for, and no build starts after. The envs stay marked in
+        use until ``release``, once their replicas have stopped."""
         self._closed.set()
-        for use in self._uses:
+
+    def release(self) -> None:
+        """Unmark the envs in use (every replica and task of this run has stopped)."""
+        self.close()
+        with self._uses_lock:
+            uses, self._uses = self._uses, []
+        for use in uses:
             use.release()
-        self._uses.clear()
 
     def launches(self) -> list[WorkerLaunch]:
         """The launches of every env built so far (spare workers are kept for each)."""
@@ -107,7 +115,7 @@ class Environments:
         return [build.result() for build in self._builds.values() if _succeeded(build)]
 
     async def _build(self, name: str, requirements: tuple[str, ...]) -> WorkerLaunch:
-        from peach_cli.envs import EnvSpec, UvCancelled, ensure_env
+        from peach_cli.envs import EnvSpec, ensure_env
         from peach_cli.envs.runtime import stage_runtime
 
         loop = asyncio.get_running_loop()
@@ -153,7 +161,11 @@ class Environments:
         if not path.is_dir():
             use.release()
             return False
-        self._uses.append(use)
+        with self._uses_lock:
+            if self._closed.is_set():  # stopping: this build serves nobody
+                use.release()
+                raise UvCancelled
+            self._uses.append(use)
         return True
 
 

@@ -221,6 +221,7 @@ class DevServer:
                     await self._serve_task
         if self._socket is not None:
             self._socket.close()
+        self.environments.release()  # every replica has stopped: prune may remove the envs
 
     def kill_replicas(self) -> None:
         """Kill every replica process at once, without waiting (a second Ctrl-C)."""

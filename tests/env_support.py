@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,67 @@ def start_live_build(*requirements: str) -> subprocess.Popen[str]:
         cwd=REPO,
         env=dict(os.environ),
     )
+
+
+SLOW_BACKEND = """\
+import os
+import time
+
+STARTED = {started!r}
+
+
+def _wait():
+    with open(STARTED, "w") as marker:
+        marker.write(str(os.getpid()))
+    time.sleep(600)  # a build that takes long: only being stopped ends it
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    _wait()
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    _wait()
+"""
+
+
+@dataclass(frozen=True)
+class SlowPackage:
+    """A local package whose build never ends on its own: uv runs its build backend, which
+    writes its pid to ``started`` and sleeps. For tests that stop a build under way."""
+
+    requirement: str
+    started: Path
+
+    @classmethod
+    def write(cls, folder: Path) -> SlowPackage:
+        package = folder / "peach-slow-pkg"
+        started = folder / "backend-started"
+        package.mkdir(parents=True)
+        (package / "pyproject.toml").write_text(
+            '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n\n'
+            '[project]\nname = "peach-slow-pkg"\nversion = "0.1"\n'
+        )
+        (package / "backend.py").write_text(SLOW_BACKEND.format(started=str(started)))
+        return cls(f"peach-slow-pkg @ {package.as_uri()}", started)
+
+    def wait_building(self) -> int:
+        """The backend's pid, once uv runs it."""
+        from waiting import poll
+
+        poll(self.started.exists, "uv running the package's build backend", 120, tolerate=())
+        return int(poll(self.started.read_text, "the backend's pid", 10, tolerate=()))
+
+    @staticmethod
+    def wait_stopped(pid: int) -> None:
+        from waiting import poll
+
+        def gone() -> bool:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+        poll(gone, "the build backend to stop with uv", 10, tolerate=())

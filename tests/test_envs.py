@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -187,7 +188,7 @@ def test_offline_rebuilds_a_removed_env_from_uvs_cache(small_env):
     [stored] = [e for e in built_envs() if e.path == env.path]
     from peach_cli.envs.store import remove_env
 
-    assert remove_env(stored) and find_built(spec) is None
+    assert remove_env(stored) == "removed" and find_built(spec) is None
     rebuilt = ensure_env(spec, offline=True)
     assert rebuilt.path == env.path and run_in(rebuilt, "import tomli_w").returncode == 0
 
@@ -358,3 +359,36 @@ def test_what_an_env_provides_is_read_once_until_its_folder_changes(small_env, t
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: extra-dist\nVersion: 1.0\n\n")
     (info / "RECORD").write_text("extra_mod/__init__.py,,\n")
     assert installed_modules(folder)["extra-dist"] == {"extra_mod"}
+
+
+def test_env_build_stopped_by_sigterm_stops_uv_and_its_build_backend(tmp_path):
+    """`peach env build` killed (SIGTERM, as `kill` or `timeout` send; a closed terminal's
+    SIGHUP alike) while uv builds a package: uv runs in its own process group, so peach
+    must stop it, and the backend uv runs, before it exits."""
+    import signal
+
+    from env_support import REPO, SlowPackage
+
+    slow = SlowPackage.write(tmp_path)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "peach.yaml").write_text(
+        f'codops: slow\npy_environments:\n  base: {{dependencies: ["{slow.requirement}"]}}\n'
+        "endpoints: {}\n"
+    )
+    build = subprocess.Popen(
+        [sys.executable, "-m", "peach_cli.cli", "env", "build", str(project)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+        env=dict(os.environ, NO_COLOR="1"), start_new_session=True,
+    )  # fmt: skip
+    try:
+        backend = slow.wait_building()
+        build.send_signal(signal.SIGTERM)
+        output, _ = build.communicate(timeout=20)
+    finally:
+        if build.poll() is None:
+            os.killpg(build.pid, signal.SIGKILL)
+            build.wait()
+    assert build.returncode == 130, output
+    assert "Traceback" not in output
+    slow.wait_stopped(backend)

@@ -88,8 +88,8 @@ def test_other_code_edits_restart(project: Path, old: str, new: str, key: str, r
     assert (change.action, change.reasons) == ("restarted", (reason,))
 
 
-def test_a_method_edit_is_patched_when_init_sets_module_globals(project: Path) -> None:
-    """A patch runs in a copy of the module in use, so the globals init set are there."""
+def test_a_method_edit_restarts_when_init_sets_module_globals(project: Path) -> None:
+    """The patched method runs in a new module, where a global that init set is missing."""
     edit_cell(
         project,
         "    token = uuid.uuid4().hex\n",
@@ -97,6 +97,47 @@ def test_a_method_edit_is_patched_when_init_sets_module_globals(project: Path) -
         notebook=NOTEBOOK,
     )
     change = change_of(project, 'LABEL = "m1"', 'LABEL = "m2"', "model/main")
+    assert (change.action, change.reasons) == ("restarted", ("init globals",))
+
+
+KEPT_GLOBAL = "    global LOADED\n"
+KEPT_SET = "    LOADED = True\n"
+KEPT_FILL = '    CACHE["weights"] = "w1"  # filled by init, without `global`\n'
+KEPT_METHOD = 'return ["k1", isinstance(model, Model), CACHE.get("weights"), LOADED, model.token]'
+
+
+def shape_kept(project: Path, *, fill: bool, check_class: bool) -> None:
+    """The `kept` component without its `global`, and with or without the rest."""
+    edit_cell(project, KEPT_GLOBAL, "", notebook=NOTEBOOK)
+    edit_cell(project, KEPT_SET, "    local = {}\n    local['x'] = 1\n", notebook=NOTEBOOK)
+    if not fill:
+        edit_cell(project, KEPT_FILL, "", notebook=NOTEBOOK)
+    method = 'return ["k1", CACHE.get("weights"), model.token'
+    method += ", isinstance(model, Model)]" if check_class else "]"
+    edit_cell(project, KEPT_METHOD, method, notebook=NOTEBOOK)
+
+
+def test_a_method_edit_restarts_when_init_fills_module_data(project: Path) -> None:
+    """init's CACHE["weights"] = ... is in the module in use; a patch's new module has the
+    CACHE the code makes (empty)."""
+    shape_kept(project, fill=True, check_class=False)
+    change = change_of(project, 'return ["k1",', 'return ["k2",', "kept/main")
+    assert (change.action, change.reasons) == ("restarted", ("init module data",))
+
+
+def test_a_method_edit_restarts_when_the_code_checks_its_own_classes(project: Path) -> None:
+    """isinstance(model, Model): the state is an instance of the Model that was; a patch
+    defines Model anew."""
+    shape_kept(project, fill=False, check_class=True)
+    change = change_of(project, 'return ["k1",', 'return ["k2",', "kept/main")
+    assert (change.action, change.reasons) == ("restarted", ("own classes",))
+
+
+def test_a_method_edit_is_patched_when_init_only_fills_its_own_objects(project: Path) -> None:
+    """A class the code defines but never checks, a dict local to init: nothing of the
+    state lives in the module, the edit is patched."""
+    shape_kept(project, fill=False, check_class=False)
+    change = change_of(project, 'return ["k1",', 'return ["k2",', "kept/main")
     assert change.action == "patched"
 
 

@@ -1,9 +1,9 @@
 """``ComponentRunner``: one replica's component — its module, its state, its calls.
 
 Both hosts wrap it: ``simulator/worker.py`` in a ``peach dev`` replica process, the
-``Component`` deployment on Ray. ``peach dev`` also patches it: ``prepare_patch`` runs what
-changed of a component's code in a copy of the module in use (``contract.patching``),
-``commit_patch`` switches the method to it and keeps the state ``init`` returned.
+``Component`` deployment on Ray. ``peach dev`` also patches it: ``prepare_patch`` executes a
+component's new code in a module of its own, ``commit_patch`` switches the method to it and
+keeps the state ``init`` returned.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from typing import Any, Literal
 from peach_cli.contract.answers import CallResult, stream_required_message
 from peach_cli.contract.binding import MethodSignature, bind_arguments
 from peach_cli.contract.errors import ContractError, InitError, ResultNotJSON, StreamCut
-from peach_cli.contract.patching import patch_plan
 from peach_cli.contract.request import RequestParams
 from peach_cli.contract.results import (
     describe_exception,
@@ -84,7 +83,6 @@ class ComponentRunner:
         self.signature: MethodSignature | None = None
         self.method_kind: MethodKind = "function"
         self.init_function: Callable[..., Any] | None = None
-        self.module: types.ModuleType | None = None
         self.last_reinit_error: str | None = None
         self.reinit_count = 0
         self._ready = asyncio.Event()
@@ -104,32 +102,20 @@ class ComponentRunner:
         loaded = self._execute(self.spec)
         self._use(loaded)
 
-    def _execute(self, spec: ComponentSpec, patching: bool = False) -> LoadedCode:
+    def _execute(self, spec: ComponentSpec) -> LoadedCode:
         """Run ``spec.source`` in a new module (registered in ``sys.modules`` only while it
-        runs) and find its functions; raise ``InitError`` when it raises or lacks them.
-
-        ``patching``: the new module starts as a copy of the one in use, and only what
-        changed runs (``contract.patching``)."""
+        runs) and find its functions; raise ``InitError`` when it raises or lacks them."""
         # tracebacks and inspect.getsource find the notebook code by its name
         lines = spec.source.splitlines(keepends=True)
         linecache.cache[spec.source_name] = (len(spec.source), None, lines, spec.source_name)
         module = types.ModuleType(self.module_name)
-        in_use = self.module if patching else None
-        if in_use is not None:
-            module.__dict__.update(in_use.__dict__)
         module.__file__ = str(self.root / spec.notebook)
         # While it runs, the code's module must be in sys.modules (a @dataclass looks its
         # module up); the module in use stays registered otherwise, until ``_use``.
         previous = sys.modules.get(self.module_name)
         sys.modules[self.module_name] = module
         try:
-            if in_use is None:
-                code = compile(spec.source, spec.source_name, "exec")
-            else:
-                plan = patch_plan(self.spec.source, spec.source, spec.source_name)
-                for name in plan.dropped:
-                    module.__dict__.pop(name, None)
-                code = compile(plan.module, spec.source_name, "exec")
+            code = compile(spec.source, spec.source_name, "exec")
             exec(code, module.__dict__)  # noqa: S102 - running the user's notebook is the job
         except (Exception, SystemExit) as error:  # anything the notebook raises, exit() too
             raise InitError(
@@ -153,7 +139,6 @@ class ComponentRunner:
 
     def _use(self, loaded: LoadedCode) -> None:
         self.spec = loaded.spec
-        self.module = loaded.module
         sys.modules[self.module_name] = loaded.module  # dataclasses and pickling look it up
         self.method = loaded.method
         self.signature = MethodSignature.of(loaded.method)
@@ -165,10 +150,7 @@ class ComponentRunner:
         return f"peach_component_{self.spec.endpoint}_{self.spec.name}".replace("-", "_")
 
     def prepare_patch(self, spec: ComponentSpec) -> LoadedCode:
-        """Run what changed of this component's code in a copy of the module in use
-        (``contract.patching``: unchanged top-level statements keep what they bound, so
-        classes, module data ``init`` filled and costly top-level loads stay), without
-        running init.
+        """Execute the new code of this component in a fresh module, without running init.
 
         Nothing changes for calls until ``commit_patch``: the method in use, its module and
         the state stay as they are. Raises ``InitError`` when the code raises, lacks its
@@ -177,7 +159,7 @@ class ComponentRunner:
         """
         previous = linecache.cache.get(self.spec.source_name)
         try:
-            loaded = self._execute(spec, patching=True)
+            loaded = self._execute(spec)
             kind = method_kind(loaded.method)
             if (kind in STREAMING_KINDS) != self.streams:
                 now = "is now" if kind in STREAMING_KINDS else "is no longer"

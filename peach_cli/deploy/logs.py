@@ -127,7 +127,10 @@ def find_replicas(
                 alive.append(replica)
                 continue
             if ended is None:  # one read of the workers table, only when something stopped
-                ended = dashboard.worker_end_times()
+                try:
+                    ended = dashboard.worker_end_times()
+                except DeployError:  # an older Ray, a busy dashboard: in replica id order
+                    ended = {}
             key = (str(actor.get("node_id")), int(actor.get("pid") or 0))
             stopped.append(dataclasses.replace(replica, ended_ms=ended.get(key, 0)))
         replicas += sorted(alive, key=lambda r: r.replica)

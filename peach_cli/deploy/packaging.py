@@ -98,7 +98,6 @@ RUNTIME_MODULES = (
     "contract/answers.py",
     "contract/binding.py",
     "contract/errors.py",
-    "contract/patching.py",
     "contract/request.py",
     "contract/results.py",
     "contract/runner.py",

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from peach_cli.envs.builder import LAST_USED, MARKER, in_use_file, lock_file
 from peach_cli.envs.lock import EnvLock, InUse
@@ -101,34 +102,46 @@ class Pruned:
     """Staged runtimes of other versions of peach that were removed."""
 
 
-def remove_env(env: StoredEnv) -> bool | None:
-    """Remove one env: True when removed, None when a running ``peach`` uses it, False
-    when a ``peach`` is building it right now (or it vanished meanwhile)."""
+Outcome = Literal["removed", "in use", "busy"]
+"""What became of an env ``prune`` tried: ``busy``, a ``peach`` builds it right now."""
+
+
+def remove_env(env: StoredEnv) -> Outcome:
+    """Remove one env, unless a running ``peach`` uses it or one is building it."""
     lock = EnvLock(lock_file(env.key))
     if not lock.acquire(blocking=False):
-        return False
+        return "busy"
     try:
-        return _remove_unused(env.path, env.key)
+        moved = _move_unused(env.path, env.key)
     finally:
         lock.release()
+    return _delete(moved)
 
 
-def _remove_unused(path: Path, name: str) -> bool | None:
-    """Move ``path`` out of the cache and delete it, while nobody holds its ``InUse``."""
+def _move_unused(path: Path, name: str) -> Path | Outcome:
+    """Move ``path`` into ``tmp/`` while nobody holds its ``InUse``: the folder it is in
+    now. The locks are held only for the rename, so that a ``peach`` starting on the env
+    never waits for a slow delete."""
     use = InUse.try_exclusive(in_use_file(name))
     if use is None:
-        return None
+        return "in use"
     try:
         trash = Path(tempfile.mkdtemp(prefix="prune-", dir=_tmp()))
         try:
             os.rename(path, trash / "env")
-        except OSError:
+        except OSError:  # it went meanwhile
             shutil.rmtree(trash, ignore_errors=True)
-            return False
-        shutil.rmtree(trash, ignore_errors=True)
-        return True
+            return "busy"
+        return trash
     finally:
         use.release()
+
+
+def _delete(moved: Path | Outcome) -> Outcome:
+    if isinstance(moved, Path):
+        shutil.rmtree(moved, ignore_errors=True)
+        return "removed"
+    return moved
 
 
 def _tmp() -> Path:
@@ -149,7 +162,8 @@ def prune(
     *, older_than_days: float = PRUNE_AFTER_DAYS, all_envs: bool = False, now: float | None = None
 ) -> Pruned:
     """Remove envs unused for ``older_than_days`` (every env with ``all_envs``), except
-    those a running ``peach`` uses, and the runtimes staged for other versions of peach.
+    those a running ``peach`` uses, and the runtimes staged for other versions of peach as
+    long ago (any, with ``all_envs``) that nothing uses.
 
     ``all_envs`` also forgets the cached resolutions, so the next build resolves afresh.
     Leftovers of interrupted builds older than a day are removed too.
@@ -160,15 +174,22 @@ def prune(
     pruned = Pruned()
     for env in stale_envs(older_than_days=older_than_days, all_envs=all_envs, now=now):
         outcome = remove_env(env)
-        if outcome:
+        if outcome == "removed":
             pruned.removed.append(env)
-        elif outcome is None:
+        elif outcome == "in use":
             pruned.in_use.append(env)
     root = cache_root()
     current = f"runtime-{runtime_digest()}"
+    cutoff = now - older_than_days * 86400
     for runtime in sorted(root.glob("runtime-*")) if root.is_dir() else ():
-        if runtime.name != current and _STAGED.fullmatch(runtime.name) and runtime.is_dir():
-            if _remove_unused(runtime, runtime.name):
+        if runtime.name == current or not _STAGED.fullmatch(runtime.name):
+            continue
+        try:  # a peach of another version may run from it without marking it in use
+            stale = all_envs or runtime.stat().st_mtime < cutoff
+        except OSError:
+            continue
+        if stale:
+            if _delete(_move_unused(runtime, runtime.name)) == "removed":
                 pruned.runtimes.append(runtime)
     if all_envs:
         shutil.rmtree(root / "resolved", ignore_errors=True)
