@@ -143,15 +143,20 @@ def run_env_prune(*, all_envs: bool = False, older_than_days: float = 30) -> int
 @contextlib.contextmanager
 def _interrupted_by_termination() -> Iterator[None]:
     """SIGTERM and SIGHUP (a closed terminal, ``kill``, ``timeout``) stop a build as Ctrl-C
-    does: uv runs in its own process group, so only peach's own cleanup stops it."""
+    does: uv runs in its own process group, so only peach's own cleanup stops it, and a
+    second signal (``timeout`` signals the process, then its group) must not cut that."""
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGHUP"):
         yield
         return
 
+    numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
     def interrupt(number: int, frame: object) -> None:
+        for other in numbers:  # once: a second signal must not cut the cleanup that stops uv
+            signal.signal(other, signal.SIG_IGN)
         raise KeyboardInterrupt
 
-    previous = {n: signal.signal(n, interrupt) for n in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {n: signal.signal(n, interrupt) for n in numbers}
     try:
         yield
     finally:

@@ -6,9 +6,10 @@ state kept — when the edit leaves ``init`` alone: the ``init`` function's sour
 cell that defines it are unchanged (when that cell also defines the method, everything in
 it but the method's own definition is unchanged), and the method did not become or stop
 being a generator. A patch runs the whole new code in a new module and keeps only what
-``init`` returned, so it restarts instead when the state also lives elsewhere: ``init``
-sets module globals (``global X``) or fills a module-level object in place
-(``CACHE[k] = v``), or the code checks objects against its own classes
+``init`` returned, so it restarts instead when the state depends on more than that: a
+function ``init`` calls changed; ``init`` or a function it calls sets module globals
+(``global X``) or fills a module-level object in place (``CACHE[k] = v``); a class of
+the code changed; or the method checks objects against the code's own classes or enums
 (``isinstance(model, Model)``: the state's objects are of the class as it was). Code is
 compared by syntax tree, so comments and blank lines do not count. Nothing here runs user
 code::
@@ -31,6 +32,7 @@ REASONS = {
     "init globals": "init sets module globals, which a patched method would not see",
     "init module data": "init fills module-level data, which a patched method would not see",
     "own classes": "the code checks objects against its own classes, which a patch defines anew",
+    "class changed": "a class changed, and the state's objects keep the class they were made of",
 }
 """What each reason of ``restart_reason`` means, as the reload line says it."""
 
@@ -83,8 +85,10 @@ def _dump_without(tree: ast.Module, name: str) -> list[str]:
 
 def _module_data_names(trees: list[ast.Module]) -> set[str]:
     """The names the code binds at top level to objects of its own: assigned values and
-    classes, not imports (a module is shared through ``sys.modules``) or functions."""
+    classes, not imports (a module is shared through ``sys.modules``), not functions, not
+    loggers (``logging.getLogger`` hands out one shared object per name)."""
     names: set[str] = set()
+    imported: set[str] = set()
     for tree in trees:
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
@@ -92,56 +96,169 @@ def _module_data_names(trees: list[ast.Module]) -> set[str]:
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                imported |= {a.asname or a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.Assign) and _is_logger(node.value):
                 continue
             else:
-                names |= {
-                    n.id
-                    for n in ast.walk(node)
-                    if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
-                }
-    return names
+                for child in ast.walk(node):
+                    if isinstance(child, (ast.Import, ast.ImportFrom)):  # try: import x
+                        imported |= {a.asname or a.name.split(".")[0] for a in child.names}
+                    elif isinstance(child, ast.Name) and not isinstance(child.ctx, ast.Load):
+                        names.add(child.id)
+    return names - imported
 
 
-def _fills_module_data(init: FunctionNode, trees: list[ast.Module]) -> bool:
-    """Whether ``init`` changes a module-level object in place (``CACHE[k] = v``,
-    ``STORE.x = v``, ``REGISTRY.append(v)``): a patched method, in a new module, would
-    find that object as the code made it, not as init left it."""
-    local = {a.arg for a in ast.walk(init.args) if isinstance(a, ast.arg)}
-    local |= {
-        n.id for n in ast.walk(init) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+def _is_logger(value: ast.expr) -> bool:
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "getLogger"
+    )
+
+
+MUTATING_METHODS = frozenset(
+    {
+        "append", "extend", "insert", "update", "setdefault", "add", "clear", "pop",
+        "popitem", "remove", "discard", "sort", "reverse", "fit", "partial_fit", "load",
+        "load_state_dict", "to", "cuda", "eval", "train", "register", "put", "set",
+        "connect", "start", "open", "__setitem__",
     }
-    module = _module_data_names(trees) - local
-    for node in ast.walk(init):
-        if isinstance(node, (ast.Subscript, ast.Attribute)) and not isinstance(node.ctx, ast.Load):
-            base: ast.expr = node.value
-        elif (
-            isinstance(node, ast.Expr)
-            and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Attribute)
-        ):
-            base = node.value.func.value  # a call for its effect: REGISTRY.append(v)
+)  # fmt: skip
+"""Calls that change the object they are called on (a list, a dict, a model, a client)."""
+
+
+def _root(node: ast.expr) -> ast.expr:
+    """``CACHE`` for ``CACHE["a"].b``, ``GROUPS.setdefault(k, []).append`` and the like."""
+    while True:
+        if isinstance(node, (ast.Subscript, ast.Attribute)):
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        elif isinstance(node, ast.Await):
+            node = node.value
         else:
-            continue
-        while isinstance(base, (ast.Subscript, ast.Attribute)):
-            base = base.value
-        if isinstance(base, ast.Name) and base.id in module:
-            return True
+            return node
+
+
+def _fills_module_data(functions: list[FunctionNode], trees: list[ast.Module]) -> bool:
+    """Whether one of ``functions`` (init and what it calls) changes a module-level object
+    in place (``CACHE[k] = v``, ``STORE.x = v``, ``REGISTRY.append(v)``,
+    ``setattr(CFG, …)``): a patched method, in a new module, would find that object as
+    the code made it, not as init left it."""
+    data = _module_data_names(trees)
+    for function in functions:
+        local = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+        local |= {
+            n.id
+            for n in ast.walk(function)
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+        }
+        module = data - local
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Subscript, ast.Attribute)) and not isinstance(
+                node.ctx, ast.Load
+            ):
+                base = _root(node.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr not in MUTATING_METHODS:
+                    continue
+                base = _root(node.func.value)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("setattr", "delattr")
+                and node.args
+            ):
+                base = _root(node.args[0])
+            else:
+                continue
+            if isinstance(base, ast.Name) and base.id in module:
+                return True
     return False
 
 
-def _checks_own_classes(trees: list[ast.Module]) -> bool:
-    """Whether the code checks an object against a class it defines itself
-    (``isinstance(x, Model)``, ``type(x) is Model``, ``case Model():``): the objects init
-    made are of the class as it was, and a patch defines the class anew."""
+def _functions(trees: list[ast.Module]) -> dict[str, FunctionNode]:
+    """The code's top-level functions, the last definition of each (as running it keeps)."""
+    found: dict[str, FunctionNode] = {}
+    for tree in trees:
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found[node.name] = node
+    return found
+
+
+def _loaded(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _reached(start: FunctionNode, functions: dict[str, FunctionNode]) -> list[FunctionNode]:
+    """``start`` and the top-level functions it refers to, transitively (its helpers)."""
+    seen = {start.name}
+    order = [start]
+    index = 0
+    while index < len(order):
+        for name in sorted(_loaded(order[index]) & functions.keys() - seen):
+            seen.add(name)
+            order.append(functions[name])
+        index += 1
+    return order
+
+
+def _changed_functions(before: list[ast.Module], after: list[ast.Module]) -> set[str]:
+    old, new = _functions(before), _functions(after)
+    return {
+        name
+        for name in old.keys() | new.keys()
+        if name not in old or name not in new or ast.dump(old[name]) != ast.dump(new[name])
+    }
+
+
+def _changed_classes(before: list[ast.Module], after: list[ast.Module], changed: set[str]) -> bool:
+    """Whether a class of the code changed, or calls a function that changed: the objects
+    in the state are of the class as it was, with its methods as they were."""
+
+    def classes(trees: list[ast.Module]) -> dict[str, str]:
+        return {n.name: ast.dump(n) for t in trees for n in t.body if isinstance(n, ast.ClassDef)}
+
+    if classes(before) != classes(after):
+        return True
+    return any(
+        _loaded(node) & changed
+        for tree in after
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+    )
+
+
+def _checks_own_classes(trees: list[ast.Module], code: list[FunctionNode]) -> bool:
+    """Whether ``code`` (the method and the helpers it calls, where the state goes) checks
+    an object against a class the code defines itself
+    (``isinstance(x, Model)``, ``type(x) is Model``, ``x.__class__ is Model``,
+    ``case Model():``, ``except NotReady:``) or uses an ``Enum`` of its own (the state's
+    members are of the Enum as it was): a patch defines the class anew."""
     classes = {n.name for t in trees for n in t.body if isinstance(n, ast.ClassDef)}
     if not classes:
         return False
+    enums = {
+        n.name
+        for t in trees
+        for n in t.body
+        if isinstance(n, ast.ClassDef)
+        and any("Enum" in ast.unparse(base) or "Flag" in ast.unparse(base) for base in n.bases)
+    }
 
     def names(node: ast.AST) -> set[str]:
         return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
-    for tree in trees:
-        for node in ast.walk(tree):
+    def typed(node: ast.expr) -> bool:
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "type"
+        ) or (isinstance(node, ast.Attribute) and node.attr == "__class__")
+
+    for function in code:
+        for node in ast.walk(function):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
@@ -150,19 +267,15 @@ def _checks_own_classes(trees: list[ast.Module]) -> bool:
                 and names(node.args[1]) & classes
             ):
                 return True
-            if isinstance(node, ast.Compare) and any(
-                isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in node.ops
-            ):
+            if isinstance(node, ast.Compare):
                 sides = [node.left, *node.comparators]
-                typed = any(
-                    isinstance(side, ast.Call)
-                    and isinstance(side.func, ast.Name)
-                    and side.func.id == "type"
-                    for side in sides
-                )
-                if typed and any(isinstance(s, ast.Name) and s.id in classes for s in sides):
+                if any(typed(side) for side in sides) and any(names(s) & classes for s in sides):
                     return True
             if isinstance(node, ast.MatchClass) and names(node.cls) & classes:
+                return True
+            if isinstance(node, ast.ExceptHandler) and node.type and names(node.type) & classes:
+                return True
+            if isinstance(node, ast.Name) and node.id in enums and isinstance(node.ctx, ast.Load):
                 return True
     return False
 
@@ -200,11 +313,17 @@ def restart_reason(old: ComponentSpec, new: ComponentSpec) -> str | None:
         unchanged = ast.dump(old_cell) == ast.dump(new_cell)
     if not unchanged:
         return "init"
-    if any(isinstance(node, ast.Global) for node in ast.walk(new_init[1])):
+    changed = _changed_functions(before, after) - {new.method}
+    reached = _reached(new_init[1], _functions(after))
+    if any(function.name in changed for function in reached):
+        return "init"  # a helper init calls changed: the state would be built otherwise
+    if any(isinstance(node, ast.Global) for f in reached for node in ast.walk(f)):
         # a patch runs the new code in a new module: the globals init set are not there
         return "init globals"
-    if _fills_module_data(new_init[1], after):
+    if _fills_module_data(reached, after):
         return "init module data"  # CACHE["model"] = ...: the new module's CACHE is empty
-    if _checks_own_classes(after):
+    if _changed_classes(before, after, changed | {new.method}):
+        return "class changed"  # the state's objects keep the class (and methods) they had
+    if _checks_own_classes(after, _reached(new_method[1], _functions(after))):
         return "own classes"  # isinstance(model, Model): the state's Model is the old class
     return None

@@ -196,6 +196,12 @@ class DevServer:
             return
         self._stopped = True
         self.environments.close()  # an env build under way is stopped, not waited for
+        try:
+            await self._stop()
+        finally:
+            self.environments.release()  # every replica has stopped: prune may remove the envs
+
+    async def _stop(self) -> None:
         server = self._uvicorn
         if server is not None:
             server.should_exit = True
@@ -221,7 +227,6 @@ class DevServer:
                     await self._serve_task
         if self._socket is not None:
             self._socket.close()
-        self.environments.release()  # every replica has stopped: prune may remove the envs
 
     def kill_replicas(self) -> None:
         """Kill every replica process at once, without waiting (a second Ctrl-C)."""

@@ -184,3 +184,97 @@ def test_the_reload_line_says_what_was_patched_and_restarted() -> None:
         "restarted assistant/main (patch failed: NameError: name 'x' is not defined) "
         "in 0.20 s (init 0.10 s)"
     )
+
+
+def reason_for(root: Path, cells: list[str], old: str, new: str) -> tuple[str, tuple[str, ...]]:
+    """The decision for editing ``old`` into ``new`` in a one-component project whose
+    notebook is ``cells`` (``init`` and ``predict``)."""
+    from projectkit import write_project
+
+    conf = (
+        "codops: decide\nendpoints:\n  e:\n    url: /e\n"
+        "    components: {main: {notebook: nb.ipynb, init: init, method: predict}}\n"
+    )
+    write_project(root, conf, {"nb.ipynb": cells})
+    before = snapshot(root)
+    edit_cell(root, old, new, notebook="nb.ipynb")
+    changes = analyze_changes(before, snapshot(root), patch=True)
+    [change] = changes.components
+    return change.action, change.reasons
+
+
+# The code a component runs is the cells that define its init and its method: the helpers
+# and classes below live in the method's cell, so an edit of them leaves init's cell alone.
+@pytest.mark.parametrize(
+    ("cells", "old", "new", "reason"),
+    [
+        pytest.param(  # the state is a Pipeline: its old run() would go on serving
+            ["def init():\n    return Pipeline()\n",
+             "class Pipeline:\n    def run(self, x):\n        return x + 1\n\n\n"
+             "def predict(model, x: int = 1):\n    return model.run(x)\n"],
+            "return x + 1", "return x + 2", "class changed", id="a-class-of-the-state",
+        ),
+        pytest.param(  # init builds the state with load(): an edit of load is an init edit
+            ["def init():\n    return load()\n",
+             "def load():\n    return [1]\n\n\ndef predict(model):\n    return model\n"],
+            "return [1]", "return [2]", "init", id="a-helper-init-calls",
+        ),
+        pytest.param(
+            ["def init():\n    load()\n",
+             "MODEL = None\n\n\ndef load():\n    global MODEL\n    MODEL = 1\n\n\n"
+             "def predict(model):\n    return ['p1', MODEL]\n"],
+            "'p1'", "'p2'", "init globals", id="a-global-set-by-a-helper",
+        ),
+        pytest.param(
+            ["def init():\n    return CLF.fit()\n",
+             "class Classifier:\n    def fit(self):\n        return self\n\n\n"
+             "CLF = Classifier()\n\n\ndef predict(model):\n    return 'p1'\n"],
+            "'p1'", "'p2'", "init module data", id="a-fitted-module-object",
+        ),
+        pytest.param(
+            ["def init():\n    return 1\n",
+             "class NotReady(Exception):\n    pass\n\n\n"
+             "def predict(model):\n    try:\n        return ['p1', model]\n"
+             "    except NotReady:\n        return None\n"],
+            "'p1'", "'p2'", "own classes", id="except-an-own-class",
+        ),
+        pytest.param(
+            ["def init():\n    return {'mode': Mode.FAST}\n",
+             "import enum\n\n\nclass Mode(enum.Enum):\n    FAST = 1\n\n\n"
+             "def predict(model):\n    return ['p1', model['mode'] == Mode.FAST]\n"],
+            "'p1'", "'p2'", "own classes", id="an-own-enum",
+        ),
+    ],
+)  # fmt: skip
+def test_a_method_edit_restarts_when_the_state_depends_on_what_changed(
+    tmp_path: Path, cells: list[str], old: str, new: str, reason: str
+) -> None:
+    assert reason_for(tmp_path / "p", cells, old, new) == ("restarted", (reason,))
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        pytest.param(  # a logger is one shared object; calling it changes no state
+            ["import logging\n\nlogger = logging.getLogger(__name__)\n\n\n"
+             "def init():\n    logger.info('loading')\n    logger.setLevel(10)\n    return 1\n",
+             "def predict(model):\n    return 'p1'\n"],
+            id="a-module-logger",
+        ),
+        pytest.param(  # an isinstance the state never goes through
+            ["def init():\n    return 1\n",
+             "class Point:\n    def __eq__(self, other):\n        return isinstance(other, Point)\n"
+             "\n\ndef predict(model):\n    return 'p1'\n"],
+            id="isinstance-away-from-the-state",
+        ),
+        pytest.param(  # process-wide state through an imported module survives a patch
+            ["import random\n\n\ndef init():\n    random.seed(0)\n    return 1\n",
+             "def predict(model):\n    return 'p1'\n"],
+            id="an-imported-module",
+        ),
+    ],
+)  # fmt: skip
+def test_a_method_edit_is_patched_when_the_state_depends_on_nothing_that_changed(
+    tmp_path: Path, cells: list[str]
+) -> None:
+    assert reason_for(tmp_path / "p", cells, "'p1'", "'p2'")[0] == "patched"

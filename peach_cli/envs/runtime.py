@@ -14,6 +14,7 @@ renamed into place), and shared by every env and project.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -81,5 +82,7 @@ def stage_runtime() -> Path:
                     raise
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    with contextlib.suppress(OSError):  # when it was last used: `peach env prune` reads it
+        os.utime(folder)
     _staged[root] = folder
     return folder

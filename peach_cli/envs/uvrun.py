@@ -110,6 +110,7 @@ def run_uv(
 
         threading.Thread(target=watch, name="peach-uv-cancel", daemon=True).start()
     lines: list[str] = []
+    finished = False
     try:
         assert process.stderr is not None
         for line in process.stderr:
@@ -118,9 +119,10 @@ def run_uv(
             if on_line is not None:
                 on_line(line)
         code = process.wait()
+        finished = True
     finally:
         done.set()
-        if process.poll() is None:
+        if not finished:  # interrupted: uv, and what it started, go (uv may be gone already)
             _kill(process)
             process.wait()
     if cancel is not None and cancel.is_set():
