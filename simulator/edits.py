@@ -204,6 +204,15 @@ def _reached(start: FunctionNode, functions: dict[str, FunctionNode]) -> list[Fu
     return order
 
 
+def _text_without(cells: list[str], method: tuple[int, FunctionNode]) -> list[str]:
+    """The code's text but the method's own lines (decorators included)."""
+    index, node = method
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    lines = cells[index].splitlines(keepends=True)
+    rest = lines[: first - 1] + lines[(node.end_lineno or node.lineno) :]
+    return [*cells[:index], "".join(rest), *cells[index + 1 :]]
+
+
 def _changed_functions(before: list[ast.Module], after: list[ast.Module]) -> set[str]:
     old, new = _functions(before), _functions(after)
     return {
@@ -313,7 +322,11 @@ def restart_reason(old: ComponentSpec, new: ComponentSpec) -> str | None:
         unchanged = ast.dump(old_cell) == ast.dump(new_cell)
     if not unchanged:
         return "init"
-    changed = _changed_functions(before, after) - {new.method}
+    # the common save: nothing but the method's own lines changed
+    only_method = _text_without(split_cells(old), old_method) == _text_without(
+        split_cells(new), new_method
+    )
+    changed = set() if only_method else _changed_functions(before, after) - {new.method}
     reached = _reached(new_init[1], _functions(after))
     if any(function.name in changed for function in reached):
         return "init"  # a helper init calls changed: the state would be built otherwise
@@ -322,7 +335,7 @@ def restart_reason(old: ComponentSpec, new: ComponentSpec) -> str | None:
         return "init globals"
     if _fills_module_data(reached, after):
         return "init module data"  # CACHE["model"] = ...: the new module's CACHE is empty
-    if _changed_classes(before, after, changed | {new.method}):
+    if not only_method and _changed_classes(before, after, changed | {new.method}):
         return "class changed"  # the state's objects keep the class (and methods) they had
     if _checks_own_classes(after, _reached(new_method[1], _functions(after))):
         return "own classes"  # isinstance(model, Model): the state's Model is the old class
