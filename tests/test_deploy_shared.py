@@ -223,6 +223,14 @@ def test_logs_health_and_status_show_prints_init_errors_and_failed_reinits(clust
     assert f"talk.main#{talk_id} | talk was asked: ping" in text
     assert re.search(rf"^drift\.main#{drift_id} \| .*re-init after drift failed", text, re.M)
     assert f"drift.main#{drift_id} | RuntimeError: the model store is gone" in text
+    # stream=true to a method that does not stream: one call of the method (its answer in
+    # the envelope), not a probe and then a call. Lines of one replica come in order, so
+    # once the next request's line is there, a second "once" would be too.
+    once = httpx.get(f"{serve}/shared/talk", params={"text": "once", "stream": "true"}, timeout=10)
+    assert once.status_code == 200 and once.json()["result"] == {"echo": "once"}, once.text
+    httpx.get(f"{serve}/shared/talk", params={"text": "after"}, timeout=10)
+    text = poll_logs(cluster, "talk was asked: after", "deploy-shared", "-d", "talk.main")
+    assert text.count("talk was asked: once") == 1, text
     only = log_lines(cluster, "deploy-shared", "--deployment", "talk.main", "--tail", "1")
     prefixes = [line.split(" | ", 1)[0] for line in only.splitlines()]
     assert f"talk.main#{talk_id}" in prefixes
