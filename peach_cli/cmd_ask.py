@@ -25,6 +25,7 @@ from peach_cli.framing import (
     detect_framing,
     make_decoder,
 )
+from peach_cli.wording import count
 
 if TYPE_CHECKING:
     from peach_cli.client import Answer, Client, Stream, StreamStats
@@ -458,7 +459,7 @@ def _summary(
         parts.append("no data")
     else:
         parts.append(f"first chunk {_duration(stats.first_chunk - stats.started)}")
-    chunks = f"{stats.chunks} chunk{'s' if stats.chunks != 1 else ''}"
+    chunks = count(stats.chunks, "chunk")
     parts.append(f"cut after {chunks}" if outcome == "cut" else chunks)
     if frames is not None and framing in (SSE, JSON_LINES):
         noun = "events" if framing == SSE else "lines"

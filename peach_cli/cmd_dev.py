@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
+from peach_cli.wording import count
 
 if TYPE_CHECKING:
     from peach_cli.dev_keys import DevKeys
@@ -60,7 +61,7 @@ def run_dev(
         errors = sum(d.severity == "error" for d in diagnostics)
         console.print_diagnostics(
             diagnostics,
-            summary=f"{errors} error{'' if errors == 1 else 's'} in {project}: not serving",
+            summary=f"{count(errors, 'error')} in {project}: not serving",
             ok=False,
         )
         return 1

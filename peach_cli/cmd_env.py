@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from peach_cli import wording
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def _load_conf(project: Path) -> PeachConf | None:
         errors.sort(key=sort_key)
         count = len(errors)
         console.print_diagnostics(
-            errors, summary=f"{count} error{'' if count == 1 else 's'} in {project}", ok=False
+            errors, summary=f"{wording.count(count, 'error')} in {project}", ok=False
         )
         return None
     return loaded.conf
@@ -102,9 +103,7 @@ def run_env_build(project: Path, *, offline: bool = False, refresh: bool = False
                     continue
             console.print_env_built(spec.name, str(env.path), len(env.pinned))
     built = len(specs) - len(failed)
-    console.print_summary(
-        f"{built} of {len(specs)} env{'' if len(specs) == 1 else 's'} built", ok=not failed
-    )
+    console.print_summary(f"{built} of {wording.count(len(specs), 'env')} built", ok=not failed)
     return 1 if failed else 0
 
 
@@ -131,9 +130,9 @@ def run_env_prune(*, all_envs: bool = False, older_than_days: float = 30) -> int
     what = "every env" if all_envs else f"envs unused for {older_than_days:g} days"
     kept = f"; {len(pruned.in_use)} in use kept" if pruned.in_use else ""
     count = len(pruned.runtimes)
-    older = f"; {count} runtime{'' if count == 1 else 's'} of other peach versions" if count else ""
+    older = f"; {wording.count(count, 'runtime')} of other peach versions" if count else ""
     console.print_summary(
-        f"removed {len(removed)} env{'' if len(removed) == 1 else 's'} "
+        f"removed {wording.count(len(removed), 'env')} "
         f"({console.human_size(freed)}): {what}, from {cache_root()}{kept}{older}",
         ok=True,
     )

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from peach_cli import wording
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def plan_with_task(project: Path, name: str) -> ProjectPlan | None:
         count = len(errors)
         console.print_diagnostics(
             errors,
-            summary=f"{count} error{'' if count == 1 else 's'} in {project}: not running",
+            summary=f"{wording.count(count, 'error')} in {project}: not running",
             ok=False,
         )
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from peach_cli.errors import UsageError
+from peach_cli.wording import count
 
 FORMATS = ("text", "json")
 
@@ -46,17 +47,14 @@ def run_validate(project: Path, *, output_format: str = "text", strict: bool = F
 def summarize(project: Path, counts: dict[str, int], endpoints: int, strict: bool) -> str:
     """``2 errors, 1 warning in examples/bad`` / ``examples/quickstart is valid: 2 endpoints``."""
 
-    def plural(n: int, word: str) -> str:
-        return f"{n} {word}{'' if n == 1 else 's'}"
-
-    notes = [plural(counts[s], s) for s in ("error", "warning") if counts[s]]
+    notes = [count(counts[s], s) for s in ("error", "warning") if counts[s]]
     if counts["info"]:
         notes.append(f"{counts['info']} info")
     if counts["error"] or (strict and counts["warning"]):
         suffix = " (--strict: warnings fail)" if strict and not counts["error"] else ""
         return f"{', '.join(notes)} in {project}{suffix}"
     detail = f" ({', '.join(notes)})" if notes else ""
-    return f"{project} is valid: {plural(endpoints, 'endpoint')}{detail}"
+    return f"{project} is valid: {count(endpoints, 'endpoint')}{detail}"
 
 
 def run_schema() -> int:

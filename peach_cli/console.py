@@ -9,6 +9,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from peach_cli.wording import count
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -187,8 +189,7 @@ def print_env_built(name: str, path: str, packages: int) -> None:
     from rich.markup import escape
 
     stderr().print(
-        f"[green]✓[/] py_env {escape(name)}: {packages} package{'' if packages == 1 else 's'} "
-        f"in {escape(path)}",
+        f"[green]✓[/] py_env {escape(name)}: {count(packages, 'package')} in {escape(path)}",
         soft_wrap=True,
     )
 
@@ -257,7 +258,7 @@ def print_checks(report: Report) -> None:
     counts = {s: sum(c.status == s for c in report.checks) for s in ("fail", "warn", "skip")}
     notes = []
     if counts["warn"]:
-        notes.append(f"{counts['warn']} warning{'' if counts['warn'] == 1 else 's'}")
+        notes.append(count(counts["warn"], "warning"))
     if counts["skip"]:
         notes.append(f"{counts['skip']} skipped")
     tail = f" ({', '.join(notes)})" if notes else ""

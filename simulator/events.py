@@ -12,6 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from peach_cli.wording import count
 from simulator.changes import Changes
 from simulator.edits import REASONS
 
@@ -181,10 +182,6 @@ def _files(files: Iterable[str]) -> str:
     return ", ".join(names) or "the project"
 
 
-def _count(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 def describe_split(ab: ABSpec | None) -> str:
     """``main 80% / diverse 20% by user`` (``off``: no A/B test).
 
@@ -287,7 +284,7 @@ class Reloaded:
             text += f" (init {_seconds(self.init_seconds)})"
         unchanged = len(changes.unchanged)
         if unchanged:
-            text += f"; {_count(unchanged, 'component')} unchanged"
+            text += f"; {count(unchanged, 'component')} unchanged"
         return text
 
     def _patched(self, key: str) -> str:
@@ -329,7 +326,7 @@ class ReloadRejected:
 
     @property
     def message(self) -> str:
-        what = self.problem or f"the project has {_count(self.errors, 'error')}"
+        what = self.problem or f"the project has {count(self.errors, 'error')}"
         return f"{_files(self.files)} changed, but {what}: still serving the previous version"
 
 
@@ -371,7 +368,7 @@ class Watching:
     @property
     def message(self) -> str:
         return (
-            f"watching {self.root} for changes: the conf, {_count(len(self.notebooks), 'notebook')} "
+            f"watching {self.root} for changes: the conf, {count(len(self.notebooks), 'notebook')} "
             "and .py files (--no-reload to turn off)"
         )
 

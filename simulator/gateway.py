@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
-from peach_cli import contract
+from peach_cli import contract, wording
 from peach_cli.addresses import is_loopback
 from peach_cli.contract import (
     STREAMING_KINDS,
@@ -406,7 +406,7 @@ async def _relay(chunks: ReplicaStream, outcome: dict[str, str | None]) -> Async
             count += 1
             yield chunk
     except (StreamCut, ReplicaGone) as error:
-        outcome["error"] = f"stream cut after {count} chunk{'' if count == 1 else 's'}: {error}"
+        outcome["error"] = f"stream cut after {wording.count(count, 'chunk')}: {error}"
         raise StreamCut(str(error)) from None
 
 

@@ -38,6 +38,7 @@ from typing import Any
 from peach_cli.errors import PeachError
 from peach_cli.plan import ProjectPlan, TaskSpec
 from peach_cli.triggers import SOCKET_ENV, unknown_task_message
+from peach_cli.wording import count
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import ServerNote
 from simulator.task_events import (
@@ -427,7 +428,7 @@ class TaskScheduler:
             errors = sum(d.severity == "error" for d in diagnostics)
             self.emit(
                 ServerNote(
-                    f"tasks: the project has {errors} error{'' if errors == 1 else 's'}: "
+                    f"tasks: the project has {count(errors, 'error')}: "
                     "running the last good version of the tasks",
                     "warning",
                 )

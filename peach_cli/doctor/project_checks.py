@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from peach_cli.doctor import Check
 from peach_cli.errors import UsageError
+from peach_cli.wording import count
 
 if TYPE_CHECKING:
     from peach_cli.conf import PeachConf
@@ -63,16 +64,16 @@ def check_project(path: Path, *, explicit: bool = True) -> CheckedProject:
     details = {**counts, "endpoints": endpoints, "path": str(path)}
     environments = used_environments(project.conf) if project is not None else None
     if counts["error"]:
-        summary = f"{path}: {_plural(counts['error'], 'error')}"
+        summary = f"{path}: {count(counts['error'], 'error')}"
         if counts["warning"]:
-            summary += f", {_plural(counts['warning'], 'warning')}"
+            summary += f", {count(counts['warning'], 'warning')}"
         check = Check("project", "fail", summary, f"run `{command}` to see them", details)
         return CheckedProject(check, None, environments)
     if counts["warning"]:
-        summary = f"{path} is valid, with {_plural(counts['warning'], 'warning')}"
+        summary = f"{path} is valid, with {count(counts['warning'], 'warning')}"
         check = Check("project", "warn", summary, f"run `{command}` to see them", details)
         return CheckedProject(check, plan, environments)
-    summary = f"{path} is valid: {_plural(endpoints, 'endpoint')}"
+    summary = f"{path} is valid: {count(endpoints, 'endpoint')}"
     return CheckedProject(Check("project", "ok", summary, details=details), plan, environments)
 
 
@@ -81,7 +82,3 @@ def used_environments(conf: PeachConf) -> dict[str, tuple[str, ...]]:
     from peach_cli.envs.spec import used_envs
 
     return {name: conf.environment(name) for name in used_envs(conf)}
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"

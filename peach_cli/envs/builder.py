@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from peach_cli import wording
 from peach_cli.envs.lock import EnvLock, LockTimeout
 from peach_cli.envs.paths import cache_root
 from peach_cli.envs.spec import EnvSpec, interpreter_tag, normalize_name, requirement_name
@@ -219,7 +220,7 @@ class _Reporter:
         if match is None:
             return
         word, count = match.group(1), int(match.group(2))
-        packages = f"{count} package{'s' if count != 1 else ''}"
+        packages = wording.count(count, "package")
         if word == "Resolved" and self.phase == "resolving":
             self("resolving", f"resolved {packages}")
         elif word == "Prepared":
@@ -311,7 +312,7 @@ def ensure_env(
     env = BuiltEnv(spec.name, key, path, spec.requirements, pinned)
     env.touch()
     count = len(pinned)
-    report("done", f"{count} package{'s' if count != 1 else ''}" if count else "no packages")
+    report("done", wording.count(count, "package") if count else "no packages")
     return env
 
 
@@ -335,7 +336,7 @@ def _build(
     work = Path(tempfile.mkdtemp(prefix=f"env-{key}-", dir=_tmp_dir()))
     try:
         if pinned:
-            report("downloading", f"{len(pinned)} package{'s' if len(pinned) != 1 else ''}")
+            report("downloading", wording.count(len(pinned), "package"))
         venv = work / "env"
         args = ["venv", str(venv), "--python", sys.executable, "--relocatable", "--quiet"]
         _run(spec, args, offline=offline, cancel=cancel)
