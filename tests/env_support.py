@@ -61,14 +61,9 @@ def start_build(go_file: Path, *requirements: str) -> subprocess.Popen[str]:
 
 def run_peach(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`peach ARGS` as a user runs it (not a terminal), with the session's env cache."""
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})},
-        timeout=120,
-    )
+    from cli_support import run_peach as run
+
+    return run(*args, env=env)
 
 
 LIVE_SCRIPT = """

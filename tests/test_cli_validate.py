@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_support import run_peach
 from projectkit import BASE_CELLS, write_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,15 +18,7 @@ GOOD = "codops: shop\nendpoints:\n  e:\n    url: /e\n    components:\n      main
 
 
 def peach(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "80"}
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=60,
-    )
+    return run_peach(*args, cwd=cwd, timeout=60, columns=80)
 
 
 def test_clean_project_exits_0_with_a_summary():

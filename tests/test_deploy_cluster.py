@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_support import run_peach
 from ray_cluster import RayHead
 
 from peach_cli.deploy.config import build_bundle, merge_applications
@@ -51,17 +51,7 @@ def cluster(ray_cluster: RayHead) -> RayHead:
 
 
 def peach(*args: str, timeout: float = 110) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, NO_COLOR="1", COLUMNS="200")
-    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):  # the test cluster wants none
-        env.pop(name, None)
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=timeout,
-    )
+    return run_peach(*args, timeout=timeout)  # the test cluster wants no token
 
 
 def plan_of(path: Path):

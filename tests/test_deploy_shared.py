@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_support import run_peach
 from ray_cluster import RayHead
 from test_deploy_cluster import cluster, plan_of, replica_ids  # noqa: F401 - fixtures
 from waiting import poll as poll_until
@@ -35,18 +36,7 @@ REPO = TESTS.parent
 def peach(
     *args: str, timeout: float = 110, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    full = dict(os.environ, NO_COLOR="1", COLUMNS="200")
-    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
-        full.pop(name, None)
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=full,
-        timeout=timeout,
-    )
+    return run_peach(*args, timeout=timeout, env=env)
 
 
 def poll(check, what: str, timeout_s: float = 30.0, interval_s: float = 0.3):

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from cli_support import run_peach
 from ray_cluster import RayHead
 
 from peach_cli.deploy.dashboard import DashboardClient
@@ -44,21 +43,12 @@ def free_port() -> int:
 def peach(
     *args: str, cwd: Path, token: str | None = None, token_path: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", "PEACH_ENV_CACHE": str(cwd)}
-    for name in ("PEACH_RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
-        env.pop(name, None)
+    env = {"PEACH_ENV_CACHE": str(cwd)}
     if token is not None:
         env["RAY_AUTH_TOKEN"] = token
     if token_path is not None:
         env["RAY_AUTH_TOKEN_PATH"] = str(token_path)
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=90,
-    )
+    return run_peach(*args, cwd=cwd, env=env, timeout=90)
 
 
 def cluster_checks(

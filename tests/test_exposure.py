@@ -14,13 +14,13 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import PROJECTS, REPO, DevProcess
+from cli_support import run_peach
+from conftest import PROJECTS, DevProcess
 
 from peach_cli.addresses import is_loopback
 
@@ -168,20 +168,7 @@ def dashboard() -> Iterator[Dashboard]:
 
 
 def peach(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
-    env.pop("PEACH_RAY_ADDRESS", None)
-    if token is None:
-        env.pop("RAY_AUTH_TOKEN", None)
-    else:
-        env["RAY_AUTH_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=90,
-    )
+    return run_peach(*args, env={"RAY_AUTH_TOKEN": token} if token else None, timeout=90)
 
 
 def assert_secret_never_shown(result: subprocess.CompletedProcess[str]) -> None:

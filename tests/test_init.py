@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
+from cli_support import run_peach
 
 FILES = ["peach.yaml", "peach.schema.json", "notebooks/Endpoints.ipynb", ".gitignore", "README.md"]
 
 
 def peach(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=60,
-    )
+    return run_peach(*args, cwd=cwd, timeout=60)
 
 
 def test_init_writes_a_project_that_validates_without_a_warning(tmp_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_support import run_peach
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tests" / "projects" / "tasks"
@@ -30,14 +31,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def peach(*args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=dict(os.environ, NO_COLOR="1", COLUMNS="200"),
-    )
+    return run_peach(*args, timeout=timeout)
 
 
 def runs(project: Path) -> list[dict]:

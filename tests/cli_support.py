@@ -1,0 +1,40 @@
+"""Running `peach` in tests as a user runs it: a real process, not a terminal, no colour.
+
+    result = run_peach("validate", str(project))          # CompletedProcess[str]
+    result = run_peach("doctor", cwd=tmp_path, env={"RAY_AUTH_TOKEN": "t"}, timeout=90)
+
+The cluster address and token a developer's shell may export never leak in: a test that
+wants them passes them in ``env``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER_ENV = ("PEACH_RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def run_peach(
+    *args: str,
+    cwd: Path | None = REPO,
+    env: dict[str, str] | None = None,
+    timeout: float = 120.0,
+    columns: int = 200,
+) -> subprocess.CompletedProcess[str]:
+    """`peach ARGS` in ``cwd``; ``env`` on top of this process's environment."""
+    full = {**os.environ, "NO_COLOR": "1", "COLUMNS": str(columns)}
+    for name in CLUSTER_ENV:
+        full.pop(name, None)
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full,
+        timeout=timeout,
+    )
