@@ -121,7 +121,7 @@ MUTATING_METHODS = frozenset(
         "append", "extend", "insert", "update", "setdefault", "add", "clear", "pop",
         "popitem", "remove", "discard", "sort", "reverse", "fit", "partial_fit", "load",
         "load_state_dict", "to", "cuda", "eval", "train", "register", "put", "set",
-        "connect", "start", "open", "__setitem__",
+        "connect", "start", "__setitem__",
     }
 )  # fmt: skip
 """Calls that change the object they are called on (a list, a dict, a model, a client)."""

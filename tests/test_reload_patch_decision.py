@@ -267,6 +267,12 @@ def test_a_method_edit_restarts_when_the_state_depends_on_what_changed(
              "\n\ndef predict(model):\n    return 'p1'\n"],
             id="isinstance-away-from-the-state",
         ),
+        pytest.param(  # reading a file through a module-level path changes nothing
+            ["import pathlib\n\nDATA = pathlib.Path('words.txt')\n\n\n"
+             "def init():\n    with DATA.open() as handle:\n        return handle.read()\n",
+             "def predict(model):\n    return 'p1'\n"],
+            id="a-module-level-path",
+        ),
         pytest.param(  # process-wide state through an imported module survives a patch
             ["import random\n\n\ndef init():\n    random.seed(0)\n    return 1\n",
              "def predict(model):\n    return 'p1'\n"],
