@@ -130,8 +130,11 @@ class Environments:
             for _ in range(3):  # a prune elsewhere may remove it between finding and holding
                 env = ensure_env(spec, offline=self.offline, progress=progress, cancel=self._closed)
                 runtime = stage_runtime()
-                if self._hold(env.key, env.path) and self._hold(runtime.name, runtime):
-                    return env, runtime
+                try:
+                    if self._hold(env.key, env.path) and self._hold(runtime.name, runtime):
+                        return env, runtime
+                except LockTimeout as error:  # a prune held it for a minute: do not wait on
+                    raise EnvBuildError(name, str(error)) from None
             raise EnvBuildError(name, "its env keeps being removed (peach env prune) as it starts")
 
         try:
@@ -151,13 +154,11 @@ class Environments:
         return WorkerLaunch(self.root, interpreter, env=self.env)
 
     def _hold(self, name: str, path: Path) -> bool:
-        """Mark ``path`` (an env, a staged runtime) in use until ``close``; False when it
-        was removed before the mark was taken."""
+        """Mark ``path`` (an env, a staged runtime) in use until ``release``; False when it
+        was removed before the mark was taken. Raises ``LockTimeout``, and ``UvCancelled``
+        once ``close`` was called."""
         use = InUse(in_use_file(name))
-        try:
-            use.acquire()
-        except LockTimeout as error:  # a prune held it for a minute: not ours to wait on
-            raise EnvBuildError(name, str(error)) from None
+        use.acquire()
         if not path.is_dir():
             use.release()
             return False
