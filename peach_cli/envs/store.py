@@ -7,7 +7,8 @@
 An env is removed by renaming it into ``tmp/`` (under its key's lock, so never while a
 ``peach`` builds it, and under its ``InUse`` lock, so never while a ``peach`` runs workers
 in it) and deleting it there: it disappears at once, whole. The replica runtime staged for
-other versions of peach (``runtime-<hash>``) goes too, unless a running peach uses it. The
+other versions of peach (``runtime-<hash>``) goes too once unused as long (its mtime is
+its last use), unless a running peach marks it in use. The
 lock files stay: they are empty, and removing one while a ``peach`` waits on it would let
 two builds of one env in at once.
 """
