@@ -44,7 +44,7 @@ def env_rows(conf: PeachConf) -> list[dict[str, Any]]:
     """One row per env of the project: what ``peach env list`` shows."""
     from peach_cli.envs import find_built, project_envs
     from peach_cli.envs.spec import env_users
-    from peach_cli.envs.store import directory_size
+    from peach_cli.envs.store import directory_size, in_use
 
     users = env_users(conf)
     rows = []
@@ -56,6 +56,7 @@ def env_rows(conf: PeachConf) -> list[dict[str, Any]]:
                 "requirements": list(spec.requirements),
                 "used_by": users.get(name, []),
                 "built": built is not None,
+                "in_use": in_use(built.key) if built else False,
                 "pinned": list(built.pinned) if built else None,
                 "size_bytes": directory_size(built.path) if built else None,
                 "path": str(built.path) if built else None,

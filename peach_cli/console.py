@@ -131,7 +131,9 @@ def print_env_list(rows: list[dict], *, cache: str) -> None:
                 escape(row["name"]),
                 escape(", ".join(row["requirements"]) or "(none)"),
                 escape(", ".join(row["used_by"]) or "-"),
-                "[green]yes[/]" if row["built"] else "[yellow]no[/]",
+                ("[green]yes[/], in use" if row["in_use"] else "[green]yes[/]")
+                if row["built"]
+                else "[yellow]no[/]",
                 human_size(row["size_bytes"]),
                 escape(row["path"] or "-"),
             )
@@ -143,6 +145,7 @@ def print_env_list(rows: list[dict], *, cache: str) -> None:
                     f"{row['name']}\trequirements: {', '.join(row['requirements']) or '(none)'}"
                     f"\tused by: {', '.join(row['used_by']) or '-'}"
                     f"\tbuilt: {'yes' if row['built'] else 'no'}"
+                    f"{', in use' if row['in_use'] else ''}"
                     f"\tsize: {human_size(row['size_bytes'])}\tpath: {row['path'] or '-'}"
                 ),
                 soft_wrap=True,

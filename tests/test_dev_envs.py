@@ -8,6 +8,7 @@ built.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from pathlib import Path
@@ -231,6 +232,12 @@ def test_prune_all_keeps_the_envs_a_running_peach_dev_uses(peach_dev, tmp_path, 
     env_path = Path(ok(httpx.get(f"{dev.url}/info", timeout=10)))
     assert env_path.is_relative_to(cache)
     (runtime,) = [p for p in cache.glob("runtime-*") if p != old_runtime]
+    listed = run_peach("env", "list", str(root), "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)["envs"]
+    assert row["path"] == str(env_path) and row["in_use"] is True
+    text = run_peach("env", "list", str(root)).stdout
+    assert "built: yes, in use" in text
 
     pruned = run_peach("env", "prune", "--all")
     assert pruned.returncode == 0, pruned.stderr
@@ -242,6 +249,8 @@ def test_prune_all_keeps_the_envs_a_running_peach_dev_uses(peach_dev, tmp_path, 
     assert ok(httpx.get(f"{dev.url}/info", timeout=10)) == str(env_path)  # still serving
 
     assert dev.stop() == 0
+    (row,) = json.loads(run_peach("env", "list", str(root), "--format", "json").stdout)["envs"]
+    assert row["in_use"] is False
     pruned = run_peach("env", "prune", "--all")
     assert pruned.returncode == 0, pruned.stderr
     assert f"removed {env_path} (no requirements, " in pruned.stdout

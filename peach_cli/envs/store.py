@@ -103,6 +103,16 @@ class Pruned:
     """Staged runtimes of other versions of peach that were removed."""
 
 
+def in_use(key: str) -> bool:
+    """Whether a running ``peach`` runs workers in the env of ``key`` now (it holds the
+    env's ``InUse`` lock; always False where there are no shared locks, on Windows)."""
+    lock = InUse.try_exclusive(in_use_file(key))
+    if lock is None:
+        return True
+    lock.release()
+    return False
+
+
 Outcome = Literal["removed", "in use", "busy"]
 """What became of an env ``prune`` tried: ``busy``, a ``peach`` builds it right now."""
 
