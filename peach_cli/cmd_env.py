@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from peach_cli import wording
 from peach_cli.errors import UsageError
+from peach_cli.wording import human_size
 
 if TYPE_CHECKING:
     from peach_cli.conf import PeachConf
@@ -134,7 +135,7 @@ def run_env_prune(*, all_envs: bool = False, older_than_days: float = 30) -> int
     older = f"; {wording.count(count, 'runtime')} of other peach versions" if count else ""
     console.print_summary(
         f"removed {wording.count(len(removed), 'env')} "
-        f"({console.human_size(freed)}): {what}, from {cache_root()}{kept}{older}",
+        f"({human_size(freed)}): {what}, from {cache_root()}{kept}{older}",
         ok=True,
     )
     return 0

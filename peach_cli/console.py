@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from peach_cli.wording import count
+from peach_cli.wording import count, human_size
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -101,18 +101,6 @@ def print_json(data: object) -> None:
 
 
 # --- peach env --------------------------------------------------------------------------------
-
-
-def human_size(size: int | None) -> str:
-    """``12.3 MB``-style sizes (powers of 1000, as ``du --si``)."""
-    if size is None:
-        return "-"
-    value = float(size)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} GB"
 
 
 def print_env_list(rows: list[dict], *, cache: str) -> None:

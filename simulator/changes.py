@@ -261,3 +261,23 @@ def analyze_changes(old: Snapshot, new: Snapshot, *, patch: bool = False) -> Cha
 
 
 # --- what the loop reports ------------------------------------------------------------------
+
+
+@dataclass
+class PlanChange:
+    """What ``apply_plan`` did, per component key (``endpoint/component``)."""
+
+    started: list[str] = field(default_factory=list)
+    """New components and components whose code or config changed (new replicas)."""
+    kept: list[str] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
+    """Components no longer in the plan or replaced (drained, then stopped)."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Changed components whose new replicas could not start, with the error: their
+    previous replicas keep serving."""
+    patched: list[str] = field(default_factory=list)
+    """Components whose running replicas took the new code and kept their state."""
+    patch_failed: dict[str, str] = field(default_factory=dict)
+    """Components a patch was asked for that were restarted instead, with why."""
+    seconds: float = 0.0
+    """Spent starting new replicas (patches not included)."""

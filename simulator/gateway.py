@@ -47,7 +47,7 @@ from simulator.replica import ReplicaGone, ReplicaStream
 from simulator.routing import Route, RoutingTable
 
 if TYPE_CHECKING:
-    from simulator.server import PlanChange
+    from simulator.changes import PlanChange
 
 INTERNAL_PREFIX = "/_peach/"
 _JSON = (b"content-type", b"application/json")

@@ -23,12 +23,12 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.contract import StreamCut
 from peach_cli.errors import PeachError
 from peach_cli.plan import ComponentSpec, ProjectPlan, url_key
+from simulator.changes import PlanChange
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import Event, ReplicaState
 from simulator.pool import ReplicaPool
@@ -45,26 +45,6 @@ UVICORN_SHUTDOWN_S = 2
 
 class ServeError(PeachError):
     """The server could not start (the port is taken, the address is wrong)."""
-
-
-@dataclass
-class PlanChange:
-    """What ``apply_plan`` did, per component key (``endpoint/component``)."""
-
-    started: list[str] = field(default_factory=list)
-    """New components and components whose code or config changed (new replicas)."""
-    kept: list[str] = field(default_factory=list)
-    retired: list[str] = field(default_factory=list)
-    """Components no longer in the plan or replaced (drained, then stopped)."""
-    failed: dict[str, str] = field(default_factory=dict)
-    """Changed components whose new replicas could not start, with the error: their
-    previous replicas keep serving."""
-    patched: list[str] = field(default_factory=list)
-    """Components whose running replicas took the new code and kept their state."""
-    patch_failed: dict[str, str] = field(default_factory=dict)
-    """Components a patch was asked for that were restarted instead, with why."""
-    seconds: float = 0.0
-    """Spent starting new replicas (patches not included)."""
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -14,6 +14,7 @@ from reload_support import copy_project, edit_cell, edit_file
 
 from peach_cli.plan import ProjectPlan
 from peach_cli.validate import build_plan
+from simulator.changes import PlanChange
 from simulator.events import (
     Reloaded,
     ReloadFailed,
@@ -25,7 +26,6 @@ from simulator.events import (
     WatchStopped,
 )
 from simulator.reload import Reloader
-from simulator.server import PlanChange
 
 DEADLINE_S = 10.0
 
