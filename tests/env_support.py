@@ -137,16 +137,3 @@ class SlowPackage:
 
         poll(self.started.exists, "uv running the package's build backend", 120, tolerate=())
         return int(poll(self.started.read_text, "the backend's pid", 10, tolerate=()))
-
-    @staticmethod
-    def wait_stopped(pid: int) -> None:
-        from waiting import poll
-
-        def gone() -> bool:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return True
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-
-        poll(gone, "the build backend to stop with uv", 10, tolerate=())

@@ -368,6 +368,7 @@ def test_env_build_stopped_by_sigterm_stops_uv_and_its_build_backend(tmp_path):
     import signal
 
     from env_support import REPO, SlowPackage
+    from waiting import assert_gone
 
     slow = SlowPackage.write(tmp_path)
     project = tmp_path / "project"
@@ -391,4 +392,4 @@ def test_env_build_stopped_by_sigterm_stops_uv_and_its_build_backend(tmp_path):
             build.wait()
     assert build.returncode == 130, output
     assert "Traceback" not in output
-    slow.wait_stopped(backend)
+    assert_gone(backend)  # the build backend went with uv

@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from cli_support import run_peach
+from waiting import assert_gone
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tests" / "projects" / "tasks"
@@ -39,19 +39,6 @@ def runs(project: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def assert_gone(pid: int) -> None:
-    """The process ``pid`` is dead (or a zombie waiting for init to reap it)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return
-        except psutil.NoSuchProcess:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} is still running")
 
 
 def test_task_list_shows_each_task(project: Path) -> None:

@@ -40,3 +40,16 @@ def wait_until(
 ) -> None:
     """``poll`` for a predicate, with nothing tolerated: its exceptions fail the test."""
     poll(predicate, what, timeout_s, tolerate=())
+
+
+def assert_gone(pid: int, timeout_s: float = 10.0) -> None:
+    """Wait until the process ``pid`` is dead (or a zombie waiting to be reaped)."""
+    import psutil
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    poll(gone, f"process {pid} to stop", timeout_s, tolerate=())
