@@ -296,8 +296,9 @@ def restart_reason(old: ComponentSpec, new: ComponentSpec) -> str | None:
     The two specs are assumed to differ only in their code and cell positions (the config
     and the imported project modules are compared by ``simulator.changes``).
     """
-    old_trees = [_parse(text) for text in split_cells(old)]
-    new_trees = [_parse(text) for text in split_cells(new)]
+    old_cells, new_cells = split_cells(old), split_cells(new)
+    old_trees = [_parse(text) for text in old_cells]
+    new_trees = [_parse(text) for text in new_cells]
     if any(t is None for t in old_trees) or any(t is None for t in new_trees):
         return "code"
     before = [t for t in old_trees if t is not None]
@@ -323,9 +324,7 @@ def restart_reason(old: ComponentSpec, new: ComponentSpec) -> str | None:
     if not unchanged:
         return "init"
     # the common save: nothing but the method's own lines changed
-    only_method = _text_without(split_cells(old), old_method) == _text_without(
-        split_cells(new), new_method
-    )
+    only_method = _text_without(old_cells, old_method) == _text_without(new_cells, new_method)
     changed = set() if only_method else _changed_functions(before, after) - {new.method}
     reached = _reached(new_init[1], _functions(after))
     if any(function.name in changed for function in reached):

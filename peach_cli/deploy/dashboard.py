@@ -224,11 +224,25 @@ class DashboardClient:
 
     def list_actors(self, class_name: str) -> list[dict[str, Any]]:
         """``GET /api/v0/actors``: the actors of one class, alive and dead (as GCS keeps them)."""
-        path = "/api/v0/actors"
+        return self._list_state("actors", "class_name", class_name)
+
+    def worker_end_times(self) -> dict[tuple[str, int], int]:
+        """``GET /api/v0/workers``: when each worker process that exited ended (ms since the
+        epoch), by ``(node_id, pid)`` — the join key an actor's record carries. Actors
+        themselves have no times; this is what orders stopped replicas newest first."""
+        return {
+            (str(w.get("node_id")), int(w["pid"])): int(w.get("end_time_ms") or 0)
+            for w in self._list_state("workers", "is_alive", "False")
+            if w.get("pid") is not None
+        }
+
+    def _list_state(self, kind: str, key: str, value: str) -> list[dict[str, Any]]:
+        """``GET /api/v0/<kind>`` filtered on ``key = value``, with details (1,000 at most)."""
+        path = f"/api/v0/{kind}"
         params = {
-            "filter_keys": "class_name",
+            "filter_keys": key,
             "filter_predicates": "=",
-            "filter_values": class_name,
+            "filter_values": value,
             "detail": "true",
             "limit": "1000",
         }
@@ -237,29 +251,6 @@ class DashboardClient:
             return list(data["data"]["result"]["result"])
         except (KeyError, TypeError):
             raise DeployError(f"unexpected answer from {path}: {data!r:.200}") from None
-
-    def worker_end_times(self) -> dict[tuple[str, int], int]:
-        """``GET /api/v0/workers``: when each worker process that exited ended (ms since the
-        epoch), by ``(node_id, pid)`` — the join key an actor's record carries. Actors
-        themselves have no times; this is what orders stopped replicas newest first."""
-        path = "/api/v0/workers"
-        params = {
-            "filter_keys": "is_alive",
-            "filter_predicates": "=",
-            "filter_values": "False",
-            "detail": "true",
-            "limit": "1000",
-        }
-        data = _json(self._request("GET", path, params=params), path, self._redact)
-        try:
-            workers = list(data["data"]["result"]["result"])
-        except (KeyError, TypeError):
-            raise DeployError(f"unexpected answer from {path}: {data!r:.200}") from None
-        return {
-            (str(w.get("node_id")), int(w["pid"])): int(w.get("end_time_ms") or 0)
-            for w in workers
-            if w.get("pid") is not None
-        }
 
     def actor_log(self, actor_id: str, suffix: str, lines: int) -> str | None:
         """``GET /api/v0/logs/file``: the last ``lines`` of an actor's stdout or stderr
