@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peach_cli.framing import JSONLinesDecoder, SSEDecoder  # noqa: E402
+from peach_cli.client.framing import JSONLinesDecoder, SSEDecoder  # noqa: E402
 
 TARGET_RATIO = 10.0  # a linear decoder is within this factor of the baseline
 

@@ -10,7 +10,7 @@ machine does not inflate the way it inflates wall time) of:
 - the completion of ``peach ask /`` (bash protocol, as ``peach --install-completion``
   installs it) in a project made by ``peach init --streaming``;
 - the same in a project of 300 endpoints (the generator of ``cli_startup.py``);
-- the completer alone (``peach_cli.completion.complete_target``) on that project, in-process.
+- the completer alone (``peach_cli.commands.completion.complete_target``) on that project, in-process.
 
 Each command runs ``--runs`` times after one warm-up; the median and the minimum are
 reported, with the ratios of the minimum (the run least disturbed by other work) to
@@ -67,7 +67,7 @@ def completer_alone(project: Path, runs: int) -> list[float]:
     """The completer's own CPU time (import included) in a fresh interpreter, per run."""
     code = (
         "import time; t = time.process_time(); "
-        "from peach_cli.completion import complete_target; complete_target('/'); "
+        "from peach_cli.commands.completion import complete_target; complete_target('/'); "
         "print(time.process_time() - t)"
     )
     return [

@@ -255,7 +255,7 @@ class Sample:
 def _is_replica(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return b"simulator.worker" in cmdline.read()
+            return b"peach_cli.runtime.replica_worker" in cmdline.read()
     except OSError:
         return False
 

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from peach_cli import fasthelp
+from peach_cli.commands import fasthelp
 from peach_cli.errors import PeachError
 
 fasthelp.install()  # `peach --help` without markdown-it and pygments
@@ -31,7 +31,7 @@ app = typer.Typer(
 
 def complete_target(incomplete: str) -> list[tuple[str, str]]:
     """Completes `peach ask` TARGET with the urls of the project in the current folder."""
-    from peach_cli import completion
+    from peach_cli.commands import completion
 
     return completion.complete_target(incomplete)
 
@@ -79,7 +79,7 @@ def init(
 
     Writes peach.yaml (with peach.schema.json beside it for editors), notebooks/Endpoints.ipynb with an endpoint, its init and its fallback, a .gitignore and a README with the next commands. Existing files are never overwritten without --force.
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
-    from peach_cli.cmd_init import run_init
+    from peach_cli.commands.init import run_init
 
     raise typer.Exit(run_init(folder, codops=codops, streaming=streaming, force=force))
 
@@ -96,7 +96,7 @@ def validate(
 
     [bold]Exit codes[/]: 0 no error (warnings and info allowed) · 1 errors, or warnings with --strict · 2 bad command line (no such folder, no peach.yaml, bad option).
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
-    from peach_cli.cmd_validate import run_validate
+    from peach_cli.commands.validate import run_validate
 
     raise typer.Exit(run_validate(project, output_format=format, strict=strict))
 
@@ -104,7 +104,7 @@ def validate(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of peach.conf (for yaml-language-server and editors)."""
-    from peach_cli.cmd_validate import run_schema
+    from peach_cli.commands.validate import run_schema
 
     raise typer.Exit(run_schema())
 
@@ -147,7 +147,7 @@ def dev(
 
     Each py_environment is an isolated env (built with uv, cached): an import the conf does not declare fails here as it does on the platform.
     """
-    from peach_cli.cmd_dev import run_dev
+    from peach_cli.commands.dev import run_dev
 
     raise typer.Exit(
         run_dev(
@@ -239,7 +239,7 @@ def ask(
 
     [bold]Exit codes[/]: 0 ok · 1 the endpoint answered with an error · 2 bad command line · 3 cannot connect (is `peach dev` running?) · 4 host name does not resolve · 5 TLS failed · 6 timed out · 7 the server cut the stream · 8 404, no endpoint at that url · 9 invalid HTTP answer · 130 interrupted (Ctrl-C).
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
-    from peach_cli.cmd_ask import run_ask
+    from peach_cli.commands.ask import run_ask
 
     raise typer.Exit(
         run_ask(
@@ -310,7 +310,7 @@ def deploy(
     ] = 300.0,
 ) -> None:
     """Deploy the project to a Ray Serve cluster and wait until every replica runs."""
-    from peach_cli.cmd_deploy import run_deploy
+    from peach_cli.commands.deploy import run_deploy
 
     raise typer.Exit(
         run_deploy(
@@ -332,7 +332,7 @@ def status(
     format: FormatOption = "text",
 ) -> None:
     """Show the cluster's Serve applications, deployments and replica states."""
-    from peach_cli.cmd_deploy import run_status
+    from peach_cli.commands.deploy import run_status
 
     raise typer.Exit(run_status(address=address, output_format=format))
 
@@ -345,7 +345,7 @@ def delete(
     address: AddressOption = None,
 ) -> None:
     """Remove one application from the cluster; the others keep running."""
-    from peach_cli.cmd_deploy import run_delete
+    from peach_cli.commands.deploy import run_delete
 
     raise typer.Exit(run_delete(app_name, address=address))
 
@@ -375,7 +375,7 @@ def logs(
 
     Each line is prefixed with its deployment and replica (deployment#replica); replicas that stopped (an init that failed, a version replaced) are marked (stopped).
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
-    from peach_cli.cmd_logs import run_logs
+    from peach_cli.commands.logs import run_logs
 
     raise typer.Exit(
         run_logs(app_name, address=address, deployment=deployment, tail=tail, follow=follow)
@@ -400,7 +400,7 @@ def env_list(
     format: FormatOption = "text",
 ) -> None:
     """Show each env of the project: its requirements, what uses it, whether it is built, its size and path."""
-    from peach_cli.cmd_env import run_env_list
+    from peach_cli.commands.env import run_env_list
 
     raise typer.Exit(run_env_list(project, output_format=format))
 
@@ -420,7 +420,7 @@ def env_build(
 
     [bold]Exit codes[/]: 0 every env built · 1 a build failed (uv's reason names the env and the requirement) or the conf has errors · 2 bad command line.
     """
-    from peach_cli.cmd_env import run_env_build
+    from peach_cli.commands.env import run_env_build
 
     raise typer.Exit(run_env_build(project, offline=offline, refresh=refresh))
 
@@ -433,7 +433,7 @@ def env_prune(
     ] = 30,
 ) -> None:
     """Remove cached envs that no run has used for 30 days (--all: every env)."""
-    from peach_cli.cmd_env import run_env_prune
+    from peach_cli.commands.env import run_env_prune
 
     raise typer.Exit(run_env_prune(all_envs=all_envs, older_than_days=days))
 
@@ -452,7 +452,7 @@ app.add_typer(task_app)
 
 def complete_task(incomplete: str) -> list[tuple[str, str]]:
     """Completes `peach task run` NAME with the tasks of the project in the current folder."""
-    from peach_cli import completion
+    from peach_cli.commands import completion
 
     return completion.complete_task(incomplete)
 
@@ -463,7 +463,7 @@ def task_list(
     format: FormatOption = "text",
 ) -> None:
     """Show each task of the project: its notebook, method, py_env and timeout."""
-    from peach_cli.cmd_task import run_task_list
+    from peach_cli.commands.task import run_task_list
 
     raise typer.Exit(run_task_list(project, output_format=format))
 
@@ -508,7 +508,7 @@ def task_run(
 
     [bold]Exit codes[/]: 0 it returned · 1 it raised (its traceback names the notebook cell and line) or ran past its timeout (its whole process tree is killed) · 2 bad command line or unknown task · 130 interrupted (Ctrl-C stops the task).
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
-    from peach_cli.cmd_task import run_task_run
+    from peach_cli.commands.task import run_task_run
 
     raise typer.Exit(
         run_task_run(
@@ -554,7 +554,7 @@ def doctor(
 
     [bold]Exit codes[/]: 0 no check failed (warnings allowed) · 1 a check failed · 2 bad command line.
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
-    from peach_cli.cmd_doctor import run_doctor
+    from peach_cli.commands.doctor import run_doctor
 
     raise typer.Exit(
         run_doctor(project, address=address, port=port, offline=offline, output_format=format)
@@ -566,7 +566,7 @@ def main() -> None:
     try:
         app()
     except PeachError as error:
-        from peach_cli.console import print_error
+        from peach_cli.views.console import print_error
 
         print_error(error)
         sys.exit(error.exit_code)

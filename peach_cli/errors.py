@@ -5,7 +5,7 @@ Core code raises; only ``peach_cli.cli.main`` catches, renders and exits::
     PeachError                      exit 1   any failure a user can act on
     ├── UsageError                  exit 2   bad command line (missing folder, bad option value)
     ├── ProjectInvalid              exit 1   the project has errors (carries the diagnostics)
-    ├── ClientError                 exit 3+  `peach ask` failures (see peach_cli.client)
+    ├── ClientError                 exit 3+  `peach ask` failures (see peach_cli.client.send)
     ├── DeployError                 exit 1   `peach deploy` / `status` / `delete` failures
     └── EnvBuildError               exit 1   a py_environment cannot be resolved or installed
 """

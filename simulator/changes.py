@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal
 from simulator.edits import restart_reason
 
 if TYPE_CHECKING:
-    from peach_cli.plan import ComponentSpec, ProjectPlan
+    from peach_cli.runtime.plan import ComponentSpec, ProjectPlan
 
 Action = Literal["started", "stopped", "patched", "restarted", "unchanged"]
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import ast
 
-from peach_cli.notebook import FunctionNode, is_async_generator, is_generator
-from peach_cli.plan import ComponentSpec
+from peach_cli.project.notebook import FunctionNode, is_async_generator, is_generator
+from peach_cli.runtime.plan import ComponentSpec
 
 REASONS = {
     "init": "init changed",
@@ -40,7 +40,7 @@ REASONS = {
 def split_cells(spec: ComponentSpec) -> list[str]:
     """The cells the extracted source was joined from, in order (``ComponentSpec.line_map``).
 
-    >>> from peach_cli.plan import ComponentSpec
+    >>> from peach_cli.runtime.plan import ComponentSpec
     >>> spec = ComponentSpec("e", "main", "/e", "N.ipynb", "a = 1\\n\\nb = 2\\n\\n", "N.ipynb",
     ...                      "f", line_map=((1, 1, 1), (3, 2, 1)))
     >>> split_cells(spec)

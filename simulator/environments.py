@@ -31,9 +31,9 @@ from peach_cli.envs.builder import in_use_file
 from peach_cli.envs.lock import InUse, LockTimeout
 from peach_cli.envs.uvrun import UvCancelled
 from peach_cli.errors import EnvBuildError
-from peach_cli.plan import ComponentSpec, TaskSpec
+from peach_cli.runtime.plan import ComponentSpec, TaskSpec
 from simulator.events import EnvFailed, EnvProgress, Event
-from simulator.workers import Interpreter, WorkerLaunch
+from simulator.spawn import Interpreter, WorkerLaunch
 
 if TYPE_CHECKING:
     from peach_cli.envs import BuildProgress, BuiltEnv

@@ -17,8 +17,8 @@ from simulator.changes import Changes
 from simulator.edits import REASONS
 
 if TYPE_CHECKING:
-    from peach_cli.diagnostics import Diagnostic
-    from peach_cli.plan import ABSpec, ProjectPlan
+    from peach_cli.checks.diagnostics import Diagnostic
+    from peach_cli.runtime.plan import ABSpec, ProjectPlan
 
 
 class ReplicaState(StrEnum):
@@ -67,10 +67,6 @@ class ReplicaMemory:
     replica: str
     rss: int
     limit: int | None
-
-    @property
-    def over_limit(self) -> bool:
-        return self.limit is not None and self.rss > self.limit
 
 
 @dataclass(frozen=True)
@@ -185,7 +181,7 @@ def _files(files: Iterable[str]) -> str:
 def describe_split(ab: ABSpec | None) -> str:
     """``main 80% / diverse 20% by user`` (``off``: no A/B test).
 
-    >>> from peach_cli.plan import ABSpec
+    >>> from peach_cli.runtime.plan import ABSpec
     >>> describe_split(ABSpec("user", (("main", 80), ("diverse", 20))))
     'main 80% / diverse 20% by user'
     """

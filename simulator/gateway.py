@@ -1,7 +1,7 @@
 """The local gateway: one ASGI app that routes every endpoint's url to its replica pools.
 
 The request path is kept short: look the url up in the routing table, read the body, let
-``peach_cli.contract`` parse it (405/413/400), then either answer through
+``peach_cli.runtime.contract`` parse it (405/413/400), then either answer through
 ``contract.answer`` (timeout, fallback, envelope) or relay a stream chunk by chunk with the
 component's media type, no buffering and no compression. A client that goes away closes
 the user's generator in the replica. The routing table is replaced as a whole by a reload;
@@ -25,9 +25,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
-from peach_cli import contract, wording
+from peach_cli import wording
 from peach_cli.addresses import is_loopback
-from peach_cli.contract import (
+from peach_cli.runtime import contract
+from peach_cli.runtime.contract import (
     STREAMING_KINDS,
     Answer,
     Attempt,
@@ -40,7 +41,7 @@ from peach_cli.contract import (
     read_body,
     stream_headers,
 )
-from peach_cli.plan import EndpointSpec, url_key
+from peach_cli.runtime.plan import EndpointSpec, url_key
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.pool import ReplicaPool, Unavailable
 from simulator.replica import ReplicaGone, ReplicaStream

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from peach_cli.plan import ComponentSpec
+from peach_cli.runtime.plan import ComponentSpec
 from simulator.pool import ReplicaPool
 
 PATCH_TIMEOUT_S = 10.0

@@ -15,11 +15,11 @@ import itertools
 from collections.abc import Callable
 from pathlib import Path
 
-from peach_cli.contract import Attempt, CallResult, RequestParams, unavailable_message
-from peach_cli.plan import ComponentSpec
+from peach_cli.runtime.contract import Attempt, CallResult, RequestParams, unavailable_message
+from peach_cli.runtime.plan import ComponentSpec
 from simulator.events import Event, ReplicaState
 from simulator.replica import Replica, ReplicaStream
-from simulator.workers import WorkerLaunch
+from simulator.spawn import WorkerLaunch
 
 STARTUP_WAIT_S = 60.0
 """How long a request waits for a replica that is starting or restarting."""

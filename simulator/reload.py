@@ -1,7 +1,7 @@
 """Hot reload for ``peach dev``: what a save changed, and the loop that serves it.
 
 The loop is uvicorn's reloader made finer-grained: wait for a save (``simulator.watch``),
-rebuild the plan (``peach_cli.validate.build_plan``), then either keep serving the last good
+rebuild the plan (``peach_cli.checks.validate.build_plan``), then either keep serving the last good
 version and report the diagnostics (the project has errors), or hand the new plan to
 ``DevServer.apply_plan``, which patches the components whose method alone changed (their
 running replicas take the new code and keep their ``init`` state), starts new replicas for
@@ -36,11 +36,11 @@ from simulator.events import (
     Watching,
     WatchStopped,
 )
+from simulator.spawn import keep_spares, release_spares
 from simulator.watch import DEBOUNCE_MS, STEP_MS, ProjectFilter, awatch_project
-from simulator.workers import keep_spares, release_spares
 
 if TYPE_CHECKING:
-    from peach_cli.plan import ProjectPlan
+    from peach_cli.runtime.plan import ProjectPlan
     from simulator.server import DevServer
 
 logger = logging.getLogger("peach.reload")
@@ -104,7 +104,7 @@ class Reloader:
             project: the project folder (or single conf file) as given to ``peach dev``.
             on_event: receives the reload events.
             step_ms, debounce_ms: the watcher's grouping of changes (``simulator.watch``).
-            spares: replica processes kept started ahead of need (``simulator.workers``);
+            spares: replica processes kept started ahead of need (``simulator.spawn``);
                 default: as many as the largest component has replicas, at most
                 ``MAX_SPARES``, so restarting any one component skips Python's start-up.
             mode: ``patch`` (a component whose method alone changed keeps its replicas and
@@ -201,9 +201,9 @@ class Reloader:
 
     async def reload(self, files: Iterable[str]) -> ReloadEvent:
         """Rebuild the plan after ``files`` changed and serve it if it is valid."""
-        from peach_cli.diagnostics import sort_key
+        from peach_cli.checks.diagnostics import sort_key
+        from peach_cli.checks.validate import build_plan
         from peach_cli.errors import PeachError
-        from peach_cli.validate import build_plan
 
         detected = time.perf_counter()
         changed = tuple(sorted(files))

@@ -1,6 +1,6 @@
 """One replica: a worker process hosting one component, seen from the gateway.
 
-A ``Replica`` starts a worker (``simulator.workers``: cwd = the project root), sends it the
+A ``Replica`` starts a worker (``simulator.spawn``: cwd = the project root), sends it the
 component, and waits for ``init``: the replica becomes healthy, or unhealthy with the init
 error. Calls and streams are multiplexed over the replica's socket by request id; the
 replica counts what is outstanding (the pool's load-balancing signal). When the process
@@ -20,8 +20,14 @@ from typing import Any
 
 import psutil
 
-from peach_cli.contract import CallResult, ContractError, RequestParams, StreamCut
-from peach_cli.plan import ComponentSpec
+from peach_cli.runtime.contract import CallResult, ContractError, RequestParams, StreamCut
+from peach_cli.runtime.plan import ComponentSpec
+from peach_cli.runtime.protocol import (
+    STREAM_WINDOW_BYTES,
+    STREAM_WINDOW_CHUNKS,
+    Frame,
+    FrameProtocol,
+)
 from simulator.environments import explain_init_error
 from simulator.events import (
     Event,
@@ -31,8 +37,7 @@ from simulator.events import (
     ReplicaMemory,
     ReplicaState,
 )
-from simulator.protocol import STREAM_WINDOW_BYTES, STREAM_WINDOW_CHUNKS, Frame, FrameProtocol
-from simulator.workers import WorkerLaunch, spawn_worker, take_spare
+from simulator.spawn import WorkerLaunch, spawn_worker, take_spare
 
 HEALTH_INTERVAL_S = 1.0
 STOP_TIMEOUT_S = 3.0

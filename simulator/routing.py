@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from peach_cli.plan import EndpointSpec
+from peach_cli.runtime.plan import EndpointSpec
 from simulator.pool import ReplicaPool
 
 

@@ -25,15 +25,15 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.contract import StreamCut
 from peach_cli.errors import PeachError
-from peach_cli.plan import ComponentSpec, ProjectPlan, url_key
+from peach_cli.runtime.contract import StreamCut
+from peach_cli.runtime.plan import ComponentSpec, ProjectPlan, url_key
 from simulator.changes import PlanChange
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import Event, ReplicaState
 from simulator.pool import ReplicaPool
 from simulator.routing import Route, RoutingTable
-from simulator.workers import WorkerLaunch
+from simulator.spawn import WorkerLaunch
 
 if TYPE_CHECKING:
     from simulator.gateway import Gateway
@@ -112,11 +112,6 @@ class DevServer:
         host, port = self._socket.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}"
-
-    @property
-    def bound_port(self) -> int:
-        assert self._socket is not None, "start() first"
-        return int(self._socket.getsockname()[1])
 
     def _timeout(self, plan: ProjectPlan) -> float:
         return self.timeout_override if self.timeout_override is not None else plan.timeout_s

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from watchfiles import Change, DefaultFilter, awatch, watch
 
 if TYPE_CHECKING:
-    from peach_cli.plan import ProjectPlan
+    from peach_cli.runtime.plan import ProjectPlan
 
 CONF_NAMES = frozenset({"peach.yaml", "peach.yml"})
 CONF_DIR = "peach.conf"

@@ -218,8 +218,8 @@ def ray_semantics() -> Iterator[str]:
     """
     from ray_cluster import RayHead
 
+    from peach_cli.checks.validate import build_plan
     from peach_cli.deploy.deployer import deploy
-    from peach_cli.validate import build_plan
 
     plan, diagnostics = build_plan(SEMANTICS)
     assert plan is not None, diagnostics

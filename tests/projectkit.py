@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from peach_cli.diagnostics import Diagnostic
-from peach_cli.project import load_project
-from peach_cli.validate import validate_project
+from peach_cli.checks.diagnostics import Diagnostic
+from peach_cli.checks.validate import validate_project
+from peach_cli.project.loader import load_project
 
 BASE_CELLS = [
     ("markdown", "# Endpoints"),

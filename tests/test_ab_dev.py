@@ -19,8 +19,8 @@ from reload_support import edit_file
 from rich.console import Console
 from waiting import poll
 
-from peach_cli.dev_view import DevView
-from peach_cli.validate import build_plan
+from peach_cli.checks.validate import build_plan
+from peach_cli.views.dev import DevView
 from simulator.changes import Snapshot, analyze_changes
 from simulator.events import Reloaded, RequestLogged
 

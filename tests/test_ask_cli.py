@@ -26,7 +26,7 @@ from ask_support import (
     self_signed_certificate,
 )
 
-from peach_cli.client import EXIT_CODES
+from peach_cli.client.send import EXIT_CODES
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from ask_support import JSONL_CHUNKS, PLAIN_CHUNKS, ServerState, make_app, run_server
 
-from peach_cli import client as client_module
-from peach_cli.ask_request import URL_LIMIT, build_request, parse_items, resolve_url
-from peach_cli.client import (
+from peach_cli.client import send as client_module
+from peach_cli.client.items import URL_LIMIT, build_request, parse_items, resolve_url
+from peach_cli.client.send import (
     EXIT_CODES,
     BadResponse,
     Client,
@@ -21,8 +21,8 @@ from peach_cli.client import (
     EndpointNotFound,
     HostNotFound,
     RequestTimedOut,
+    ResponseCut,
     ServerUnreachable,
-    StreamCut,
     TLSFailed,
     translate_error,
 )
@@ -212,7 +212,7 @@ def test_translation_picks_the_specific_cause():
     cut = translate_error(
         httpx.RemoteProtocolError("incomplete"), url="http://h:1/a", timeout_s=5, in_body=True
     )
-    assert isinstance(cut, StreamCut)
+    assert isinstance(cut, ResponseCut)
     early = translate_error(
         httpx.RemoteProtocolError("no answer"), url="http://h:1/a", timeout_s=5, in_body=False
     )
@@ -277,7 +277,7 @@ def test_stream_errors_are_translated(server):
     url, state = server
     request = build_request(f"{url}/cut", stream=True)
     with Client.for_request(request) as client, client.stream(request) as stream:
-        with pytest.raises(StreamCut):
+        with pytest.raises(ResponseCut):
             list(stream.chunks())
 
     state.reset()

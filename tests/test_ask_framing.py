@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from peach_cli.cmd_ask import _last_block_boundary
-from peach_cli.framing import (
+from peach_cli.client.framing import (
     JSON_LINES,
     PLAIN,
     SSE,
@@ -17,6 +16,7 @@ from peach_cli.framing import (
     detect_framing,
     extract_text,
 )
+from peach_cli.commands.ask import _last_block_boundary
 
 
 def feed_all(decoder, chunks):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from projectkit import write_project
 
-from peach_cli import completion
+from peach_cli.commands import completion
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 AS_PEACH = "import sys; sys.argv[0] = 'peach'; from peach_cli.cli import main; main()"
@@ -108,10 +108,10 @@ def test_the_completers_import_no_model_and_no_network_code(tmp_path):
     project = new_project(tmp_path)
     code = (
         "import sys\n"
-        "from peach_cli.completion import complete_target, complete_task\n"
+        "from peach_cli.commands.completion import complete_target, complete_task\n"
         "assert complete_target('/') == [('/greet', 'greet'), ('/story', 'story')]\n"
         "complete_task('')\n"
-        "heavy = ('pydantic', 'httpx', 'ray', 'uvicorn', 'rich.console', 'peach_cli.conf')\n"
+        "heavy = ('pydantic', 'httpx', 'ray', 'uvicorn', 'rich.console', 'peach_cli.project.conf')\n"
         "print([name for name in heavy if name in sys.modules])\n"
     )
     result = subprocess.run(

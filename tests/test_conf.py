@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from projectkit import BASE_CELLS, diagnose, write_project
 
-from peach_cli.conf import PeachConf, json_schema, memory_bytes
-from peach_cli.plan import DEFAULT_MEDIA_TYPE
-from peach_cli.project import load_project
-from peach_cli.validate import build_plan
+from peach_cli.checks.validate import build_plan
+from peach_cli.project.conf import PeachConf, json_schema, memory_bytes
+from peach_cli.project.loader import load_project
+from peach_cli.runtime.plan import DEFAULT_MEDIA_TYPE
 
 NB = {"nb.ipynb": BASE_CELLS}
 

@@ -9,9 +9,9 @@ from typing import Optional
 
 import pytest
 
-from peach_cli import contract
-from peach_cli.contract import CallResult, ContractError, RequestParams, parse_request
-from peach_cli.plan import ComponentSpec, EndpointSpec
+from peach_cli.runtime import contract
+from peach_cli.runtime.contract import CallResult, ContractError, RequestParams, parse_request
+from peach_cli.runtime.plan import ComponentSpec, EndpointSpec
 
 SOURCE = """
 import uuid

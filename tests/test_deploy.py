@@ -15,6 +15,7 @@ import httpx
 import pytest
 import yaml
 
+from peach_cli.checks.validate import build_plan
 from peach_cli.deploy import APPLICATION_BUILDER
 from peach_cli.deploy.config import (
     GATEWAY,
@@ -29,9 +30,9 @@ from peach_cli.deploy.config import (
 from peach_cli.deploy.dashboard import DashboardClient, resolve_address
 from peach_cli.deploy.packaging import (
     COMPONENT_FILE,
-    RUNTIME_MODULES,
     build_zip,
     project_files,
+    runtime_modules,
     runtime_package,
 )
 from peach_cli.deploy.progress import (
@@ -43,7 +44,6 @@ from peach_cli.deploy.progress import (
 )
 from peach_cli.deploy.resources import Needs, application_needs, check_fits
 from peach_cli.errors import DeployError, UsageError
-from peach_cli.validate import build_plan
 
 TESTS = Path(__file__).resolve().parent
 PROJECTS = TESTS / "projects"
@@ -268,7 +268,7 @@ def test_the_runtime_package_is_importable_on_its_own(tmp_path):
     package = runtime_package()
     with zipfile.ZipFile(io.BytesIO(package.data)) as archive:
         archive.extractall(tmp_path)
-        assert sorted(archive.namelist()) == sorted(f"peach_cli/{m}" for m in RUNTIME_MODULES)
+        assert sorted(archive.namelist()) == sorted(runtime_modules())
     code = (
         "import sys, peach_cli.deploy.app, peach_cli;"
         "from peach_cli import endpoint;"

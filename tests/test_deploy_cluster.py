@@ -20,10 +20,10 @@ import pytest
 from cli_support import run_peach
 from ray_cluster import RayHead
 
+from peach_cli.checks.validate import build_plan
 from peach_cli.deploy.config import build_bundle, merge_applications
 from peach_cli.deploy.dashboard import DashboardClient
 from peach_cli.deploy.deployer import ReplicaStartFailed, Reporter, deploy, wait_until_running
-from peach_cli.validate import build_plan
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]  # the first test starts the cluster
 

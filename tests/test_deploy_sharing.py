@@ -11,14 +11,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from peach_cli.client import routes_urls
+from peach_cli.checks.validate import build_plan
+from peach_cli.client.send import routes_urls
 from peach_cli.deploy.config import build_bundle, check_route_prefix, merge_applications
 from peach_cli.deploy.dashboard import DashboardClient, auth_token
 from peach_cli.deploy.gateway_health import proxy_url
 from peach_cli.deploy.logs import choose_application
 from peach_cli.deploy.reports import health_body
 from peach_cli.errors import DeployError, UsageError
-from peach_cli.validate import build_plan
 
 TESTS = Path(__file__).resolve().parent
 BASIC = TESTS / "projects" / "deploy_basic"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from peach_cli.checks.validate import build_plan
 from peach_cli.deploy.config import build_bundle
 from peach_cli.deploy.uploads import MAX_UPLOAD_BYTES, check_size, format_size, select_files
 from peach_cli.errors import DeployError
-from peach_cli.validate import build_plan
 
 TESTS = Path(__file__).resolve().parent
 BASIC = TESTS / "projects" / "deploy_basic"

@@ -20,7 +20,7 @@ from conftest import PROJECTS, DevProcess, drain_stream
 from projectkit import write_project
 from waiting import wait_until
 
-from peach_cli.validate import build_plan
+from peach_cli.checks.validate import build_plan
 
 
 def alive(pid: int) -> bool:
@@ -370,7 +370,7 @@ def test_apply_plan_restarts_only_changed_components(tmp_path, small_project):
         finally:
             await server.stop()
 
-    from simulator import aio
+    from peach_cli.runtime import aio
 
     aio.run(scenario())
 
@@ -406,7 +406,7 @@ def test_apply_plan_lets_in_flight_streams_finish_on_retired_replicas(tmp_path, 
         finally:
             await server.stop()
 
-    from simulator import aio
+    from peach_cli.runtime import aio
 
     aio.run(scenario())
 

@@ -29,7 +29,7 @@ from peach_cli.envs import (
 )
 from peach_cli.envs.builder import LAST_USED, resolution_file
 from peach_cli.envs.store import built_envs, prune
-from peach_cli.project import load_project
+from peach_cli.project.loader import load_project
 
 CONF = """codops: shop
 py_environments:
@@ -292,7 +292,7 @@ def test_a_worker_of_an_env_gets_nothing_of_the_host_in(small_env, tmp_path, mon
     """What a replica or task of an env is started with (``WorkerLaunch.environment``):
     the host's PYTHONPATH, user site and activated conda env stay out; the env is
     activated, so ``python`` in a subprocess is the env's."""
-    from simulator.workers import Interpreter, WorkerLaunch
+    from simulator.spawn import Interpreter, WorkerLaunch
 
     runtime = tmp_path / "runtime"
     (runtime / "peach_cli").mkdir(parents=True)

@@ -34,7 +34,7 @@ def test_help_and_usage_errors_skip_markdown_and_pygments():
 def test_the_stand_ins_build_the_real_classes():
     code = """
 import sys
-from peach_cli import fasthelp
+from peach_cli.commands import fasthelp
 fasthelp.install()
 import typer.rich_utils as r
 assert "rich.markdown" not in sys.modules

@@ -234,7 +234,7 @@ def test_a_method_that_never_returns_times_out_and_its_replica_keeps_serving(fau
 
 
 def test_a_replica_whose_threads_all_hang_still_serves_or_is_reported(peach_dev):
-    from peach_cli.contract import ComponentRunner
+    from peach_cli.runtime.contract import ComponentRunner
 
     dev = peach_dev(SERVING)
     dev.wait_ready()
@@ -356,7 +356,7 @@ def test_a_result_that_is_not_json_is_a_method_error_naming_the_type(faults, kin
 
 
 def test_a_200_mb_result_is_a_clear_error_and_the_gateway_stays_small(patient):
-    from simulator.worker import MAX_RESULT_BYTES
+    from peach_cli.runtime.replica_worker import MAX_RESULT_BYTES
 
     gateway = patient.process.pid
     before = memory_kib(gateway)

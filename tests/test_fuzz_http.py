@@ -22,7 +22,7 @@ from conftest import PROJECTS, DevProcess, start_peach_dev
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from peach_cli.contract import ERROR_STATUS, MAX_BODY_BYTES, MAX_BODY_DEPTH
+from peach_cli.runtime.contract import ERROR_STATUS, MAX_BODY_BYTES, MAX_BODY_DEPTH
 
 FUZZ = PROJECTS / "faults" / "fuzz"
 URLS = ["/echo", "/strict", "/chunks", "/fallback", "/decorated"]

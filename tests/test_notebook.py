@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from projectkit import notebook_json
 
-from peach_cli import notebook as nb
+from peach_cli.project import notebook as nb
 
 
 def parse(*cells) -> nb.Notebook:

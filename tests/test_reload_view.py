@@ -9,8 +9,8 @@ import pytest
 from reload_support import RELOAD_BASIC, copy_project, edit_file
 from rich.console import Console
 
-from peach_cli.dev_view import DevView
-from peach_cli.validate import build_plan
+from peach_cli.checks.validate import build_plan
+from peach_cli.views.dev import DevView
 from simulator.changes import Changes, ComponentChange
 from simulator.events import (
     Reloaded,

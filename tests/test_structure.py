@@ -10,24 +10,13 @@ import ast
 import sys
 from pathlib import Path
 
-from peach_cli.deploy.packaging import RUNTIME_MODULES
+from peach_cli.deploy.packaging import SERVE_APP_MODULES
+from peach_cli.envs.runtime import runtime_files
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("peach_cli", "simulator")
 
-REPLICA_RUNTIME = (
-    "peach_cli/__init__.py",
-    "peach_cli/decorator.py",
-    "peach_cli/plan.py",
-    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "peach_cli/contract").glob("*.py")),
-    "simulator/__init__.py",
-    "simulator/worker.py",
-    "simulator/protocol.py",
-    "simulator/aio.py",
-    "simulator/task_worker.py",
-    "peach_cli/triggers.py",
-    "peach_cli/task_runtime.py",
-)
+REPLICA_RUNTIME = runtime_files()
 """What a replica or a task imports: it runs inside every user environment, so stdlib only."""
 
 
@@ -139,18 +128,18 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
 def test_worker_processes_are_started_in_one_module() -> None:
     """Every process the simulator runs user code in (replicas, spares, tasks) is started
-    by ``simulator.workers``; no other simulator module spawns one."""
+    by ``simulator.spawn``; no other simulator module spawns one."""
     starters = ("create_subprocess_exec", "create_subprocess_shell", "Popen", "subprocess.run")
     starters += ("os.fork", "os.spawn", "multiprocessing")
     places = [
         f"{name}: {starter}"
         for name, path in _sources().items()
-        if name.startswith("simulator.") and name != "simulator.workers"
+        if name.startswith("simulator.") and name != "simulator.spawn"
         for starter in starters
         if starter in path.read_text()
     ]
     assert places == []
-    assert "create_subprocess_exec" in (ROOT / "simulator" / "workers.py").read_text()
+    assert "create_subprocess_exec" in (ROOT / "simulator" / "spawn.py").read_text()
 
 
 def test_no_private_name_crosses_a_module_boundary() -> None:
@@ -178,19 +167,46 @@ def test_the_replica_runtime_imports_only_the_standard_library() -> None:
     assert {k: v for k, v in outside.items() if v} == {}
 
 
-def test_every_contract_module_is_uploaded_with_the_runtime() -> None:
-    contract = {f"contract/{p.name}" for p in (ROOT / "peach_cli" / "contract").glob("*.py")}
-    assert contract <= set(RUNTIME_MODULES)
+def _closure(starts: list[str]) -> set[str]:
+    """The project modules ``starts`` import, transitively (lazy imports included)."""
+    sources = _sources()
+    known = set(sources)
+    seen: set[str] = set()
+    todo = list(starts)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in sources:
+            continue
+        seen.add(name)
+        todo.extend(_imports(sources[name], known))
+    return seen
 
 
-def test_every_contract_module_is_staged_for_isolated_envs() -> None:
-    """A replica in an isolated env imports the contract from the staged runtime only."""
-    from peach_cli.envs.runtime import REPLICA_RUNTIME
+def _as_path(module: str) -> str:
+    path = ROOT / (module.replace(".", "/") + ".py")
+    if not path.exists():
+        path = ROOT / module.replace(".", "/") / "__init__.py"
+    return path.relative_to(ROOT).as_posix()
 
-    contract = {
-        f"peach_cli/contract/{p.name}" for p in (ROOT / "peach_cli" / "contract").glob("*.py")
-    }
-    assert contract <= set(REPLICA_RUNTIME)
+
+def test_a_worker_process_needs_nothing_outside_the_runtime_package() -> None:
+    """What a replica or task process runs reaches only ``peach_cli.runtime`` (and the
+    package's ``__init__``): staging that package is staging the whole runtime."""
+    mains = ["peach_cli.runtime.replica_worker", "peach_cli.runtime.task_worker"]
+    mains += ["peach_cli.runtime.task"]
+    reached = {_as_path(module) for module in _closure(mains)}
+    assert reached - set(REPLICA_RUNTIME) == set()
+    assert len(REPLICA_RUNTIME) > 10  # the package, not an empty glob
+
+
+def test_ray_replicas_get_everything_the_serve_app_imports() -> None:
+    reached = {_as_path(module) for module in _closure(["peach_cli.deploy.app"])}
+    # imported inside functions only the CLI calls (what to upload, requirements, tasks file)
+    cli_side = ["peach_cli.deploy.requirements", "peach_cli.deploy.jobs"]
+    cli_side += ["peach_cli.deploy.uploads", "peach_cli.envs.runtime"]
+    lazily_cli_side = {_as_path(m) for m in _closure(cli_side)} - {"peach_cli/deploy/packaging.py"}
+    uploaded = set(REPLICA_RUNTIME) | set(SERVE_APP_MODULES)
+    assert reached - uploaded - lazily_cli_side == set()
 
 
 def test_process_figures_come_from_psutil_not_proc() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from projectkit import diagnose, write_project
 
-from peach_cli.conf import json_schema
-from peach_cli.validate import build_plan
+from peach_cli.checks.validate import build_plan
+from peach_cli.project.conf import json_schema
 
 TASKS = Path(__file__).resolve().parent / "projects" / "tasks"
 

@@ -127,8 +127,8 @@ def test_ctrl_c_stops_a_running_task_with_its_children(project: Path, peach_dev)
 def test_the_dev_view_shows_a_tasks_table() -> None:
     from rich.console import Console
 
-    from peach_cli.dev_view import DevView
-    from simulator.task_events import TaskChanged, TaskState
+    from peach_cli.views.dev import DevView
+    from simulator.tasks.events import TaskChanged, TaskState
 
     console = Console(width=120, no_color=True, force_terminal=True, record=True)
     view = DevView(console, live=True)
@@ -147,9 +147,9 @@ def test_triggered_runs_go_before_the_loops_next_task_and_during_its_pause(
     """The scheduler itself, with real task processes (peach's own interpreter)."""
     import asyncio
 
-    from peach_cli.validate import build_plan
-    from simulator.task_events import TaskRunEnded
-    from simulator.tasks import TaskScheduler
+    from peach_cli.checks.validate import build_plan
+    from simulator.tasks.events import TaskRunEnded
+    from simulator.tasks.scheduler import TaskScheduler
 
     plan, diagnostics = build_plan(project)
     assert plan is not None, diagnostics
@@ -202,10 +202,10 @@ def test_a_conf_missing_mid_save_does_not_stop_the_scheduler(project):
     says so, keeps its last good tasks, and runs the next trigger."""
     import asyncio
 
-    from peach_cli.validate import build_plan
+    from peach_cli.checks.validate import build_plan
     from simulator.events import ServerNote
-    from simulator.task_events import TaskRunEnded
-    from simulator.tasks import TaskScheduler
+    from simulator.tasks.events import TaskRunEnded
+    from simulator.tasks.scheduler import TaskScheduler
 
     plan, diagnostics = build_plan(project)
     assert plan is not None, diagnostics

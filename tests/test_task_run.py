@@ -186,7 +186,7 @@ def test_a_project_with_errors_is_not_run(project: Path) -> None:
 def test_a_long_output_line_is_cut_once_not_split_into_lines():
     import asyncio
 
-    from simulator.task_run import MAX_LINE_CHARS, _pump
+    from simulator.tasks.run import MAX_LINE_CHARS, _pump
 
     async def pumped(*chunks: bytes) -> list[str]:
         reader = asyncio.StreamReader()

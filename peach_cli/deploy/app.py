@@ -38,12 +38,12 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from peach_cli import contract
 from peach_cli.deploy import INIT_FAILED_MARKER, reports
 from peach_cli.deploy.config import component_from_json, endpoints_from_json
 from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE, TASKS_FILE
 from peach_cli.deploy.progress import still_failing_to_start
-from peach_cli.plan import EndpointSpec, url_key
+from peach_cli.runtime import contract
+from peach_cli.runtime.plan import EndpointSpec, url_key
 
 logger = logging.getLogger("peach.deploy")
 
@@ -70,7 +70,7 @@ def _replica_suffix() -> str:
 
 def _use_ray_tasks() -> None:
     """``trigger_task_with_event`` in this replica: the project's tasks as Ray jobs."""
-    from peach_cli.triggers import install_task_helpers, use_ray_jobs
+    from peach_cli.runtime.triggers import install_task_helpers, use_ray_jobs
 
     install_task_helpers()
     if Path(TASKS_FILE).is_file():

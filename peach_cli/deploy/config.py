@@ -28,7 +28,7 @@ from peach_cli.deploy.packaging import (
     runtime_package,
 )
 from peach_cli.errors import DeployError, UsageError
-from peach_cli.plan import ABSpec, ComponentSpec, EndpointSpec, ProjectPlan
+from peach_cli.runtime.plan import ABSpec, ComponentSpec, EndpointSpec, ProjectPlan
 
 GATEWAY = "gateway"
 """The ingress deployment's name (component deployments always contain a dot)."""

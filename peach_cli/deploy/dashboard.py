@@ -189,10 +189,6 @@ class DashboardClient:
         """``PUT /api/serve/applications/``: the whole declarative set of applications."""
         self._request("PUT", APPLICATIONS_PATH, json=config)
 
-    def shutdown_serve(self) -> None:
-        """``DELETE /api/serve/applications/``: shuts down Serve and every application."""
-        self._request("DELETE", APPLICATIONS_PATH)
-
     def cluster_status(self) -> dict[str, Any]:
         """``GET /api/cluster_status``: the cluster's resource usage (used, total) by node."""
         data = _json(

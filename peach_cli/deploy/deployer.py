@@ -45,7 +45,7 @@ from peach_cli.deploy.resources import (
     has_totals,
 )
 from peach_cli.errors import DeployError
-from peach_cli.plan import ProjectPlan
+from peach_cli.runtime.plan import ProjectPlan
 
 if TYPE_CHECKING:
     from peach_cli.deploy.uploads import Selection

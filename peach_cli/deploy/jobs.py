@@ -3,7 +3,7 @@
 The job runs the same code ``peach deploy`` uploads for a component: the project's files in
 a content-hashed ``working_dir`` zip (with the task's spec as ``.peach/task.json``), peach's
 runtime in ``py_modules``, the py_env's requirements (``base`` + its own) installed by the
-cluster; its entrypoint is ``python -m peach_cli.task_runtime .peach/task.json``, the payload
+cluster; its entrypoint is ``python -m peach_cli.runtime.task .peach/task.json``, the payload
 in ``PEACH_TASK_PAYLOAD``::
 
     POST /api/jobs/                      submit (a submission id of ours)
@@ -12,7 +12,7 @@ in ``PEACH_TASK_PAYLOAD``::
     POST /api/jobs/<id>/stop             on Ctrl-C and past the task's timeout
 
 ``run_task_job`` reports through callbacks and raises ``DeployError``; nothing here prints
-(``peach_cli.cmd_task`` renders).
+(``peach_cli.commands.task`` renders).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from peach_cli.deploy.packaging import (
     runtime_package,
 )
 from peach_cli.errors import DeployError
-from peach_cli.plan import ProjectPlan, TaskSpec
-from peach_cli.triggers import PAYLOAD_ENV
+from peach_cli.runtime.plan import ProjectPlan, TaskSpec
+from peach_cli.runtime.triggers import PAYLOAD_ENV
 
 TASK_FILE = ".peach/task.json"
-ENTRYPOINT = f"python -m peach_cli.task_runtime {TASK_FILE}"
+ENTRYPOINT = f"python -m peach_cli.runtime.task {TASK_FILE}"
 JOBS_PATH = "/api/jobs/"
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 POLL_INTERVAL_S = 0.5

@@ -86,41 +86,33 @@ def project_files(root: Path, excluded: Iterable[str] = ()) -> list[tuple[str, b
     return read_files(selection)
 
 
-RUNTIME_MODULES = (
-    "__init__.py",
-    "decorator.py",
-    "errors.py",
-    "plan.py",
-    "task_runtime.py",
-    "triggers.py",
-    "contract/__init__.py",
-    "contract/ab.py",
-    "contract/answers.py",
-    "contract/binding.py",
-    "contract/errors.py",
-    "contract/request.py",
-    "contract/results.py",
-    "contract/runner.py",
-    "contract/transport.py",
-    "deploy/__init__.py",
-    "deploy/app.py",
-    "deploy/config.py",
-    "deploy/packaging.py",
-    "deploy/progress.py",
-    "deploy/reports.py",
+SERVE_APP_MODULES = (
+    "peach_cli/errors.py",
+    "peach_cli/deploy/__init__.py",
+    "peach_cli/deploy/app.py",
+    "peach_cli/deploy/config.py",
+    "peach_cli/deploy/packaging.py",
+    "peach_cli/deploy/progress.py",
+    "peach_cli/deploy/reports.py",
 )
-"""The part of ``peach_cli`` that replicas import (notebooks' ``from peach_cli import
-endpoint`` included): a change anywhere else in the tool does not restart replicas."""
+"""The Ray Serve application around the replica runtime (the gateway and component
+deployments); ``tests/test_structure.py`` checks it holds everything ``deploy/app.py`` imports."""
+
+
+def runtime_modules() -> tuple[str, ...]:
+    """What Ray's replicas import of peach: the replica runtime (the ``peach_cli.runtime``
+    package, notebooks' ``from peach_cli import endpoint`` included) and the Serve app around
+    it. A change anywhere else in the tool does not restart replicas."""
+    from peach_cli.envs.runtime import runtime_files
+
+    return (*runtime_files(), *SERVE_APP_MODULES)
 
 
 def runtime_package() -> Package:
     """The runtime part of ``peach_cli``, for ``py_modules``: the cluster needs only Ray."""
-    import peach_cli
+    from peach_cli.envs.runtime import SOURCE_ROOT
 
-    source = Path(peach_cli.__file__).parent
-    entries = [
-        (f"peach_cli/{module}", (source / module).read_bytes()) for module in RUNTIME_MODULES
-    ]
+    entries = [(name, (SOURCE_ROOT / name).read_bytes()) for name in runtime_modules()]
     return package("runtime", entries)
 
 

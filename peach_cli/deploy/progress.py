@@ -30,7 +30,7 @@ def strip_ansi(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class ReplicaState:
+class ServeReplica:
     replica_id: str
     state: str
     node_ip: str | None = None
@@ -45,7 +45,7 @@ class DeploymentState:
     status: str
     message: str
     target: int | None
-    replicas: tuple[ReplicaState, ...] = ()
+    replicas: tuple[ServeReplica, ...] = ()
     working_dir: str | None = None
     """The code the deployment is at (its ``runtime_env`` working_dir), when reported."""
 
@@ -120,7 +120,7 @@ def read_application(name: str, app: dict[str, Any]) -> ApplicationState:
         if not isinstance(target, int):
             target = targets.get(deployment_name)
         replicas = tuple(
-            ReplicaState(
+            ServeReplica(
                 replica_id=str(replica.get("replica_id", "?")),
                 state=str(replica.get("state", "?")),
                 node_ip=replica.get("node_ip"),

@@ -20,7 +20,7 @@ from peach_cli.errors import DeployError, UsageError
 if TYPE_CHECKING:
     from peach_cli.deploy.dashboard import DashboardClient
     from peach_cli.deploy.resources import Needs
-    from peach_cli.plan import ProjectPlan
+    from peach_cli.runtime.plan import ProjectPlan
 
 _AFTER_DASHBOARD = ("token", "ray_version", "resources")
 

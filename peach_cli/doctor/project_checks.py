@@ -19,8 +19,8 @@ from peach_cli.errors import UsageError
 from peach_cli.wording import count
 
 if TYPE_CHECKING:
-    from peach_cli.conf import PeachConf
-    from peach_cli.plan import ProjectPlan
+    from peach_cli.project.conf import PeachConf
+    from peach_cli.runtime.plan import ProjectPlan
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,9 @@ def check_project(path: Path, *, explicit: bool = True) -> CheckedProject:
     A PROJECT given on the command line that does not exist is a ``UsageError``; the
     current folder without a conf is a skipped check that suggests `peach init`.
     """
-    from peach_cli.diagnostics import has_errors
-    from peach_cli.project import load_project
-    from peach_cli.validate import validate_project
+    from peach_cli.checks.diagnostics import has_errors
+    from peach_cli.checks.validate import validate_project
+    from peach_cli.project.loader import load_project
 
     command = "peach validate" if not explicit else f"peach validate {path}"
     if explicit and not path.exists():

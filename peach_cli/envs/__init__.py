@@ -58,7 +58,7 @@ from peach_cli.envs.uvrun import UvCancelled
 from peach_cli.errors import EnvBuildError
 
 if TYPE_CHECKING:
-    from peach_cli.plan import ProjectPlan
+    from peach_cli.runtime.plan import ProjectPlan
 
 
 def plan_envs(plan: ProjectPlan) -> dict[str, EnvSpec]:

@@ -6,7 +6,7 @@ modules use the standard library only, so they are copied — nothing is install
 env — into a folder of the cache named by a hash of their contents, and the replica gets
 that folder (and only it) on ``PYTHONPATH``::
 
-    folder = stage_runtime()        # <cache>/runtime-<hash>/{peach_cli,simulator}/...
+    folder = stage_runtime()        # <cache>/runtime-<hash>/peach_cli/{__init__.py,runtime/...}
 
 The folder is written once per version of the runtime, atomically (a temporary folder
 renamed into place), and shared by every env and project.
@@ -26,28 +26,17 @@ from peach_cli.envs.paths import cache_root
 SOURCE_ROOT = Path(__file__).resolve().parent.parent.parent
 """The folder holding ``peach_cli`` and ``simulator`` (a checkout or site-packages)."""
 
-REPLICA_RUNTIME = (
-    "peach_cli/__init__.py",
-    "peach_cli/decorator.py",
-    "peach_cli/plan.py",
-    "peach_cli/contract/__init__.py",
-    "peach_cli/contract/ab.py",
-    "peach_cli/contract/answers.py",
-    "peach_cli/contract/binding.py",
-    "peach_cli/contract/errors.py",
-    "peach_cli/contract/request.py",
-    "peach_cli/contract/results.py",
-    "peach_cli/contract/runner.py",
-    "peach_cli/contract/transport.py",
-    "peach_cli/task_runtime.py",
-    "peach_cli/triggers.py",
-    "simulator/__init__.py",
-    "simulator/aio.py",
-    "simulator/protocol.py",
-    "simulator/task_worker.py",
-    "simulator/worker.py",
-)
-"""What a replica or a task imports of peach (standard library only; ``tests/test_structure.py``)."""
+
+def runtime_files() -> tuple[str, ...]:
+    """What a replica or a task imports of peach: ``peach_cli/__init__.py`` and the whole
+    ``peach_cli/runtime`` package, as paths under ``SOURCE_ROOT`` (standard library only;
+    ``tests/test_structure.py``)."""
+    package = SOURCE_ROOT / "peach_cli" / "runtime"
+    files = sorted(path.relative_to(SOURCE_ROOT).as_posix() for path in package.rglob("*.py"))
+    return ("peach_cli/__init__.py", *files)
+
+
+REPLICA_RUNTIME = runtime_files()
 
 _staged: dict[Path, Path] = {}
 

@@ -1,0 +1,1 @@
+"""The checks behind `peach validate`: conf and notebooks, A/B, undeclared imports, triggers."""

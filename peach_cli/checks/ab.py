@@ -1,0 +1,129 @@
+"""The checks of an endpoint's ``ab:`` A/B test (PC117, PC309), and the ``ABSpec`` they give.
+
+Two kinds of problem, both reported at the YAML node they are about:
+
+* what the conf model refuses inside ``ab:`` (an unknown ``by``, a percentage that is not a
+  whole number from 0 to 100, percentages that do not sum to 100): ``schema_problem``
+  turns those pydantic errors into PC117 instead of the generic PC103;
+* what needs the endpoint's components (``check_ab``): a split naming a component the
+  endpoint does not have, or the fallback (PC117), and a non-fallback component that is
+  neither ``main`` nor in the split, which can never answer (warning PC309) — with or
+  without an A/B test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from peach_cli.checks.diagnostics import Diagnostic, Position, did_you_mean
+from peach_cli.project.conf import Endpoint
+from peach_cli.runtime.plan import FALLBACK, PRIMARY, ABSpec
+
+Locate = Callable[..., Position]
+"""``locate(path, key=False)``: the position of a conf node (``Project.position``)."""
+
+BY_VALUES = ("user", "client", "session")
+PERCENT_HINT = "percentages are whole numbers from 0 to 100, and they sum to 100"
+
+
+def is_ab_location(loc: tuple[Any, ...]) -> bool:
+    """Whether a pydantic error location is inside an endpoint's ``ab:``."""
+    return len(loc) >= 3 and loc[0] == "endpoints" and loc[2] == "ab"
+
+
+def schema_problem(item: Any, locate: Locate) -> Diagnostic | None:
+    """PC117 for a pydantic error inside ``ab:`` (None: not one; unknown and missing keys
+    stay PC101 and PC102)."""
+    loc = tuple(item["loc"])
+    kind = item["type"]
+    if not is_ab_location(loc) or kind in ("extra_forbidden", "missing"):
+        return None
+    endpoint = loc[1]
+    where = ".".join(str(p) for p in loc)
+    value = item.get("input")
+    tail = loc[3:]
+    hint: str | None = None
+    if not tail:
+        message = f"endpoints.{endpoint}.ab must be a mapping of by and split"
+        hint = "ab: {by: user, split: {main: 90, other: 10}}"
+    elif tail == ("by",):
+        message = f"invalid {where}: {value!r} is not one of {', '.join(BY_VALUES)}"
+        hint = did_you_mean(str(value), BY_VALUES) or (
+            "by: user reads user_id, client reads client_id, session reads session_id"
+        )
+    elif tail == ("split",) and kind == "value_error":
+        text = str(item.get("msg", "")).removeprefix("Value error, ")
+        message = f"invalid {where}: {text}"
+        hint = PERCENT_HINT
+    elif tail == ("split",):
+        message = f"invalid {where}: it must map components to percentages"
+        hint = "split: {main: 90, other: 10}"
+    else:
+        message = f"invalid {where}: {value!r} is not a whole percentage from 0 to 100"
+        hint = PERCENT_HINT
+    return Diagnostic("PC117", message, locate(loc), hint)
+
+
+def check_ab(
+    name: str, endpoint: Endpoint, locate: Locate, *, refused: bool = False
+) -> tuple[list[Diagnostic], ABSpec | None]:
+    """Check an endpoint's split against its components; the ``ABSpec`` when it has one
+    and it is valid. ``refused``: the conf has an ``ab:`` the model refused (PC117 is
+    reported already), so nothing is said about which components answer."""
+    if refused:
+        return [], None
+    problems: list[Diagnostic] = []
+    components = list(endpoint.components)
+    arms = [c for c in components if c != FALLBACK]
+    ab = endpoint.ab
+    split = dict(ab.split) if ab is not None else {}
+    for arm in split:
+        where = locate(("endpoints", name, "ab", "split", arm), key=True)
+        if arm == FALLBACK:
+            problems.append(
+                Diagnostic(
+                    "PC117",
+                    f"the fallback cannot be an arm of endpoint '{name}': it answers for "
+                    "every arm when that arm fails",
+                    where,
+                    f"split the requests between {', '.join(arms) or PRIMARY} only",
+                )
+            )
+        elif arm not in endpoint.components:
+            problems.append(
+                Diagnostic(
+                    "PC117",
+                    f"the split of endpoint '{name}' names '{arm}', which is not one of its "
+                    f"components ({', '.join(components)})",
+                    where,
+                    did_you_mean(arm, arms) or f"add a component named {arm}",
+                )
+            )
+    if problems:  # a wrong split: those errors say what to fix
+        return problems, None
+    if len(arms) > 1 or ab is not None:
+        for component in arms:
+            if component == PRIMARY or component in split:
+                continue
+            reason = (
+                f"it is not in the split of ab: ({', '.join(split)})"
+                if ab is not None
+                else "the endpoint has no ab: test, so only main answers"
+            )
+            hint = (
+                f"add {component} to ab.split (the percentages still summing to 100), or remove it"
+                if ab is not None
+                else f"give it a share: ab: {{by: user, split: {{main: 90, {component}: 10}}}}"
+            )
+            problems.append(
+                Diagnostic(
+                    "PC309",
+                    f"component '{component}' of endpoint '{name}' can never answer: {reason}",
+                    locate(("endpoints", name, "components", component), key=True),
+                    hint,
+                )
+            )
+    if ab is None:
+        return problems, None
+    return problems, ABSpec(ab.by, tuple(split.items()))

@@ -1,0 +1,1 @@
+"""The client behind `peach ask`: request items, sending, and reading framed streams."""

@@ -1,0 +1,1 @@
+"""The commands of `peach`: one module a command, each thin over the core it calls."""

@@ -1,0 +1,141 @@
+"""Shell completion from the project in the current folder: endpoint urls and task names.
+
+A completer runs on every <TAB>, so it only reads: the conf files with PyYAML (no model, no
+validation), and, for ``decorator_endpoints``, the notebooks' code cells with ``ast``. A
+project that is broken or missing completes nothing rather than failing.
+
+Typer attaches them with ``autocompletion=``::
+
+    target: Annotated[str, typer.Argument(autocompletion=complete_target)]
+    name: Annotated[str, typer.Argument(autocompletion=complete_task)]
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DEV_URL = "http://127.0.0.1:8000"
+URL_ENV = "PEACH_URL"
+_MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
+def read_confs(folder: Path) -> list[dict[str, Any]]:
+    """The top-level mapping of each conf file of the project at ``folder`` (unreadable
+    files and files that are not a mapping are left out)."""
+    import yaml
+
+    from peach_cli.errors import PeachError
+    from peach_cli.project.loader import find_conf_files
+
+    try:
+        _root, files = find_conf_files(folder)
+    except PeachError:
+        return []
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    confs = []
+    for path in files:
+        try:
+            if path.stat().st_size > _MAX_FILE_BYTES:
+                continue
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError):
+            continue
+        if isinstance(data, dict):
+            confs.append(data)
+    return confs
+
+
+def endpoint_urls(folder: Path) -> list[tuple[str, str]]:
+    """``(url, endpoint name)`` of every endpoint of the project, in conf order."""
+    found: dict[str, str] = {}
+    for conf in read_confs(folder):
+        endpoints = conf.get("endpoints")
+        if isinstance(endpoints, dict):
+            for name, endpoint in endpoints.items():
+                url = endpoint.get("url") if isinstance(endpoint, dict) else None
+                if isinstance(url, str) and url.startswith("/"):
+                    found.setdefault(url, str(name))
+        notebooks = conf.get("decorator_endpoints")
+        if isinstance(notebooks, list):
+            for notebook in notebooks:
+                if isinstance(notebook, str):
+                    for url, name in decorated_urls(folder / notebook):
+                        found.setdefault(url, name)
+    return list(found.items())
+
+
+def decorated_urls(path: Path) -> list[tuple[str, str]]:
+    """``(url, function name)`` of each ``@endpoint("/url", ...)`` in a notebook."""
+    try:
+        if path.stat().st_size > _MAX_FILE_BYTES:
+            return []
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return []
+    found = []
+    for cell in cells if isinstance(cells, list) else []:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source")
+        text = "".join(source) if isinstance(source, list) else source
+        if not isinstance(text, str) or "endpoint" not in text:
+            continue
+        lines = ["pass" if line.lstrip()[:1] in ("%", "!") else line for line in text.split("\n")]
+        try:
+            tree = ast.parse("\n".join(lines))
+        except (SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                url = _decorator_url(node)
+                if url is not None:
+                    found.append((url, node.name))
+    return found
+
+
+def _decorator_url(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    for decorator in function.decorator_list:
+        if not isinstance(decorator, ast.Call):
+            continue
+        callee = decorator.func
+        name = callee.id if isinstance(callee, ast.Name) else getattr(callee, "attr", None)
+        if name != "endpoint":
+            continue
+        candidates = decorator.args[:1] + [k.value for k in decorator.keywords if k.arg == "url"]
+        for candidate in candidates:
+            if isinstance(candidate, ast.Constant) and isinstance(candidate.value, str):
+                return candidate.value
+    return None
+
+
+def task_names(folder: Path) -> list[tuple[str, str]]:
+    """``(task name, notebook:method)`` of every task of the project."""
+    found: dict[str, str] = {}
+    for conf in read_confs(folder):
+        tasks = conf.get("tasks")
+        if isinstance(tasks, dict):
+            for name, task in tasks.items():
+                where = ""
+                if isinstance(task, dict):
+                    where = f"{task.get('notebook', '?')}:{task.get('method', '?')}"
+                found.setdefault(str(name), where)
+    return list(found.items())
+
+
+def complete_target(incomplete: str) -> list[tuple[str, str]]:
+    """`peach ask` TARGET: the project's urls (``/greet``), or full URLs on ``PEACH_URL``."""
+    urls = endpoint_urls(Path.cwd())
+    if incomplete and not incomplete.startswith("/"):  # a full URL
+        base = (os.environ.get(URL_ENV) or DEFAULT_DEV_URL).rstrip("/")
+        full = [(f"{base}{url}", name) for url, name in urls]
+        return [(url, name) for url, name in full if url.startswith(incomplete)]
+    return [(url, name) for url, name in urls if url.startswith(incomplete)]
+
+
+def complete_task(incomplete: str) -> list[tuple[str, str]]:
+    """A task NAME (for `peach task run`): the project's tasks."""
+    return [(name, where) for name, where in task_names(Path.cwd()) if name.startswith(incomplete)]

@@ -1,0 +1,41 @@
+"""`peach doctor`: run every check (``peach_cli.doctor``), render them, exit 1 if one failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from peach_cli.errors import UsageError
+
+FORMATS = ("text", "json")
+
+
+def run_doctor(
+    project: Path | None,
+    *,
+    address: str | None = None,
+    port: int = 8000,
+    offline: bool = False,
+    output_format: str = "text",
+) -> int:
+    """Check the machine, the project (default: the current folder) and the cluster."""
+    if output_format not in FORMATS:
+        raise UsageError(
+            f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+        )
+    if not 0 < port <= 65535:
+        raise UsageError(f"--port must be between 1 and 65535, not {port}")
+    from peach_cli.doctor import run_checks
+    from peach_cli.views import console
+
+    report = run_checks(
+        project or Path("."),
+        explicit_project=project is not None,
+        address=address,
+        port=port,
+        offline=offline,
+    )
+    if output_format == "json":
+        console.print_json(report.to_dict())
+    else:
+        console.print_checks(report)
+    return 0 if report.ok else 1

@@ -1,0 +1,28 @@
+"""`peach init`: write a new project (``peach_cli.commands.scaffold``) and say what to run next."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def run_init(
+    folder: Path, *, codops: str | None = None, streaming: bool = False, force: bool = False
+) -> int:
+    """Create the project in ``folder``; return the exit code (errors raise ``PeachError``)."""
+    from peach_cli.commands.scaffold import create_project
+    from peach_cli.views import console
+
+    created = create_project(folder, codops=codops, streaming=streaming, force=force)
+    relative = os.path.relpath(folder.resolve(), Path.cwd().resolve())
+    steps = [] if relative == "." else [f"cd {_shell_word(relative)}"]
+    steps += ["peach validate", "peach dev"]
+    steps += [endpoint.ask for endpoint in created.endpoints]
+    console.print_created(created, steps)
+    return 0
+
+
+def _shell_word(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

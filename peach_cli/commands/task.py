@@ -1,0 +1,253 @@
+"""`peach task list|run`: the project's tasks, and one run of one of them.
+
+``peach task run`` runs the task in its own process, in its py_env's env, with the project
+folder as working directory (``simulator.tasks.scheduler``), or on a Ray cluster as a job with
+``--address`` (``peach_cli.deploy.jobs``). Runs it triggers (``trigger_task_with_event``)
+run after it, one at a time, in order.
+
+Exit codes: 0 every run returned; 1 a run raised or ran past its timeout (its process tree
+killed), or the project has errors; 2 the command line is wrong (an unknown task gets
+"did you mean"); 130 Ctrl-C (the task is stopped with its process tree).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from peach_cli import wording
+from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.runtime.plan import ProjectPlan
+
+FORMATS = ("text", "json")
+EXIT_INTERRUPTED = 130
+
+
+def run_task_list(project: Path, *, output_format: str = "text") -> int:
+    """Print the project's tasks (from the conf alone: no notebook is read)."""
+    if output_format not in FORMATS:
+        raise UsageError(f"--format must be text or json, not {output_format!r}")
+    from peach_cli.checks.diagnostics import has_errors, sort_key
+    from peach_cli.project.loader import load_project
+    from peach_cli.views import console
+    from peach_cli.views.task import print_task_list
+
+    loaded, diagnostics = load_project(project)
+    if loaded is None or has_errors(diagnostics):
+        errors = sorted((d for d in diagnostics if d.severity == "error"), key=sort_key)
+        console.print_diagnostics(errors, summary=f"{len(errors)} error(s) in {project}", ok=False)
+        return 1
+    rows = [
+        {
+            "name": name,
+            "notebook": task.notebook,
+            "method": task.method,
+            "py_env": task.py_env,
+            "timeout_s": float(task.timeout_s),
+            "full_notebook": task.full_notebook,
+        }
+        for name, task in loaded.conf.tasks.items()
+    ]
+    if output_format == "json":
+        console.print_json({"tasks": rows})
+    else:
+        print_task_list(rows)
+    return 0
+
+
+def read_payload(payload: str | None) -> str | None:
+    """``--payload``: JSON text, or ``@FILE`` holding it; normalised JSON text, or None.
+
+    Raises ``UsageError`` when the file cannot be read or the text is not JSON.
+    """
+    if payload is None:
+        return None
+    text, origin = payload, "--payload"
+    if payload.startswith("@"):
+        path = Path(payload[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise UsageError(f"--payload {payload}: cannot read {path}: {error}") from None
+        origin = str(path)
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise UsageError(
+            f"{origin} is not JSON: {error}",
+            hint="""quote it for the shell: --payload '{"reason": "drift"}', or use @file.json""",
+        ) from None
+    return json.dumps(value)
+
+
+def plan_with_task(project: Path, name: str) -> ProjectPlan | None:
+    """The project's plan, after checking that ``name`` is one of its tasks.
+
+    None (after printing the errors) when the project has errors; ``UsageError`` with a
+    "did you mean" for an unknown task.
+    """
+    from peach_cli.checks.diagnostics import did_you_mean, sort_key
+    from peach_cli.checks.validate import build_plan
+    from peach_cli.views import console
+
+    plan, diagnostics = build_plan(project)
+    if plan is None:
+        errors = sorted((d for d in diagnostics if d.severity == "error"), key=sort_key)
+        count = len(errors)
+        console.print_diagnostics(
+            errors,
+            summary=f"{wording.count(count, 'error')} in {project}: not running",
+            ok=False,
+        )
+        return None
+    if name not in plan.tasks:
+        from peach_cli.runtime.triggers import unknown_task_message
+
+        raise UsageError(
+            unknown_task_message(name, list(plan.tasks)),
+            hint=did_you_mean(name, plan.tasks) or "`peach task list` shows them",
+        )
+    return plan
+
+
+def run_task_run(
+    name: str,
+    project: Path,
+    *,
+    payload: str | None = None,
+    timeout_s: float | None = None,
+    address: str | None = None,
+    shared_env: bool = False,
+    offline: bool = False,
+) -> int:
+    """Run the task ``name`` once (and what it triggers); the exit code."""
+    if timeout_s is not None and not timeout_s > 0:
+        raise UsageError(f"--timeout-s must be a positive number of seconds, not {timeout_s:g}")
+    payload_text = read_payload(payload)
+    plan = plan_with_task(project, name)
+    if plan is None:
+        return 1
+    if address is not None:
+        return run_task_on_ray(plan, name, payload_text, address=address, timeout_s=timeout_s)
+    from peach_cli.runtime import aio
+
+    return aio.run(
+        _run_local(
+            plan,
+            name,
+            payload_text,
+            project=project,
+            timeout_s=timeout_s,
+            shared_env=shared_env,
+            offline=offline,
+        )
+    )
+
+
+async def _run_local(
+    plan: ProjectPlan,
+    name: str,
+    payload: str | None,
+    *,
+    project: Path,
+    timeout_s: float | None,
+    shared_env: bool,
+    offline: bool,
+) -> int:
+    import asyncio
+    import signal
+
+    from peach_cli.views.task import TaskRunView
+    from simulator.environments import Environments
+    from simulator.tasks.scheduler import TaskScheduler
+
+    view = TaskRunView()
+    scheduler = TaskScheduler(
+        plan, project=project, timeout_s=timeout_s, keep_warm=False, on_event=view.handle
+    )
+    scheduler.environments = Environments(
+        plan.root,
+        isolated=not shared_env,
+        offline=offline,
+        on_event=view.handle,
+        env=scheduler.worker_env,
+    )
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    interrupted = False
+
+    def on_signal() -> None:
+        nonlocal interrupted
+        interrupted = True
+        if main is not None:
+            main.cancel()
+
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(number, on_signal)
+    ended: list[Any] | None = None
+    try:
+        await scheduler.start(run_loop=False)
+        scheduler.trigger(name, payload, triggered=False)
+        ended = await scheduler.run_until_idle()
+    except asyncio.CancelledError:
+        if not interrupted:
+            raise
+        if main is not None:
+            main.uncancel()
+    finally:
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(number)
+        await scheduler.stop()
+        if scheduler.environments is not None:
+            scheduler.environments.release()
+    if ended is None:
+        view.note(f"{name}: interrupted; the task was stopped and its process tree killed")
+        return EXIT_INTERRUPTED
+    return 0 if all(run.ok for run in ended) else 1
+
+
+def run_task_on_ray(
+    plan: ProjectPlan,
+    name: str,
+    payload: str | None,
+    *,
+    address: str | None,
+    timeout_s: float | None = None,
+) -> int:
+    """`peach task run NAME --address URL`: the exit code (0, 1, or 130 on Ctrl-C)."""
+    from peach_cli.deploy.jobs import run_task_job
+    from peach_cli.views.task import TaskRunView
+
+    view = TaskRunView()
+    try:
+        outcome = run_task_job(
+            plan,
+            name,
+            payload,
+            address=address,
+            timeout_s=timeout_s,
+            on_line=lambda line: view.handle_line(name, line),
+            on_note=view.note,
+        )
+    except KeyboardInterrupt:
+        view.note(f"{name}: interrupted; the Ray job was stopped")
+        return EXIT_INTERRUPTED
+    job = f"Ray job {outcome.submission_id}"
+    if outcome.status == "SUCCEEDED":  # seconds from the submission (not the upload) to the end
+        view.note(f"task {name} {job} ok in {outcome.seconds:.2f} s")
+        return 0
+    if outcome.status == "TIMED_OUT":
+        view.note(
+            f"task {name} {job} {outcome.message} (timeout_s): the job was stopped "
+            "(Ray kills its process group)"
+        )
+        return 1
+    # Ray's message repeats the whole log, already shown: keep its first line
+    first = outcome.message.strip().splitlines()[0] if outcome.message.strip() else ""
+    first = first.split(", last available logs")[0]
+    detail = f": {first}" if first else ""
+    view.note(f"task {name} {job} {outcome.status.lower()} in {outcome.seconds:.2f} s{detail}")
+    return 1

@@ -1,0 +1,66 @@
+"""`peach validate` and `peach schema`: load once, check everything, render, return an exit code.
+
+Exit codes of ``peach validate``: 0 no error (warnings allowed unless ``--strict``), 1 errors
+(or warnings under ``--strict``), 2 the command line is wrong (``UsageError``, rendered by
+``peach_cli.cli.main``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from peach_cli.errors import UsageError
+from peach_cli.wording import count
+
+FORMATS = ("text", "json")
+
+
+def run_validate(project: Path, *, output_format: str = "text", strict: bool = False) -> int:
+    """Validate the project at ``project`` and print every problem; return the exit code."""
+    if output_format not in FORMATS:
+        raise UsageError(
+            f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+        )
+    from peach_cli.checks.diagnostics import sort_key
+    from peach_cli.checks.validate import validate_project
+    from peach_cli.project.loader import load_project
+    from peach_cli.views import console
+
+    loaded, diagnostics = load_project(project)
+    endpoints = 0
+    if loaded is not None:
+        result = validate_project(loaded)
+        diagnostics += result.diagnostics
+        endpoints = len(result.endpoints)
+    diagnostics.sort(key=sort_key)
+    counts = {s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")}
+    failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
+    if output_format == "json":
+        console.print_json([d.to_dict() for d in diagnostics])
+    else:
+        console.print_diagnostics(
+            diagnostics, summary=summarize(project, counts, endpoints, strict), ok=not failed
+        )
+    return 1 if failed else 0
+
+
+def summarize(project: Path, counts: dict[str, int], endpoints: int, strict: bool) -> str:
+    """``2 errors, 1 warning in examples/bad`` / ``examples/quickstart is valid: 2 endpoints``."""
+
+    notes = [count(counts[s], s) for s in ("error", "warning") if counts[s]]
+    if counts["info"]:
+        notes.append(f"{counts['info']} info")
+    if counts["error"] or (strict and counts["warning"]):
+        suffix = " (--strict: warnings fail)" if strict and not counts["error"] else ""
+        return f"{', '.join(notes)} in {project}{suffix}"
+    detail = f" ({', '.join(notes)})" if notes else ""
+    return f"{project} is valid: {count(endpoints, 'endpoint')}{detail}"
+
+
+def run_schema() -> int:
+    """Print the JSON Schema of peach.conf on stdout."""
+    from peach_cli.project.conf import json_schema
+    from peach_cli.views import console
+
+    console.print_json(json_schema())
+    return 0

@@ -1,0 +1,1 @@
+"""The project model: the conf, its loader, the notebook reader, and the plan they build."""

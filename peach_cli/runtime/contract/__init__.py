@@ -1,0 +1,140 @@
+"""The request contract of a PEACH endpoint (SPEC §2), written once for both hosts.
+
+``peach dev`` (the simulator) and ``peach deploy`` (the Ray Serve application) wrap this
+package and add only transport: how bytes reach a replica and come back. Everything a user
+can observe lives here, one concept a module:
+
+* ``errors`` — the stable error codes, ``ContractError``, ``InitError``, ``ResultNotJSON``;
+* ``request`` — ``parse_request`` (405/413/400, query + JSON body merge, ``stream`` taken
+  out before any default applies);
+* ``transport`` — what both gateways share: ``read_body`` up to the limit, the ``dispatch``
+  decision (stream, ``stream_required`` or plain call), stream headers, the 503 message;
+* ``ab`` — ``choose_arm``: which component (arm) of an A/B test answers a request, and
+  ``ab_route``: how ``/_peach/routes`` shows the test;
+* ``answers`` — ``answer`` (the per-codops timeout, fallback on a raise, a timeout or an
+  empty result, the envelope) and ``stream_required_answer``;
+* ``binding`` — arguments bound to the method's signature (``model``/``init_state``
+  injected and never taken from a request, query strings converted to annotations,
+  ``args`` defaults);
+* ``results`` — results converted to JSON, ``(items, meta)`` drift detection, chunks
+  encoded, tracebacks that name notebook cells;
+* ``runner`` — ``ComponentRunner``: the notebook code executed in a fresh module, ``init``
+  run once, the drift re-init, the user's generator always closed.
+
+Nothing here imports a web framework, prints, or exits: it runs inside every replica, in
+every user environment, with the standard library only.
+"""
+
+from peach_cli.runtime.contract.ab import ab_route, assignment_value, bucket, choose_arm
+from peach_cli.runtime.contract.answers import (
+    COMPONENT_HEADER,
+    REPLICA_HEADER,
+    Answer,
+    Attempt,
+    CallResult,
+    ComponentCall,
+    answer,
+    error_answer,
+    error_envelope,
+    not_found_answer,
+    ok_envelope,
+    stream_required_answer,
+    stream_required_message,
+)
+from peach_cli.runtime.contract.binding import (
+    STATE_PARAMS,
+    MethodSignature,
+    bind_arguments,
+    convert_body_value,
+    convert_query_value,
+)
+from peach_cli.runtime.contract.errors import (
+    ERROR_STATUS,
+    ContractError,
+    InitError,
+    ResultNotJSON,
+    StreamCut,
+)
+from peach_cli.runtime.contract.request import (
+    ALLOWED_METHODS,
+    MAX_BODY_BYTES,
+    MAX_BODY_DEPTH,
+    RequestParams,
+    is_truthy,
+    parse_query_string,
+    parse_request,
+)
+from peach_cli.runtime.contract.results import (
+    describe_exception,
+    encode_chunk,
+    is_empty,
+    notebook_position,
+    split_drift,
+    to_json_value,
+    user_traceback,
+)
+from peach_cli.runtime.contract.runner import ComponentRunner, LoadedCode, MethodKind, method_kind
+from peach_cli.runtime.contract.transport import (
+    STREAMING_KINDS,
+    Dispatch,
+    dispatch,
+    read_body,
+    stream_headers,
+    too_large,
+    unavailable_message,
+)
+
+__all__ = [
+    "ALLOWED_METHODS",
+    "COMPONENT_HEADER",
+    "ERROR_STATUS",
+    "MAX_BODY_BYTES",
+    "MAX_BODY_DEPTH",
+    "REPLICA_HEADER",
+    "STATE_PARAMS",
+    "STREAMING_KINDS",
+    "Answer",
+    "Attempt",
+    "CallResult",
+    "ComponentCall",
+    "ComponentRunner",
+    "ContractError",
+    "Dispatch",
+    "InitError",
+    "LoadedCode",
+    "MethodKind",
+    "MethodSignature",
+    "RequestParams",
+    "ResultNotJSON",
+    "StreamCut",
+    "ab_route",
+    "answer",
+    "assignment_value",
+    "bind_arguments",
+    "bucket",
+    "choose_arm",
+    "convert_body_value",
+    "convert_query_value",
+    "describe_exception",
+    "dispatch",
+    "encode_chunk",
+    "error_answer",
+    "error_envelope",
+    "is_empty",
+    "is_truthy",
+    "method_kind",
+    "notebook_position",
+    "not_found_answer",
+    "ok_envelope",
+    "parse_query_string",
+    "parse_request",
+    "read_body",
+    "split_drift",
+    "stream_headers",
+    "stream_required_answer",
+    "stream_required_message",
+    "to_json_value",
+    "too_large",
+    "unavailable_message",
+    "user_traceback",
+]

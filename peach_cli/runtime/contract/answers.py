@@ -1,0 +1,177 @@
+"""What the gateway answers: envelopes, the stream-required error, the fallback rule.
+
+``answer`` runs the primary component bounded by ``timeout_s`` and then, when it raised,
+timed out or returned nothing, the fallback; hosts supply only how a component is reached
+(a ``ComponentCall``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from peach_cli.runtime.contract.errors import ERROR_STATUS
+from peach_cli.runtime.plan import EndpointSpec
+
+COMPONENT_HEADER = "X-Peach-Component"
+REPLICA_HEADER = "X-Peach-Replica"
+
+
+def ok_envelope(result: Any) -> dict[str, Any]:
+    return {"result": result, "status": "ok"}
+
+
+def error_envelope(code: str, message: str) -> dict[str, Any]:
+    return {"status": "error", "error": {"code": code, "message": message}}
+
+
+@dataclass
+class Answer:
+    """What the gateway sends back for a non-streaming call."""
+
+    status: int
+    body: dict[str, Any]
+    component: str | None = None
+    replica: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if self.component:
+            headers[COMPONENT_HEADER] = self.component
+        if self.replica:
+            headers[REPLICA_HEADER] = self.replica
+        return headers
+
+    def body_bytes(self) -> bytes:
+        return json.dumps(self.body, ensure_ascii=False, allow_nan=False).encode()
+
+
+def error_answer(
+    code: str, message: str, *, component: str | None = None, replica: str | None = None
+) -> Answer:
+    return Answer(ERROR_STATUS[code], error_envelope(code, message), component, replica)
+
+
+def not_found_answer(path: str, urls: Iterable[str]) -> Answer:
+    """404 for a path no endpoint serves, listing the urls that exist."""
+    listed = ", ".join(sorted(urls)) or "none"
+    return error_answer("not_found", f"no endpoint at {path} (endpoints: {listed})")
+
+
+def stream_required_message(url: str, kind: str = "async_generator") -> str:
+    """What a generator method called without ``stream`` says (as the platform does)."""
+    return (
+        f"cannot pickle '{kind}' object: {url} is a streaming endpoint (its method "
+        "is a generator) and the request did not ask for a stream. Send stream=true: "
+        f'\'{url}?stream=true\', or "stream": "true" in the JSON body.'
+    )
+
+
+def stream_required_answer(
+    endpoint: EndpointSpec, kind: str = "async_generator", component: str | None = None
+) -> Answer:
+    """``stream_required``, naming ``component`` (default: the primary; an A/B arm)."""
+    return error_answer(
+        "stream_required",
+        stream_required_message(endpoint.url, kind),
+        component=component or endpoint.primary,
+    )
+
+
+@dataclass
+class CallResult:
+    """A replica's answer to one non-streaming call (plain data: it crosses processes)."""
+
+    ok: bool
+    result: Any = None
+    empty: bool = False
+    code: str | None = None
+    message: str | None = None
+    drift: bool = False
+    replica: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CallResult:
+        return cls(**data)
+
+    @classmethod
+    def failure(cls, code: str, message: str, replica: str | None = None) -> CallResult:
+        return cls(ok=False, code=code, message=message, replica=replica)
+
+
+@dataclass
+class Attempt:
+    """One try of one component; the host records which replica it picked."""
+
+    component: str
+    replica: str | None = None
+
+
+ComponentCall = Callable[[str, Attempt], Awaitable[CallResult]]
+"""How a host reaches a component: ``call(component_name, attempt) -> CallResult``.
+
+The host picks a healthy replica (setting ``attempt.replica``), sends the parameters and
+returns the replica's ``CallResult``; with no healthy replica it returns an ``unavailable``
+failure. It must not raise for anything a user did.
+"""
+
+_FALLBACK_CODES = frozenset({"method_error", "timeout"})
+
+
+async def _attempt(
+    call: ComponentCall, endpoint: EndpointSpec, component: str, timeout_s: float
+) -> CallResult:
+    attempt = Attempt(component)
+    try:
+        async with asyncio.timeout(timeout_s):  # no extra task per call, unlike wait_for
+            result = await call(component, attempt)
+    except TimeoutError:
+        result = CallResult.failure(
+            "timeout",
+            f"{endpoint.url} ({component}) did not answer within timeout_s = {timeout_s:g} s",
+            attempt.replica,
+        )
+    if result.replica is None:
+        result.replica = attempt.replica
+    return result
+
+
+async def answer(
+    endpoint: EndpointSpec, call: ComponentCall, timeout_s: float, arm: str | None = None
+) -> Answer:
+    """Answer a non-streaming call: the primary, bounded by ``timeout_s``, then the fallback.
+
+    ``arm`` is the component that plays the primary for this request (an A/B test's arm,
+    from ``choose_arm``; default the endpoint's primary). The fallback answers (with the
+    same parameters: the host's ``call`` carries them) when it raised, timed out or
+    returned nothing, whichever arm it was; caller mistakes (``bad_request``) and
+    ``unavailable`` are returned as they are.
+    """
+    name = arm or endpoint.primary
+    primary = await _attempt(call, endpoint, name, timeout_s)
+    if primary.ok and not primary.empty:
+        return Answer(200, ok_envelope(primary.result), name, primary.replica)
+    fallback_name = endpoint.fallback
+    wants_fallback = primary.empty if primary.ok else primary.code in _FALLBACK_CODES
+    if fallback_name and wants_fallback:
+        fallback = await _attempt(call, endpoint, fallback_name, timeout_s)
+        if fallback.ok:
+            return Answer(200, ok_envelope(fallback.result), fallback_name, fallback.replica)
+        if primary.ok:  # the primary's empty result stands when the fallback fails too
+            return Answer(200, ok_envelope(primary.result), name, primary.replica)
+        assert primary.code is not None and primary.message is not None
+        message = f"{primary.message} (the fallback failed too: {fallback.message})"
+        return error_answer(primary.code, message, component=name, replica=primary.replica)
+    if primary.ok:
+        return Answer(200, ok_envelope(primary.result), name, primary.replica)
+    assert primary.code is not None
+    return error_answer(
+        primary.code, primary.message or primary.code, component=name, replica=primary.replica
+    )

@@ -1,0 +1,368 @@
+"""One replica process: ``python -m peach_cli.runtime.replica_worker --fd N``.
+
+The gateway starts one of these per replica, with the project root as the working
+directory and one end of a Unix socketpair as file descriptor ``N``. The first frame says
+which component to host; the worker wraps ``peach_cli.runtime.contract.ComponentRunner`` (exec the
+notebook code, run ``init`` once, bind, call, stream, drift re-init, hot patches) and adds
+only transport: calls and streams multiplexed by request id, each in its own task (async
+methods on this loop, sync ones in threads), ``cancel`` closing a stream's generator so its
+``finally`` runs, ``ping`` answered (the gateway samples memory itself, with psutil), and a
+``patch`` prepared, then committed or dropped by ``patch_commit``.
+
+The process exits when the gateway says ``stop`` or when its socket closes (the gateway
+exited or died), and on Linux also when its parent dies, so no replica outlives ``peach dev``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from peach_cli.runtime.aio import run
+from peach_cli.runtime.contract import (
+    CallResult,
+    ComponentRunner,
+    ContractError,
+    InitError,
+    LoadedCode,
+    RequestParams,
+    StreamCut,
+    method_kind,
+)
+from peach_cli.runtime.protocol import (
+    STREAM_WINDOW_BYTES,
+    STREAM_WINDOW_CHUNKS,
+    Frame,
+    FrameProtocol,
+    encode_frame,
+)
+
+THREADS = 64
+"""Threads for sync methods: a few slow calls must not starve the replica."""
+STOP_GRACE_S = 2.0
+"""How long closing generators may take when the replica stops."""
+
+MAX_RESULT_BYTES = 32 * 1024 * 1024
+"""The largest result a replica sends back; a larger one is a method_error saying so."""
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (best effort elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent is already gone
+        os._exit(0)
+
+
+def _as_tuple(result: CallResult) -> tuple[Any, ...]:
+    """A CallResult as the tuple of its fields (pickles several times faster)."""
+    return tuple(getattr(result, name) for name in _RESULT_FIELDS)
+
+
+_RESULT_FIELDS = tuple(field.name for field in dataclasses.fields(CallResult))
+
+
+class _ForwardLogs(logging.Handler):
+    """Sends the replica's log records (user tracebacks included) to the gateway."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(logging.INFO)
+        self.worker = worker
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad log call must not break the replica
+            message = str(record.msg)
+        self.worker.send_threadsafe(
+            "log", 0, {"level": record.levelname.lower(), "message": message}
+        )
+
+
+class StreamWindow:
+    """How much of one stream is in flight to the gateway (see ``STREAM_WINDOW_*``)."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.nbytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+
+    async def reserve(self) -> None:
+        """Wait until the gateway has consumed enough; always yields to the loop once,
+        so a generator that never awaits cannot starve the replica's other work."""
+        await asyncio.sleep(0) if self._room.is_set() else await self._room.wait()
+
+    def spend(self, nbytes: int) -> None:
+        self.chunks += 1
+        self.nbytes += nbytes
+        if self.chunks >= STREAM_WINDOW_CHUNKS or self.nbytes >= STREAM_WINDOW_BYTES:
+            self._room.clear()
+
+    def refund(self, chunks: int, nbytes: int) -> None:
+        self.chunks -= chunks
+        self.nbytes -= nbytes
+        if self.chunks < STREAM_WINDOW_CHUNKS and self.nbytes < STREAM_WINDOW_BYTES:
+            self._room.set()
+
+
+class Worker:
+    """The replica's side of the socket: dispatches frames to a ``ComponentRunner``."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+        self.channel = FrameProtocol(self.on_frame, self.on_lost)
+        self.runner: ComponentRunner | None = None
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.windows: dict[int, StreamWindow] = {}
+        self.patches: dict[int, LoadedCode] = {}
+        """New code executed by ``patch`` frames, waiting for their ``patch_commit``."""
+        self.closed = asyncio.Event()
+        self._started = False
+
+    async def run(self) -> None:
+        await self.loop.create_connection(lambda: self.channel, sock=self.sock)
+        await self.closed.wait()
+        await self.close_all()
+
+    def send_threadsafe(self, kind: str, request_id: int, payload: Any = None) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self.channel.send(kind, request_id, payload)
+        else:
+            self.loop.call_soon_threadsafe(self.channel.send, kind, request_id, payload)
+
+    # -- frames --------------------------------------------------------------------------
+
+    def on_frame(self, frame: Frame) -> None:
+        kind, request_id, payload = frame
+        if kind == "call":
+            self._spawn(request_id, self.handle_call(request_id, payload))
+        elif kind == "stream":
+            self._spawn(request_id, self.handle_stream(request_id, payload))
+        elif kind == "credit":
+            window = self.windows.get(request_id)
+            if window is not None:
+                window.refund(*payload)
+        elif kind == "cancel":
+            task = self.tasks.get(request_id)
+            if task is not None:
+                task.cancel()
+                task.add_done_callback(self._check_threads)
+        elif kind == "ping":
+            runner = self.runner
+            self.channel.send(
+                "pong",
+                request_id,
+                {"reinitializing": bool(runner and self._started and runner.reinitializing)},
+            )
+        elif kind == "start":
+            self.loop.create_task(self.start(*payload))
+        elif kind == "patch":
+            self.prepare_patch(request_id, payload)
+        elif kind == "patch_commit":
+            prepared = self.patches.pop(request_id, None)
+            if prepared is not None and payload and self.runner is not None:
+                self.runner.commit_patch(prepared)
+        elif kind == "stop":
+            self.closed.set()
+
+    def on_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
+    def _spawn(self, request_id: int, coroutine: Any) -> None:
+        task = self.loop.create_task(coroutine)
+        self.tasks[request_id] = task
+        task.add_done_callback(lambda _: self.tasks.pop(request_id, None))
+
+    # -- work ----------------------------------------------------------------------------
+
+    async def start(self, spec: Any, root: str, replica_id: str) -> None:
+        self.runner = ComponentRunner(spec, Path(root), replica_id=replica_id)
+        try:
+            await self.runner.start()
+        except InitError as error:
+            self.channel.send("init_error", 0, {"message": error.message, "details": error.details})
+            self.closed.set()
+            return
+        except Exception as error:  # noqa: BLE001 - report anything, never hang the gateway
+            self.channel.send(
+                "init_error", 0, {"message": f"{type(error).__name__}: {error}", "details": ""}
+            )
+            self.closed.set()
+            return
+        self._started = True
+        self.channel.send("ready", 0, {"method_kind": self.runner.method_kind, "pid": os.getpid()})
+
+    def prepare_patch(self, request_id: int, spec: Any) -> None:
+        """Execute a component's new code beside the one in use (``ComponentRunner``)."""
+        runner = self.runner
+        if runner is None or not self._started:
+            message = "the replica has not finished starting"
+            self.channel.send("patch_error", request_id, {"message": message, "details": ""})
+            return
+        try:
+            prepared = runner.prepare_patch(spec)
+        except InitError as error:
+            self.channel.send(
+                "patch_error", request_id, {"message": error.message, "details": error.details}
+            )
+            return
+        except Exception as error:  # noqa: BLE001 - report anything, never hang the gateway
+            message = f"{type(error).__name__}: {error}"
+            self.channel.send("patch_error", request_id, {"message": message, "details": ""})
+            return
+        self.patches = {request_id: prepared}  # only the latest patch may be committed
+        self.channel.send("patch_ready", request_id, {"method_kind": method_kind(prepared.method)})
+
+    def _check_threads(self, _task: object) -> None:
+        """Leave (so the gateway restarts this replica) once no thread is left for calls."""
+        runner = self.runner
+        if runner is None or not runner.threads_exhausted or self.closed.is_set():
+            return
+        logging.getLogger("peach.worker").error(
+            "all %d threads of this replica are stuck in %s() calls that never returned; "
+            "the replica restarts (on the platform it would stop answering)",
+            runner.max_threads,
+            runner.spec.method,
+        )
+        transport = self.channel.transport
+        if transport is not None:
+            transport.close()  # sends what is buffered (the log line) first
+
+    async def handle_call(self, request_id: int, params: tuple[dict, dict]) -> None:
+        runner = self.runner
+        assert runner is not None
+        try:
+            result: CallResult = await runner.call(RequestParams(*params))
+        except Exception as error:  # noqa: BLE001 - the gateway must get an answer
+            result = CallResult.failure(
+                "method_error", f"{type(error).__name__}: {error}", runner.replica_id
+            )
+        self._send_result(request_id, result, runner.spec.method)
+        if result.drift and runner.reinitializing:
+            self.channel.send("state", 0, {"reinitializing": True, "error": None})
+            await runner.wait_reinit()
+            self.channel.send(
+                "state", 0, {"reinitializing": False, "error": runner.last_reinit_error}
+            )
+
+    def _send_result(self, request_id: int, result: CallResult, method: str) -> None:
+        """Send a call's result, or a clear error when it is too large to relay."""
+        try:
+            frame = encode_frame("result", request_id, _as_tuple(result))
+            size = len(frame)
+        except OverflowError:  # the frame's length prefix cannot say it (4 GiB and more)
+            frame, size = b"", 1 << 32
+        if size > MAX_RESULT_BYTES:
+            too_large = CallResult.failure(
+                "method_error",
+                f"{method}() returned a result of {size / 2**20:.0f} MiB, over the limit of "
+                f"{MAX_RESULT_BYTES // 2**20} MiB: return less (page it), or stream it",
+                result.replica,
+            )
+            frame = encode_frame("result", request_id, _as_tuple(too_large))
+        transport = self.channel.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(frame)
+
+    async def handle_stream(self, request_id: int, params: tuple[dict, dict]) -> None:
+        runner = self.runner
+        assert runner is not None
+        send = self.channel.send
+        try:
+            chunks = await runner.open_stream(RequestParams(*params))
+        except ContractError as error:
+            send("stream_error", request_id, {"code": error.code, "message": error.message})
+            return
+        except Exception as error:  # noqa: BLE001 - report it, never hang the gateway
+            message = f"{type(error).__name__}: {error}"
+            send("stream_error", request_id, {"code": "method_error", "message": message})
+            return
+        send("started", request_id, None)
+        window = StreamWindow()
+        self.windows[request_id] = window
+        try:
+            async for chunk in chunks:
+                await window.reserve()
+                window.spend(len(chunk))
+                send("chunk", request_id, chunk)
+        except StreamCut as cut:  # the user's generator raised: the gateway cuts the response
+            send("cut", request_id, {"message": str(cut)})
+            return
+        except Exception as error:  # noqa: BLE001 - cut the stream, never hang the gateway
+            logging.getLogger("peach.worker").error(
+                "the stream failed: %s: %s", type(error).__name__, error
+            )
+            send("cut", request_id, {"message": f"{type(error).__name__}: {error}"})
+            return
+        finally:
+            self.windows.pop(request_id, None)
+            await chunks.aclose()
+        send("end", request_id, None)
+
+    async def close_all(self) -> None:
+        """Cancel every call and stream, letting generators run their ``finally``."""
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_GRACE_S)
+
+
+async def serve(fd: int) -> None:
+    from peach_cli.runtime.triggers import install_task_helpers
+
+    install_task_helpers()  # pipe_algorithms_lib.task_helpers, unless the real one is installed
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="peach"))
+    sock = socket.socket(fileno=fd)
+    worker = Worker(sock)
+    logging.getLogger("peach").addHandler(_ForwardLogs(worker))
+    logging.getLogger("peach").setLevel(logging.INFO)
+    await worker.run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m peach_cli.runtime.replica_worker")
+    parser.add_argument("--fd", type=int, required=True, help="the socket to the gateway")
+    options = parser.parse_args(argv)
+    # Ctrl-C in the terminal, a closed terminal (SIGHUP) and `kill -- -PGID` or `timeout`
+    # (SIGTERM) reach the whole process group: the gateway decides when replicas stop (it
+    # closes their streams first), so the replica ignores them. It still exits when the
+    # gateway says so, when its socket closes, or when the gateway dies.
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
+    _die_with_parent()
+    try:
+        run(serve(options.fd))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Threads still running a slow sync call must not keep the process alive.
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

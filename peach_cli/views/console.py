@@ -1,0 +1,262 @@
+"""The one module that owns terminal output (Rich): errors, diagnostics, tables.
+
+Everything else returns data or raises; this module decides how it looks. ``NO_COLOR`` is
+honoured by Rich itself.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from peach_cli.wording import count, human_size
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from peach_cli.checks.diagnostics import Diagnostic
+    from peach_cli.commands.scaffold import CreatedProject
+    from peach_cli.doctor import Report
+    from peach_cli.errors import PeachError
+
+
+@lru_cache(maxsize=1)
+def stdout() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+@lru_cache(maxsize=1)
+def stderr() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def print_error(error: PeachError) -> None:
+    """Render a PeachError as one line (and a hint) on stderr."""
+    from rich.markup import escape
+
+    stderr().print(f"[bold red]error:[/] {escape(error.message)}", soft_wrap=True)
+    if error.hint:
+        stderr().print(f"[dim]hint:[/] {escape(error.hint)}", soft_wrap=True)
+
+
+# --- peach validate ---------------------------------------------------------------------------
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def print_diagnostics(diagnostics: list[Diagnostic], *, summary: str, ok: bool) -> None:
+    """Each diagnostic as ``file:line:col: severity CODE message``, an excerpt with a caret and
+    its hint; then the summary line. One problem stays one line (no wrapping) for grep."""
+    from rich.markup import escape
+
+    out = stdout()
+    for diagnostic in diagnostics:
+        style = _SEVERITY_STYLE[diagnostic.severity]
+        out.print(
+            f"[bold]{escape(str(diagnostic.position))}[/]: [{style}]{diagnostic.severity} "
+            f"{diagnostic.code}[/] {escape(diagnostic.message)}",
+            soft_wrap=True,
+        )
+        for line in excerpt_lines(diagnostic):
+            out.print(
+                escape(line), soft_wrap=True, style="dim" if line.lstrip()[:1] != "^" else style
+            )
+        if diagnostic.hint:
+            out.print(f"  [dim]hint:[/] {escape(diagnostic.hint)}", soft_wrap=True)
+    mark = "[bold green]✓[/]" if ok else "[bold red]✗[/]"
+    out.print(f"{mark} {escape(summary)}", soft_wrap=True)
+
+
+def excerpt_lines(diagnostic: Diagnostic) -> list[str]:
+    """The source line of a diagnostic and a caret under the token it is about."""
+    import re
+
+    position = diagnostic.position
+    text = position.excerpt
+    if text is None or not text.strip() or len(text) > 400:
+        return []
+    text = text.expandtabs(4).rstrip()
+    number = f"{position.line:>5} | "
+    lines = [f"{number}{text}"]
+    if position.column is not None and 1 <= position.column <= len(text) + 1:
+        start = position.column - 1
+        # in a conf a token may be a path (notebooks/E.ipynb); in code, a name (pd, not pd.x)
+        pattern = r"[%!]*\w+|\S" if position.cell is not None else r"[%!]*[\w./@-]+|\S"
+        token = re.match(pattern, text[start:])
+        width = len(token.group(0)) if token else 1
+        lines.append(" " * (len(number) - 2) + "| " + " " * start + "^" * width)
+    return lines
+
+
+def print_json(data: object) -> None:
+    """Machine output: plain JSON on stdout, no styling."""
+    import json
+    import sys
+
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+# --- peach env --------------------------------------------------------------------------------
+
+
+def print_env_list(rows: list[dict], *, cache: str) -> None:
+    """``peach env list``: a table on a terminal, one plain line per env otherwise."""
+    from rich.markup import escape
+
+    out = stdout()
+    if out.is_terminal:
+        from rich.table import Table
+
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for column in ("py_env", "requirements", "used by", "built", "size", "path"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(
+                escape(row["name"]),
+                escape(", ".join(row["requirements"]) or "(none)"),
+                escape(", ".join(row["used_by"]) or "-"),
+                ("[green]yes[/], in use" if row["in_use"] else "[green]yes[/]")
+                if row["built"]
+                else "[yellow]no[/]",
+                human_size(row["size_bytes"]),
+                escape(row["path"] or "-"),
+            )
+        out.print(table)
+    else:
+        for row in rows:
+            out.print(
+                escape(
+                    f"{row['name']}\trequirements: {', '.join(row['requirements']) or '(none)'}"
+                    f"\tused by: {', '.join(row['used_by']) or '-'}"
+                    f"\tbuilt: {'yes' if row['built'] else 'no'}"
+                    f"{', in use' if row['in_use'] else ''}"
+                    f"\tsize: {human_size(row['size_bytes'])}\tpath: {row['path'] or '-'}"
+                ),
+                soft_wrap=True,
+            )
+    out.print(f"[dim]cache: {escape(cache)}[/]", soft_wrap=True)
+
+
+class _EnvProgress:
+    """Build progress: a live status line on a terminal, plain lines on stderr otherwise."""
+
+    def __init__(self) -> None:
+        from rich.status import Status
+
+        self.status: Status | None = None
+        self.last = ""
+
+    def __enter__(self) -> _EnvProgress:
+        if stderr().is_terminal:
+            self.status = stderr().status("")
+            self.status.start()
+        return self
+
+    def __call__(self, progress: object) -> None:
+        from rich.markup import escape
+
+        line = str(progress)
+        if self.status is not None:
+            self.status.update(escape(line))
+        elif line != self.last:
+            stderr().print(escape(line), soft_wrap=True, highlight=False)
+        self.last = line
+
+    def __exit__(self, *exc: object) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+
+def env_progress() -> _EnvProgress:
+    """A context manager whose value is a progress callback for ``ensure_env``."""
+    return _EnvProgress()
+
+
+def print_env_built(name: str, path: str, packages: int) -> None:
+    from rich.markup import escape
+
+    stderr().print(
+        f"[green]✓[/] py_env {escape(name)}: {count(packages, 'package')} in {escape(path)}",
+        soft_wrap=True,
+    )
+
+
+def print_env_removed(
+    path: str, requirements: tuple[str, ...], size: int, *, kept: str | None = None
+) -> None:
+    """``removed PATH (REQUIREMENTS, SIZE)``, or with ``kept`` ``kept PATH (…): KEPT``."""
+    from rich.markup import escape
+
+    what = f"({escape(', '.join(requirements) or 'no requirements')}, {human_size(size)})"
+    if kept is None:
+        stdout().print(f"removed {escape(path)} {what}", soft_wrap=True)
+    else:
+        stdout().print(f"kept {escape(path)} {what}: {escape(kept)}", soft_wrap=True)
+
+
+def print_summary(text: str, *, ok: bool) -> None:
+    from rich.markup import escape
+
+    mark = "[bold green]✓[/]" if ok else "[bold red]✗[/]"
+    stderr().print(f"{mark} {escape(text)}", soft_wrap=True)
+
+
+# --- peach init -------------------------------------------------------------------------------
+
+
+def print_created(created: CreatedProject, steps: list[str]) -> None:
+    """What `peach init` wrote, then the commands to run next."""
+    from rich.markup import escape
+
+    out = stdout()
+    where = escape(str(created.root))
+    out.print(f"[bold green]✓[/] created {where} (codops {escape(created.codops)})", soft_wrap=True)
+    for name in created.files:
+        note = " [dim](overwritten)[/]" if name in created.overwritten else ""
+        out.print(f"  {escape(name)}{note}", soft_wrap=True)
+    out.print("next:", soft_wrap=True)
+    for step in steps:
+        out.print(f"  {escape(step)}", soft_wrap=True)
+
+
+# --- peach doctor -----------------------------------------------------------------------------
+
+_CHECK_MARK = {
+    "ok": "[bold green]✓[/]",
+    "warn": "[bold yellow]![/]",
+    "fail": "[bold red]✗[/]",
+    "skip": "[dim]-[/]",
+}
+
+
+def print_checks(report: Report) -> None:
+    """One line per check (mark, name, summary) and its advice; then a count."""
+    from rich.markup import escape
+
+    out = stdout()
+    width = max(len(check.name) for check in report.checks)
+    for check in report.checks:
+        out.print(
+            f"{_CHECK_MARK[check.status]} {check.name:<{width}}  {escape(check.summary)}",
+            soft_wrap=True,
+        )
+        if check.advice and check.status != "ok":
+            out.print(f"  {' ' * width}  [dim]→[/] {escape(check.advice)}", soft_wrap=True)
+    counts = {s: sum(c.status == s for c in report.checks) for s in ("fail", "warn", "skip")}
+    notes = []
+    if counts["warn"]:
+        notes.append(count(counts["warn"], "warning"))
+    if counts["skip"]:
+        notes.append(f"{counts['skip']} skipped")
+    tail = f" ({', '.join(notes)})" if notes else ""
+    if counts["fail"]:
+        out.print(
+            f"[bold red]✗[/] {counts['fail']} of {len(report.checks)} checks failed{tail}",
+            soft_wrap=True,
+        )
+    else:
+        out.print(f"[bold green]✓[/] no check failed{tail}", soft_wrap=True)

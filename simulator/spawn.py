@@ -1,0 +1,235 @@
+"""Starting Python worker processes: the one place that spawns them, and the warm spares.
+
+Every process ``peach dev`` runs for a user's code — a replica today — is started here from
+a ``WorkerLaunch``: which interpreter (peach's own, or an environment's), what it can
+import, its environment variables and its working directory. A worker talks to its parent
+over one end of a socket pair, passed as ``--fd``; what it prints comes back on a pipe.
+
+A worker spends most of its start-up importing Python and peach before it even reads what
+to host. With hot reload on, ``peach dev`` keeps spare workers waiting, one set per launch
+(one per project and interpreter); ``Replica`` takes one instead of spawning, so a reload
+costs only the user's code and ``init``. A spare is replaced a moment after it is taken.
+
+    launch = WorkerLaunch(root)                    # peach's interpreter, the project folder
+    worker = take_spare(launch) or await spawn_worker(launch)
+    spares = keep_spares(launch)                   # after the first replicas are up
+    await spares.fill()
+    await release_spares(root)                     # when the server stops
+
+A spare that is never used exits with the server: its socket closes, and on Linux its
+parent's death kills it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REFILL_DELAY_S = 0.5
+"""How long after a spare is taken its replacement starts (not to slow the new replica)."""
+
+REPLICA_MODULE = "peach_cli.runtime.replica_worker"
+
+_SOURCE_ROOT = str(Path(__file__).resolve().parent.parent)
+"""The folder holding ``simulator`` and ``peach_cli`` (a source checkout or site-packages)."""
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python that runs a worker and what it may import besides its own packages.
+
+    ``Interpreter()`` is the one running peach (everything installed beside peach is
+    importable). An isolated environment gives its own ``python`` and, as ``path``, the
+    folder holding peach's standard-library-only runtime; ``isolated`` then keeps
+    peach's own ``PYTHONPATH`` out.
+    """
+
+    python: str = field(default_factory=lambda: sys.executable)
+    path: tuple[str, ...] = (_SOURCE_ROOT,)
+    isolated: bool = False
+    name: str = ""
+    """The environment's name, for messages ("" for peach's own interpreter)."""
+
+
+@dataclass(frozen=True)
+class WorkerLaunch:
+    """Everything needed to start one kind of worker process (hashable: spares key on it)."""
+
+    root: Path
+    interpreter: Interpreter = field(default_factory=Interpreter)
+    module: str = REPLICA_MODULE
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment variables."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root).resolve())
+
+    def command(self, fd: int) -> list[str]:
+        # -P: a project folder holding a module named like ours must not shadow it
+        return [self.interpreter.python, "-P", "-m", self.module, "--fd", str(fd)]
+
+    def environment(self) -> dict[str, str]:
+        interpreter = self.interpreter
+        if interpreter.isolated:  # the env's own: nothing of the host's packages gets in
+            from peach_cli.envs.builder import isolated_environment
+
+            prefix = Path(interpreter.python).parent.parent  # <env>/bin/python
+            env = isolated_environment(prefix, os.environ, interpreter.path)
+        else:
+            env = dict(os.environ)
+            entries = (*interpreter.path, env.get("PYTHONPATH"))
+            env["PYTHONPATH"] = os.pathsep.join(p for p in entries if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
+        return env
+
+
+Worker = tuple[asyncio.subprocess.Process, socket.socket]
+"""A started worker: its process and the parent's end of its socket."""
+
+
+async def spawn_worker(launch: WorkerLaunch) -> Worker:
+    """Start a worker that waits on its socket for what to run; raises OSError."""
+    parent_end, child_end = socket.socketpair()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *launch.command(child_end.fileno()),
+            pass_fds=(child_end.fileno(),),
+            cwd=str(launch.root),
+            env=launch.environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+    except OSError:
+        parent_end.close()
+        raise
+    finally:
+        child_end.close()
+    return process, parent_end
+
+
+class SpareWorkers:
+    """Keeps ``count`` idle workers of one launch ready."""
+
+    def __init__(self, launch: WorkerLaunch, *, count: int = 1) -> None:
+        self.launch = launch
+        self.count = count
+        self._spares: list[Worker] = []
+        self._filling: asyncio.Task[None] | None = None
+        self.closed = False
+
+    async def fill(self) -> None:
+        """Start spares until ``count`` are waiting."""
+        while not self.closed and len(self._live()) < self.count:
+            try:
+                spare = await spawn_worker(self.launch)
+            except OSError:
+                return
+            if self.closed:
+                _discard(spare)
+                return
+            self._spares.append(spare)
+
+    def _live(self) -> list[Worker]:
+        live = [s for s in self._spares if s[0].returncode is None]
+        for spare in self._spares:
+            if spare[0].returncode is not None:
+                spare[1].close()
+        self._spares = live
+        return live
+
+    def pids(self) -> list[int]:
+        return [process.pid for process, _ in self._live()]
+
+    def take(self) -> Worker | None:
+        """A waiting worker, or None; a replacement starts after ``REFILL_DELAY_S``."""
+        live = self._live()
+        if not live or self.closed:
+            return None
+        spare = live.pop(0)
+        self._spares = live
+        if self._filling is None or self._filling.done():
+            self._filling = asyncio.get_running_loop().create_task(self._refill())
+        return spare
+
+    async def _refill(self) -> None:
+        await asyncio.sleep(REFILL_DELAY_S)
+        await self.fill()
+
+    async def close(self) -> None:
+        """Stop every spare (closing its socket ends it)."""
+        self.closed = True
+        if self._filling is not None:
+            self._filling.cancel()
+            with contextlib.suppress(BaseException):
+                await self._filling
+        spares, self._spares = self._spares, []
+        for spare in spares:
+            _discard(spare)
+        for process, _ in spares:
+            try:
+                await asyncio.wait_for(process.wait(), 3.0)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+
+
+def _discard(spare: Worker) -> None:
+    process, sock = spare
+    sock.close()
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+
+
+_kept: dict[WorkerLaunch, SpareWorkers] = {}
+
+
+def keep_spares(launch: WorkerLaunch, *, count: int = 1) -> SpareWorkers:
+    """Keep spares of ``launch`` from now on (call ``fill`` to start them)."""
+    spares = _kept.get(launch)
+    if spares is None or spares.closed:
+        spares = _kept[launch] = SpareWorkers(launch, count=count)
+    return spares
+
+
+def take_spare(launch: WorkerLaunch) -> Worker | None:
+    """A waiting worker of ``launch``, if spares are kept for it."""
+    spares = _kept.get(launch)
+    return spares.take() if spares is not None else None
+
+
+async def release_spares(root: Path) -> None:
+    """Stop keeping spares for the project at ``root`` and stop the waiting ones."""
+    root = Path(root).resolve()
+    for launch in [launch for launch in _kept if launch.root == root]:
+        spares = _kept.pop(launch, None)  # another caller may be releasing them too
+        if spares is not None:
+            await spares.close()
+
+
+def spare_pids(root: Path) -> list[int]:
+    """The pids of the waiting spares of the project at ``root`` (for tests)."""
+    root = Path(root).resolve()
+    return [pid for launch, s in _kept.items() if launch.root == root for pid in s.pids()]
+
+
+__all__ = [
+    "Interpreter",
+    "SpareWorkers",
+    "Worker",
+    "WorkerLaunch",
+    "keep_spares",
+    "release_spares",
+    "spare_pids",
+    "spawn_worker",
+    "take_spare",
+]

@@ -1,0 +1,195 @@
+"""One task run: a worker process in the task's env, its output, its timeout, its tree.
+
+``execute_task`` takes a worker of a ``WorkerLaunch`` (a warm spare, or a new one from
+``simulator.spawn``), sends it the task, reports each line it prints, and waits for its
+answer; past the timeout, or when cancelled, the worker's whole process tree is killed (the
+worker leads a process group of its own, ``peach_cli.runtime.task_worker``)::
+
+    ended = await execute_task(spec, launch, run_id="retrain#1", payload='{"a": 1}',
+                               on_output=print)       # TaskRunEnded: ok, failed, timed out
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from peach_cli.runtime.plan import TaskSpec
+from peach_cli.runtime.protocol import Frame, FrameProtocol
+from simulator.spawn import WorkerLaunch, spawn_worker, take_spare
+from simulator.tasks.events import RunStatus, TaskRunEnded
+
+MAX_LINE_CHARS = 4096
+EXIT_GRACE_S = 5.0
+"""How long a worker that answered may take to exit before it is killed."""
+OUTPUT_GRACE_S = 2.0
+
+
+def kill_tree(pid: int) -> int:
+    """Kill the process ``pid``, its process group and every descendant; how many died."""
+    import psutil
+
+    victims: list[Any] = []
+    try:
+        root = psutil.Process(pid)
+        victims = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        pass
+    killed = 0
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)  # the worker leads its own group (task_worker)
+    for process in victims:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.Error:
+            continue
+        killed += 1
+    return killed
+
+
+async def _pump(stream: asyncio.StreamReader | None, on_line: Callable[[str], None]) -> None:
+    """Report every line of ``stream``; a line longer than ``MAX_LINE_CHARS`` is cut there
+    (reported once, the rest of it dropped up to its newline)."""
+    if stream is None:
+        return
+    pending = b""
+    cutting = False  # the current line was reported already, cut: drop up to its newline
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not cutting:
+                on_line(line.decode(errors="replace").rstrip("\r")[:MAX_LINE_CHARS])
+            cutting = False
+        if not cutting and len(pending) > MAX_LINE_CHARS:
+            on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
+            cutting = True
+        if cutting:
+            pending = b""
+    if pending and not cutting:
+        on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
+
+
+async def execute_task(
+    spec: TaskSpec,
+    launch: WorkerLaunch,
+    *,
+    run_id: str,
+    payload: str | None = None,
+    timeout_s: float | None = None,
+    triggered: bool = False,
+    on_output: Callable[[str], None] | None = None,
+) -> TaskRunEnded:
+    """Run ``spec`` once in a worker of ``launch``; never raises for the task's failures.
+
+    Past ``timeout_s`` (default: the task's), or when cancelled, the worker's whole process
+    tree is killed (a cancellation then propagates).
+    """
+    limit = spec.timeout_s if timeout_s is None else timeout_s
+    loop = asyncio.get_running_loop()
+    began = time.perf_counter()
+    try:
+        process, sock = take_spare(launch) or await spawn_worker(launch)
+    except OSError as error:
+        return TaskRunEnded(
+            spec.name, run_id, RunStatus.FAILED, 0.0, error=f"cannot start: {error}"
+        )
+    answer: asyncio.Future[Frame | None] = loop.create_future()
+
+    def on_frame(frame: Frame) -> None:
+        if not answer.done():
+            answer.set_result(frame)
+
+    def on_lost(_: Exception | None) -> None:
+        if not answer.done():
+            answer.set_result(None)
+
+    printed = on_output or (lambda _line: None)
+    reading = loop.create_task(_pump(process.stdout, printed))
+    transport, channel = await loop.create_connection(
+        lambda: FrameProtocol(on_frame, on_lost), sock=sock
+    )
+    job = {
+        "spec": dataclasses.asdict(spec),
+        "root": str(launch.root),
+        "payload": payload,
+        "run_id": run_id,
+    }
+    channel.send("run", 0, job)
+    status, killed = RunStatus.FAILED, 0
+    frame: Frame | None = None
+    try:
+        frame = await asyncio.wait_for(asyncio.shield(answer), limit)
+    except TimeoutError:
+        status, killed = RunStatus.TIMED_OUT, kill_tree(process.pid)
+    except asyncio.CancelledError:
+        killed = kill_tree(process.pid)
+        await _finish(process, reading)
+        transport.close()
+        raise
+    seconds = time.perf_counter() - began
+    await _finish(process, reading)
+    transport.close()
+    if status is RunStatus.TIMED_OUT:
+        return TaskRunEnded(
+            spec.name,
+            run_id,
+            status,
+            seconds,
+            error=f"timed out after {limit:g} s",
+            triggered=triggered,
+            timeout_s=limit,
+            killed=killed,
+        )
+    if frame is None:
+        code = process.returncode
+        return TaskRunEnded(
+            spec.name,
+            run_id,
+            RunStatus.FAILED,
+            seconds,
+            error=f"the task's process exited with code {code} before {spec.method}() returned",
+            triggered=triggered,
+        )
+    kind, _, data = frame
+    if kind == "done":
+        return TaskRunEnded(
+            spec.name, run_id, RunStatus.OK, seconds, result=data["result"], triggered=triggered
+        )
+    return TaskRunEnded(
+        spec.name,
+        run_id,
+        RunStatus.FAILED,
+        seconds,
+        error=data["message"],
+        traceback=data["traceback"],
+        triggered=triggered,
+    )
+
+
+async def _finish(process: asyncio.subprocess.Process, reading: asyncio.Task[None]) -> None:
+    """Let the worker exit, kill what it left running, and read the rest of its output."""
+    try:
+        await asyncio.wait_for(asyncio.shield(process.wait()), EXIT_GRACE_S)
+    except TimeoutError:
+        kill_tree(process.pid)
+        await process.wait()
+    with contextlib.suppress(OSError):
+        os.killpg(process.pid, signal.SIGKILL)  # what it left in its group
+    try:
+        await asyncio.wait_for(asyncio.shield(reading), OUTPUT_GRACE_S)
+    except TimeoutError:  # a grandchild outside the group still holds the pipe
+        reading.cancel()
+    with contextlib.suppress(BaseException):
+        await reading
