@@ -17,7 +17,7 @@ from simulator.changes import Changes
 from simulator.edits import REASONS
 
 if TYPE_CHECKING:
-    from peach_cli.checks.diagnostics import Diagnostic
+    from peach_cli.project.diagnostics import Diagnostic
     from peach_cli.runtime.plan import ABSpec, ProjectPlan
 
 

@@ -201,9 +201,9 @@ class Reloader:
 
     async def reload(self, files: Iterable[str]) -> ReloadEvent:
         """Rebuild the plan after ``files`` changed and serve it if it is valid."""
-        from peach_cli.checks.diagnostics import sort_key
         from peach_cli.checks.validate import build_plan
         from peach_cli.errors import PeachError
+        from peach_cli.project.diagnostics import sort_key
 
         detected = time.perf_counter()
         changed = tuple(sorted(files))

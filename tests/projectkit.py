@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from peach_cli.checks.diagnostics import Diagnostic
 from peach_cli.checks.validate import validate_project
+from peach_cli.project.diagnostics import Diagnostic
 from peach_cli.project.loader import load_project
 
 BASE_CELLS = [

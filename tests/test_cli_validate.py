@@ -217,7 +217,7 @@ def test_help_documents_the_exit_codes_in_one_paragraph():
 
 
 def test_the_caret_underlines_a_path_in_a_conf_and_a_name_in_code():
-    from peach_cli.checks.diagnostics import Diagnostic, Position
+    from peach_cli.project.diagnostics import Diagnostic, Position
     from peach_cli.views.console import excerpt_lines
 
     def caret(position: Position) -> str:

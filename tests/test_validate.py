@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from projectkit import BASE_CELLS, diagnose, notebook_json, write_project
 
-from peach_cli.checks.diagnostics import CODES
 from peach_cli.checks.validate import build_plan
+from peach_cli.project.diagnostics import CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 NB = {"nb.ipynb": BASE_CELLS}

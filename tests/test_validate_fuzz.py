@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from projectkit import BASE_CELLS, diagnose, write_project
 
-from peach_cli.checks.diagnostics import CODES
+from peach_cli.project.diagnostics import CODES
 
 VALID = {
     "codops": "shop",

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from peach_cli.checks.diagnostics import Position, did_you_mean
 from peach_cli.checks.notebooks import Code, NotebookChecks
 from peach_cli.checks.report import Report
 from peach_cli.project import notebook as nb
 from peach_cli.project.conf import BASE_ENV, Component, PeachConf
+from peach_cli.project.diagnostics import Position, did_you_mean
 from peach_cli.project.loader import schema_diagnostic
 from peach_cli.runtime.plan import PRIMARY, ComponentSpec, EndpointSpec
 

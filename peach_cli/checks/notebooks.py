@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from peach_cli.checks.diagnostics import Position, did_you_mean
 from peach_cli.checks.report import Report
 from peach_cli.project import notebook as nb
+from peach_cli.project.diagnostics import Position, did_you_mean
 from peach_cli.project.loader import Path_
 
 

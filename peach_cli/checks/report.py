@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from peach_cli.checks.diagnostics import Diagnostic, Position
 from peach_cli.project import notebook as nb
+from peach_cli.project.diagnostics import Diagnostic, Position
 from peach_cli.project.loader import Path_, Project
 
 

@@ -10,7 +10,7 @@ import ast
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from peach_cli.checks.diagnostics import Diagnostic, Position, did_you_mean
+from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean
 
 if TYPE_CHECKING:
     from peach_cli.checks.undeclared import Run

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from peach_cli.checks.diagnostics import Diagnostic, Position
+from peach_cli.project.diagnostics import Diagnostic, Position
 
 if TYPE_CHECKING:
     from peach_cli.project import notebook as nb

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from peach_cli.checks.ab import check_ab
 from peach_cli.checks.decorated import DecoratorNotebooks
-from peach_cli.checks.diagnostics import Diagnostic, Position, did_you_mean, has_errors
 from peach_cli.checks.modules import ProjectModules
 from peach_cli.checks.notebooks import Code, NotebookChecks
 from peach_cli.checks.report import Report
 from peach_cli.project.conf import BASE_ENV, RESERVED_URL_PREFIX, Component, memory_bytes
+from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean, has_errors
 from peach_cli.project.loader import Path_, Project, load_project
 from peach_cli.runtime.plan import (
     FALLBACK,

@@ -22,9 +22,9 @@ STATUS_FORMATS = ("text", "json")
 
 def load_plan(project: Path, *, quiet_warnings: bool = False) -> ProjectPlan:
     """Build the plan as `peach validate` checks it; errors are shown and stop here."""
-    from peach_cli.checks.diagnostics import has_errors, sort_key
     from peach_cli.checks.validate import build_plan
     from peach_cli.errors import ProjectInvalid
+    from peach_cli.project.diagnostics import has_errors, sort_key
     from peach_cli.views import console
 
     plan, diagnostics = build_plan(project)

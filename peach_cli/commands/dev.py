@@ -51,8 +51,8 @@ def run_dev(
         raise UsageError(f"--task-interval must be 0 or more seconds, not {task_interval:g}")
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {port}")
-    from peach_cli.checks.diagnostics import sort_key
     from peach_cli.checks.validate import build_plan
+    from peach_cli.project.diagnostics import sort_key
     from peach_cli.views import console
 
     plan, diagnostics = build_plan(project)

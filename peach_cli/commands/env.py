@@ -25,7 +25,7 @@ FORMATS = ("text", "json")
 
 def _load_conf(project: Path) -> PeachConf | None:
     """The project's conf, or None after printing its errors."""
-    from peach_cli.checks.diagnostics import has_errors, sort_key
+    from peach_cli.project.diagnostics import has_errors, sort_key
     from peach_cli.project.loader import load_project
     from peach_cli.views import console
 

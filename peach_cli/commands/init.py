@@ -1,4 +1,4 @@
-"""`peach init`: write a new project (``peach_cli.commands.scaffold``) and say what to run next."""
+"""`peach init`: write a new project (``peach_cli.project.scaffold``) and say what to run next."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ def run_init(
     folder: Path, *, codops: str | None = None, streaming: bool = False, force: bool = False
 ) -> int:
     """Create the project in ``folder``; return the exit code (errors raise ``PeachError``)."""
-    from peach_cli.commands.scaffold import create_project
+    from peach_cli.project.scaffold import create_project
     from peach_cli.views import console
 
     created = create_project(folder, codops=codops, streaming=streaming, force=force)

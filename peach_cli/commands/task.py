@@ -30,7 +30,7 @@ def run_task_list(project: Path, *, output_format: str = "text") -> int:
     """Print the project's tasks (from the conf alone: no notebook is read)."""
     if output_format not in FORMATS:
         raise UsageError(f"--format must be text or json, not {output_format!r}")
-    from peach_cli.checks.diagnostics import has_errors, sort_key
+    from peach_cli.project.diagnostics import has_errors, sort_key
     from peach_cli.project.loader import load_project
     from peach_cli.views import console
     from peach_cli.views.task import print_task_list
@@ -89,8 +89,8 @@ def plan_with_task(project: Path, name: str) -> ProjectPlan | None:
     None (after printing the errors) when the project has errors; ``UsageError`` with a
     "did you mean" for an unknown task.
     """
-    from peach_cli.checks.diagnostics import did_you_mean, sort_key
     from peach_cli.checks.validate import build_plan
+    from peach_cli.project.diagnostics import did_you_mean, sort_key
     from peach_cli.views import console
 
     plan, diagnostics = build_plan(project)

@@ -21,8 +21,8 @@ def run_validate(project: Path, *, output_format: str = "text", strict: bool = F
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
-    from peach_cli.checks.diagnostics import sort_key
     from peach_cli.checks.validate import validate_project
+    from peach_cli.project.diagnostics import sort_key
     from peach_cli.project.loader import load_project
     from peach_cli.views import console
 

@@ -37,8 +37,8 @@ def check_project(path: Path, *, explicit: bool = True) -> CheckedProject:
     A PROJECT given on the command line that does not exist is a ``UsageError``; the
     current folder without a conf is a skipped check that suggests `peach init`.
     """
-    from peach_cli.checks.diagnostics import has_errors
     from peach_cli.checks.validate import validate_project
+    from peach_cli.project.diagnostics import has_errors
     from peach_cli.project.loader import load_project
 
     command = "peach validate" if not explicit else f"peach validate {path}"

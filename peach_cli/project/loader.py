@@ -1,7 +1,7 @@
 """Loading a project: find its conf files, read YAML with positions, merge, validate the model.
 
 ``load_project`` is the one loader every command uses. It never raises for a mistake in the
-project: each problem becomes a :class:`~peach_cli.checks.diagnostics.Diagnostic` carrying the
+project: each problem becomes a :class:`~peach_cli.project.diagnostics.Diagnostic` carrying the
 file, line and column of the YAML node it is about. Only a PROJECT argument that is not a
 project at all (a missing folder, a folder without conf) raises ``UsageError``.
 
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
 import yaml
 
-from peach_cli.checks.diagnostics import Diagnostic, Position, did_you_mean
 from peach_cli.errors import UsageError
+from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean
 
 if TYPE_CHECKING:
     from peach_cli.project.conf import PeachConf
@@ -470,7 +470,7 @@ def schema_diagnostic(item: Any, locate: Any, model: type) -> Diagnostic:
             f"missing required key '{loc[-1]}' in {where}",
             locate(loc[:-1], key=True) if loc[:-1] else locate((), key=True),
         )
-    from peach_cli.checks.ab import schema_problem
+    from peach_cli.project.ab_errors import schema_problem
 
     ab_problem = schema_problem(item, locate)
     if ab_problem is not None:

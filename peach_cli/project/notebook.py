@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from peach_cli.checks.diagnostics import did_you_mean
+from peach_cli.project.diagnostics import did_you_mean
 
 MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024
 _CELL_MAGICS_KEEPING_BODY = {"time", "timeit", "capture", "prun"}

@@ -14,10 +14,10 @@ from peach_cli.wording import count, human_size
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from peach_cli.checks.diagnostics import Diagnostic
-    from peach_cli.commands.scaffold import CreatedProject
     from peach_cli.doctor import Report
     from peach_cli.errors import PeachError
+    from peach_cli.project.diagnostics import Diagnostic
+    from peach_cli.project.scaffold import CreatedProject
 
 
 @lru_cache(maxsize=1)
