@@ -12,9 +12,9 @@ Two kinds of problem, both reported at the YAML node they are about:
 
 from __future__ import annotations
 
+from peach_cli.project.ab_errors import Locate
 from peach_cli.project.conf import Endpoint
 from peach_cli.project.diagnostics import Diagnostic, did_you_mean
-from peach_cli.project.ab_errors import Locate
 from peach_cli.runtime.plan import FALLBACK, PRIMARY, ABSpec
 
 
