@@ -43,15 +43,27 @@ def commands() -> Iterator[tuple[list[str], Any]]:
     yield from walk(typer.main.get_command(app), ["peach"])
 
 
+def _context(path: list[str], command: Any) -> Any:
+    """The context `peach ... --help` would have: the app's settings (``-h``), and parents
+    so that the usage line names the whole path."""
+    import typer
+
+    from peach_cli.cli import app
+
+    parent = None
+    current = typer.main.get_command(app)
+    for depth, name in enumerate(path[:-1]):
+        parent = current.make_context(name, [], parent=parent, resilient_parsing=True)
+        current = current.get_command(parent, path[depth + 1])
+    return command.make_context(path[-1], [], parent=parent, resilient_parsing=True)
+
+
 def help_text(path: list[str], command: Any) -> str:
     """What `peach ... --help` prints on a terminal HELP_COLUMNS wide, without colour."""
     saved = {key: os.environ.get(key) for key in ("COLUMNS", "NO_COLOR", "TERM")}
     os.environ.update(COLUMNS=str(HELP_COLUMNS), NO_COLOR="1", TERM="dumb")
     try:
-        parent = None
-        for depth in range(1, len(path)):  # the group contexts, so usage names the full path
-            parent = command.context_class(command, info_name=path[depth - 1], parent=parent)
-        context = command.context_class(command, info_name=path[-1], parent=parent)
+        context = _context(path, command)
         printed = io.StringIO()
         with redirect_stdout(printed):
             returned = command.get_help(context)
