@@ -324,13 +324,15 @@ def test_every_console_block_prints_what_the_page_shows(page, tmp_path):
         runs.close()
 
 
-def test_a_block_that_no_longer_matches_fails(tmp_path):
-    page = tmp_path / "page.md"
-    page.write_text("```console\n$ peach validate examples/recommender\n✓ all good\n```\n")
-    (block,) = blocks(page)
+def test_a_page_whose_block_no_longer_matches_fails(tmp_path):
+    """docs/validate.md's first block with its summary line changed by hand: it fails."""
+    (block, *_) = [block for block in blocks(DOCS / "validate.md") if block.lang == "console"]
+    changed = block.body.replace("✗ 3 errors in", "✗ 2 errors in")
+    assert changed != block.body
     runs = Page(tmp_path)
+    runs.run(block)  # as the page shows it: passes
     with pytest.raises(AssertionError, match="printed something else than the page shows"):
-        runs.run(Block(block.page, block.line, block.lang, block.body))
+        runs.run(Block(block.page, block.line, block.lang, changed))
 
 
 def test_the_placeholders_match_what_they_stand_for_and_nothing_else():
@@ -437,3 +439,22 @@ def test_the_site_builds_with_strict_checks(tmp_path):
     )
     assert built.returncode == 0, built.stderr
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+
+
+def nav_pages(nav) -> list[str]:
+    pages = []
+    for item in nav:
+        for value in item.values() if isinstance(item, dict) else [item]:
+            pages += nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_the_readme_is_one_screen_of_commands_and_the_site_navigation():
+    readme = (ROOT / "README.md").read_text()
+    lines = readme.split("\n")
+    assert len(lines) <= 200
+    assert any(line == "## Two commands" for line in lines[:25]), "the first screen has them"
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    linked = re.findall(r"\]\(docs/([\w/.-]+\.md)\)", readme)
+    assert set(nav_pages(config["nav"])) == set(linked), "README's navigation is the site's"
+    assert sorted(str(p.relative_to(DOCS)) for p in PAGES) == sorted(set(linked))
