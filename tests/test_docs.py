@@ -11,7 +11,8 @@ How a block runs (docs/contributing.md says the same for writers):
   on a free port) and points ``PEACH_URL`` at it, so ``peach ask`` talks to it;
 - ``<!-- test: startup -->`` marks a command that keeps running (``peach dev``): it is run
   with ``--port 0``, piped, until it has printed as many lines as shown (30 s at most), then
-  interrupted; its lines may come in any order after the first.
+  interrupted; its lines may come in any order after the first. ``<!-- test: startup keep -->``
+  leaves it running as the page's server (as ``serve`` would start it).
 
 Placeholders, in what a page shows:
 
@@ -43,6 +44,7 @@ import termios
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -160,7 +162,7 @@ class Page:
         }
         self.env.pop("PEACH_URL", None)
         self.env.pop("PEACH_RAY_ADDRESS", None)
-        self.server: subprocess.Popen[str] | None = None
+        self.server: subprocess.Popen[Any] | None = None
         self.address = ""
 
     def serve(self, project: str) -> None:
@@ -258,8 +260,9 @@ class Page:
             os.close(controller)
         return output.decode(errors="replace")
 
-    def run_until(self, command: str, lines_wanted: int) -> str:
-        """A command that keeps running: its first lines, then Ctrl-C."""
+    def run_until(self, command: str, lines_wanted: int, keep: bool = False) -> str:
+        """A command that keeps running: its first lines, then Ctrl-C (with ``keep``, it
+        stays up as the page's server)."""
         process = subprocess.Popen(
             ["bash", "-c", f"exec {command} --port 0"],
             cwd=self.cwd,
@@ -280,15 +283,21 @@ class Page:
                 if not self.address and (found := re.search(rb"on (http://[\d.]+:\d+)", line)):
                     self.address = found.group(1).decode()
         finally:
-            os.killpg(process.pid, signal.SIGINT)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            process.stdout.close()
+            if keep and self.address and process.poll() is None:
+                self.server = process
+                self.env["PEACH_URL"] = self.address
+                os.set_blocking(process.stdout.fileno(), False)  # its log is not read any more
+            else:
+                os.killpg(process.pid, signal.SIGINT)
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+                process.stdout.close()
         text = b"".join(lines).decode(errors="replace")
-        self.address = ""  # the next server's port is its own
+        if self.server is not process:
+            self.address = ""  # the next server's port is its own
         return text
 
     def run(self, block: Block) -> None:
@@ -300,7 +309,8 @@ class Page:
                 assert not shown, f"{block.where}: `cd` prints nothing"
                 continue
             if "startup" in block.options:
-                got = self.normalise(self.run_until(command, len(shown)))
+                keep = "keep" in block.options and self.server is None
+                got = self.normalise(self.run_until(command, len(shown), keep))
                 if self.server is None:
                     got = [re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:8000", line) for line in got]
                 compare(block.where, command, shown, got, unordered=True)
