@@ -51,7 +51,7 @@ def _context(path: list[str], command: Any) -> Any:
     from peach_cli.cli import app
 
     parent = None
-    current = typer.main.get_command(app)
+    current: Any = typer.main.get_command(app)
     for depth, name in enumerate(path[:-1]):
         parent = current.make_context(name, [], parent=parent, resilient_parsing=True)
         current = current.get_command(parent, path[depth + 1])

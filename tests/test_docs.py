@@ -452,7 +452,7 @@ def test_the_site_builds_with_strict_checks(tmp_path):
 
 
 def nav_pages(nav) -> list[str]:
-    pages = []
+    pages: list[str] = []
     for item in nav:
         for value in item.values() if isinstance(item, dict) else [item]:
             pages += nav_pages(value) if isinstance(value, list) else [value]
