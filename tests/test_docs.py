@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import fcntl
 import importlib.util
+import json
 import os
 import pty
 import re
@@ -433,6 +434,15 @@ def test_the_conf_reference_names_every_key_of_the_schema():
 
     text = load_reference().conf_reference()
     schema = json_schema()
+    printed = subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", "schema"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert json.loads(printed.stdout) == schema, (
+        "the reference is built from what `peach schema` prints"
+    )
     for definition in [schema, *schema["$defs"].values()]:
         for key in definition.get("properties", {}):
             assert f"| `{key}` |" in text
