@@ -92,7 +92,7 @@ def validate(
 ) -> None:
     """Check peach.conf and the notebooks it names, without running any code.
 
-    Every problem is printed as file:line:col (or notebook:cell N:line M) with a stable code; the codes are listed in the README.
+    Every problem is printed as file:line:col (or notebook:cell N:line M) with a stable code; the codes are listed in the docs (docs/reference/codes.md).
 
     [bold]Exit codes[/]: 0 no error (warnings and info allowed) · 1 errors, or warnings with --strict · 2 bad command line (no such folder, no peach.yaml, bad option).
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal

@@ -408,16 +408,6 @@ def test_an_endpoint_with_a_schema_error_is_still_checked(tmp_path):
     assert codes == ["PC101", "PC102", "PC112", "PC114", "PC204"]
 
 
-def test_the_readme_documents_every_code_with_its_severity():
-    import re
-
-    readme = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| `(PC\d{3})` \| (\w+) \| (.+) \|$", readme, re.MULTILINE)
-    assert {code: severity for code, severity, _ in rows} == {
-        code: severity for code, (severity, _) in CODES.items()
-    }
-
-
 def test_a_component_with_a_schema_error_still_has_its_functions_and_args_checked(tmp_path):
     conf = (
         "codops: shop\nendpoints:\n  e:\n    url: /e\n    components:\n"

@@ -2,8 +2,8 @@
 
 A ``Diagnostic`` is plain data (code, message, position, hint); its severity follows from its
 code. Codes are stable: tests, editors and users' scripts match on them, so a code is never
-reused for another meaning. ``CODES`` is the table of codes; README.md ("Check a project")
-documents the same table for users, and ``tests/test_validate.py`` keeps the two in step.
+reused for another meaning. ``CODES`` is the table of codes and ``MEANINGS`` says more of
+each; the documentation's table of codes is generated from both (``scripts/docs_reference.py``).
 Nothing here prints: ``peach_cli.views.console`` renders diagnostics.
 """
 
@@ -57,6 +57,71 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC401": ("info", "streaming method"),
 }
 """code -> (severity, short title): the documented table above, as data."""
+
+
+MEANINGS: dict[str, str] = {
+    "PC001": "YAML syntax error",
+    "PC002": "a conf file cannot be read (not UTF-8 text, binary, too large, unreadable)",
+    "PC003": "a conf file's top level is not a mapping",
+    "PC004": "a YAML tag or structure peach does not accept (`!!python/...`, huge aliases)",
+    "PC005": "the same key twice in one YAML mapping",
+    "PC101": 'unknown key (with "did you mean")',
+    "PC102": "missing required key",
+    "PC103": "invalid value (wrong type, out of range, bad format)",
+    "PC104": "`dependencies:` outside a py_environment",
+    "PC110": "a name (endpoint, task, py_environment, decorator notebook) defined twice",
+    "PC111": "two different values for `codops` (or `timeout_s`) in different files",
+    "PC112": "two endpoints with the same url",
+    "PC113": "an endpoint with several non-fallback components and none named `main`",
+    "PC114": 'an undeclared `py_env` (with "did you mean")',
+    "PC115": "an endpoint whose only component is `fallback`",
+    "PC116": "a url under `/_peach`, which is reserved for the dev server",
+    "PC117": (
+        "an invalid `ab:` test: an unknown `by`, a percentage that is not a whole number from "
+        "0 to 100, percentages that do not sum to 100, a split naming a component the "
+        "endpoint lacks or the fallback"
+    ),
+    "PC201": "a notebook named by the conf does not exist",
+    "PC202": "a notebook path that leaves the project folder",
+    "PC203": "a notebook that cannot be read (not JSON, not nbformat 4, too large)",
+    "PC204": (
+        "a function named by the conf (or by `init_fn`) is not defined in the notebook (for "
+        "`init_fn`: not above its `@endpoint`)"
+    ),
+    "PC205": "`init` (or `init_fn`) takes required parameters",
+    "PC206": "a code cell that is not valid Python (after dropping magics)",
+    "PC207": "an `@endpoint(...)` argument that is not a literal",
+    "PC208": (
+        "an invalid `@endpoint(...)` call (no url, url twice, unknown keyword, extra "
+        "argument, `endpoint` not imported above it)"
+    ),
+    "PC301": "a component with `init` whose method declares no `model`/`init_state`",
+    "PC302": "`stream` in `args`: the gateway decides before defaults apply",
+    "PC303": "drift signalled from a generator method (streams cannot signal drift)",
+    "PC304": "IPython magics or shell escapes dropped from a code cell",
+    "PC305": "a decorator notebook without any `@endpoint` function",
+    "PC306": "the project defines no endpoint",
+    "PC307": (
+        "the code that runs uses a name (an import, a helper) that only a cell which does not "
+        "run defines"
+    ),
+    "PC308": (
+        "the code that runs imports a module that is not the standard library, not a module "
+        "of the project, not peach's runtime, and not provided by a declared dependency of "
+        "its py_env"
+    ),
+    "PC309": (
+        "a non-fallback component that is neither `main` nor in the `ab:` split: it can never "
+        "answer"
+    ),
+    "PC310": (
+        "a literal task name passed to `trigger_task_with_event` is not a task of the project "
+        "(the call would raise `ValueError`)"
+    ),
+    "PC401": "an async-generator method: callers must send `stream`",
+}
+"""code -> what it means, at more length: the documentation's table of codes (docs/reference/
+codes.md) is generated from ``CODES`` and this."""
 
 
 @dataclass(frozen=True)
