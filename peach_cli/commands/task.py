@@ -1,8 +1,8 @@
 """`peach task list|run`: the project's tasks, and one run of one of them.
 
 ``peach task run`` runs the task in its own process, in its py_env's env, with the project
-folder as working directory (``simulator.tasks.scheduler``), or on a Ray cluster as a job with
-``--address`` (``peach_cli.deploy.jobs``). Runs it triggers (``trigger_task_with_event``)
+folder as working directory (a ``simulator.session.DevSession`` without a server), or on a
+Ray cluster as a job with ``--address`` (``peach_cli.deploy.jobs``). Runs it triggers (``trigger_task_with_event``)
 run after it, one at a time, in order.
 
 Exit codes: 0 every run returned; 1 a run raised or ran past its timeout (its process tree
@@ -161,20 +161,19 @@ async def _run_local(
     import signal
 
     from peach_cli.views.task import TaskRunView
-    from simulator.environments import Environments
-    from simulator.tasks.scheduler import TaskScheduler
+    from simulator.session import DevSession, SessionConfig
 
     view = TaskRunView()
-    scheduler = TaskScheduler(
-        plan, project=project, timeout_s=timeout_s, keep_warm=False, on_event=view.handle
-    )
-    scheduler.environments = Environments(
-        plan.root,
-        isolated=not shared_env,
+    config = SessionConfig(
+        plan,
+        project=project,
+        serve=False,
+        shared_env=shared_env,
         offline=offline,
-        on_event=view.handle,
-        env=scheduler.worker_env,
+        task_timeout_s=timeout_s,
+        keep_warm=False,
     )
+    session = DevSession(config, on_event=view.handle)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     interrupted = False
@@ -189,9 +188,8 @@ async def _run_local(
         loop.add_signal_handler(number, on_signal)
     ended: list[Any] | None = None
     try:
-        await scheduler.start(run_loop=False)
-        scheduler.trigger(name, payload, triggered=False)
-        ended = await scheduler.run_until_idle()
+        await session.start()
+        ended = await session.run_task(name, payload)
     except asyncio.CancelledError:
         if not interrupted:
             raise
@@ -200,9 +198,7 @@ async def _run_local(
     finally:
         for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(number)
-        await scheduler.stop()
-        if scheduler.environments is not None:
-            scheduler.environments.release()
+        await session.stop()
     if ended is None:
         view.note(f"{name}: interrupted; the task was stopped and its process tree killed")
         return EXIT_INTERRUPTED

@@ -32,9 +32,11 @@ from simulator.events import (
     ReplicaChanged,
     ReplicaLog,
     ReplicaMemory,
+    ReplicasStarted,
     ReplicaState,
     RequestLogged,
     ServerNote,
+    Serving,
 )
 from simulator.tasks.events import TASK_EVENTS, TaskChanged, TaskEvent, TaskOutput
 
@@ -238,7 +240,7 @@ class DevView:
     # -- events --------------------------------------------------------------------------
 
     def handle(self, event: Event | TaskEvent) -> None:
-        """The ``on_event`` callback given to ``DevServer`` (and to the task scheduler)."""
+        """The ``on_event`` callback given to the ``DevSession`` (``simulator.session``)."""
         if isinstance(event, TASK_EVENTS):
             self._on_task(event)
         elif isinstance(event, RequestLogged):
@@ -258,6 +260,10 @@ class DevView:
             )
         elif isinstance(event, ServerNote):
             self.note(event.message, "yellow" if event.level == "warning" else "dim")
+        elif isinstance(event, Serving):
+            self.serving(event.url)
+        elif isinstance(event, ReplicasStarted):
+            self._on_started(event)
         elif isinstance(event, Reinitialized):
             self.line(Text(event.message, style="bold red" if event.failed else "bold cyan"))
         elif isinstance(event, EnvProgress):
@@ -268,6 +274,12 @@ class DevView:
             self._dirty = True
         elif isinstance(event, RELOAD_EVENTS):
             self._on_reload(event)
+
+    def _on_started(self, event: ReplicasStarted) -> None:
+        rows = list(self.replicas.values())
+        healthy = sum(row.state is ReplicaState.HEALTHY for row in rows)
+        message = f"{healthy}/{len(rows)} replicas healthy in {event.seconds:.2f} s"
+        self.line(message if healthy == len(rows) else f"{message} (see errors above)", now=True)
 
     def _on_task(self, event: TaskEvent) -> None:
         """A task's row changed, it printed a line, or a run ended (one line per run)."""
