@@ -14,41 +14,9 @@ from peach_cli.errors import UsageError
 if TYPE_CHECKING:
     from peach_cli.deploy.progress import ApplicationState
     from peach_cli.deploy.uploads import Selection
-    from peach_cli.runtime.plan import ProjectPlan
 
 CONFIG_FORMATS = ("json", "yaml")
 STATUS_FORMATS = ("text", "json")
-
-
-def load_plan(project: Path, *, quiet_warnings: bool = False) -> ProjectPlan:
-    """Build the plan as `peach validate` checks it; errors are shown and stop here."""
-    from peach_cli.checks.diagnostics import has_errors, sort_key
-    from peach_cli.checks.validate import build_plan
-    from peach_cli.errors import ProjectInvalid
-    from peach_cli.views import console
-
-    plan, diagnostics = build_plan(project)
-    diagnostics.sort(key=sort_key)
-    if plan is None or has_errors(diagnostics):
-        errors = sum(d.severity == "error" for d in diagnostics)
-        console.print_diagnostics(
-            diagnostics, summary=f"{errors} error(s) in {project}: not deployed", ok=False
-        )
-        raise ProjectInvalid(f"{project} has errors: fix them and deploy again", diagnostics)
-    warnings = [d for d in diagnostics if d.severity == "warning"]
-    if warnings and not quiet_warnings:
-        console.print_diagnostics(
-            warnings, summary=f"{len(warnings)} warning(s) in {project}", ok=True
-        )
-    elif warnings:
-        for warning in warnings:
-            console.stderr().print(
-                f"[yellow]warning[/] {warning.position}: {warning.message}",
-                soft_wrap=True,
-                markup=True,
-                highlight=False,
-            )
-    return plan
 
 
 def run_deploy(
@@ -76,7 +44,10 @@ def run_deploy(
         from peach_cli.deploy.dashboard import resolve_address
 
         resolve_address(address)  # a bad address fails before any other work
-    plan = load_plan(project, quiet_warnings=dry_run)
+    from peach_cli.commands.loading import load_plan
+
+    # --dry-run: stdout holds the config, so warnings go to stderr, one line each
+    plan = load_plan(project, doing="deploying", warnings="lines" if dry_run else "show")
     if dry_run:
         from peach_cli.deploy.deployer import dry_run_config, upload_selection
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
-from peach_cli.wording import count
 
 if TYPE_CHECKING:
     from peach_cli.runtime.plan import ProjectPlan
@@ -50,27 +49,12 @@ def run_dev(
         raise UsageError(f"--task-interval must be 0 or more seconds, not {task_interval:g}")
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {port}")
-    from peach_cli.checks.diagnostics import sort_key
-    from peach_cli.checks.validate import build_plan
-    from peach_cli.views import console
-
-    plan, diagnostics = build_plan(project)
-    diagnostics.sort(key=sort_key)
-    if plan is None:
-        errors = sum(d.severity == "error" for d in diagnostics)
-        console.print_diagnostics(
-            diagnostics,
-            summary=f"{count(errors, 'error')} in {project}: not serving",
-            ok=False,
-        )
-        return 1
-    warnings = [d for d in diagnostics if d.severity == "warning"]
-    if warnings:
-        console.print_diagnostics(
-            warnings, summary=f"{project}: {len(warnings)} warning(s), serving anyway", ok=True
-        )
+    from peach_cli.commands.loading import load_plan
     from peach_cli.runtime import aio
+    from peach_cli.views import console
     from peach_cli.views.dev import DevView
+
+    plan = load_plan(project, doing="serving", warnings="show")
 
     out = console.stdout()
     view = DevView(out, live=out.is_terminal)

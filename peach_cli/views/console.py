@@ -35,9 +35,15 @@ def stderr() -> Console:
 
 
 def print_error(error: PeachError) -> None:
-    """Render a PeachError as one line (and a hint) on stderr."""
+    """Render a PeachError as one line (and a hint) on stderr; a ``ProjectInvalid`` as its
+    diagnostics and a summary line, as ``peach validate`` shows them."""
     from rich.markup import escape
 
+    from peach_cli.errors import ProjectInvalid
+
+    if isinstance(error, ProjectInvalid):
+        print_diagnostics(error.diagnostics, summary=error.message, ok=False)
+        return
     stderr().print(f"[bold red]error:[/] {escape(error.message)}", soft_wrap=True)
     if error.hint:
         stderr().print(f"[dim]hint:[/] {escape(error.hint)}", soft_wrap=True)
@@ -69,6 +75,18 @@ def print_diagnostics(diagnostics: list[Diagnostic], *, summary: str, ok: bool) 
             out.print(f"  [dim]hint:[/] {escape(diagnostic.hint)}", soft_wrap=True)
     mark = "[bold green]✓[/]" if ok else "[bold red]✗[/]"
     out.print(f"{mark} {escape(summary)}", soft_wrap=True)
+
+
+def print_warning_lines(warnings: list[Diagnostic]) -> None:
+    """One line per warning on stderr (when stdout holds something else: a config)."""
+    from rich.markup import escape
+
+    for warning in warnings:
+        stderr().print(
+            f"[yellow]warning[/] {escape(str(warning.position))}: {escape(warning.message)}",
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 def excerpt_lines(diagnostic: Diagnostic) -> list[str]:
