@@ -25,7 +25,7 @@ from peach_cli.client.framing import (
     make_decoder,
 )
 from peach_cli.client.items import DEFAULT_TIMEOUT_S, build_request
-from peach_cli.wording import count
+from peach_cli.wording import count, human_size
 
 if TYPE_CHECKING:
     from peach_cli.client.send import Client, Reply, Stream, StreamStats
@@ -464,7 +464,7 @@ def _summary(
     if frames is not None and framing in (SSE, JSON_LINES):
         noun = "events" if framing == SSE else "lines"
         parts.append(f"{frames} {noun}")
-    parts.append(_size(stats.bytes))
+    parts.append(human_size(stats.bytes))
     parts.append(f"total {_duration(end - stats.started)}")
     parts.append(f"largest gap {_duration(stats.largest_gap)}")
     _dim_line(parts)
@@ -474,14 +474,6 @@ def _duration(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     return f"{seconds:.2f} s"
-
-
-def _size(count: int) -> str:
-    if count < 1024:
-        return f"{count} B"
-    if count < 1024 * 1024:
-        return f"{count / 1024:.1f} KiB"
-    return f"{count / 1024 / 1024:.1f} MiB"
 
 
 def _write_bytes(out: BinaryIO, data: bytes) -> None:

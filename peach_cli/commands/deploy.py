@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import UsageError
+from peach_cli.wording import human_size
 
 if TYPE_CHECKING:
     from peach_cli.deploy.progress import ApplicationState
@@ -97,19 +98,18 @@ def print_uploads(selection: Selection) -> None:
     """The files a deploy uploads with each component, on stderr (stdout holds the config)."""
     from rich.markup import escape
 
-    from peach_cli.deploy.uploads import format_size
     from peach_cli.views import console
 
     err = console.stderr()
     count = len(selection.files)
     err.print(
-        f"[bold]{count} file(s), {format_size(selection.total_bytes)}[/] uploaded with each "
+        f"[bold]{count} file(s), {human_size(selection.total_bytes)}[/] uploaded with each "
         "component (notebooks, conf, dot-files, .gitignore/.rayignore matches, virtualenvs "
         "and caches left out):",
         soft_wrap=True,
     )
     for item in selection.files:
-        err.print(f"  {escape(item.path)}  [dim]{format_size(item.size)}[/]", soft_wrap=True)
+        err.print(f"  {escape(item.path)}  [dim]{human_size(item.size)}[/]", soft_wrap=True)
 
 
 def print_config(config: dict[str, Any], output_format: str) -> None:

@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from peach_cli.views.task import TasksTable, prefixed, run_line
+from peach_cli.wording import human_size
 from simulator.events import (
     RELOAD_EVENTS,
     EnvFailed,
@@ -64,20 +65,6 @@ _STATE_STYLE = {
 
 _RETIRED_FROM = (ReplicaState.DRAINING, ReplicaState.UNHEALTHY, ReplicaState.RESTARTING)
 """States a replica leaves the table from when it stops (a reload retired or refused it)."""
-
-
-def format_bytes(size: int) -> str:
-    """``512.0 MiB`` / ``1.5 GiB``.
-
-    >>> format_bytes(3 * 1024**2), format_bytes(3 * 1024**3 // 2)
-    ('3.0 MiB', '1.5 GiB')
-    """
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"  # pragma: no cover
 
 
 def format_latency(seconds: float) -> str:
@@ -255,8 +242,8 @@ class DevView:
             self._on_log(event)
         elif isinstance(event, MemoryWarning):
             self.warn(
-                f"{event.replica} uses {format_bytes(event.rss)}, over its memory request of "
-                f"{format_bytes(event.limit)}: on the platform this replica would be killed"
+                f"{event.replica} uses {human_size(event.rss)}, over its memory request of "
+                f"{human_size(event.limit)}: on the platform this replica would be killed"
             )
         elif isinstance(event, ServerNote):
             self.note(event.message, "yellow" if event.level == "warning" else "dim")
@@ -463,9 +450,9 @@ class DevView:
                     memory = Text("")
                     if row.rss:
                         over = row.limit is not None and row.rss > row.limit
-                        memory = Text(format_bytes(row.rss), style="bold red" if over else "")
+                        memory = Text(human_size(row.rss), style="bold red" if over else "")
                         if row.limit:
-                            memory.append(f"/{format_bytes(row.limit)}", "dim")
+                            memory.append(f"/{human_size(row.limit)}", "dim")
                     endpoint_label = f"{name} {url}" + (f" (A/B by {split[0]})" if split else "")
                     table.add_row(
                         Text(endpoint_label) if first_endpoint else "",
