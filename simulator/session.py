@@ -139,7 +139,8 @@ class DevSession:
 
     async def start(self) -> None:
         """Start every part; returns once the server answers (replicas may still start:
-        ``wait_ready``). Raises ``ServeError`` when the address cannot be bound."""
+        ``wait_ready``). Raises ``ServeError`` when the address cannot be bound, and
+        ``CancelledError`` when ``stop`` is called before it returns."""
         if self._starting is not None or self._stopped:
             raise RuntimeError("a session starts once, and not after stop()")
         # A task: ``stop`` during start-up cancels what is still starting.

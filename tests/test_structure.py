@@ -180,6 +180,34 @@ def test_the_simulator_keeps_no_state_in_its_modules() -> None:
     assert state == []
 
 
+def test_rich_is_used_by_the_views_only() -> None:
+    """Commands and core return data or raise; ``peach_cli.views`` renders it."""
+    users = sorted(
+        name
+        for name, path in _sources().items()
+        if not name.startswith("peach_cli.views")
+        and any(
+            (
+                isinstance(node, ast.Import)
+                and any(a.name.split(".")[0] == "rich" for a in node.names)
+            )
+            or (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "rich")
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    assert users == []
+
+
+def test_one_byte_size_formatter() -> None:
+    """Sizes read the same everywhere: ``peach_cli.wording.human_size`` formats them all."""
+    places = sorted(
+        name
+        for name, path in _sources().items()
+        if name != "peach_cli.wording" and '"KiB"' in path.read_text()
+    )
+    assert places == []
+
+
 def test_no_private_name_crosses_a_module_boundary() -> None:
     crossings = []
     for name, path in _sources().items():

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
-    from peach_cli.runtime.plan import ProjectPlan
     from peach_cli.views.dev import DevView
     from peach_cli.views.keys import DevKeys
-    from simulator.session import DevSession
+    from simulator.session import DevSession, SessionConfig
 
 RELOAD_MODES = ("patch", "restart")
 
@@ -55,46 +54,7 @@ def run_dev(
     from peach_cli.views.dev import DevView
 
     plan = load_plan(project, doing="serving", warnings="show")
-
-    out = console.stdout()
-    view = DevView(out, live=out.is_terminal)
-    view.set_plan(plan)
-    return aio.run(
-        serve(
-            plan,
-            view,
-            host=host,
-            port=port,
-            reload=reload,
-            timeout_s=timeout_s,
-            project=project,
-            reload_mode=reload_mode,
-            shared_env=shared_env,
-            offline=offline,
-            tasks=tasks,
-            task_interval=task_interval,
-        )
-    )
-
-
-async def serve(
-    plan: ProjectPlan,
-    view: DevView,
-    *,
-    host: str,
-    port: int,
-    reload: bool,
-    timeout_s: float | None,
-    project: Path | None = None,
-    reload_mode: str = "patch",
-    shared_env: bool = False,
-    offline: bool = False,
-    tasks: bool = False,
-    task_interval: float = 60.0,
-) -> int:
-    """Run a ``DevSession`` until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
-    from peach_cli.addresses import is_loopback
-    from simulator.session import DevSession, SessionConfig
+    from simulator.session import SessionConfig
 
     config = SessionConfig(
         plan,
@@ -109,22 +69,34 @@ async def serve(
         task_loop=tasks,
         task_interval_s=task_interval,
     )
+    out = console.stdout()
+    view = DevView(out, live=out.is_terminal)
+    view.set_plan(plan)
+    return aio.run(serve(config, view))
+
+
+async def serve(config: SessionConfig, view: DevView) -> int:
+    """Run a ``DevSession`` until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
+    from peach_cli.addresses import is_loopback
+    from simulator.session import DevSession
+
+    plan = config.plan
     session = DevSession(config, on_event=view.handle)
     stop = asyncio.Event()
     keys: DevKeys | None = None
     with _stop_on_signals(stop, session):
         try:
             await session.start()
-            if tasks and not plan.tasks:
+            if config.task_loop and not plan.tasks:
                 view.warn("--tasks: the project defines no task (add them under tasks:)")
-            if shared_env:
+            if config.shared_env:
                 view.warn(
                     "--shared-env: every replica runs in peach's own Python; imports are not "
                     "checked against py_environments"
                 )
-            if not is_loopback(host):
+            if not is_loopback(config.host):
                 view.warn(
-                    f"bound to {host}: every endpoint is reachable from other machines, "
+                    f"bound to {config.host}: every endpoint is reachable from other machines, "
                     "with no authentication"
                 )
             view.start()

@@ -1,7 +1,8 @@
-"""The one module that owns terminal output (Rich): errors, diagnostics, tables.
+"""Terminal output every command shares: the two consoles, errors, diagnostics, tables.
 
-Everything else returns data or raises; this module decides how it looks. ``NO_COLOR`` is
-honoured by Rich itself.
+Rich is used in ``peach_cli.views`` only (this module and one view per command that needs
+more: ``dev``, ``task``, ``ask``, ``deploy``); everything else returns data or raises, and
+the views decide how it looks. ``NO_COLOR`` is honoured by Rich itself.
 """
 
 from __future__ import annotations
