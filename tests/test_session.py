@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 from projectkit import write_project
 from waiting import assert_gone
 
@@ -91,11 +92,13 @@ def test_a_running_task_is_stopped_before_the_replicas_and_nothing_outlives_the_
     assert not children()
 
 
+@pytest.mark.parametrize("stop_at", ["the first replica event", "the first replica process"])
 def test_stopping_while_the_replicas_start_stops_them_and_nothing_outlives_the_session(
-    tmp_path: Path,
+    tmp_path: Path, stop_at: str
 ) -> None:
-    """``stop`` as soon as the first replica process exists (``start`` may not have
-    returned yet): every replica, blocked in its ``init``, is stopped; the port is free."""
+    """``stop`` at the first replica event (``start`` has not returned: it is cancelled) or
+    once the first replica process exists (its ``init`` blocks): every replica is stopped,
+    none is left, the port is free."""
     project = write_project(tmp_path / "blocked", BLOCKED_CONF, {"nb.ipynb": BLOCKED_CELLS})
     plan, diagnostics = build_plan(project)
     assert plan is not None, diagnostics
@@ -105,9 +108,10 @@ def test_stopping_while_the_replicas_start_stops_them_and_nothing_outlives_the_s
         stopping: list[asyncio.Task[None]] = []
 
         def on_event(event: object) -> None:
-            if isinstance(event, ReplicaChanged) and event.pid is not None:
-                seen.append(event.pid)
-                if not stopping:
+            if isinstance(event, ReplicaChanged):
+                if event.pid is not None:
+                    seen.append(event.pid)
+                if not stopping and (event.pid is not None or stop_at.endswith("event")):
                     stopping.append(asyncio.get_running_loop().create_task(session.stop()))
 
         session = DevSession(SessionConfig(plan, shared_env=True), on_event=on_event)
@@ -122,7 +126,7 @@ def test_stopping_while_the_replicas_start_stops_them_and_nothing_outlives_the_s
         return address, sorted(set(seen))
 
     address, pids = aio.run(scenario())
-    assert pids
+    assert pids or stop_at.endswith("event")
     for pid in pids:
         assert_gone(pid)
     assert not children()
