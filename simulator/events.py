@@ -98,6 +98,21 @@ class RequestLogged:
 
 
 @dataclass(frozen=True)
+class Serving:
+    """The server is bound and answers on ``url`` (its replicas may still be starting)."""
+
+    url: str
+
+
+@dataclass(frozen=True)
+class ReplicasStarted:
+    """Every replica the server started with is healthy, unhealthy or restarting, ``seconds``
+    after the session began."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
 class ServerNote:
     """Something about the server itself (started, stopping, a plan applied)."""
 
@@ -161,6 +176,8 @@ Event = (
     | ReplicaMemory
     | MemoryWarning
     | RequestLogged
+    | Serving
+    | ReplicasStarted
     | ServerNote
     | Reinitialized
     | EnvProgress

@@ -19,27 +19,42 @@ from peach_cli.runtime.contract import Attempt, CallResult, RequestParams, unava
 from peach_cli.runtime.plan import ComponentSpec
 from simulator.events import Event, ReplicaState
 from simulator.replica import Replica, ReplicaStream
-from simulator.spawn import WorkerLaunch
+from simulator.spawn import Spawner, WorkerLaunch
 
 STARTUP_WAIT_S = 60.0
 """How long a request waits for a replica that is starting or restarting."""
 
 _WAITING = (ReplicaState.STARTING, ReplicaState.RESTARTING)
-_replica_numbers: dict[str, itertools.count[int]] = {}
 
 
 class Unavailable(Exception):
     """No replica of the component can serve (the message says why)."""
 
 
-def _next_number(key: str) -> int:
-    return next(_replica_numbers.setdefault(key, itertools.count(1)))
+class ReplicaNumbers:
+    """Numbers replicas per component for one server: ``hello/main#1``, ``#2``, … — a
+    reload's new replicas go on counting, so an id is never reused while it serves."""
+
+    def __init__(self) -> None:
+        self._counters: dict[str, itertools.count[int]] = {}
+
+    def next(self, key: str) -> int:
+        return next(self._counters.setdefault(key, itertools.count(1)))
 
 
 class ReplicaPool:
     """All replicas of one component."""
 
-    def __init__(self, spec: ComponentSpec, root: Path, on_event: Callable[[Event], None]) -> None:
+    def __init__(
+        self,
+        spec: ComponentSpec,
+        root: Path,
+        on_event: Callable[[Event], None],
+        *,
+        numbers: ReplicaNumbers | None = None,
+        spawner: Spawner | None = None,
+    ) -> None:
+        numbers = numbers or ReplicaNumbers()
         self.spec = spec
         self.root = Path(root)
         self.key = spec.key
@@ -48,9 +63,10 @@ class ReplicaPool:
             Replica(
                 spec,
                 self.root,
-                f"{spec.key}#{_next_number(spec.key)}",
+                f"{spec.key}#{numbers.next(spec.key)}",
                 on_event,
                 on_change=self._notify,
+                spawner=spawner,
             )
             for _ in range(max(1, spec.replicas))
         ]

@@ -36,7 +36,6 @@ from simulator.events import (
     Watching,
     WatchStopped,
 )
-from simulator.spawn import keep_spares, release_spares
 from simulator.watch import DEBOUNCE_MS, STEP_MS, ProjectFilter, awatch_project
 
 if TYPE_CHECKING:
@@ -104,7 +103,7 @@ class Reloader:
             project: the project folder (or single conf file) as given to ``peach dev``.
             on_event: receives the reload events.
             step_ms, debounce_ms: the watcher's grouping of changes (``simulator.watch``).
-            spares: replica processes kept started ahead of need (``simulator.spawn``);
+            spares: replica processes kept started ahead of need (by ``server.spawner``);
                 default: as many as the largest component has replicas, at most
                 ``MAX_SPARES``, so restarting any one component skips Python's start-up.
             mode: ``patch`` (a component whose method alone changed keeps its replicas and
@@ -175,7 +174,8 @@ class Reloader:
                     with contextlib.suppress(BaseException):
                         await task
             await changes.aclose()
-            await release_spares(self.filter.root)
+            if self.spares > 0:
+                await self.server.spawner.release(self.filter.root)
 
     @staticmethod
     def _supersedable(batch: asyncio.Future[set[str]]) -> bool:
@@ -197,7 +197,7 @@ class Reloader:
         if self.spares > 0:
             await self.server.wait_ready()
             for launch in self.server.launches():  # one set per env in use
-                await keep_spares(launch, count=self.spares).fill()
+                await self.server.spawner.keep(launch, count=self.spares).fill()
 
     async def reload(self, files: Iterable[str]) -> ReloadEvent:
         """Rebuild the plan after ``files`` changed and serve it if it is valid."""

@@ -37,7 +37,7 @@ from simulator.events import (
     ReplicaMemory,
     ReplicaState,
 )
-from simulator.spawn import WorkerLaunch, spawn_worker, take_spare
+from simulator.spawn import Spawner, WorkerLaunch
 
 HEALTH_INTERVAL_S = 1.0
 STOP_TIMEOUT_S = 3.0
@@ -149,11 +149,14 @@ class Replica:
         *,
         on_change: Callable[[], None] | None = None,
         launch: WorkerLaunch | None = None,
+        spawner: Spawner | None = None,
     ) -> None:
         self.spec = spec
         self.root = Path(root).resolve()
         self.launch = launch or WorkerLaunch(self.root)
         """How this replica's process is started (its interpreter, its environment)."""
+        self.spawner = spawner or Spawner()
+        """Starts the process (a spare when hot reload keeps one for ``launch``)."""
         self.id = replica_id
         self.on_event = on_event
         self.on_change = on_change
@@ -190,13 +193,11 @@ class Replica:
 
     async def _spawn(self) -> None:
         loop = asyncio.get_running_loop()
-        worker = take_spare(self.launch)  # started ahead of need when hot reload is on
-        if worker is None:
-            try:
-                worker = await spawn_worker(self.launch)
-            except OSError as error:
-                self._set_state(ReplicaState.UNHEALTHY, error=f"could not start a replica: {error}")
-                return
+        try:
+            worker = await self.spawner.worker(self.launch)
+        except OSError as error:
+            self._set_state(ReplicaState.UNHEALTHY, error=f"could not start a replica: {error}")
+            return
         process, parent_end = worker
         self._process = process
         self.pid = process.pid

@@ -31,9 +31,9 @@ from peach_cli.runtime.plan import ComponentSpec, ProjectPlan, url_key
 from simulator.changes import PlanChange
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import Event, ReplicaState
-from simulator.pool import ReplicaPool
+from simulator.pool import ReplicaNumbers, ReplicaPool
 from simulator.routing import Route, RoutingTable
-from simulator.spawn import WorkerLaunch
+from simulator.spawn import Spawner, WorkerLaunch
 
 if TYPE_CHECKING:
     from simulator.gateway import Gateway
@@ -76,6 +76,7 @@ class DevServer:
         timeout_s: float | None = None,
         on_event: Callable[[Event], None] | None = None,
         environments: Environments | None = None,
+        spawner: Spawner | None = None,
     ) -> None:
         self.plan = plan
         self.host = host
@@ -83,6 +84,10 @@ class DevServer:
         self.timeout_override = timeout_s
         self.environments = environments or Environments(plan.root, isolated=False)
         """The interpreters replicas run in (default: peach's own, shared by all)."""
+        self.spawner = spawner or Spawner()
+        """Starts replica processes (taking the spares hot reload keeps)."""
+        self._numbers = ReplicaNumbers()
+        self._cut_filter = _CutStreamFilter()
         self._on_event = on_event
         self._pools: dict[str, ReplicaPool] = {}
         self._fingerprints: dict[str, str] = {}
@@ -119,6 +124,7 @@ class DevServer:
     async def start(self) -> None:
         """Bind, start serving, and start every replica (``wait_ready`` waits for them)."""
         self._socket = _bind(self.host, self.port)
+        logging.getLogger("uvicorn.error").addFilter(self._cut_filter)  # until ``stop``
         for spec in self.plan.components():
             self._pools[spec.key] = self._new_pool(spec)
         # Replica processes start first: they boot while the HTTP stack is imported.
@@ -202,6 +208,7 @@ class DevServer:
                     await self._serve_task
         if self._socket is not None:
             self._socket.close()
+        logging.getLogger("uvicorn.error").removeFilter(self._cut_filter)
 
     def kill_replicas(self) -> None:
         """Kill every replica process at once, without waiting (a second Ctrl-C)."""
@@ -221,7 +228,9 @@ class DevServer:
 
     def _new_pool(self, spec: ComponentSpec) -> ReplicaPool:
         self._fingerprints[spec.key] = spec.fingerprint(self.plan.root)
-        return ReplicaPool(spec, self.plan.root, self.emit)
+        return ReplicaPool(
+            spec, self.plan.root, self.emit, numbers=self._numbers, spawner=self.spawner
+        )
 
     async def _start_pool(self, pool: ReplicaPool) -> None:
         """Start a pool's replicas in its env's interpreter (building the env first); a
@@ -413,10 +422,6 @@ class _CutStreamFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
         return not isinstance(error, StreamCut)
-
-
-_CUT_FILTER = _CutStreamFilter()
-logging.getLogger("uvicorn.error").addFilter(_CUT_FILTER)
 
 
 def _QuietServer(config: Any) -> Any:  # noqa: N802 - a class factory, named as the class

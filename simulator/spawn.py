@@ -10,11 +10,11 @@ to host. With hot reload on, ``peach dev`` keeps spare workers waiting, one set 
 (one per project and interpreter); ``Replica`` takes one instead of spawning, so a reload
 costs only the user's code and ``init``. A spare is replaced a moment after it is taken.
 
+    spawner = Spawner()                            # one per session (``simulator.session``)
     launch = WorkerLaunch(root)                    # peach's interpreter, the project folder
-    worker = take_spare(launch) or await spawn_worker(launch)
-    spares = keep_spares(launch)                   # after the first replicas are up
-    await spares.fill()
-    await release_spares(root)                     # when the server stops
+    process, sock = await spawner.worker(launch)   # a spare if one waits, else a new one
+    await spawner.keep(launch).fill()              # after the first replicas are up
+    await spawner.close()                          # when the session stops
 
 A spare that is never used exits with the server: its socket closes, and on Linux its
 parent's death kills it.
@@ -190,36 +190,46 @@ def _discard(spare: Worker) -> None:
             process.terminate()
 
 
-_kept: dict[WorkerLaunch, SpareWorkers] = {}
+class Spawner:
+    """Starts the worker processes of one session, taking a waiting spare when one is kept.
 
+    Spares are kept only for the launches ``keep`` names; ``close`` stops every spare (a
+    session's last step). A ``Spawner()`` that keeps none just starts workers.
+    """
 
-def keep_spares(launch: WorkerLaunch, *, count: int = 1) -> SpareWorkers:
-    """Keep spares of ``launch`` from now on (call ``fill`` to start them)."""
-    spares = _kept.get(launch)
-    if spares is None or spares.closed:
-        spares = _kept[launch] = SpareWorkers(launch, count=count)
-    return spares
+    def __init__(self) -> None:
+        self._kept: dict[WorkerLaunch, SpareWorkers] = {}
 
+    async def worker(self, launch: WorkerLaunch) -> Worker:
+        """A waiting spare of ``launch``, else a new worker; raises OSError."""
+        spares = self._kept.get(launch)
+        spare = spares.take() if spares is not None else None
+        return spare or await spawn_worker(launch)
 
-def take_spare(launch: WorkerLaunch) -> Worker | None:
-    """A waiting worker of ``launch``, if spares are kept for it."""
-    spares = _kept.get(launch)
-    return spares.take() if spares is not None else None
+    def keep(self, launch: WorkerLaunch, *, count: int = 1) -> SpareWorkers:
+        """Keep spares of ``launch`` from now on (call ``fill`` to start them)."""
+        spares = self._kept.get(launch)
+        if spares is None or spares.closed:
+            spares = self._kept[launch] = SpareWorkers(launch, count=count)
+        return spares
 
+    async def release(self, root: Path) -> None:
+        """Stop keeping spares for the project at ``root`` and stop the waiting ones."""
+        root = Path(root).resolve()
+        for launch in [launch for launch in self._kept if launch.root == root]:
+            spares = self._kept.pop(launch, None)  # another caller may be releasing them too
+            if spares is not None:
+                await spares.close()
 
-async def release_spares(root: Path) -> None:
-    """Stop keeping spares for the project at ``root`` and stop the waiting ones."""
-    root = Path(root).resolve()
-    for launch in [launch for launch in _kept if launch.root == root]:
-        spares = _kept.pop(launch, None)  # another caller may be releasing them too
-        if spares is not None:
+    async def close(self) -> None:
+        """Stop every spare, of every launch."""
+        while self._kept:
+            _, spares = self._kept.popitem()
             await spares.close()
 
-
-def spare_pids(root: Path) -> list[int]:
-    """The pids of the waiting spares of the project at ``root`` (for tests)."""
-    root = Path(root).resolve()
-    return [pid for launch, s in _kept.items() if launch.root == root for pid in s.pids()]
+    def spare_pids(self) -> list[int]:
+        """The pids of the waiting spares (for tests)."""
+        return [pid for spares in self._kept.values() for pid in spares.pids()]
 
 
 __all__ = [
@@ -227,9 +237,6 @@ __all__ = [
     "SpareWorkers",
     "Worker",
     "WorkerLaunch",
-    "keep_spares",
-    "release_spares",
-    "spare_pids",
+    "Spawner",
     "spawn_worker",
-    "take_spare",
 ]

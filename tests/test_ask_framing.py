@@ -16,7 +16,7 @@ from peach_cli.client.framing import (
     detect_framing,
     extract_text,
 )
-from peach_cli.commands.ask import _last_block_boundary
+from peach_cli.views.ask import _last_block_boundary
 
 
 def feed_all(decoder, chunks):

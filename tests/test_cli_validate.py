@@ -174,6 +174,7 @@ def test_schema_accepts_every_file_of_a_split_project_and_flags_mistakes(tmp_pat
         *ROOT.glob("examples/*/peach.yaml"),
         *ROOT.glob("tests/projects/*/peach.yaml"),
     ]
+    files.remove(ROOT / "tests/projects/typos/peach.yaml")  # its mistakes are the point
     write_project(
         tmp_path,
         "codops: shop\n",
@@ -227,3 +228,27 @@ def test_the_caret_underlines_a_path_in_a_conf_and_a_name_in_code():
     assert caret(Position("nb.ipynb", 2, 12, 3, code)) == " " * 11 + "^^"
     conf = "      main: {notebook: notebooks/E.ipynb, method: ask}"
     assert caret(Position("peach.yaml", 6, 24, None, conf)) == " " * 23 + "^" * 17
+
+
+@pytest.mark.parametrize(
+    ("command", "doing"),
+    [
+        (("dev",), ": not serving"),
+        (("task", "run", "t"), ": not running"),
+        (("deploy", "--dry-run"), ": not deploying"),
+        (("task", "list"), ""),
+        (("env", "list"), ""),
+    ],
+)
+def test_every_command_reports_a_broken_project_as_validate_does(tmp_path, command, doing):
+    """The diagnostics on stdout, then one summary line: the same words for every command,
+    no second error line on stderr, exit 1."""
+    conf = GOOD.replace("codops: shop", "codops: shop\nbogus: 1")
+    conf += "tasks:\n  t: {notebook: nb.ipynb, method: ask}\n"
+    write_project(tmp_path, conf, {"nb.ipynb": BASE_CELLS})
+    result = peach(*command, str(tmp_path))
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "peach.yaml:2:1: error PC101 unknown key 'bogus' in the top level"
+    assert lines[-1] == f"✗ 1 error in {tmp_path}{doing}"
+    assert result.stderr == ""

@@ -676,8 +676,8 @@ def test_deploy_of_an_invalid_project_shows_the_diagnostics_and_exits_1(tmp_path
     conf.write_text(conf.read_text().replace("method: hello", "method: helo"))
     result = run_peach("deploy", str(project), "--dry-run")
     assert result.returncode == 1
-    assert "error" in result.stdout and "not deployed" in result.stdout
-    assert "Traceback" not in result.stderr
+    assert result.stdout.splitlines()[-1].endswith(" error in " + str(project) + ": not deploying")
+    assert result.stderr == ""  # the diagnostics and their summary, no second error line
 
 
 def test_deploy_to_a_non_dashboard_address_exits_2_with_a_message():

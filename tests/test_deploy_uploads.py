@@ -16,8 +16,9 @@ import pytest
 
 from peach_cli.checks.validate import build_plan
 from peach_cli.deploy.config import build_bundle
-from peach_cli.deploy.uploads import MAX_UPLOAD_BYTES, check_size, format_size, select_files
+from peach_cli.deploy.uploads import MAX_UPLOAD_BYTES, check_size, select_files
 from peach_cli.errors import DeployError
+from peach_cli.wording import human_size
 
 TESTS = Path(__file__).resolve().parent
 BASIC = TESTS / "projects" / "deploy_basic"
@@ -169,4 +170,4 @@ def test_a_too_large_project_fails_the_dry_run_too_with_exit_1(tmp_path):
 
 
 def test_format_size():
-    assert [format_size(n) for n in (5, 2048, 3 * 1024 * 1024)] == ["5 B", "2.0 KiB", "3.0 MiB"]
+    assert [human_size(n) for n in (5, 2048, 3 * 1024 * 1024)] == ["5 B", "2.0 KiB", "3.0 MiB"]

@@ -215,7 +215,7 @@ def test_the_cache_folder_is_reported_with_its_size(project, tmp_path, index_url
     check = checks_of(result)["cache"]
     assert check["status"] == "ok"
     assert check["details"]["entries"] == 1 and check["details"]["bytes"] == 2000
-    assert f"env cache {cache}: writable, 1 entry, 2.0 kB" == check["summary"]
+    assert f"env cache {cache}: writable, 1 entry, 2.0 KiB" == check["summary"]
 
 
 def test_a_cache_that_cannot_be_a_folder_fails(project, tmp_path, index_url):

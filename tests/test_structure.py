@@ -142,6 +142,72 @@ def test_worker_processes_are_started_in_one_module() -> None:
     assert "create_subprocess_exec" in (ROOT / "simulator" / "spawn.py").read_text()
 
 
+_MUTABLE = (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)
+_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "deque", "OrderedDict", "Counter"}
+
+
+def _module_state(tree: ast.Module) -> list[str]:
+    """Module-level statements of ``tree`` that hold or change state shared by everything
+    in the process: a mutable container bound to a lowercase name (an UPPER_CASE table is
+    a constant), or a call made at import."""
+    found = []
+    for node in tree.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if value is not None and not all(n.isupper() or n == "__all__" for n in names):
+            call = value.func if isinstance(value, ast.Call) else None
+            called = call.id if isinstance(call, ast.Name) else getattr(call, "attr", None)
+            if isinstance(value, _MUTABLE) or called in _MUTABLE_CALLS:
+                found.append(f"line {node.lineno}: {', '.join(names)}")
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            found.append(f"line {node.lineno}: a call at import")
+    return found
+
+
+def test_the_simulator_keeps_no_state_in_its_modules() -> None:
+    """Spare workers, replica numbers, log filters: what one session holds belongs to its
+    objects (``simulator.session.DevSession`` and its parts), so two sessions in one
+    process — a test run, ``peach test`` — never share or leak them."""
+    state = [
+        f"{name} {place}"
+        for name, path in _sources().items()
+        if name.split(".")[0] == "simulator"
+        for place in _module_state(ast.parse(path.read_text()))
+    ]
+    assert state == []
+
+
+def test_rich_is_used_by_the_views_only() -> None:
+    """Commands and core return data or raise; ``peach_cli.views`` renders it."""
+    users = sorted(
+        name
+        for name, path in _sources().items()
+        if not name.startswith("peach_cli.views")
+        and any(
+            (
+                isinstance(node, ast.Import)
+                and any(a.name.split(".")[0] == "rich" for a in node.names)
+            )
+            or (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "rich")
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    assert users == []
+
+
+def test_one_byte_size_formatter() -> None:
+    """Sizes read the same everywhere: ``peach_cli.wording.human_size`` formats them all."""
+    places = sorted(
+        name
+        for name, path in _sources().items()
+        if name != "peach_cli.wording" and '"KiB"' in path.read_text()
+    )
+    assert places == []
+
+
 def test_no_private_name_crosses_a_module_boundary() -> None:
     crossings = []
     for name, path in _sources().items():

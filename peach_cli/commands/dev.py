@@ -1,7 +1,7 @@
 """`peach dev`: build the plan, serve it with the local simulator, render what happens.
 
-The command resolves everything once (plan, options), hands the plan to
-``simulator.server.DevServer`` and renders its events with ``peach_cli.views.dev``. Ctrl-C
+The command resolves everything once (plan, options), runs a ``simulator.session.DevSession``
+built from them and renders its events with ``peach_cli.views.dev``. Ctrl-C
 (or SIGTERM) stops it cleanly: in-flight streams are closed, every replica process is
 stopped; a second Ctrl-C kills the replicas at once.
 """
@@ -12,19 +12,16 @@ import asyncio
 import contextlib
 import os
 import signal
-import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
-from peach_cli.wording import count
 
 if TYPE_CHECKING:
-    from peach_cli.runtime.plan import ProjectPlan
     from peach_cli.views.dev import DevView
     from peach_cli.views.keys import DevKeys
-    from simulator.reload import ReloadMode
-    from simulator.server import DevServer
+    from simulator.session import DevSession, SessionConfig
 
 RELOAD_MODES = ("patch", "restart")
 
@@ -51,188 +48,113 @@ def run_dev(
         raise UsageError(f"--task-interval must be 0 or more seconds, not {task_interval:g}")
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {port}")
-    from peach_cli.checks.validate import build_plan
-    from peach_cli.project.diagnostics import sort_key
-    from peach_cli.views import console
-
-    plan, diagnostics = build_plan(project)
-    diagnostics.sort(key=sort_key)
-    if plan is None:
-        errors = sum(d.severity == "error" for d in diagnostics)
-        console.print_diagnostics(
-            diagnostics,
-            summary=f"{count(errors, 'error')} in {project}: not serving",
-            ok=False,
-        )
-        return 1
-    warnings = [d for d in diagnostics if d.severity == "warning"]
-    if warnings:
-        console.print_diagnostics(
-            warnings, summary=f"{project}: {len(warnings)} warning(s), serving anyway", ok=True
-        )
+    from peach_cli.commands.loading import load_plan
     from peach_cli.runtime import aio
+    from peach_cli.views import console
     from peach_cli.views.dev import DevView
 
-    out = console.stdout()
-    view = DevView(out, live=out.is_terminal)
-    view.set_plan(plan)
-    return aio.run(
-        serve(
-            plan,
-            view,
-            host=host,
-            port=port,
-            reload=reload,
-            timeout_s=timeout_s,
-            project=project,
-            reload_mode=reload_mode,
-            shared_env=shared_env,
-            offline=offline,
-            tasks=tasks,
-            task_interval=task_interval,
-        )
-    )
+    plan = load_plan(project, doing="serving", warnings="show")
+    from simulator.session import SessionConfig
 
-
-async def serve(
-    plan: ProjectPlan,
-    view: DevView,
-    *,
-    host: str,
-    port: int,
-    reload: bool,
-    timeout_s: float | None,
-    project: Path | None = None,
-    reload_mode: str = "patch",
-    shared_env: bool = False,
-    offline: bool = False,
-    tasks: bool = False,
-    task_interval: float = 60.0,
-) -> int:
-    """Run the dev server until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
-    from peach_cli.addresses import is_loopback
-    from simulator.environments import Environments
-    from simulator.server import DevServer
-    from simulator.tasks.scheduler import TaskScheduler
-
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    # Triggered runs are served with or without --tasks; --tasks adds the loop.
-    scheduler = TaskScheduler(
-        plan, project=project, loop=tasks, interval_s=task_interval, on_event=view.handle
-    )
-    environments = Environments(
-        plan.root,
-        isolated=not shared_env,
-        offline=offline,
-        on_event=view.handle,
-        env=scheduler.worker_env,
-    )
-    scheduler.environments = environments
-    server = DevServer(
+    config = SessionConfig(
         plan,
+        project=project,
         host=host,
         port=port,
         timeout_s=timeout_s,
-        on_event=view.handle,
-        environments=environments,
+        reload=reload,
+        reload_mode="restart" if reload_mode == "restart" else "patch",
+        shared_env=shared_env,
+        offline=offline,
+        task_loop=tasks,
+        task_interval_s=task_interval,
     )
+    out = console.stdout()
+    view = DevView(out, live=out.is_terminal)
+    view.set_plan(plan)
+    return aio.run(serve(config, view))
+
+
+async def serve(config: SessionConfig, view: DevView) -> int:
+    """Run a ``DevSession`` until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
+    from peach_cli.addresses import is_loopback
+    from simulator.session import DevSession
+
+    plan = config.plan
+    session = DevSession(config, on_event=view.handle)
+    stop = asyncio.Event()
+    keys: DevKeys | None = None
+    with _stop_on_signals(stop, session):
+        try:
+            await session.start()
+            if config.task_loop and not plan.tasks:
+                view.warn("--tasks: the project defines no task (add them under tasks:)")
+            if config.shared_env:
+                view.warn(
+                    "--shared-env: every replica runs in peach's own Python; imports are not "
+                    "checked against py_environments"
+                )
+            if not is_loopback(config.host):
+                view.warn(
+                    f"bound to {config.host}: every endpoint is reachable from other machines, "
+                    "with no authentication"
+                )
+            view.start()
+            keys = watch_keys(session, view)
+            await stop.wait()
+        finally:
+            if keys is not None:
+                keys.close()
+            view.note("stopping: closing streams and replicas", "yellow")
+            view.flush()
+            try:
+                await session.stop()
+            finally:
+                view.stop()
+    return 0
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event, session: DevSession) -> Iterator[None]:
+    """SIGINT, SIGTERM, SIGHUP set ``stop``; a second Ctrl-C kills the replicas and exits."""
+    loop = asyncio.get_running_loop()
 
     def on_signal(number: int) -> None:
         if not stop.is_set():
             stop.set()
         elif number == signal.SIGINT:  # a second Ctrl-C: do not wait for anything
-            server.kill_replicas()
+            session.kill_now()
             os._exit(130)
         # A repeated SIGTERM/SIGHUP (`timeout` signals the process, then its group) is the
         # same request to stop: the clean stop already under way goes on.
 
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for number in SIGNALS:
         loop.add_signal_handler(number, on_signal, number)
-    began = time.perf_counter()
-    reloading: asyncio.Task[None] | None = None
-    keys: DevKeys | None = None
     try:
-        await server.start()
-        view.serving(server.url)
-        scheduler.ready.clear()  # the loop's first round starts once the replicas are up
-        await scheduler.start()
-        if tasks and not plan.tasks:
-            view.warn("--tasks: the project defines no task (add them under tasks:)")
-        if plan.tasks:
-            scheduler.warm_up()
-        if shared_env:
-            view.warn(
-                "--shared-env: every replica runs in peach's own Python; imports are not "
-                "checked against py_environments"
-            )
-        if not is_loopback(host):
-            view.warn(
-                f"bound to {host}: every endpoint is reachable from other machines, "
-                "with no authentication"
-            )
-        if reload and project is not None:
-            from simulator.reload import Reloader
-
-            mode: ReloadMode = "restart" if reload_mode == "restart" else "patch"
-            reloader = Reloader(server, project, on_event=view.handle, mode=mode)
-            reloading = loop.create_task(reloader.run(stop))
-        view.start()
-        keys = watch_keys(server, view)
-        ready = loop.create_task(_report_ready(server, view, began, scheduler.ready))
-        await stop.wait()
-        ready.cancel()
+        yield
     finally:
-        if keys is not None:
-            keys.close()
-        view.note("stopping: closing streams and replicas", "yellow")
-        view.flush()
-        await scheduler.stop()  # a running task is killed with its process tree
-        if reloading is not None:  # no reload may start replicas while they stop
-            reloading.cancel()
-            with contextlib.suppress(BaseException):
-                await reloading
-        try:
-            await server.stop()
-        finally:
-            view.stop()
-            for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                loop.remove_signal_handler(number)
-    return 0
+        for number in SIGNALS:
+            loop.remove_signal_handler(number)
 
 
-def watch_keys(server: DevServer, view: DevView) -> DevKeys | None:
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def watch_keys(session: DevSession, view: DevView) -> DevKeys | None:
     """Keys typed in the terminal (``peach_cli.views.keys``): ``i`` re-runs every init."""
     from peach_cli.views.keys import DevKeys
 
-    components = [c.key for c in server.plan.components() if c.init]
-    if not components:
+    server = session.server
+    assert server is not None
+    if not any(c.init for c in server.plan.components()):
         return None
 
     def reinit() -> None:
         keys = [c.key for c in server.plan.components() if c.init]
         view.note(f"re-running init of {', '.join(keys)}", "yellow")
-        task = asyncio.get_running_loop().create_task(server.reinit(keys))
-        _running.add(task)
-        task.add_done_callback(_running.discard)
+        session.start_reinit(keys)
 
     keys = DevKeys.open({"i": reinit})
     if keys is not None:
         view.note("press i to re-run every init (a patch keeps the state init returned)")
     return keys
-
-
-_running: set[asyncio.Task[object]] = set()
-
-
-async def _report_ready(
-    server: DevServer, view: DevView, began: float, tasks_ready: asyncio.Event
-) -> None:
-    from simulator.events import ReplicaState
-
-    await server.wait_ready()
-    tasks_ready.set()
-    rows = list(view.replicas.values())
-    healthy = sum(row.state is ReplicaState.HEALTHY for row in rows)
-    message = f"{healthy}/{len(rows)} replicas healthy in {time.perf_counter() - began:.2f} s"
-    view.line(message if healthy == len(rows) else f"{message} (see errors above)", now=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from peach_cli import wording
+from peach_cli.commands.loading import load_conf
 from peach_cli.errors import UsageError
 from peach_cli.wording import human_size
 
@@ -21,24 +22,6 @@ if TYPE_CHECKING:
     from peach_cli.project.conf import PeachConf
 
 FORMATS = ("text", "json")
-
-
-def _load_conf(project: Path) -> PeachConf | None:
-    """The project's conf, or None after printing its errors."""
-    from peach_cli.project.diagnostics import has_errors, sort_key
-    from peach_cli.project.loader import load_project
-    from peach_cli.views import console
-
-    loaded, diagnostics = load_project(project)
-    if loaded is None or has_errors(diagnostics):
-        errors = [d for d in diagnostics if d.severity == "error"]
-        errors.sort(key=sort_key)
-        count = len(errors)
-        console.print_diagnostics(
-            errors, summary=f"{wording.count(count, 'error')} in {project}", ok=False
-        )
-        return None
-    return loaded.conf
 
 
 def env_rows(conf: PeachConf) -> list[dict[str, Any]]:
@@ -74,9 +57,7 @@ def run_env_list(project: Path, *, output_format: str = "text") -> int:
     from peach_cli.envs import cache_root
     from peach_cli.views import console
 
-    conf = _load_conf(project)
-    if conf is None:
-        return 1
+    conf = load_conf(project)
     rows = env_rows(conf)
     if output_format == "json":
         console.print_json({"cache": str(cache_root()), "envs": rows})
@@ -89,9 +70,7 @@ def run_env_build(project: Path, *, offline: bool = False, refresh: bool = False
     from peach_cli.envs import EnvBuildError, ensure_env, project_envs
     from peach_cli.views import console
 
-    conf = _load_conf(project)
-    if conf is None:
-        return 1
+    conf = load_conf(project)
     failed: list[EnvBuildError] = []
     specs = project_envs(conf)
     with _interrupted_by_termination():

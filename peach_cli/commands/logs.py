@@ -7,12 +7,7 @@ The work is in ``peach_cli.deploy.logs``. Lines go to stdout as they are, each p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from peach_cli.errors import UsageError
-
-if TYPE_CHECKING:
-    from peach_cli.deploy.logs import LogLine
 
 DEFAULT_TAIL = 100
 
@@ -30,42 +25,17 @@ def run_logs(
         raise UsageError("--tail must be 0 or more lines")
     from peach_cli.deploy.deployer import Reporter, connect
     from peach_cli.deploy.logs import find_replicas, follow_logs, read_logs
-    from peach_cli.views import console
+    from peach_cli.views.deploy import print_log_line, print_note, warn
 
-    out = console.stdout()
-    with connect(address, Reporter(warn=_warn)) as dashboard:
+    with connect(address, Reporter(warn=warn)) as dashboard:
         name, replicas = find_replicas(dashboard, app, deployment)
         if not replicas:
-            console.stderr().print(f"no replicas of {name} have logs yet", soft_wrap=True)
+            print_note(f"no replicas of {name} have logs yet")
         lines = (
             follow_logs(dashboard, replicas, tail, app=name, deployment=deployment)
             if follow
             else read_logs(dashboard, replicas, tail)
         )
         for line in lines:
-            _print_line(out, line)
+            print_log_line(line)
     return 0
-
-
-def _warn(message: str) -> None:
-    from rich.markup import escape
-
-    from peach_cli.views import console
-
-    console.stderr().print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
-
-
-def _print_line(out: object, line: LogLine) -> None:
-    import sys
-
-    from rich.console import Console
-
-    assert isinstance(out, Console)
-    if out.is_terminal:
-        from rich.markup import escape
-
-        style = "red" if line.stream == "err" else "dim"
-        out.print(f"[{style}]{escape(line.prefix)} |[/] {escape(line.text)}", soft_wrap=True)
-    else:
-        sys.stdout.write(f"{line.prefix} | {line.text}\n")
-        sys.stdout.flush()

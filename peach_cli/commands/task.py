@@ -1,8 +1,8 @@
 """`peach task list|run`: the project's tasks, and one run of one of them.
 
 ``peach task run`` runs the task in its own process, in its py_env's env, with the project
-folder as working directory (``simulator.tasks.scheduler``), or on a Ray cluster as a job with
-``--address`` (``peach_cli.deploy.jobs``). Runs it triggers (``trigger_task_with_event``)
+folder as working directory (a ``simulator.session.DevSession`` without a server), or on a
+Ray cluster as a job with ``--address`` (``peach_cli.deploy.jobs``). Runs it triggers (``trigger_task_with_event``)
 run after it, one at a time, in order.
 
 Exit codes: 0 every run returned; 1 a run raised or ran past its timeout (its process tree
@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from peach_cli import wording
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -30,16 +29,11 @@ def run_task_list(project: Path, *, output_format: str = "text") -> int:
     """Print the project's tasks (from the conf alone: no notebook is read)."""
     if output_format not in FORMATS:
         raise UsageError(f"--format must be text or json, not {output_format!r}")
-    from peach_cli.project.diagnostics import has_errors, sort_key
-    from peach_cli.project.loader import load_project
+    from peach_cli.commands.loading import load_conf
     from peach_cli.views import console
     from peach_cli.views.task import print_task_list
 
-    loaded, diagnostics = load_project(project)
-    if loaded is None or has_errors(diagnostics):
-        errors = sorted((d for d in diagnostics if d.severity == "error"), key=sort_key)
-        console.print_diagnostics(errors, summary=f"{len(errors)} error(s) in {project}", ok=False)
-        return 1
+    conf = load_conf(project)
     rows = [
         {
             "name": name,
@@ -49,7 +43,7 @@ def run_task_list(project: Path, *, output_format: str = "text") -> int:
             "timeout_s": float(task.timeout_s),
             "full_notebook": task.full_notebook,
         }
-        for name, task in loaded.conf.tasks.items()
+        for name, task in conf.tasks.items()
     ]
     if output_format == "json":
         console.print_json({"tasks": rows})
@@ -83,26 +77,16 @@ def read_payload(payload: str | None) -> str | None:
     return json.dumps(value)
 
 
-def plan_with_task(project: Path, name: str) -> ProjectPlan | None:
+def plan_with_task(project: Path, name: str) -> ProjectPlan:
     """The project's plan, after checking that ``name`` is one of its tasks.
 
-    None (after printing the errors) when the project has errors; ``UsageError`` with a
-    "did you mean" for an unknown task.
+    ``ProjectInvalid`` when the project has errors; ``UsageError`` with a "did you mean"
+    for an unknown task.
     """
-    from peach_cli.checks.validate import build_plan
-    from peach_cli.project.diagnostics import did_you_mean, sort_key
-    from peach_cli.views import console
+    from peach_cli.commands.loading import load_plan
+    from peach_cli.project.diagnostics import did_you_mean
 
-    plan, diagnostics = build_plan(project)
-    if plan is None:
-        errors = sorted((d for d in diagnostics if d.severity == "error"), key=sort_key)
-        count = len(errors)
-        console.print_diagnostics(
-            errors,
-            summary=f"{wording.count(count, 'error')} in {project}: not running",
-            ok=False,
-        )
-        return None
+    plan = load_plan(project, doing="running")
     if name not in plan.tasks:
         from peach_cli.runtime.triggers import unknown_task_message
 
@@ -128,8 +112,6 @@ def run_task_run(
         raise UsageError(f"--timeout-s must be a positive number of seconds, not {timeout_s:g}")
     payload_text = read_payload(payload)
     plan = plan_with_task(project, name)
-    if plan is None:
-        return 1
     if address is not None:
         return run_task_on_ray(plan, name, payload_text, address=address, timeout_s=timeout_s)
     from peach_cli.runtime import aio
@@ -161,20 +143,19 @@ async def _run_local(
     import signal
 
     from peach_cli.views.task import TaskRunView
-    from simulator.environments import Environments
-    from simulator.tasks.scheduler import TaskScheduler
+    from simulator.session import DevSession, SessionConfig
 
     view = TaskRunView()
-    scheduler = TaskScheduler(
-        plan, project=project, timeout_s=timeout_s, keep_warm=False, on_event=view.handle
-    )
-    scheduler.environments = Environments(
-        plan.root,
-        isolated=not shared_env,
+    config = SessionConfig(
+        plan,
+        project=project,
+        serve=False,
+        shared_env=shared_env,
         offline=offline,
-        on_event=view.handle,
-        env=scheduler.worker_env,
+        task_timeout_s=timeout_s,
+        keep_warm=False,
     )
+    session = DevSession(config, on_event=view.handle)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     interrupted = False
@@ -189,9 +170,8 @@ async def _run_local(
         loop.add_signal_handler(number, on_signal)
     ended: list[Any] | None = None
     try:
-        await scheduler.start(run_loop=False)
-        scheduler.trigger(name, payload, triggered=False)
-        ended = await scheduler.run_until_idle()
+        await session.start()
+        ended = await session.run_task(name, payload)
     except asyncio.CancelledError:
         if not interrupted:
             raise
@@ -200,9 +180,7 @@ async def _run_local(
     finally:
         for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(number)
-        await scheduler.stop()
-        if scheduler.environments is not None:
-            scheduler.environments.release()
+        await session.stop()
     if ended is None:
         view.note(f"{name}: interrupted; the task was stopped and its process tree killed")
         return EXIT_INTERRUPTED

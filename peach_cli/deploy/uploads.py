@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from peach_cli.errors import DeployError
+from peach_cli.wording import human_size
 
 if TYPE_CHECKING:
     import pathspec
@@ -151,10 +152,10 @@ def check_size(selection: Selection, limit: int = MAX_UPLOAD_BYTES) -> None:
     total = selection.total_bytes
     if total <= limit:
         return
-    largest = ", ".join(f"{f.path} ({format_size(f.size)})" for f in selection.largest())
+    largest = ", ".join(f"{f.path} ({human_size(f.size)})" for f in selection.largest())
     raise DeployError(
-        f"the project's files come to {format_size(total)}, over Ray's limit of "
-        f"{format_size(limit)} per package; the largest: {largest}",
+        f"the project's files come to {human_size(total)}, over Ray's limit of "
+        f"{human_size(limit)} per package; the largest: {largest}",
         hint="add large data to .gitignore or .rayignore and load it in init "
         "(from object storage or a path on the cluster)",
     )
@@ -169,16 +170,3 @@ def read_files(selection: Selection) -> list[tuple[str, bytes]]:
         except OSError as error:
             raise DeployError(f"cannot read {item.source}: {error.strerror}") from None
     return contents
-
-
-def format_size(size: float) -> str:
-    """``1536`` → ``'1.5 KiB'``.
-
-    >>> format_size(0), format_size(1536), format_size(600 * 1024 * 1024)
-    ('0 B', '1.5 KiB', '600.0 MiB')
-    """
-    for unit in ("B", "KiB", "MiB"):
-        if size < 1024 or unit == "MiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")

@@ -201,7 +201,7 @@ def _cache_contents(root: Path | None = None) -> dict[str, int]:
 
 
 def _describe(contents: dict[str, int]) -> str:
-    """``3 entries, 120.4 MB`` (``empty`` when nothing is there)."""
+    """``3 entries, 120.4 MiB`` (``empty`` when nothing is there)."""
     from peach_cli.wording import human_size
 
     if not contents.get("entries") and not contents.get("bytes"):

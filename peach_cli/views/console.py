@@ -1,7 +1,8 @@
-"""The one module that owns terminal output (Rich): errors, diagnostics, tables.
+"""Terminal output every command shares: the two consoles, errors, diagnostics, tables.
 
-Everything else returns data or raises; this module decides how it looks. ``NO_COLOR`` is
-honoured by Rich itself.
+Rich is used in ``peach_cli.views`` only (this module and one view per command that needs
+more: ``dev``, ``task``, ``ask``, ``deploy``); everything else returns data or raises, and
+the views decide how it looks. ``NO_COLOR`` is honoured by Rich itself.
 """
 
 from __future__ import annotations
@@ -35,9 +36,15 @@ def stderr() -> Console:
 
 
 def print_error(error: PeachError) -> None:
-    """Render a PeachError as one line (and a hint) on stderr."""
+    """Render a PeachError as one line (and a hint) on stderr; a ``ProjectInvalid`` as its
+    diagnostics and a summary line, as ``peach validate`` shows them."""
     from rich.markup import escape
 
+    from peach_cli.errors import ProjectInvalid
+
+    if isinstance(error, ProjectInvalid):
+        print_diagnostics(error.diagnostics, summary=error.message, ok=False)
+        return
     stderr().print(f"[bold red]error:[/] {escape(error.message)}", soft_wrap=True)
     if error.hint:
         stderr().print(f"[dim]hint:[/] {escape(error.hint)}", soft_wrap=True)
@@ -69,6 +76,18 @@ def print_diagnostics(diagnostics: list[Diagnostic], *, summary: str, ok: bool) 
             out.print(f"  [dim]hint:[/] {escape(diagnostic.hint)}", soft_wrap=True)
     mark = "[bold green]✓[/]" if ok else "[bold red]✗[/]"
     out.print(f"{mark} {escape(summary)}", soft_wrap=True)
+
+
+def print_warning_lines(warnings: list[Diagnostic]) -> None:
+    """One line per warning on stderr (when stdout holds something else: a config)."""
+    from rich.markup import escape
+
+    for warning in warnings:
+        stderr().print(
+            f"[yellow]warning[/] {escape(str(warning.position))}: {escape(warning.message)}",
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 def excerpt_lines(diagnostic: Diagnostic) -> list[str]:

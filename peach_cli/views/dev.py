@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from peach_cli.views.task import TasksTable, prefixed, run_line
+from peach_cli.wording import human_size
 from simulator.events import (
     RELOAD_EVENTS,
     EnvFailed,
@@ -32,9 +33,11 @@ from simulator.events import (
     ReplicaChanged,
     ReplicaLog,
     ReplicaMemory,
+    ReplicasStarted,
     ReplicaState,
     RequestLogged,
     ServerNote,
+    Serving,
 )
 from simulator.tasks.events import TASK_EVENTS, TaskChanged, TaskEvent, TaskOutput
 
@@ -62,20 +65,6 @@ _STATE_STYLE = {
 
 _RETIRED_FROM = (ReplicaState.DRAINING, ReplicaState.UNHEALTHY, ReplicaState.RESTARTING)
 """States a replica leaves the table from when it stops (a reload retired or refused it)."""
-
-
-def format_bytes(size: int) -> str:
-    """``512.0 MiB`` / ``1.5 GiB``.
-
-    >>> format_bytes(3 * 1024**2), format_bytes(3 * 1024**3 // 2)
-    ('3.0 MiB', '1.5 GiB')
-    """
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"  # pragma: no cover
 
 
 def format_latency(seconds: float) -> str:
@@ -238,7 +227,7 @@ class DevView:
     # -- events --------------------------------------------------------------------------
 
     def handle(self, event: Event | TaskEvent) -> None:
-        """The ``on_event`` callback given to ``DevServer`` (and to the task scheduler)."""
+        """The ``on_event`` callback given to the ``DevSession`` (``simulator.session``)."""
         if isinstance(event, TASK_EVENTS):
             self._on_task(event)
         elif isinstance(event, RequestLogged):
@@ -253,11 +242,15 @@ class DevView:
             self._on_log(event)
         elif isinstance(event, MemoryWarning):
             self.warn(
-                f"{event.replica} uses {format_bytes(event.rss)}, over its memory request of "
-                f"{format_bytes(event.limit)}: on the platform this replica would be killed"
+                f"{event.replica} uses {human_size(event.rss)}, over its memory request of "
+                f"{human_size(event.limit)}: on the platform this replica would be killed"
             )
         elif isinstance(event, ServerNote):
             self.note(event.message, "yellow" if event.level == "warning" else "dim")
+        elif isinstance(event, Serving):
+            self.serving(event.url)
+        elif isinstance(event, ReplicasStarted):
+            self._on_started(event)
         elif isinstance(event, Reinitialized):
             self.line(Text(event.message, style="bold red" if event.failed else "bold cyan"))
         elif isinstance(event, EnvProgress):
@@ -268,6 +261,12 @@ class DevView:
             self._dirty = True
         elif isinstance(event, RELOAD_EVENTS):
             self._on_reload(event)
+
+    def _on_started(self, event: ReplicasStarted) -> None:
+        rows = list(self.replicas.values())
+        healthy = sum(row.state is ReplicaState.HEALTHY for row in rows)
+        message = f"{healthy}/{len(rows)} replicas healthy in {event.seconds:.2f} s"
+        self.line(message if healthy == len(rows) else f"{message} (see errors above)", now=True)
 
     def _on_task(self, event: TaskEvent) -> None:
         """A task's row changed, it printed a line, or a run ended (one line per run)."""
@@ -451,9 +450,9 @@ class DevView:
                     memory = Text("")
                     if row.rss:
                         over = row.limit is not None and row.rss > row.limit
-                        memory = Text(format_bytes(row.rss), style="bold red" if over else "")
+                        memory = Text(human_size(row.rss), style="bold red" if over else "")
                         if row.limit:
-                            memory.append(f"/{format_bytes(row.limit)}", "dim")
+                            memory.append(f"/{human_size(row.limit)}", "dim")
                     endpoint_label = f"{name} {url}" + (f" (A/B by {split[0]})" if split else "")
                     table.add_row(
                         Text(endpoint_label) if first_endpoint else "",

@@ -1,7 +1,7 @@
 """One task run: a worker process in the task's env, its output, its timeout, its tree.
 
-``execute_task`` takes a worker of a ``WorkerLaunch`` (a warm spare, or a new one from
-``simulator.spawn``), sends it the task, reports each line it prints, and waits for its
+``execute_task`` takes a worker of a ``WorkerLaunch`` (a warm spare, or a new one, from a
+``simulator.spawn.Spawner``), sends it the task, reports each line it prints, and waits for its
 answer; past the timeout, or when cancelled, the worker's whole process tree is killed (the
 worker leads a process group of its own, ``peach_cli.runtime.task_worker``)::
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from peach_cli.runtime.plan import TaskSpec
 from peach_cli.runtime.protocol import Frame, FrameProtocol
-from simulator.spawn import WorkerLaunch, spawn_worker, take_spare
+from simulator.spawn import Spawner, WorkerLaunch
 from simulator.tasks.events import RunStatus, TaskRunEnded
 
 MAX_LINE_CHARS = 4096
@@ -90,17 +90,19 @@ async def execute_task(
     timeout_s: float | None = None,
     triggered: bool = False,
     on_output: Callable[[str], None] | None = None,
+    spawner: Spawner | None = None,
 ) -> TaskRunEnded:
     """Run ``spec`` once in a worker of ``launch``; never raises for the task's failures.
 
     Past ``timeout_s`` (default: the task's), or when cancelled, the worker's whole process
-    tree is killed (a cancellation then propagates).
+    tree is killed (a cancellation then propagates). ``spawner`` starts the worker (a warm
+    spare when it keeps one for ``launch``).
     """
     limit = spec.timeout_s if timeout_s is None else timeout_s
     loop = asyncio.get_running_loop()
     began = time.perf_counter()
     try:
-        process, sock = take_spare(launch) or await spawn_worker(launch)
+        process, sock = await (spawner or Spawner()).worker(launch)
     except OSError as error:
         return TaskRunEnded(
             spec.name, run_id, RunStatus.FAILED, 0.0, error=f"cannot start: {error}"

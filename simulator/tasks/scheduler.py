@@ -8,8 +8,10 @@ process tree is killed. The scheduler keeps one queue: runs triggered by events
 one at a time; with ``loop=True`` (``peach dev --tasks``) every task also runs once, one
 after another, then the loop pauses ``interval_s`` and starts again, forever.
 
-    scheduler = TaskScheduler(plan, environments, project=path, loop=True, on_event=emit)
-    environments = Environments(root, env=scheduler.worker_env)   # replicas can trigger
+    trigger = TriggerSocket()
+    environments = Environments(root, env=trigger.env)            # replicas can trigger
+    scheduler = TaskScheduler(plan, environments, trigger=trigger, project=path, loop=True,
+                              on_event=emit)
     await scheduler.start()
     scheduler.trigger("retrain", '{"reason": "drift"}')           # "retrain#1"
     await scheduler.stop()                                        # a running task is killed
@@ -41,7 +43,7 @@ from peach_cli.runtime.triggers import SOCKET_ENV, unknown_task_message
 from peach_cli.wording import count
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import ServerNote
-from simulator.spawn import WorkerLaunch, keep_spares
+from simulator.spawn import Spawner, WorkerLaunch
 from simulator.tasks.events import (
     RunStatus,
     TaskChanged,
@@ -61,6 +63,23 @@ Emit = Callable[[TaskEvent | ServerNote], None]
 
 class UnknownTask(ValueError):
     """The name is not a task of the project; the message lists them."""
+
+
+class TriggerSocket:
+    """Where the processes of one session reach its scheduler: a Unix socket in a folder
+    of this user's only (0700), removed when the scheduler stops."""
+
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="peach-tasks-")
+        self.path = os.path.join(self.folder, "trigger.sock")
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        """Environment variables for every process that may trigger a task."""
+        return ((SOCKET_ENV, self.path),)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -114,8 +133,14 @@ class TaskScheduler:
         interval_s: float = DEFAULT_INTERVAL_S,
         timeout_s: float | None = None,
         keep_warm: bool = True,
+        held: bool = False,
+        trigger: TriggerSocket | None = None,
+        spawner: Spawner | None = None,
         on_event: Emit | None = None,
     ) -> None:
+        """``held``: the loop's first round waits until ``ready`` is set (``peach dev``
+        sets it once the replicas are up). ``trigger``: the socket to listen on (default:
+        a new one). ``spawner`` starts the task workers and keeps the warm ones."""
         self.plan = plan
         self.root = Path(plan.root).resolve()
         self.environments = environments
@@ -125,15 +150,16 @@ class TaskScheduler:
         self.timeout_override = timeout_s
         self.keep_warm = keep_warm
         self.on_event = on_event
-        self._folder = tempfile.mkdtemp(prefix="peach-tasks-")  # 0700: this user only
-        self.socket_path = os.path.join(self._folder, "trigger.sock")
+        self.trigger_socket = trigger or TriggerSocket()
+        self.spawner = spawner or Spawner()
         self._queue: deque[Run] = deque()
         self._wake = asyncio.Event()
         self._server: asyncio.AbstractServer | None = None
         self._runner: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
         """Set when the loop may start its first round (``peach dev``: replicas are up)."""
-        self.ready.set()
+        if not held:
+            self.ready.set()
         self._warming: set[asyncio.Task[None]] = set()
         self._count = 0
         self._stamp = self._files_stamp(plan)
@@ -141,9 +167,13 @@ class TaskScheduler:
         self.status: dict[str, TaskStatus] = {name: TaskStatus(name) for name in plan.tasks}
 
     @property
+    def socket_path(self) -> str:
+        return self.trigger_socket.path
+
+    @property
     def worker_env(self) -> tuple[tuple[str, str], ...]:
         """Environment variables for every process that may trigger a task."""
-        return ((SOCKET_ENV, self.socket_path),)
+        return self.trigger_socket.env
 
     def emit(self, event: TaskEvent | ServerNote) -> None:
         if self.on_event is not None:
@@ -179,9 +209,9 @@ class TaskScheduler:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
-        shutil.rmtree(self._folder, ignore_errors=True)
+        self.trigger_socket.remove()
         for launch in self._warmed:  # only the task workers: replicas' spares are not ours
-            await keep_spares(launch).close()
+            await self.spawner.keep(launch).close()
 
     # -- triggers --------------------------------------------------------------------------
 
@@ -354,10 +384,11 @@ class TaskScheduler:
             timeout_s=self.timeout_override,
             triggered=run.triggered,
             on_output=output,
+            spawner=self.spawner,
         )
         if self.keep_warm and launch not in self._warmed:
             self._warmed.add(launch)
-            self._keep_task(keep_spares(launch).fill())
+            self._keep_task(self.spawner.keep(launch).fill())
         return ended
 
     def _keep_task(self, work: Any) -> None:
@@ -388,7 +419,7 @@ class TaskScheduler:
                 continue
             if launch not in self._warmed:
                 self._warmed.add(launch)
-                await keep_spares(launch).fill()
+                await self.spawner.keep(launch).fill()
 
     # -- the project -----------------------------------------------------------------------
 
@@ -449,5 +480,6 @@ __all__ = [
     "Run",
     "TaskScheduler",
     "TaskStatus",
+    "TriggerSocket",
     "UnknownTask",
 ]

@@ -1,0 +1,79 @@
+"""How every command loads a project: the plan (or the conf alone), one wording for errors.
+
+A project with errors raises ``ProjectInvalid`` carrying its diagnostics; the catch site
+(``peach_cli.cli.main``) prints them as ``peach validate`` does, then one summary line,
+``✗ 2 errors in examples/bad: not serving``, and exits 1. Warnings are the caller's choice:
+shown as a block (``1 warning in examples/x: serving anyway``), as one stderr line each
+(when stdout holds something else), or not at all.
+
+    plan = load_plan(project, doing="serving", warnings="show")
+    conf = load_conf(project)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from peach_cli.errors import ProjectInvalid
+from peach_cli.wording import count
+
+if TYPE_CHECKING:
+    from peach_cli.project.conf import PeachConf
+    from peach_cli.project.diagnostics import Diagnostic
+    from peach_cli.runtime.plan import ProjectPlan
+
+Warnings = Literal["show", "lines", "hide"]
+
+
+def load_plan(project: Path, *, doing: str, warnings: Warnings = "hide") -> ProjectPlan:
+    """The project's plan, every notebook read and checked as ``peach validate`` does.
+
+    ``doing`` is what the command does with it (``serving``, ``running``, ``deploying``):
+    the summary says ``not serving`` on errors, ``serving anyway`` over warnings. Raises
+    ``ProjectInvalid`` when the project has errors.
+    """
+    from peach_cli.checks.validate import build_plan
+    from peach_cli.project.diagnostics import has_errors, sort_key
+
+    plan, diagnostics = build_plan(project)
+    diagnostics.sort(key=sort_key)
+    if plan is None or has_errors(diagnostics):
+        raise invalid(project, diagnostics, doing)
+    show_warnings(project, [d for d in diagnostics if d.severity == "warning"], doing, warnings)
+    return plan
+
+
+def load_conf(project: Path) -> PeachConf:
+    """The project's conf alone (no notebook read); raises ``ProjectInvalid`` on errors."""
+    from peach_cli.project.diagnostics import has_errors, sort_key
+    from peach_cli.project.loader import load_project
+
+    loaded, diagnostics = load_project(project)
+    diagnostics.sort(key=sort_key)
+    if loaded is None or has_errors(diagnostics):
+        raise invalid(project, diagnostics)
+    return loaded.conf
+
+
+def invalid(
+    project: Path, diagnostics: list[Diagnostic], doing: str | None = None
+) -> ProjectInvalid:
+    """The error for a project with errors: ``2 errors in examples/bad: not serving``."""
+    errors = sum(d.severity == "error" for d in diagnostics)
+    summary = f"{count(errors, 'error')} in {project}"
+    return ProjectInvalid(f"{summary}: not {doing}" if doing else summary, diagnostics)
+
+
+def show_warnings(
+    project: Path, warnings: list[Diagnostic], doing: str, how: Warnings = "show"
+) -> None:
+    if not warnings or how == "hide":
+        return
+    from peach_cli.views import console
+
+    if how == "show":
+        summary = f"{count(len(warnings), 'warning')} in {project}: {doing} anyway"
+        console.print_diagnostics(warnings, summary=summary, ok=True)
+    else:
+        console.print_warning_lines(warnings)

@@ -1,0 +1,212 @@
+"""What ``peach deploy``, ``peach status``, ``peach delete`` and ``peach logs`` show.
+
+Progress and notes go to stderr (a live table on a terminal, one line per change
+otherwise); what a script reads — the Serve config, the endpoint URLs, log lines — to stdout.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from peach_cli.views import console
+from peach_cli.wording import human_size
+
+if TYPE_CHECKING:
+    from peach_cli.deploy.deployer import DeployResult
+    from peach_cli.deploy.logs import LogLine
+    from peach_cli.deploy.progress import ApplicationState
+    from peach_cli.deploy.uploads import Selection
+    from peach_cli.runtime.plan import ProjectPlan
+
+
+def print_deployed(plan: ProjectPlan, result: DeployResult) -> None:
+    """The deployed application: a summary on stderr, each endpoint's URL on stdout."""
+    from rich.markup import escape
+
+    replicas = sum(d.running for d in result.app.deployments)
+    console.stderr().print(
+        f"[bold green]✓[/] {escape(result.app.name)} is running: {replicas} replica(s) in "
+        f"{len(result.app.deployments)} deployment(s), {result.elapsed_s:.1f} s",
+        soft_wrap=True,
+    )
+    for endpoint in plan.endpoints.values():
+        console.stdout().print(f"{endpoint.url}  {result.url}{endpoint.url}", soft_wrap=True)
+    if plan.endpoints:
+        first = next(iter(plan.endpoints.values())).url
+        console.stderr().print(
+            f"[dim]ask it:[/] peach ask {escape(first)} --url {escape(result.url)}",
+            soft_wrap=True,
+        )
+
+
+def print_uploads(selection: Selection) -> None:
+    """The files a deploy uploads with each component, on stderr (stdout holds the config)."""
+    from rich.markup import escape
+
+    err = console.stderr()
+    count = len(selection.files)
+    err.print(
+        f"[bold]{count} file(s), {human_size(selection.total_bytes)}[/] uploaded with each "
+        "component (notebooks, conf, dot-files, .gitignore/.rayignore matches, virtualenvs "
+        "and caches left out):",
+        soft_wrap=True,
+    )
+    for item in selection.files:
+        err.print(f"  {escape(item.path)}  [dim]{human_size(item.size)}[/]", soft_wrap=True)
+
+
+def print_config(config: dict[str, Any], output_format: str) -> None:
+    import sys
+
+    if output_format == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(config, sort_keys=False))
+    else:
+        console.print_json(config)
+
+
+def print_applications(applications: list[ApplicationState]) -> None:
+    """``peach status``: one table per application."""
+    if not applications:
+        console.stdout().print("no applications are deployed on this cluster")
+    for app in applications:
+        console.stdout().print(application_table(app))
+
+
+def print_deleted(app_name: str, remaining: list[str]) -> None:
+    from rich.markup import escape
+
+    left = ", ".join(remaining) if remaining else "none"
+    console.stderr().print(
+        f"[bold green]✓[/] deleted {escape(app_name)} (still running: {escape(left)})",
+        soft_wrap=True,
+    )
+
+
+def print_log_line(line: LogLine) -> None:
+    """``peach logs``: a line with its ``deployment#replica`` prefix (dim on a terminal,
+    plain text when piped, so grep works)."""
+    import sys
+
+    out = console.stdout()
+    if out.is_terminal:
+        from rich.markup import escape
+
+        style = "red" if line.stream == "err" else "dim"
+        out.print(f"[{style}]{escape(line.prefix)} |[/] {escape(line.text)}", soft_wrap=True)
+    else:
+        sys.stdout.write(f"{line.prefix} | {line.text}\n")
+        sys.stdout.flush()
+
+
+def print_note(message: str) -> None:
+    console.stderr().print(message, soft_wrap=True)
+
+
+# -- progress --------------------------------------------------------------------------
+
+_STATE_STYLE = {
+    "RUNNING": "green",
+    "HEALTHY": "green",
+    "STARTING": "yellow",
+    "UPDATING": "yellow",
+    "DEPLOYING": "yellow",
+    "PENDING_MIGRATION": "yellow",
+    "STOPPING": "dim",
+    "DEPLOY_FAILED": "bold red",
+    "UNHEALTHY": "bold red",
+}
+
+
+def _styled(state: str) -> str:
+    style = _STATE_STYLE.get(state, "")
+    return f"[{style}]{state}[/]" if style else state
+
+
+def application_table(app: ApplicationState, elapsed_s: float | None = None) -> Any:
+    """A Rich table: one row per deployment (replicas running/target, state, message)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from peach_cli.deploy.progress import user_error
+
+    title = f"{escape(app.name)}  {_styled(app.status)}"
+    if app.route_prefix:
+        title += f"  [dim]route {escape(app.route_prefix)}[/]"
+    if elapsed_s is not None:
+        title += f"  [dim]{elapsed_s:.1f} s[/]"
+    table = Table(title=title, title_justify="left", expand=False, show_edge=False)
+    table.add_column("deployment")
+    table.add_column("replicas", justify="right")
+    table.add_column("status")
+    table.add_column("replica states")
+    table.add_column("message", overflow="fold", max_width=60)
+    for deployment in app.deployments:
+        target = "?" if deployment.target is None else str(deployment.target)
+        states = ", ".join(
+            f"{escape(r.replica_id)} {_styled(r.state)}"
+            + (f" [red]({escape(r.last_error)})[/]" if r.last_error else "")
+            for r in deployment.replicas
+        )
+        message = deployment.message
+        if any(marker in message for marker in ("failed to start", "RuntimeEnvSetupError")):
+            message = user_error(message)  # the user's exception, not Ray's retry notice
+        message = message.splitlines()[0] if message else ""
+        table.add_row(
+            escape(deployment.name),
+            f"{deployment.running}/{target}",
+            _styled(deployment.status),
+            states,
+            escape(message),
+        )
+    return table
+
+
+def note(message: str) -> None:
+    from rich.markup import escape
+
+    console.stderr().print(f"[dim]·[/] {escape(message)}", soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    from rich.markup import escape
+
+    console.stderr().print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+
+
+class ProgressView:
+    """Deploy progress on stderr: a live table on a terminal, changed lines otherwise."""
+
+    def __init__(self) -> None:
+        self.console = console.stderr()
+        self.live: Any = None
+        self.last: dict[str, str] = {}
+
+    def reporter(self) -> Any:
+        from peach_cli.deploy.deployer import Reporter
+
+        return Reporter(note=note, warn=warn, progress=self.progress)
+
+    def progress(self, app: ApplicationState, elapsed_s: float) -> None:
+        if self.console.is_terminal:
+            from rich.live import Live
+
+            if self.live is None:
+                self.live = Live(console=self.console, auto_refresh=False, transient=False)
+                self.live.start()
+            self.live.update(application_table(app, elapsed_s), refresh=True)
+            return
+        from rich.markup import escape
+
+        for deployment in app.deployments:
+            target = "?" if deployment.target is None else deployment.target
+            line = f"{deployment.name}: {deployment.running}/{target} running, {deployment.status}"
+            if self.last.get(deployment.name) != line:
+                self.last[deployment.name] = line
+                self.console.print(f"[dim]{elapsed_s:5.1f}s[/] {escape(line)}", soft_wrap=True)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None

@@ -1,0 +1,247 @@
+"""``DevSession``: one local run of a project — its envs, tasks, server and reloader.
+
+Built from one ``SessionConfig``, it owns every part of the run and starts and stops them
+in order; nothing is wired after construction. ``peach dev`` serves with it, ``peach task
+run`` runs a task with it (``serve=False``), and a test can start the simulator quietly on
+a free port::
+
+    async with DevSession(SessionConfig(plan)) as session:   # port 0, no reload, no view
+        await session.wait_ready()                           # every replica started
+        httpx.get(f"{session.url}/hello")
+
+Start-up: the server binds and answers at once (``Serving``; requests wait for their
+replicas), the task scheduler listens for triggers, the reloader watches the project, and
+once every replica has started (``ReplicasStarted``) the task loop may run. ``stop`` undoes
+it in reverse, so nothing outlives it: a running task is killed with its process tree, the
+reloader stops (no reload may start replicas while they stop), the spare workers go, then
+the server closes its streams and stops every replica, and the envs are unmarked in use.
+
+The session reports through ``on_event`` (``simulator.events``, ``simulator.tasks.events``)
+and never prints; signals stay with the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from simulator.environments import Environments
+from simulator.events import ReplicasStarted, Serving
+from simulator.server import DevServer
+from simulator.spawn import Spawner
+from simulator.tasks.scheduler import DEFAULT_INTERVAL_S, TaskScheduler, TriggerSocket
+
+if TYPE_CHECKING:
+    from peach_cli.runtime.plan import ProjectPlan
+    from simulator.reload import ReloadMode
+    from simulator.tasks.events import TaskRunEnded
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Everything a ``DevSession`` is built from (the defaults: a quiet server on a free
+    loopback port, no reload, envs isolated)."""
+
+    plan: ProjectPlan
+    project: Path | None = None
+    """The folder (or conf file) the plan was built from: reloads and the task scheduler
+    re-read it (None: they never do, and there is no reload)."""
+    serve: bool = True
+    """False: no server, only the tasks ``run_task`` asks for (``peach task run``)."""
+    host: str = "127.0.0.1"
+    port: int = 0
+    """0 picks a free port (``url`` says which)."""
+    timeout_s: float | None = None
+    """Overrides every endpoint's request timeout."""
+    reload: bool = False
+    reload_mode: ReloadMode = "patch"
+    shared_env: bool = False
+    """Every worker runs peach's own interpreter instead of its py_env's env."""
+    offline: bool = False
+    task_loop: bool = False
+    """Run every task in turn, forever (``peach dev --tasks``)."""
+    task_interval_s: float = DEFAULT_INTERVAL_S
+    task_timeout_s: float | None = None
+    """Overrides every task's timeout."""
+    keep_warm: bool = True
+    """Keep a spare task worker of each env a task ran in."""
+
+
+class DevSession:
+    """The parts of one local run, started and stopped in order."""
+
+    def __init__(
+        self, config: SessionConfig, *, on_event: Callable[[Any], None] | None = None
+    ) -> None:
+        self.config = config
+        plan = config.plan
+        self.on_event = on_event
+        self.spawner = Spawner()
+        """Starts every worker process of the session and keeps its spares."""
+        trigger = TriggerSocket()
+        self.environments = Environments(
+            plan.root,
+            isolated=not config.shared_env,
+            offline=config.offline,
+            on_event=on_event,
+            env=trigger.env,  # replicas and tasks can trigger tasks
+        )
+        # Triggered runs are served with or without the loop; ``task_loop`` adds it.
+        self.scheduler = TaskScheduler(
+            plan,
+            self.environments,
+            project=config.project,
+            loop=config.task_loop,
+            interval_s=config.task_interval_s,
+            timeout_s=config.task_timeout_s,
+            keep_warm=config.keep_warm,
+            held=config.serve,  # the loop's first round waits for the replicas
+            trigger=trigger,
+            spawner=self.spawner,
+            on_event=on_event,
+        )
+        self.server: DevServer | None = None
+        if config.serve:
+            self.server = DevServer(
+                plan,
+                host=config.host,
+                port=config.port,
+                timeout_s=config.timeout_s,
+                on_event=on_event,
+                environments=self.environments,
+                spawner=self.spawner,
+            )
+        self._starting: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._stopping = asyncio.Event()
+        """Set first thing at ``stop``: the reloader's watcher ends."""
+        self._reloading: asyncio.Task[None] | None = None
+        self._reporting: asyncio.Task[None] | None = None
+        self._reinits: set[asyncio.Task[Any]] = set()
+
+    def emit(self, event: object) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    @property
+    def url(self) -> str:
+        """The server's address (``http://127.0.0.1:PORT``), once started."""
+        assert self.server is not None, "a session with serve=False has no server"
+        return self.server.url
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start every part; returns once the server answers (replicas may still start:
+        ``wait_ready``). Raises ``ServeError`` when the address cannot be bound, and
+        ``CancelledError`` when ``stop`` is called before it returns."""
+        if self._starting is not None or self._stopped:
+            raise RuntimeError("a session starts once, and not after stop()")
+        # A task: ``stop`` during start-up cancels what is still starting.
+        self._starting = asyncio.ensure_future(self._start())
+        await self._starting
+
+    async def _start(self) -> None:
+        began = time.perf_counter()
+        server = self.server
+        if server is None:
+            await self.scheduler.start(run_loop=False)
+            return
+        await server.start()
+        self.emit(Serving(server.url))
+        await self.scheduler.start()
+        if self.config.plan.tasks:
+            self.scheduler.warm_up()
+        loop = asyncio.get_running_loop()
+        if self.config.reload and self.config.project is not None:
+            from simulator.reload import Reloader
+
+            reloader = Reloader(
+                server, self.config.project, on_event=self.on_event, mode=self.config.reload_mode
+            )
+            self._reloading = loop.create_task(reloader.run(self._stopping))
+        self._reporting = loop.create_task(self._report_started(began))
+
+    async def _report_started(self, began: float) -> None:
+        assert self.server is not None
+        await self.server.wait_ready()
+        self.emit(ReplicasStarted(time.perf_counter() - began))
+        self.scheduler.ready.set()
+
+    async def wait_ready(self) -> None:
+        """Wait until every replica has started (healthy) or failed (unhealthy, restarting)."""
+        if self.server is not None:
+            await self.server.wait_ready()
+
+    async def stop(self) -> None:
+        """Stop every part, in order (also when ``start`` has not finished); once."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stopping.set()
+        starting = self._starting
+        if starting is not None and not starting.done():
+            starting.cancel()
+        if self._reporting is not None:
+            self._reporting.cancel()
+        if starting is not None:
+            with contextlib.suppress(BaseException):
+                await starting
+        try:
+            await self.scheduler.stop()  # a running task is killed with its process tree
+            # No reload (nor re-init) may start replicas while they stop.
+            for task in [t for t in (self._reloading,) if t is not None] + list(self._reinits):
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            await self.spawner.close()
+            if self.server is not None:
+                await self.server.stop()  # streams closed, every replica stopped
+        finally:
+            self.environments.release()  # nothing runs in them any more: prune may go on
+
+    def kill_now(self) -> None:
+        """Kill every replica process at once, without waiting (a second Ctrl-C)."""
+        if self.server is not None:
+            self.server.kill_replicas()
+
+    async def __aenter__(self) -> DevSession:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- what runs in a session ------------------------------------------------------------
+
+    async def run_task(self, name: str, payload: str | None = None) -> list[TaskRunEnded]:
+        """Run the task ``name`` once (payload: JSON text), then what it triggers, in order;
+        every run's end. Raises ``UnknownTask``."""
+        self.scheduler.trigger(name, payload, triggered=False)
+        return await self.scheduler.run_until_idle()
+
+    def start_reinit(self, keys: Collection[str]) -> None:
+        """Re-run ``init`` of the components ``keys`` in the background (``Reinitialized``
+        reports it)."""
+        assert self.server is not None, "a session with serve=False has no server"
+        task = asyncio.get_running_loop().create_task(self.server.reinit(keys))
+        self._reinits.add(task)
+        task.add_done_callback(self._reinits.discard)
+
+
+__all__ = ["DevSession", "SessionConfig"]
