@@ -36,6 +36,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC115": ("error", "fallback without primary"),
     "PC116": ("error", "reserved url"),
     "PC117": ("error", "invalid A/B test"),
+    "PC118": ("error", "invalid environment variable name"),
+    "PC119": ("error", "secret given a value in env_vars"),
     "PC201": ("error", "notebook not found"),
     "PC202": ("error", "notebook outside the project"),
     "PC203": ("error", "unreadable notebook"),
@@ -54,6 +56,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC308": ("warning", "import its py_env does not provide"),
     "PC309": ("warning", "component that never answers"),
     "PC310": ("warning", "trigger_task_with_event names an unknown task"),
+    "PC311": ("warning", "value that looks like a credential"),
     "PC401": ("info", "streaming method"),
 }
 """code -> (severity, short title): the documented table above, as data."""

@@ -38,6 +38,7 @@ def run_dev(
     reload_mode: str = "patch",
     timeout_s: float | None = None,
     shared_env: bool = False,
+    inherit_env: bool = False,
     offline: bool = False,
     tasks: bool = False,
     task_interval: float = 60.0,
@@ -87,6 +88,7 @@ def run_dev(
             project=project,
             reload_mode=reload_mode,
             shared_env=shared_env,
+            inherit_env=inherit_env,
             offline=offline,
             tasks=tasks,
             task_interval=task_interval,
@@ -105,6 +107,7 @@ async def serve(
     project: Path | None = None,
     reload_mode: str = "patch",
     shared_env: bool = False,
+    inherit_env: bool = False,
     offline: bool = False,
     tasks: bool = False,
     task_interval: float = 60.0,
@@ -127,6 +130,7 @@ async def serve(
         offline=offline,
         on_event=view.handle,
         env=scheduler.worker_env,
+        inherit_env=inherit_env,
     )
     scheduler.environments = environments
     server = DevServer(
@@ -165,6 +169,11 @@ async def serve(
             view.warn(
                 "--shared-env: every replica runs in peach's own Python; imports are not "
                 "checked against py_environments"
+            )
+        if inherit_env:
+            view.warn(
+                "--inherit-env: replicas and tasks get peach's whole environment, not only "
+                "their env_vars and secrets; on the cluster they get only those"
             )
         if not is_loopback(host):
             view.warn(

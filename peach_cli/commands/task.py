@@ -121,6 +121,7 @@ def run_task_run(
     timeout_s: float | None = None,
     address: str | None = None,
     shared_env: bool = False,
+    inherit_env: bool = False,
     offline: bool = False,
 ) -> int:
     """Run the task ``name`` once (and what it triggers); the exit code."""
@@ -142,6 +143,7 @@ def run_task_run(
             project=project,
             timeout_s=timeout_s,
             shared_env=shared_env,
+            inherit_env=inherit_env,
             offline=offline,
         )
     )
@@ -155,6 +157,7 @@ async def _run_local(
     project: Path,
     timeout_s: float | None,
     shared_env: bool,
+    inherit_env: bool,
     offline: bool,
 ) -> int:
     import asyncio
@@ -174,7 +177,13 @@ async def _run_local(
         offline=offline,
         on_event=view.handle,
         env=scheduler.worker_env,
+        inherit_env=inherit_env,
     )
+    if inherit_env:
+        view.note(
+            "--inherit-env: the task gets peach's whole environment, not only its env_vars "
+            "and secrets; on the cluster it gets only those"
+        )
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     interrupted = False

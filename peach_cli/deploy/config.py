@@ -101,6 +101,7 @@ def component_from_json(data: dict[str, Any]) -> ComponentSpec:
     fields["dependencies"] = tuple(fields.get("dependencies") or ())
     fields["modules"] = tuple(fields.get("modules") or ())
     fields["line_map"] = tuple(tuple(item) for item in fields.get("line_map") or ())
+    fields["secrets"] = tuple(fields.get("secrets") or ())
     return ComponentSpec(**fields)
 
 

@@ -90,11 +90,13 @@ async def execute_task(
     timeout_s: float | None = None,
     triggered: bool = False,
     on_output: Callable[[str], None] | None = None,
+    variables: dict[str, str] | None = None,
 ) -> TaskRunEnded:
     """Run ``spec`` once in a worker of ``launch``; never raises for the task's failures.
 
     Past ``timeout_s`` (default: the task's), or when cancelled, the worker's whole process
-    tree is killed (a cancellation then propagates).
+    tree is killed (a cancellation then propagates). ``variables`` (its env_vars and
+    secrets) are set by the worker before it runs the task.
     """
     limit = spec.timeout_s if timeout_s is None else timeout_s
     loop = asyncio.get_running_loop()
@@ -125,6 +127,7 @@ async def execute_task(
         "root": str(launch.root),
         "payload": payload,
         "run_id": run_id,
+        "env": dict(variables or {}),
     }
     channel.send("run", 0, job)
     status, killed = RunStatus.FAILED, 0

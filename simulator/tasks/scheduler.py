@@ -331,6 +331,19 @@ class TaskScheduler:
         return ended
 
     async def _execute(self, spec: TaskSpec, run: Run) -> TaskRunEnded:
+        from peach_cli.project.secrets import MissingSecret, variables_of
+
+        try:
+            variables = variables_of(spec, self.root)
+        except MissingSecret as error:
+            return TaskRunEnded(
+                spec.name,
+                run.run_id,
+                RunStatus.FAILED,
+                0.0,
+                error=str(error),
+                triggered=run.triggered,
+            )
         try:
             launch = await self.launch_for(spec)
         except EnvUnavailable as error:
@@ -354,6 +367,7 @@ class TaskScheduler:
             timeout_s=self.timeout_override,
             triggered=run.triggered,
             on_output=output,
+            variables=variables,
         )
         if self.keep_warm and launch not in self._warmed:
             self._warmed.add(launch)
