@@ -226,13 +226,14 @@ class DevServer:
     async def _start_pool(self, pool: ReplicaPool) -> None:
         """Start a pool's replicas in its env's interpreter (building the env first); a
         pool whose env cannot be built is unhealthy with the builder's message."""
-        from peach_cli.project.secrets import MissingSecret, variables_of
+        from peach_cli.project.secrets import MissingSecret, hide, secret_values, variables_of
 
         try:
             variables = variables_of(pool.spec, self.plan.root)
         except MissingSecret as error:  # exactly the components that read it are unhealthy
             pool.fail(str(error))
             return
+        hide(secret_values(self.plan.root, pool.spec.secrets).values())  # printed as ***
         try:
             launch = await self.environments.launch_for(pool.spec)
         except EnvUnavailable as error:

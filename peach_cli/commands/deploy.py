@@ -81,6 +81,7 @@ def run_deploy(
         from peach_cli.deploy.deployer import dry_run_config, upload_selection
 
         print_uploads(upload_selection(plan))
+        _warn_missing_secrets(plan)
         config = dry_run_config(
             plan, http_host=http_host, http_port=http_port, route_prefix=route_prefix
         )
@@ -120,6 +121,16 @@ def run_deploy(
             soft_wrap=True,
         )
     return 0
+
+
+def _warn_missing_secrets(plan: ProjectPlan) -> None:
+    """``--dry-run``: the secrets a deploy would need that are set nowhere."""
+    from peach_cli.project.secrets import missing_message, missing_secrets
+
+    names = [s for c in plan.components() for s in c.secrets]
+    missing = missing_secrets(plan.root, names)
+    if missing:
+        _warn(f"{missing_message(missing)} (a deploy would fail)")
 
 
 def print_uploads(selection: Selection) -> None:
@@ -253,17 +264,19 @@ def application_table(app: ApplicationState, elapsed_s: float | None = None) -> 
 def _note(message: str) -> None:
     from rich.markup import escape
 
+    from peach_cli.project.secrets import mask
     from peach_cli.views import console
 
-    console.stderr().print(f"[dim]·[/] {escape(message)}", soft_wrap=True)
+    console.stderr().print(f"[dim]·[/] {escape(mask(message))}", soft_wrap=True)
 
 
 def _warn(message: str) -> None:
     from rich.markup import escape
 
+    from peach_cli.project.secrets import mask
     from peach_cli.views import console
 
-    console.stderr().print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+    console.stderr().print(f"[yellow]warning:[/] {escape(mask(message))}", soft_wrap=True)
 
 
 class ProgressView:

@@ -7,6 +7,7 @@ The work is in ``peach_cli.deploy.logs``. Lines go to stdout as they are, each p
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
@@ -33,7 +34,11 @@ def run_logs(
     from peach_cli.views import console
 
     out = console.stdout()
+    from peach_cli.deploy.config import deployed_secrets
+    from peach_cli.project.secrets import hide
+
     with connect(address, Reporter(warn=_warn)) as dashboard:
+        hide(deployed_secrets(dashboard.serve_details()))  # what the code prints of them
         name, replicas = find_replicas(dashboard, app, deployment)
         if not replicas:
             console.stderr().print(f"no replicas of {name} have logs yet", soft_wrap=True)
@@ -60,7 +65,10 @@ def _print_line(out: object, line: LogLine) -> None:
 
     from rich.console import Console
 
+    from peach_cli.project.secrets import mask
+
     assert isinstance(out, Console)
+    line = dataclasses.replace(line, text=mask(line.text))
     if out.is_terminal:
         from rich.markup import escape
 

@@ -126,9 +126,24 @@ def values_digest(spec: _HasVariables, root: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def mask(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret value replaced by ``***`` (as is, and in the forms a
-    server echoes text in: JSON-escaped, percent-encoded, base64)."""
+_hidden: set[str] = set()
+
+
+def hide(values: Iterable[str]) -> None:
+    """Mask ``values`` in everything this process prints from now on (``mask`` with no
+    ``secrets``): the catch site, JSON output and the deploy views use it."""
+    _hidden.update(v for v in values if v)
+
+
+def hidden() -> frozenset[str]:
+    """The secret values hidden so far (``hide``)."""
+    return frozenset(_hidden)
+
+
+def mask(text: str, secrets: Iterable[str] | None = None) -> str:
+    """``text`` with every secret value (default: those hidden) replaced by ``***`` (as
+    is, and in the forms a server echoes text in: JSON-escaped, percent-encoded, base64)."""
+    secrets = _hidden if secrets is None else secrets
     for value in sorted({v for v in secrets if len(v) >= 4}, key=len, reverse=True):
         for form in _forms(value):
             text = text.replace(form, MASK)
@@ -145,9 +160,10 @@ def _forms(value: str) -> list[str]:
     return sorted({f for f in forms if f}, key=len, reverse=True)
 
 
-def mask_value(value: Any, secrets: Iterable[str]) -> Any:
-    """A JSON-like value with every secret in its strings replaced by ``***``."""
-    secrets = [s for s in secrets if len(s) >= 4]
+def mask_value(value: Any, secrets: Iterable[str] | None = None) -> Any:
+    """A JSON-like value with every secret (default: those hidden) in its strings replaced
+    by ``***``."""
+    secrets = [s for s in (_hidden if secrets is None else secrets) if len(s) >= 4]
     if not secrets:
         return value
     if isinstance(value, str):
