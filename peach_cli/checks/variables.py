@@ -47,6 +47,7 @@ _KNOWN = (
         "a URL with a password",
     ),
 )
+_BEARER = re.compile(r"^(Bearer|Token|Basic)\s+([A-Za-z0-9._~+/=-]{16,})$", re.IGNORECASE)
 _TOKEN = re.compile(r"^[A-Za-z0-9+/=_\-]{32,256}$")
 _SECRET_NAME = re.compile(
     r"(api_?key|apikey|access_?key|secret|token|passw(or)?d|passwd|credential|auth_?key)",
@@ -71,6 +72,9 @@ def looks_like_credential(value: str, name: str | None = None) -> str | None:
         if match and not _PLACEHOLDER.search(match.group()):
             return what
     text = value.strip()
+    bearer = _BEARER.match(text)
+    if bearer and not _PLACEHOLDER.search(text) and _random(bearer.group(2)):
+        return f"a {bearer.group(1).lower()} token"
     if _PLACEHOLDER.search(text) or " " in text:
         return None
     if _TOKEN.match(text) and _random(text, strict=True):
@@ -88,8 +92,8 @@ def _entropy(text: str) -> float:
 def _random(text: str, *, strict: bool = False) -> bool:
     """Random-looking: letters and digits mixed, high entropy; with ``strict`` also both
     cases (a hex digest, a UUID, a snake_case name are not tokens)."""
-    if "/" in text and text.count("/") > 2:  # a path, a base64 blob with many slashes
-        return False
+    if "/" in text and (text.count("/") > 2 or any(c in text for c in "-_.")):
+        return False  # a path, a model id (org/name-v2), a base64 blob with many slashes
     has_digit = any(c.isdigit() for c in text)
     has_lower = any(c.islower() for c in text)
     has_upper = any(c.isupper() for c in text)
