@@ -29,7 +29,6 @@ from peach_cli.deploy.packaging import (
     runtime_package,
 )
 from peach_cli.errors import DeployError, UsageError
-from peach_cli.project.secrets import MASK
 from peach_cli.runtime.plan import ABSpec, ComponentSpec, EndpointSpec, ProjectPlan, TaskSpec
 from peach_cli.runtime.triggers import SECRETS_ENV as TRIGGER_SECRETS_ENV
 
@@ -41,6 +40,8 @@ COMPONENT_MAX_ONGOING = 100
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8000
 ROUTE_PREFIX = "/"
+MASK = "***"
+"""What ``--dry-run`` shows for a secret's value (``peach_cli.project.secrets.MASK``)."""
 SECRETS_ENV = TRIGGER_SECRETS_ENV
 """In a deployment's ``runtime_env`` ``env_vars``: the names (comma-separated) of the
 variables there that are secrets, so that ``status`` and ``logs`` can mask their values."""
