@@ -230,3 +230,77 @@ def test_init_ignores_dotenv_and_its_readme_mentions_secrets(tmp_path):
         text=True,
     )
     assert ignored.stdout.split() == [".env", ".env.local"]
+
+
+class FakeChatAPI:
+    """A chat-completions API on loopback that answers and records the keys it was sent."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.keys: list[str] = []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                api.keys.append(self.headers.get("Authorization", ""))
+                question = body["messages"][0]["content"]
+                answer = {
+                    "model": body["model"],
+                    "choices": [{"message": {"content": f"A: {question}"}}],
+                }
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_assistant_example_reads_its_key_through_secrets(peach_dev, tmp_path, monkeypatch):
+    example = Path(__file__).resolve().parent.parent / "examples" / "assistant"
+    project = Path(shutil.copytree(example, tmp_path / "assistant"))
+    api = FakeChatAPI()
+    try:
+        conf = project / "peach.yaml"
+        conf.write_text(conf.read_text().replace("https://api.openai.com/v1", api.url))
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        # without the key: /llm says what to do, the rest of the example serves
+        dev = peach_dev(project, "--shared-env")
+        dev.wait_ready()
+        with httpx.Client(base_url=dev.url, timeout=30) as client:
+            missing = client.get("/llm", params={"query": "hi"})
+            assert missing.status_code == 503
+            assert (
+                "secret OPENAI_API_KEY is not set: export it or add it to .env"
+                in (missing.json()["error"]["message"])
+            )
+            assert client.get("/facts", params={"query": "stone fruit"}).status_code == 200
+        dev.stop()
+        (project / ".env").write_text("OPENAI_API_KEY=sk-test-from-dotenv\n")
+        dev = peach_dev(project, "--shared-env")
+        dev.wait_ready()
+        with httpx.Client(base_url=dev.url, timeout=30) as client:
+            answer = client.get("/llm", params={"query": "where do peaches come from"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["result"] == {
+            "answer": "A: where do peaches come from",
+            "model": "gpt-4o-mini",
+        }
+        assert api.keys == ["Bearer sk-test-from-dotenv"]
+    finally:
+        api.close()
