@@ -34,7 +34,7 @@ def run_logs(
     from peach_cli.views import console
 
     out = console.stdout()
-    from peach_cli.deploy.config import deployed_secrets
+    from peach_cli.deploy.variables import deployed_secrets
     from peach_cli.project.secrets import hide
 
     with connect(address, Reporter(warn=_warn)) as dashboard:

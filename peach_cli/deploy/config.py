@@ -28,9 +28,9 @@ from peach_cli.deploy.packaging import (
     project_files,
     runtime_package,
 )
+from peach_cli.deploy.variables import component_env_vars
 from peach_cli.errors import DeployError, UsageError
-from peach_cli.runtime.plan import ABSpec, ComponentSpec, EndpointSpec, ProjectPlan, TaskSpec
-from peach_cli.runtime.triggers import SECRETS_ENV as TRIGGER_SECRETS_ENV
+from peach_cli.runtime.plan import ABSpec, ComponentSpec, EndpointSpec, ProjectPlan
 
 GATEWAY = "gateway"
 """The ingress deployment's name (component deployments always contain a dot)."""
@@ -40,11 +40,6 @@ COMPONENT_MAX_ONGOING = 100
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8000
 ROUTE_PREFIX = "/"
-MASK = "***"
-"""What ``--dry-run`` shows for a secret's value (``peach_cli.project.secrets.MASK``)."""
-SECRETS_ENV = TRIGGER_SECRETS_ENV
-"""In a deployment's ``runtime_env`` ``env_vars``: the names (comma-separated) of the
-variables there that are secrets, so that ``status`` and ``logs`` can mask their values."""
 _ROUTE_PREFIX = re.compile(r"^/[A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*$")
 
 
@@ -170,33 +165,6 @@ def endpoints_from_json(data: dict[str, Any]) -> dict[str, EndpointSpec]:
 
 
 # -- the config ------------------------------------------------------------------------
-
-
-def component_env_vars(
-    spec: ComponentSpec | TaskSpec, secrets: Mapping[str, str] | None
-) -> dict[str, str]:
-    """A component's (or task's) ``runtime_env`` ``env_vars``: its env_vars, its secrets
-    (``***`` when ``secrets`` is None) and ``PEACH_SECRETS`` naming them."""
-    values = {**spec.env_vars}
-    for name in spec.secrets:
-        values[name] = MASK if secrets is None else secrets[name]
-    if spec.secrets:
-        values[SECRETS_ENV] = ",".join(spec.secrets)
-    return values
-
-
-def deployed_secrets(details: dict[str, Any]) -> list[str]:
-    """The secret values in the deployed configs of ``GET /api/serve/applications/`` (the
-    variables each deployment's ``PEACH_SECRETS`` names), to be masked."""
-    found: list[str] = []
-    for app in (details.get("applications") or {}).values():
-        config = (app or {}).get("deployed_app_config") or {}
-        for deployment in config.get("deployments") or ():
-            options = (deployment or {}).get("ray_actor_options") or {}
-            env_vars = (options.get("runtime_env") or {}).get("env_vars") or {}
-            names = str(env_vars.get(SECRETS_ENV) or "").split(",")
-            found += [str(env_vars[n]) for n in names if n and env_vars.get(n)]
-    return found
 
 
 def build_bundle(

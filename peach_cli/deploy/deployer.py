@@ -24,7 +24,6 @@ from peach_cli.deploy.config import (
     ROUTE_PREFIX,
     Bundle,
     build_bundle,
-    deployed_secrets,
     http_url,
     merge_applications,
     validate_config,
@@ -45,6 +44,7 @@ from peach_cli.deploy.resources import (
     fits_when_idle,
     has_totals,
 )
+from peach_cli.deploy.variables import deployed_secrets
 from peach_cli.errors import DeployError
 from peach_cli.runtime.plan import ProjectPlan
 

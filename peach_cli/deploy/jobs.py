@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from peach_cli.deploy.config import component_env_vars
 from peach_cli.deploy.dashboard import DashboardClient, resolve_address
 from peach_cli.deploy.packaging import (
     Package,
@@ -34,6 +33,7 @@ from peach_cli.deploy.packaging import (
     project_files,
     runtime_package,
 )
+from peach_cli.deploy.variables import component_env_vars
 from peach_cli.errors import DeployError
 from peach_cli.runtime.plan import ProjectPlan, TaskSpec
 from peach_cli.runtime.triggers import PAYLOAD_ENV
