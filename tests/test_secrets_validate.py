@@ -151,3 +151,29 @@ def test_a_number_in_env_vars_is_refused_with_its_path(tmp_path):
     assert [d.message for d in found] == [
         "invalid env_vars.WORKERS: input should be a valid string"
     ]
+
+
+def test_the_reload_watcher_sees_dotenv_though_it_hides_other_dot_files(tmp_path):
+    from watchfiles import Change
+
+    from simulator.watch import ProjectFilter
+
+    watch = ProjectFilter(tmp_path, conf_files=["peach.yaml"])
+    assert watch(Change.modified, str(tmp_path / ".env"))
+    assert not watch(Change.modified, str(tmp_path / ".env.local"))
+    assert not watch(Change.modified, str(tmp_path / "sub" / ".env"))
+
+
+def test_a_secret_value_is_masked_in_the_forms_a_server_echoes_it_in():
+    import base64
+    import json
+    from urllib.parse import quote
+
+    from peach_cli.project.secrets import mask
+
+    value = 'p@ss/w"rd+1'
+    text = " ".join(
+        [value, json.dumps(value), quote(value, safe=""), base64.b64encode(value.encode()).decode()]
+    )
+    assert value not in mask(text, [value]) and "cEBzcy93InJkKzE" not in mask(text, [value])
+    assert mask(text, [value]).count("***") == 4
