@@ -49,6 +49,14 @@ SharedEnvOption = Annotated[
         "are not checked).",
     ),
 ]
+InheritEnvOption = Annotated[
+    bool,
+    typer.Option(
+        "--inherit-env",
+        help="Give replicas and tasks peach's whole environment instead of the minimal one "
+        "plus their env_vars and secrets (a quick look; the cluster gives them only those).",
+    ),
+]
 OfflineOption = Annotated[
     bool, typer.Option("--offline", help="Build py_environments from the cache only.")
 ]
@@ -131,6 +139,7 @@ def dev(
         typer.Option("--timeout-s", help="Override the conf's timeout_s for non-streaming calls."),
     ] = None,
     shared_env: SharedEnvOption = False,
+    inherit_env: InheritEnvOption = False,
     offline: OfflineOption = False,
     tasks: Annotated[
         bool,
@@ -158,6 +167,7 @@ def dev(
             reload_mode=reload_mode,
             timeout_s=timeout_s,
             shared_env=shared_env,
+            inherit_env=inherit_env,
             offline=offline,
             tasks=tasks,
             task_interval=task_interval,
@@ -500,6 +510,7 @@ def task_run(
         ),
     ] = None,
     shared_env: SharedEnvOption = False,
+    inherit_env: InheritEnvOption = False,
     offline: OfflineOption = False,
 ) -> None:
     """Run one task once, in its py_environment, streaming its output line by line.
@@ -518,6 +529,7 @@ def task_run(
             timeout_s=timeout_s,
             address=address,
             shared_env=shared_env,
+            inherit_env=inherit_env,
             offline=offline,
         )
     )

@@ -41,6 +41,28 @@ _FIELD_REASONS = {
 # --- what changed ---------------------------------------------------------------------------
 
 
+def served_fingerprint(spec: ComponentSpec, root: Path) -> str:
+    """A component's fingerprint as served: its spec's, and the values of its env_vars and
+    secrets (a secret changed in ``.env`` or the shell restarts the components reading it)."""
+    from peach_cli.project.secrets import values_digest
+
+    return f"{spec.fingerprint(root)}.{values_digest(spec, root)}"
+
+
+def _secret_digests(root: Path, names: set[str]) -> dict[str, str]:
+    """Secret name -> a digest of its value (``<missing>`` when it is set nowhere)."""
+    import os
+
+    from peach_cli.project.secrets import read_dotenv
+
+    dotenv = read_dotenv(root) if names - set(os.environ) else {}
+    found = {}
+    for name in sorted(names):
+        value = os.environ.get(name, dotenv.get(name))
+        found[name] = "<missing>" if value is None else hashlib.sha256(value.encode()).hexdigest()
+    return found
+
+
 def _digest(path: Path) -> str:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
@@ -60,6 +82,8 @@ class Snapshot:
     fingerprints: dict[str, str]
     modules: dict[str, str] = field(default_factory=dict)
     """Project module (relative path) -> digest of its contents."""
+    secrets: dict[str, str] = field(default_factory=dict)
+    """Secret name -> digest of its value (from the environment or ``.env``)."""
 
     @classmethod
     def take(cls, plan: ProjectPlan) -> Snapshot:
@@ -67,8 +91,9 @@ class Snapshot:
         modules = {m for c in components for m in c.modules}
         return cls(
             plan,
-            {c.key: c.fingerprint(plan.root) for c in components},
+            {c.key: served_fingerprint(c, plan.root) for c in components},
             {m: _digest(plan.root / m) for m in sorted(modules)},
+            _secret_digests(plan.root, {s for c in components for s in c.secrets}),
         )
 
     def specs(self) -> dict[str, ComponentSpec]:
@@ -92,7 +117,8 @@ class Snapshot:
                 fingerprints[key] = other.fingerprints[key]
             endpoints[endpoint_name] = replace(endpoint, components=components)
         modules = {**other.modules, **self.modules}
-        return Snapshot(replace(self.plan, endpoints=endpoints), fingerprints, modules)
+        secrets = {**other.secrets, **self.secrets}
+        return Snapshot(replace(self.plan, endpoints=endpoints), fingerprints, modules, secrets)
 
 
 @dataclass(frozen=True)
@@ -197,6 +223,9 @@ def _reasons(
     for module in new.modules:
         if module in old.modules and old_modules.get(module) != new_modules.get(module):
             reasons.append(module)
+    for name in new.secrets:
+        if name in old.secrets and snapshots[0].secrets.get(name) != snapshots[1].secrets.get(name):
+            reasons.append(f"secret {name}")
     return tuple(reasons) or ("config",)
 
 

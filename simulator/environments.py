@@ -56,6 +56,7 @@ class Environments:
         offline: bool = False,
         on_event: Callable[[Event], None] | None = None,
         env: tuple[tuple[str, str], ...] = (),
+        inherit_env: bool = False,
     ) -> None:
         self.root = Path(root).resolve()
         self.isolated = isolated
@@ -63,8 +64,10 @@ class Environments:
         self.on_event = on_event
         self.env = env
         """Extra environment variables of every worker (the task scheduler's socket)."""
+        self.inherit_env = inherit_env
+        """Workers start from peach's whole environment, not the minimal one."""
         self._builds: dict[tuple[str, tuple[str, ...]], asyncio.Future[WorkerLaunch]] = {}
-        self._shared = WorkerLaunch(self.root, env=env)
+        self._shared = WorkerLaunch(self.root, env=env, inherit_env=inherit_env)
         self._closed = threading.Event()
         """Set by ``close``: builds under way stop (uv is killed), no new one starts."""
         self._uses: list[InUse] = []
@@ -151,7 +154,7 @@ class Environments:
         interpreter = Interpreter(
             python=str(env.python), path=(str(runtime),), isolated=True, name=name
         )
-        return WorkerLaunch(self.root, interpreter, env=self.env)
+        return WorkerLaunch(self.root, interpreter, env=self.env, inherit_env=self.inherit_env)
 
     def _hold(self, name: str, path: Path) -> bool:
         """Mark ``path`` (an env, a staged runtime) in use until ``release``; False when it

@@ -73,12 +73,17 @@ class ReplicaPool:
         self._turn = 0
         self.retired = False
 
-    async def start(self, launch: WorkerLaunch | None = None) -> None:
-        """Start every replica at once (with ``launch``: in that interpreter); return when
-        each is healthy, unhealthy or restarting."""
-        if launch is not None:
-            for replica in self.replicas:
+    async def start(
+        self, launch: WorkerLaunch | None = None, variables: dict[str, str] | None = None
+    ) -> None:
+        """Start every replica at once (with ``launch``: in that interpreter, with
+        ``variables``: its env_vars and secrets); return when each is healthy, unhealthy or
+        restarting."""
+        for replica in self.replicas:
+            if launch is not None:
                 replica.launch = launch
+            if variables is not None:
+                replica.variables = dict(variables)
         await asyncio.gather(*(replica.start() for replica in self.replicas))
 
     def fail(self, error: str) -> None:

@@ -157,6 +157,9 @@ class Replica:
         """How this replica's process is started (its interpreter, its environment)."""
         self.spawner = spawner or Spawner()
         """Starts the process (a spare when hot reload keeps one for ``launch``)."""
+        self.variables: dict[str, str] = {}
+        """Its component's env_vars and secrets: the worker sets them when it takes the
+        component, so a spare never holds another component's secrets."""
         self.id = replica_id
         self.on_event = on_event
         self.on_change = on_change
@@ -206,7 +209,7 @@ class Replica:
         await loop.create_connection(lambda: channel, sock=parent_end)
         self._started = loop.create_future()
         self._background(self._pump_output(process))
-        channel.send("start", 0, (self.spec, str(self.root), self.id))
+        channel.send("start", 0, (self.spec, str(self.root), self.id, self.variables))
         try:
             await asyncio.wait_for(asyncio.shield(self._started), INIT_STUCK_S)
         except TimeoutError:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from peach_cli.errors import PeachError
 from peach_cli.runtime.contract import StreamCut
 from peach_cli.runtime.plan import ComponentSpec, ProjectPlan, url_key
-from simulator.changes import PlanChange
+from simulator.changes import PlanChange, served_fingerprint
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import Event, ReplicaState
 from simulator.pool import ReplicaNumbers, ReplicaPool
@@ -227,7 +227,7 @@ class DevServer:
     # -- plans and reloads ---------------------------------------------------------------
 
     def _new_pool(self, spec: ComponentSpec) -> ReplicaPool:
-        self._fingerprints[spec.key] = spec.fingerprint(self.plan.root)
+        self._fingerprints[spec.key] = served_fingerprint(spec, self.plan.root)
         return ReplicaPool(
             spec, self.plan.root, self.emit, numbers=self._numbers, spawner=self.spawner
         )
@@ -235,12 +235,20 @@ class DevServer:
     async def _start_pool(self, pool: ReplicaPool) -> None:
         """Start a pool's replicas in its env's interpreter (building the env first); a
         pool whose env cannot be built is unhealthy with the builder's message."""
+        from peach_cli.project.secrets import MissingSecret, hide, secret_values, variables_of
+
+        try:
+            variables = variables_of(pool.spec, self.plan.root)
+        except MissingSecret as error:  # exactly the components that read it are unhealthy
+            pool.fail(str(error))
+            return
+        hide(secret_values(self.plan.root, pool.spec.secrets).values())  # printed as ***
         try:
             launch = await self.environments.launch_for(pool.spec)
         except EnvUnavailable as error:
             pool.fail(str(error))
             return
-        await pool.start(launch)
+        await pool.start(launch, variables)
 
     def launches(self) -> list[WorkerLaunch]:
         """How replicas are started, one per env in use (spares are kept for each)."""
@@ -293,7 +301,7 @@ class DevServer:
         for (_, spec), outcome in zip(targets, outcomes, strict=True):
             if outcome.ok:
                 change.patched.append(spec.key)
-                self._fingerprints[spec.key] = spec.fingerprint(new_plan.root)
+                self._fingerprints[spec.key] = served_fingerprint(spec, new_plan.root)
             else:
                 change.patch_failed[spec.key] = outcome.error or "the patch failed"
 
@@ -313,7 +321,7 @@ class DevServer:
         fresh: list[ReplicaPool] = []
         self.plan = new_plan
         for spec in new_plan.components():
-            fingerprint = spec.fingerprint(new_plan.root)
+            fingerprint = served_fingerprint(spec, new_plan.root)
             existing = old_pools.get(spec.key)
             same = self._fingerprints.get(spec.key) == fingerprint
             if existing is not None and same and spec.key not in restart:

@@ -63,6 +63,8 @@ class SessionConfig:
     reload_mode: ReloadMode = "patch"
     shared_env: bool = False
     """Every worker runs peach's own interpreter instead of its py_env's env."""
+    inherit_env: bool = False
+    """Replicas and tasks get peach's whole environment, not the minimal one of SPEC §10."""
     offline: bool = False
     task_loop: bool = False
     """Run every task in turn, forever (``peach dev --tasks``)."""
@@ -91,6 +93,7 @@ class DevSession:
             offline=config.offline,
             on_event=on_event,
             env=trigger.env,  # replicas and tasks can trigger tasks
+            inherit_env=config.inherit_env,
         )
         # Triggered runs are served with or without the loop; ``task_loop`` adds it.
         self.scheduler = TaskScheduler(

@@ -65,7 +65,9 @@ class WorkerLaunch:
     interpreter: Interpreter = field(default_factory=Interpreter)
     module: str = REPLICA_MODULE
     env: tuple[tuple[str, str], ...] = ()
-    """Extra environment variables."""
+    """Extra environment variables (peach's own, such as the task scheduler's socket)."""
+    inherit_env: bool = False
+    """Start from peach's whole environment instead of the minimal one (``--inherit-env``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root).resolve())
@@ -75,15 +77,20 @@ class WorkerLaunch:
         return [self.interpreter.python, "-P", "-m", self.module, "--fd", str(fd)]
 
     def environment(self) -> dict[str, str]:
+        """The worker's environment: the minimal one (``simulator.worker_env``), what its
+        interpreter needs to import the runtime, and ``env``."""
+        from simulator.worker_env import minimal_environment
+
         interpreter = self.interpreter
+        base = minimal_environment(os.environ, inherit=self.inherit_env)
         if interpreter.isolated:  # the env's own: nothing of the host's packages gets in
             from peach_cli.envs.builder import isolated_environment
 
             prefix = Path(interpreter.python).parent.parent  # <env>/bin/python
-            env = isolated_environment(prefix, os.environ, interpreter.path)
+            env = isolated_environment(prefix, base, interpreter.path)
         else:
-            env = dict(os.environ)
-            entries = (*interpreter.path, env.get("PYTHONPATH"))
+            env = base
+            entries = (*interpreter.path, os.environ.get("PYTHONPATH"))
             env["PYTHONPATH"] = os.pathsep.join(p for p in entries if p)
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self.env)

@@ -2,7 +2,7 @@
 
 ``ProjectFilter`` is a ``watchfiles`` filter that lets through only the files a project is
 made of — its conf files, the notebooks its plan uses, and the ``.py`` files in its folder
-(a notebook may import a helper module) — and drops everything else: Jupyter's checkpoints
+(a notebook may import a helper module), and ``.env`` (secrets' values) — and drops everything else: Jupyter's checkpoints
 and temp copies, ``__pycache__``, ``.git``, hidden files, editor swap and backup files, and
 any path the server itself writes.
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 CONF_NAMES = frozenset({"peach.yaml", "peach.yml"})
 CONF_DIR = "peach.conf"
+DOTENV = ".env"
 YAML_SUFFIXES = frozenset({".yaml", ".yml"})
 DEBOUNCE_MS = 1_600
 """The longest a burst of changes is grouped before it is reported (watchfiles' default)."""
@@ -124,9 +125,11 @@ class ProjectFilter(DefaultFilter):
         return PurePosixPath(*Path(relative).parts).as_posix()
 
     def __call__(self, change: Change, path: str) -> bool:
+        relative = self.relative(path)
+        if relative == DOTENV:  # hidden, but it holds the secrets' values (SPEC §10)
+            return True
         if not super().__call__(change, path):
             return False
-        relative = self.relative(path)
         return relative is not None and self.is_project_file(relative)
 
     def is_project_file(self, relative: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -158,10 +159,16 @@ def test_schema_is_json_schema_of_the_conf():
         "endpoints",
         "decorator_endpoints",
         "tasks",
+        "env_vars",
+        "secrets",
     } == set(schema["properties"])
     component = schema["$defs"]["Component"]
     assert component["additionalProperties"] is False
     assert set(component["required"]) == {"notebook", "method"}
+    for model in (schema, component, schema["$defs"]["Task"]):  # SPEC §10, on all three
+        names = model["properties"]["env_vars"]["propertyNames"]["pattern"]
+        assert model["properties"]["secrets"]["items"]["pattern"] == names
+        assert re.match(names, "OPENAI_API_KEY") and not re.match(names, "2-BAD")
 
 
 def test_schema_accepts_every_file_of_a_split_project_and_flags_mistakes(tmp_path):

@@ -229,6 +229,34 @@ CASES = [
         "'os' is defined in cell 1",
     ),
     ("PC401", HEAD + endpoint(method="streamer"), {}, "nb.ipynb:cell 6:line 1", "stream=true"),
+    (
+        "PC118",
+        HEAD + endpoint(env_vars={"BAD-NAME": "x"}),
+        {},
+        "peach.yaml:6:62",
+        "'BAD-NAME' is not an environment variable's name",
+    ),
+    (
+        "PC118",
+        "secrets: [OK_NAME, 2FAST]\n" + HEAD + endpoint(),
+        {},
+        "peach.yaml:1:20",
+        "'2FAST'",
+    ),
+    (
+        "PC119",
+        "env_vars: {API_KEY: abc}\n" + HEAD + endpoint(secrets=["API_KEY"]),
+        {},
+        "peach.yaml:7:61",
+        "secret API_KEY is also given a value in env_vars (env_vars.API_KEY)",
+    ),
+    (
+        "PC311",
+        HEAD + endpoint(env_vars={"OPENAI_API_KEY": "sk-proj-" + "Ab3dE6gH9jK2mN5pQ8sT1v"}),
+        {},
+        "peach.yaml:6:80",
+        "looks like an API key (sk-…)",
+    ),
 ]
 
 DECORATED = [

@@ -138,6 +138,7 @@ class _Checker:
                     dependencies=conf.environment(task.py_env),
                     modules=self.modules.of(task_code),
                     line_map=task_code.extraction.line_map,
+                    **self.variables(task.env_vars, task.secrets),
                 )
         seen: dict[str, int] = {}
         for index, path in enumerate(conf.decorator_endpoints):
@@ -165,6 +166,12 @@ class _Checker:
         from peach_cli.checks.triggers import unknown_triggered_tasks
 
         for diagnostic in unknown_triggered_tasks(self.conf, self.notebooks.runs):
+            self.out.add(diagnostic)
+        from peach_cli.checks.variables import check_variables, credential_warnings
+
+        for diagnostic in check_variables(self.conf, self.out.at):
+            self.out.add(diagnostic)
+        for diagnostic in credential_warnings(self.conf, self.out.at, self.notebooks.runs):
             self.out.add(diagnostic)
         self.result.diagnostics = self.out.diagnostics
         self.result.notebooks = self.notebooks.read
@@ -254,7 +261,14 @@ class _Checker:
             dependencies=self.conf.environment(py_env),
             modules=self.modules.of(code),
             line_map=code.extraction.line_map,
+            **self.variables(component.env_vars, component.secrets),
         )
+
+    def variables(self, env_vars: dict[str, str], secrets: list[str]) -> dict:
+        """A component's or task's ``env_vars`` and ``secrets`` fields, merged with the
+        top level's."""
+        merged, names = self.conf.variables(env_vars, secrets)
+        return {"env_vars": merged, "secrets": names}
 
 
 def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:

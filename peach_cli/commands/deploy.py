@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
-    pass
+    from peach_cli.runtime.plan import ProjectPlan
 
 CONFIG_FORMATS = ("json", "yaml")
 STATUS_FORMATS = ("text", "json")
@@ -52,6 +52,7 @@ def run_deploy(
         from peach_cli.views.deploy import print_config, print_uploads
 
         print_uploads(upload_selection(plan))
+        _warn_missing_secrets(plan)
         config = dry_run_config(
             plan, http_host=http_host, http_port=http_port, route_prefix=route_prefix
         )
@@ -75,6 +76,17 @@ def run_deploy(
         view.stop()
     print_deployed(plan, result)
     return 0
+
+
+def _warn_missing_secrets(plan: ProjectPlan) -> None:
+    """``--dry-run``: the secrets a deploy would need that are set nowhere."""
+    from peach_cli.project.secrets import missing_message, missing_secrets
+    from peach_cli.views.deploy import warn
+
+    names = [s for c in plan.components() for s in c.secrets]
+    missing = missing_secrets(plan.root, names)
+    if missing:
+        warn(f"{missing_message(missing)} (a deploy would fail)")
 
 
 def run_status(*, address: str | None = None, output_format: str = "text") -> int:

@@ -35,6 +35,7 @@ def run_dev(
     reload_mode: str = "patch",
     timeout_s: float | None = None,
     shared_env: bool = False,
+    inherit_env: bool = False,
     offline: bool = False,
     tasks: bool = False,
     task_interval: float = 60.0,
@@ -65,6 +66,7 @@ def run_dev(
         reload=reload,
         reload_mode="restart" if reload_mode == "restart" else "patch",
         shared_env=shared_env,
+        inherit_env=inherit_env,
         offline=offline,
         task_loop=tasks,
         task_interval_s=task_interval,
@@ -93,6 +95,11 @@ async def serve(config: SessionConfig, view: DevView) -> int:
                 view.warn(
                     "--shared-env: every replica runs in peach's own Python; imports are not "
                     "checked against py_environments"
+                )
+            if config.inherit_env:
+                view.warn(
+                    "--inherit-env: replicas and tasks get peach's whole environment, not only "
+                    "their env_vars and secrets; on the cluster they get only those"
                 )
             if not is_loopback(config.host):
                 view.warn(

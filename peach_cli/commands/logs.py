@@ -25,9 +25,12 @@ def run_logs(
         raise UsageError("--tail must be 0 or more lines")
     from peach_cli.deploy.deployer import Reporter, connect
     from peach_cli.deploy.logs import find_replicas, follow_logs, read_logs
+    from peach_cli.deploy.variables import deployed_secrets
+    from peach_cli.project.secrets import hide
     from peach_cli.views.deploy import print_log_line, print_note, warn
 
     with connect(address, Reporter(warn=warn)) as dashboard:
+        hide(deployed_secrets(dashboard.serve_details()))  # what the code prints of them
         name, replicas = find_replicas(dashboard, app, deployment)
         if not replicas:
             print_note(f"no replicas of {name} have logs yet")

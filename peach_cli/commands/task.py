@@ -105,6 +105,7 @@ def run_task_run(
     timeout_s: float | None = None,
     address: str | None = None,
     shared_env: bool = False,
+    inherit_env: bool = False,
     offline: bool = False,
 ) -> int:
     """Run the task ``name`` once (and what it triggers); the exit code."""
@@ -124,6 +125,7 @@ def run_task_run(
             project=project,
             timeout_s=timeout_s,
             shared_env=shared_env,
+            inherit_env=inherit_env,
             offline=offline,
         )
     )
@@ -137,6 +139,7 @@ async def _run_local(
     project: Path,
     timeout_s: float | None,
     shared_env: bool,
+    inherit_env: bool,
     offline: bool,
 ) -> int:
     import asyncio
@@ -151,10 +154,16 @@ async def _run_local(
         project=project,
         serve=False,
         shared_env=shared_env,
+        inherit_env=inherit_env,
         offline=offline,
         task_timeout_s=timeout_s,
         keep_warm=False,
     )
+    if inherit_env:
+        view.note(
+            "--inherit-env: the task gets peach's whole environment, not only its env_vars "
+            "and secrets; on the cluster it gets only those"
+        )
     session = DevSession(config, on_event=view.handle)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()

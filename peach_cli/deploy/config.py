@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from peach_cli.deploy.packaging import (
     project_files,
     runtime_package,
 )
+from peach_cli.deploy.variables import component_env_vars
 from peach_cli.errors import DeployError, UsageError
 from peach_cli.runtime.plan import ABSpec, ComponentSpec, EndpointSpec, ProjectPlan
 
@@ -101,6 +103,7 @@ def component_from_json(data: dict[str, Any]) -> ComponentSpec:
     fields["dependencies"] = tuple(fields.get("dependencies") or ())
     fields["modules"] = tuple(fields.get("modules") or ())
     fields["line_map"] = tuple(tuple(item) for item in fields.get("line_map") or ())
+    fields["secrets"] = tuple(fields.get("secrets") or ())
     return ComponentSpec(**fields)
 
 
@@ -170,8 +173,14 @@ def build_bundle(
     http_host: str = DEFAULT_HTTP_HOST,
     http_port: int = DEFAULT_HTTP_PORT,
     route_prefix: str = ROUTE_PREFIX,
+    secrets: Mapping[str, str] | None = None,
 ) -> Bundle:
-    """The Serve config for ``plan`` and the packages it references (nothing uploaded)."""
+    """The Serve config for ``plan`` and the packages it references (nothing uploaded).
+
+    Each component's ``runtime_env`` ``env_vars`` hold its env_vars and its secrets'
+    values from ``secrets`` (``***`` for each when None: what ``--dry-run`` shows); the
+    gateway gets none.
+    """
     from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
 
     runtime = runtime_package()
@@ -209,6 +218,9 @@ def build_bundle(
             "working_dir": component_package.uri,
             **requirements_runtime_env(spec.dependencies),  # base + its py_env's own
         }
+        env_vars = component_env_vars(spec, secrets)
+        if env_vars:
+            runtime_env["env_vars"] = env_vars
         actor_options: dict[str, Any] = {"num_cpus": spec.cpus}
         if spec.memory:
             actor_options["memory"] = spec.memory

@@ -44,6 +44,7 @@ from peach_cli.deploy.resources import (
     fits_when_idle,
     has_totals,
 )
+from peach_cli.deploy.variables import deployed_secrets
 from peach_cli.errors import DeployError
 from peach_cli.runtime.plan import ProjectPlan
 
@@ -138,18 +139,24 @@ def deploy(
     Nothing on the cluster changes before the route prefix, the config and the resources
     have been checked.
     """
+    from peach_cli.project.secrets import hide, secret_values
+
     reporter = reporter or Reporter()
     started = time.monotonic()
+    secrets = secret_values(plan.root, (s for c in plan.components() for s in c.secrets))
+    hide(secrets.values())  # raises MissingSecret first: nothing changes on the cluster
     bundle = build_bundle(
         plan,
         http_host=http_host or DEFAULT_HTTP_HOST,
         http_port=http_port or DEFAULT_HTTP_PORT,
         route_prefix=route_prefix,
+        secrets=secrets,
     )
     with connect(address, reporter) as dashboard:
         version = dashboard.version()
         reporter.note(f"connected to Ray {version.get('ray_version', '?')} at {dashboard.shown}")
         details = dashboard.serve_details()
+        hide(deployed_secrets(details))  # the running version's, in its errors
         config, warnings = merge_applications(
             bundle, details, http_host=http_host, http_port=http_port
         )
@@ -335,10 +342,13 @@ def status(address: str | None = None, reporter: Reporter | None = None) -> list
     """Every Serve application on the cluster with its deployments and replicas, and each
     replica's last error as its gateway reports it (a failed drift re-init)."""
     from peach_cli.deploy.gateway_health import replica_errors
+    from peach_cli.project.secrets import hide, mask_value
 
     with connect(address, reporter or Reporter()) as dashboard:
         details = dashboard.serve_details()
-        errors = replica_errors(details, dashboard.address)
+        hide(deployed_secrets(details))  # a replica's error may quote its secret
+        errors = mask_value(replica_errors(details, dashboard.address))
+        details = mask_value(details)
     return [
         with_replica_errors(app, errors[app.name]) if app.name in errors else app
         for app in read_applications(details)

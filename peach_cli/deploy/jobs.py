@@ -21,7 +21,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from peach_cli.deploy.packaging import (
     project_files,
     runtime_package,
 )
+from peach_cli.deploy.variables import component_env_vars
 from peach_cli.errors import DeployError
 from peach_cli.runtime.plan import ProjectPlan, TaskSpec
 from peach_cli.runtime.triggers import PAYLOAD_ENV
@@ -68,6 +69,11 @@ def job_template(
         "py_modules": [runtime.uri],
         **requirements_runtime_env(spec.dependencies),
     }
+    env_vars = component_env_vars(spec, None)
+    for name in spec.secrets:
+        del env_vars[name]
+    if env_vars:  # the secrets' names, never their values: they are not uploaded
+        runtime_env["env_vars"] = env_vars
     body = {
         "entrypoint": ENTRYPOINT,
         "runtime_env": runtime_env,
@@ -76,14 +82,27 @@ def job_template(
     return TaskJob(body, (runtime, code))
 
 
-def task_job(plan: ProjectPlan, spec: TaskSpec, payload: str | None) -> TaskJob:
+def task_job(
+    plan: ProjectPlan,
+    spec: TaskSpec,
+    payload: str | None,
+    secrets: Mapping[str, str] | None = None,
+) -> TaskJob:
     """The job request for one run of ``spec`` (``payload``: JSON text or None); the same
-    request ``trigger_task_with_event`` sends from a deployed replica."""
+    request ``trigger_task_with_event`` sends from a deployed replica. Its ``env_vars``
+    hold the task's env_vars and its secrets' values (``secrets``, default: read from
+    the environment or ``.env``; raises ``MissingSecret``)."""
+    from peach_cli.project.secrets import secret_values
+
     template = job_template(plan, spec)
     body = json.loads(json.dumps(template.body))
     body["submission_id"] = f"peach-{plan.codops}-{spec.name}-{uuid.uuid4().hex[:10]}"
+    values = secret_values(plan.root, spec.secrets) if secrets is None else secrets
+    env_vars = component_env_vars(spec, values)
     if payload is not None:
-        body["runtime_env"]["env_vars"] = {PAYLOAD_ENV: payload}
+        env_vars[PAYLOAD_ENV] = payload
+    if env_vars:
+        body["runtime_env"]["env_vars"] = env_vars
     return TaskJob(body, template.packages)
 
 
@@ -192,7 +211,11 @@ def run_task_job(
     url, warnings = resolve_address(address)
     for warning in warnings:
         on_note(f"warning: {warning}")
-    job = task_job(plan, spec, payload)
+    from peach_cli.project.secrets import hide, secret_values
+
+    secrets = secret_values(plan.root, spec.secrets)  # MissingSecret: exit 1, nothing sent
+    hide(secrets.values())  # in its log lines and errors
+    job = task_job(plan, spec, payload, secrets)
     with JobsClient(url) as dashboard:
         version = dashboard.version()
         uploaded = dashboard.upload_missing(job.packages)

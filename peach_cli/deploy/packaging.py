@@ -94,6 +94,7 @@ SERVE_APP_MODULES = (
     "peach_cli/deploy/packaging.py",
     "peach_cli/deploy/progress.py",
     "peach_cli/deploy/reports.py",
+    "peach_cli/deploy/variables.py",
 )
 """The Ray Serve application around the replica runtime (the gateway and component
 deployments); ``tests/test_structure.py`` checks it holds everything ``deploy/app.py`` imports."""

@@ -82,6 +82,7 @@ def run_checks(
         envs.check_cache(),
         machine.check_port("127.0.0.1", port),
         checked.check,
+        *([checked.secrets] if checked.secrets is not None else []),
         *cluster.check_cluster(address, checked.plan),
     ]
     return Report(tuple(checks))

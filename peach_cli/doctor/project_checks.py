@@ -29,6 +29,8 @@ class CheckedProject:
     plan: ProjectPlan | None = None
     environments: dict[str, tuple[str, ...]] | None = None
     """Each py_env the project's endpoints and tasks use → base's and its own requirements."""
+    secrets: Check | None = None
+    """Whether every secret the conf names is set (None: no project, or no secret)."""
 
 
 def check_project(path: Path, *, explicit: bool = True) -> CheckedProject:
@@ -63,18 +65,20 @@ def check_project(path: Path, *, explicit: bool = True) -> CheckedProject:
     counts = {s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")}
     details = {**counts, "endpoints": endpoints, "path": str(path)}
     environments = used_environments(project.conf) if project is not None else None
+    secrets = check_secrets(project.root, project.conf) if project is not None else None
     if counts["error"]:
         summary = f"{path}: {count(counts['error'], 'error')}"
         if counts["warning"]:
             summary += f", {count(counts['warning'], 'warning')}"
         check = Check("project", "fail", summary, f"run `{command}` to see them", details)
-        return CheckedProject(check, None, environments)
+        return CheckedProject(check, None, environments, secrets)
     if counts["warning"]:
         summary = f"{path} is valid, with {count(counts['warning'], 'warning')}"
         check = Check("project", "warn", summary, f"run `{command}` to see them", details)
-        return CheckedProject(check, plan, environments)
+        return CheckedProject(check, plan, environments, secrets)
     summary = f"{path} is valid: {count(endpoints, 'endpoint')}"
-    return CheckedProject(Check("project", "ok", summary, details=details), plan, environments)
+    check = Check("project", "ok", summary, details=details)
+    return CheckedProject(check, plan, environments, secrets)
 
 
 def used_environments(conf: PeachConf) -> dict[str, tuple[str, ...]]:
@@ -82,3 +86,35 @@ def used_environments(conf: PeachConf) -> dict[str, tuple[str, ...]]:
     from peach_cli.envs.spec import used_envs
 
     return {name: conf.environment(name) for name in used_envs(conf)}
+
+
+def check_secrets(root: Path, conf: PeachConf) -> Check | None:
+    """The secrets the conf names that are set neither in the environment nor in ``.env``,
+    with who needs each (SPEC §10); None when the conf names none."""
+    from peach_cli.project.secrets import missing_message, missing_secrets
+
+    users: dict[str, list[str]] = {}
+    for name, endpoint in conf.endpoints.items():
+        for component_name, component in endpoint.components.items():
+            for secret in conf.variables(component.env_vars, component.secrets)[1]:
+                users.setdefault(secret, []).append(f"{name}/{component_name}")
+    for name, task in conf.tasks.items():
+        for secret in conf.variables(task.env_vars, task.secrets)[1]:
+            users.setdefault(secret, []).append(f"task {name}")
+    for secret in conf.secrets:
+        users.setdefault(secret, [])
+    if not users:
+        return None
+    missing = missing_secrets(root, users)
+    details = {"secrets": sorted(users), "missing": {s: users[s] for s in missing}}
+    if not missing:
+        summary = f"{count(len(users), 'secret')} set ({', '.join(sorted(users))})"
+        return Check("secrets", "ok", summary, details=details)
+    needs = "; ".join(f"{s}: {', '.join(users[s]) or 'unused'}" for s in missing)
+    return Check(
+        "secrets",
+        "warn",
+        f"{missing_message(missing)} (needed by {needs})",
+        "export them, or add NAME=value lines to the project's .env (never commit it)",
+        details,
+    )

@@ -97,6 +97,26 @@ Url = Annotated[
 ]
 
 
+VARIABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+"""An environment variable's name (``peach validate`` says so with PC118, not the model)."""
+EnvVars = Annotated[
+    dict[str, str],
+    Field(
+        description="Environment variables of the replicas and tasks (name: value; merged "
+        "with the top level's). Never a secret: name those under secrets.",
+        json_schema_extra={"propertyNames": {"pattern": VARIABLE_PATTERN}},
+    ),
+]
+Secrets = Annotated[
+    list[str],
+    Field(
+        description="Names of secrets the replicas and tasks read from the environment: their "
+        "values come from peach's environment, else the project's .env, never from the conf.",
+        json_schema_extra={"items": {"type": "string", "pattern": VARIABLE_PATTERN}},
+    ),
+]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
@@ -121,6 +141,8 @@ class Component(_Strict):
     memory: Memory = None
     cpus: float = Field(1.0, gt=0, description="CPUs reserved per replica on Ray.")
     media_type: str = Field(DEFAULT_MEDIA_TYPE, description="Content type of streams.")
+    env_vars: EnvVars = Field(default_factory=dict)
+    secrets: Secrets = Field(default_factory=list)
 
 
 Percent = Annotated[int, Field(ge=0, le=100, description="A whole percentage, 0 to 100.")]
@@ -176,6 +198,8 @@ class Task(_Strict):
         gt=0,
         description="Bound on one run, in seconds; past it the task's processes are killed.",
     )
+    env_vars: EnvVars = Field(default_factory=dict)
+    secrets: Secrets = Field(default_factory=list)
 
 
 class PeachConf(_Strict):
@@ -195,6 +219,15 @@ class PeachConf(_Strict):
     tasks: dict[str, Task] = Field(
         default_factory=dict, description="Notebook functions run by peach task."
     )
+    env_vars: EnvVars = Field(default_factory=dict)
+    secrets: Secrets = Field(default_factory=list)
+
+    def variables(
+        self, env_vars: dict[str, str], secrets: list[str]
+    ) -> tuple[dict[str, str], tuple[str, ...]]:
+        """What a component or task with these ``env_vars`` and ``secrets`` gets: the top
+        level's merged with its own (its own value wins), secrets without repeats."""
+        return {**self.env_vars, **env_vars}, tuple(dict.fromkeys([*self.secrets, *secrets]))
 
     def environment(self, name: str) -> tuple[str, ...]:
         """The full dependency list of a py_env: ``base``'s, then its own (no repeats)."""

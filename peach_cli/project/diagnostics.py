@@ -36,6 +36,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC115": ("error", "fallback without primary"),
     "PC116": ("error", "reserved url"),
     "PC117": ("error", "invalid A/B test"),
+    "PC118": ("error", "invalid environment variable name"),
+    "PC119": ("error", "secret given a value in env_vars"),
     "PC201": ("error", "notebook not found"),
     "PC202": ("error", "notebook outside the project"),
     "PC203": ("error", "unreadable notebook"),
@@ -54,6 +56,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC308": ("warning", "import its py_env does not provide"),
     "PC309": ("warning", "component that never answers"),
     "PC310": ("warning", "trigger_task_with_event names an unknown task"),
+    "PC311": ("warning", "value that looks like a credential"),
     "PC401": ("info", "streaming method"),
 }
 """code -> (severity, short title): the documented table above, as data."""
@@ -80,6 +83,14 @@ MEANINGS: dict[str, str] = {
         "an invalid `ab:` test: an unknown `by`, a percentage that is not a whole number from "
         "0 to 100, percentages that do not sum to 100, a split naming a component the "
         "endpoint lacks or the fallback"
+    ),
+    "PC118": (
+        "a name in `env_vars` or `secrets` that is not a valid environment variable name "
+        "(letters, digits and `_`, not starting with a digit)"
+    ),
+    "PC119": (
+        "a secret that `env_vars` also gives a value: secret values come from the environment "
+        "or `.env`, never from the conf"
     ),
     "PC201": "a notebook named by the conf does not exist",
     "PC202": "a notebook path that leaves the project folder",
@@ -117,6 +128,10 @@ MEANINGS: dict[str, str] = {
     "PC310": (
         "a literal task name passed to `trigger_task_with_event` is not a task of the project "
         "(the call would raise `ValueError`)"
+    ),
+    "PC311": (
+        "a conf value or a string literal in the code that runs looks like a credential "
+        "(`sk-…`, `AKIA…`, `ghp_…`, a private key, a long random token): move it to `secrets:`"
     ),
     "PC401": "an async-generator method: callers must send `stream`",
 }

@@ -400,6 +400,22 @@ def merge_files(trees: list[_FileTree], diagnostics: list[Diagnostic]) -> tuple[
                     else:
                         merged[key][name] = item
                         take(tree, (key, name), (key, name))
+            elif key == "env_vars" and isinstance(value, dict) and isinstance(merged[key], dict):
+                for name, item in value.items():
+                    if name in merged[key] and merged[key][name] != item:
+                        other = positions[(key, name)].key
+                        diagnostics.append(
+                            Diagnostic(
+                                "PC110",
+                                f"env_vars '{name}' is set twice: here and in "
+                                f"{other.file}:{other.line}",
+                                tree.positions[(key, name)].key,
+                                "set it in one file",
+                            )
+                        )
+                    elif name not in merged[key]:
+                        merged[key][name] = item
+                        take(tree, (key, name), (key, name))
             elif (
                 isinstance(value, list)
                 and isinstance(merged[key], list)
@@ -434,7 +450,9 @@ def _unmerged_problem(key: str, value: Any) -> dict[str, Any] | None:
         return {"loc": (key,), "type": "extra_forbidden", "msg": "Extra inputs are not permitted"}
     if key in _NAMED_SECTIONS and not isinstance(value, dict):
         return {"loc": (key,), "type": "dict_type", "msg": "Input should be a valid dictionary"}
-    if key == "decorator_endpoints" and not isinstance(value, list):
+    if key == "env_vars" and not isinstance(value, dict):
+        return {"loc": (key,), "type": "dict_type", "msg": "Input should be a valid dictionary"}
+    if key in ("decorator_endpoints", "secrets") and not isinstance(value, list):
         return {"loc": (key,), "type": "list_type", "msg": "Input should be a valid list"}
     return None
 
@@ -583,6 +601,8 @@ def _partial_conf(raw: dict) -> tuple[PeachConf, set[str]]:
         found = {n: valid(v, model) for n, v in section(name).items()}
         return {n: v for n, v in found.items() if v is not None}
 
+    env_vars = raw.get("env_vars")
+    secrets = raw.get("secrets")
     listed = raw.get("decorator_endpoints")
     codops = raw.get("codops")
     timeout = raw.get("timeout_s")
@@ -595,6 +615,10 @@ def _partial_conf(raw: dict) -> tuple[PeachConf, set[str]]:
         decorator_endpoints=[p for p in listed if isinstance(p, str)]
         if isinstance(listed, list)
         else [],
+        env_vars={k: v for k, v in env_vars.items() if isinstance(v, str)}
+        if isinstance(env_vars, dict)
+        else {},
+        secrets=[s for s in secrets if isinstance(s, str)] if isinstance(secrets, list) else [],
     )
     return conf, partial
 

@@ -270,6 +270,7 @@ __pycache__/
 .ruff_cache/
 .env
 .env.*
+!.env.example
 .venv/
 """
 
@@ -294,4 +295,9 @@ peach dev                              # serve every endpoint on http://127.0.0.
 use it to complete and check `peach.yaml` (run `peach schema > peach.schema.json` again
 after upgrading peach). `peach doctor` checks this machine, the project and a cluster;
 `peach deploy --address http://HOST:8265` puts the project on a Ray Serve cluster.
+
+Replicas see only the environment variables the conf gives them: `env_vars: {{NAME: value}}`
+for settings, and `secrets: [OPENAI_API_KEY]` for credentials, whose values come from your
+shell or from `.env` in this folder (`OPENAI_API_KEY=...`; git ignores it, `peach deploy`
+never uploads it). Both go at the top level, on a component or on a task.
 """

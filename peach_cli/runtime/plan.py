@@ -69,6 +69,10 @@ class ComponentSpec:
     """Project-local ``.py`` files (relative posix paths) the source imports."""
     line_map: tuple[tuple[int, int, int], ...] = ()
     """(first module line, cell index, first cell line) per extracted cell, for positions."""
+    env_vars: dict[str, str] = field(default_factory=dict)
+    """Its environment variables: the top level's merged with its own (SPEC §10)."""
+    secrets: tuple[str, ...] = ()
+    """The names of the secrets it reads; their values are never in the plan."""
 
     @property
     def key(self) -> str:
@@ -148,6 +152,10 @@ class TaskSpec:
     modules: tuple[str, ...] = ()
     line_map: tuple[tuple[int, int, int], ...] = ()
     """(first module line, cell index, first cell line) per extracted cell, for positions."""
+    env_vars: dict[str, str] = field(default_factory=dict)
+    """Its environment variables: the top level's merged with its own (SPEC §10)."""
+    secrets: tuple[str, ...] = ()
+    """The names of the secrets it reads; their values are never in the plan."""
 
 
 @dataclass(frozen=True)

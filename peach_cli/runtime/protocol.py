@@ -6,7 +6,9 @@ open, so pickle is safe here and avoids re-encoding results and chunks.
 
 Gateway → replica::
 
-    ("start", 0, (ComponentSpec, root, replica_id))   load the code, run init
+    ("start", 0, (ComponentSpec, root, replica_id, variables))
+                                                       set its env_vars and secrets, load
+                                                       the code, run init
     ("call", id, (query, body))                        one non-streaming call
     ("stream", id, (query, body))                      one stream
     ("cancel", id, None)                               the caller went away / timed out

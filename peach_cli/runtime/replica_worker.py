@@ -198,7 +198,10 @@ class Worker:
 
     # -- work ----------------------------------------------------------------------------
 
-    async def start(self, spec: Any, root: str, replica_id: str) -> None:
+    async def start(
+        self, spec: Any, root: str, replica_id: str, variables: dict[str, str] | None = None
+    ) -> None:
+        os.environ.update(variables or {})  # its env_vars and secrets (SPEC §10)
         self.runner = ComponentRunner(spec, Path(root), replica_id=replica_id)
         try:
             await self.runner.start()

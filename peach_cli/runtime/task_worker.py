@@ -6,7 +6,8 @@ descriptor ``N``. The worker puts itself in a process group of its own — so th
 past its timeout is killed with every process it started, and a Ctrl-C in the terminal
 reaches peach, which decides — then waits for one frame::
 
-    ("run", 0, {"spec": TaskSpec fields, "payload": JSON text, "run_id": str})
+    ("run", 0, {"spec": TaskSpec fields, "payload": JSON text, "run_id": str,
+                "env": {name: value}})      its env_vars and secrets, set before it runs
 
 It runs the task (``peach_cli.runtime.task``: the extracted notebook code in a fresh module,
 ``init`` if any, the function with the payload as first positional argument when it takes
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(0)  # a spare nobody used
     if kind != "run":
         os._exit(0)
+    os.environ.update(job.get("env") or {})  # its env_vars and secrets (SPEC §10)
     payload = json.loads(job["payload"]) if job.get("payload") is not None else None
     kind, answer = run_outcome(job["spec"], job["root"], payload)
     sys.stdout.flush()

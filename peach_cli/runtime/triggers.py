@@ -38,6 +38,8 @@ JOBS_ENV = "PEACH_TASKS_JOBS"
 DASHBOARD_ENV = "PEACH_TASKS_DASHBOARD"
 """On Ray: the dashboard URL the jobs are submitted to."""
 PAYLOAD_ENV = "PEACH_TASK_PAYLOAD"
+SECRETS_ENV = "PEACH_SECRETS"
+"""The names of the secrets among a deployment's or a job's env_vars (SPEC §10)."""
 TOKEN_ENV = "RAY_AUTH_TOKEN"
 REPLY_TIMEOUT_S = 10.0
 MAX_REPLY_BYTES = 1 << 20
@@ -138,8 +140,12 @@ def _submit_job(tasks_file: str, task_name: str, payload: str | None) -> str:
         raise ValueError(unknown_task_message(task_name, project.get("names") or list(tasks)))
     body = json.loads(json.dumps(tasks[task_name]))
     body["submission_id"] = f"peach-{project['codops']}-{task_name}-{uuid.uuid4().hex[:10]}"
+    env_vars = body["runtime_env"].setdefault("env_vars", {})
     if payload is not None:
-        body["runtime_env"].setdefault("env_vars", {})[PAYLOAD_ENV] = payload
+        env_vars[PAYLOAD_ENV] = payload
+    for name in str(env_vars.get(SECRETS_ENV) or "").split(","):
+        if name and name in os.environ:  # a secret this replica has too (never uploaded)
+            env_vars[name] = os.environ[name]
     headers = {"Content-Type": "application/json"}
     token = _token()
     if token:

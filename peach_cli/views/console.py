@@ -45,9 +45,11 @@ def print_error(error: PeachError) -> None:
     if isinstance(error, ProjectInvalid):
         print_diagnostics(error.diagnostics, summary=error.message, ok=False)
         return
-    stderr().print(f"[bold red]error:[/] {escape(error.message)}", soft_wrap=True)
+    from peach_cli.project.secrets import mask
+
+    stderr().print(f"[bold red]error:[/] {escape(mask(error.message))}", soft_wrap=True)
     if error.hint:
-        stderr().print(f"[dim]hint:[/] {escape(error.hint)}", soft_wrap=True)
+        stderr().print(f"[dim]hint:[/] {escape(mask(error.hint))}", soft_wrap=True)
 
 
 # --- peach validate ---------------------------------------------------------------------------
@@ -112,11 +114,13 @@ def excerpt_lines(diagnostic: Diagnostic) -> list[str]:
 
 
 def print_json(data: object) -> None:
-    """Machine output: plain JSON on stdout, no styling."""
+    """Machine output: plain JSON on stdout, no styling (secret values shown as ``***``)."""
     import json
     import sys
 
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    from peach_cli.project.secrets import mask_value
+
+    sys.stdout.write(json.dumps(mask_value(data), indent=2, ensure_ascii=False) + "\n")
 
 
 # --- peach env --------------------------------------------------------------------------------

@@ -87,8 +87,12 @@ def print_deleted(app_name: str, remaining: list[str]) -> None:
 def print_log_line(line: LogLine) -> None:
     """``peach logs``: a line with its ``deployment#replica`` prefix (dim on a terminal,
     plain text when piped, so grep works)."""
+    import dataclasses
     import sys
 
+    from peach_cli.project.secrets import mask
+
+    line = dataclasses.replace(line, text=mask(line.text))
     out = console.stdout()
     if out.is_terminal:
         from rich.markup import escape
@@ -166,13 +170,17 @@ def application_table(app: ApplicationState, elapsed_s: float | None = None) -> 
 def note(message: str) -> None:
     from rich.markup import escape
 
-    console.stderr().print(f"[dim]·[/] {escape(message)}", soft_wrap=True)
+    from peach_cli.project.secrets import mask
+
+    console.stderr().print(f"[dim]·[/] {escape(mask(message))}", soft_wrap=True)
 
 
 def warn(message: str) -> None:
     from rich.markup import escape
 
-    console.stderr().print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+    from peach_cli.project.secrets import mask
+
+    console.stderr().print(f"[yellow]warning:[/] {escape(mask(message))}", soft_wrap=True)
 
 
 class ProgressView:

@@ -180,7 +180,14 @@ class DevView:
     # -- lines ---------------------------------------------------------------------------
 
     def line(self, text: Text | str, *, now: bool = False) -> None:
-        """Queue a log line (printed within ``LOG_FLUSH_S``); ``now`` prints it at once."""
+        """Queue a log line (printed within ``LOG_FLUSH_S``); ``now`` prints it at once.
+        A secret's value in it is shown as ``***``."""
+        from peach_cli.project.secrets import hidden, mask
+
+        if hidden():
+            plain = text if isinstance(text, str) else text.plain
+            if mask(plain) != plain:
+                text = mask(plain)
         self._pending.append(text)
         if now or self._task is None:
             self.flush()

@@ -42,8 +42,10 @@ class TaskRunView:
     def _write(self, stream: Any, text: str) -> None:
         if self.closed:
             return
+        from peach_cli.project.secrets import mask
+
         try:
-            stream.write(text + "\n")
+            stream.write(mask(text) + "\n")
             stream.flush()
         except (BrokenPipeError, ValueError, OSError):  # `peach task run x | head`
             self.closed = True

@@ -91,12 +91,14 @@ async def execute_task(
     triggered: bool = False,
     on_output: Callable[[str], None] | None = None,
     spawner: Spawner | None = None,
+    variables: dict[str, str] | None = None,
 ) -> TaskRunEnded:
     """Run ``spec`` once in a worker of ``launch``; never raises for the task's failures.
 
     Past ``timeout_s`` (default: the task's), or when cancelled, the worker's whole process
     tree is killed (a cancellation then propagates). ``spawner`` starts the worker (a warm
-    spare when it keeps one for ``launch``).
+    spare when it keeps one for ``launch``); ``variables`` (its env_vars and secrets) are set
+    by the worker before it runs the task.
     """
     limit = spec.timeout_s if timeout_s is None else timeout_s
     loop = asyncio.get_running_loop()
@@ -127,6 +129,7 @@ async def execute_task(
         "root": str(launch.root),
         "payload": payload,
         "run_id": run_id,
+        "env": dict(variables or {}),
     }
     channel.send("run", 0, job)
     status, killed = RunStatus.FAILED, 0

@@ -361,6 +361,20 @@ class TaskScheduler:
         return ended
 
     async def _execute(self, spec: TaskSpec, run: Run) -> TaskRunEnded:
+        from peach_cli.project.secrets import MissingSecret, hide, variables_of
+
+        try:
+            variables = variables_of(spec, self.root)
+            hide(variables[name] for name in spec.secrets)  # printed as ***
+        except MissingSecret as error:
+            return TaskRunEnded(
+                spec.name,
+                run.run_id,
+                RunStatus.FAILED,
+                0.0,
+                error=str(error),
+                triggered=run.triggered,
+            )
         try:
             launch = await self.launch_for(spec)
         except EnvUnavailable as error:
@@ -385,6 +399,7 @@ class TaskScheduler:
             triggered=run.triggered,
             on_output=output,
             spawner=self.spawner,
+            variables=variables,
         )
         if self.keep_warm and launch not in self._warmed:
             self._warmed.add(launch)

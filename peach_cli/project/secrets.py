@@ -1,0 +1,175 @@
+"""Secret values (SPEC §10): read from peach's environment, else the project's ``.env``.
+
+The conf names secrets, never their values. ``secret_values`` finds each value when a
+replica, a task or a deployment needs it; a name found nowhere is ``MissingSecret``, whose
+message is the one users see on every host. ``mask`` replaces every secret value in text
+peach prints with ``***``.
+
+    values = secret_values(root, ("OPENAI_API_KEY",))     # raises MissingSecret
+    environment = variables_of(spec, root)                # env_vars + secrets of a component
+    print(mask(text, values.values()))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from peach_cli.errors import PeachError
+
+DOTENV = ".env"
+MASK = "***"
+
+
+class MissingSecret(PeachError):
+    """A secret named by the conf is neither in peach's environment nor in ``.env``."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = tuple(names)
+        super().__init__(missing_message(self.names))
+
+
+def missing_message(names: Iterable[str]) -> str:
+    """``secret OPENAI_API_KEY is not set: export it or add it to .env``.
+
+    >>> missing_message(["A", "B"])
+    'secrets A, B are not set: export them or add them to .env'
+    """
+    names = list(names)
+    if len(names) == 1:
+        return f"secret {names[0]} is not set: export it or add it to .env"
+    return f"secrets {', '.join(names)} are not set: export them or add them to .env"
+
+
+def read_dotenv(root: Path) -> dict[str, str]:
+    """The variables of ``root/.env`` (dotenv syntax, no interpolation of the shell's
+    variables); empty when there is no such file or it cannot be read."""
+    path = Path(root) / DOTENV
+    if not path.is_file():
+        return {}
+    from dotenv import dotenv_values
+
+    try:
+        values = dotenv_values(path, interpolate=False, encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def secret_values(
+    root: Path, names: Iterable[str], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Each secret's value: from ``environ`` (peach's environment), else ``.env``.
+
+    Raises ``MissingSecret`` naming every secret found in neither.
+    """
+    names = list(dict.fromkeys(names))
+    if not names:
+        return {}
+    environ = os.environ if environ is None else environ
+    dotenv: dict[str, str] | None = None
+    values: dict[str, str] = {}
+    missing: list[str] = []
+    for name in names:
+        if name in environ:
+            values[name] = environ[name]
+            continue
+        if dotenv is None:
+            dotenv = read_dotenv(root)
+        if name in dotenv:
+            values[name] = dotenv[name]
+        else:
+            missing.append(name)
+    if missing:
+        raise MissingSecret(missing)
+    return values
+
+
+def missing_secrets(
+    root: Path, names: Iterable[str], environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """The secrets of ``names`` that are set nowhere (for ``peach doctor``)."""
+    try:
+        secret_values(root, names, environ)
+    except MissingSecret as error:
+        return list(error.names)
+    return []
+
+
+class _HasVariables(Protocol):
+    @property
+    def env_vars(self) -> dict[str, str]: ...
+
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
+
+
+def variables_of(spec: _HasVariables, root: Path) -> dict[str, str]:
+    """The variables a component or task gets besides the minimal environment: its
+    env_vars and its secrets' values. Raises ``MissingSecret``."""
+    return {**spec.env_vars, **secret_values(root, spec.secrets)}
+
+
+def values_digest(spec: _HasVariables, root: Path) -> str:
+    """A short digest of the values a component's replicas get (so that a changed secret
+    restarts exactly the components that read it); a missing secret counts as a value."""
+    try:
+        values = variables_of(spec, root)
+    except MissingSecret as error:
+        values = {**spec.env_vars, **{name: "\0missing" for name in error.names}}
+    digest = hashlib.sha256()
+    for name in sorted(values):
+        digest.update(f"{name}\0{values[name]}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+_hidden: set[str] = set()
+
+
+def hide(values: Iterable[str]) -> None:
+    """Mask ``values`` in everything this process prints from now on (``mask`` with no
+    ``secrets``): the catch site, JSON output and the deploy views use it."""
+    _hidden.update(v for v in values if v)
+
+
+def hidden() -> frozenset[str]:
+    """The secret values hidden so far (``hide``)."""
+    return frozenset(_hidden)
+
+
+def mask(text: str, secrets: Iterable[str] | None = None) -> str:
+    """``text`` with every secret value (default: those hidden) replaced by ``***`` (as
+    is, and in the forms a server echoes text in: JSON-escaped, percent-encoded, base64)."""
+    secrets = _hidden if secrets is None else secrets
+    for value in sorted({v for v in secrets if len(v) >= 4}, key=len, reverse=True):
+        for form in _forms(value):
+            text = text.replace(form, MASK)
+    return text
+
+
+def _forms(value: str) -> list[str]:
+    import base64
+    import json
+    from urllib.parse import quote
+
+    forms = [value, json.dumps(value)[1:-1], quote(value, safe=""), quote(value)]
+    forms.append(base64.b64encode(value.encode()).decode().rstrip("="))
+    return sorted({f for f in forms if f}, key=len, reverse=True)
+
+
+def mask_value(value: Any, secrets: Iterable[str] | None = None) -> Any:
+    """A JSON-like value with every secret (default: those hidden) in its strings replaced
+    by ``***``."""
+    secrets = [s for s in (_hidden if secrets is None else secrets) if len(s) >= 4]
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return mask(value, secrets)
+    if isinstance(value, dict):
+        return {k: mask_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask_value(v, secrets) for v in value]
+    return value
