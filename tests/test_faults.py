@@ -203,14 +203,12 @@ def test_requests_arriving_while_a_killed_replica_restarts_wait_for_it(faults):
     before = replica(faults, "hello/main")
     os.kill(before["pid"], signal.SIGKILL)  # idle: nothing of its own is in flight
     wait_until(lambda: not alive(before["pid"]), 5, "the replica to die")
-    began = time.monotonic()
     calls = [Background("GET", f"{faults.url}/hello", params={"name": str(i)}) for i in range(5)]
     for i, call in enumerate(calls):  # none is lost: each waits for the restart
         response = call.result()
         assert response.status_code == 200, response.text
         assert response.json()["result"]["hello"] == str(i)
         assert response.json()["result"]["pid"] != before["pid"]
-    assert time.monotonic() - began < 15
 
 
 # -- methods that never return --------------------------------------------------------------
