@@ -314,7 +314,8 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     fixtures): its ``wait_for_output`` sees only what happened during the test."""
     definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
     for name, value in getattr(item, "funcargs", {}).items():
-        if isinstance(value, DevProcess) and definitions[name][-1].scope != "function":
+        shared = name in definitions and definitions[name][-1].scope != "function"
+        if isinstance(value, DevProcess) and shared:
             value.mark()
 
 
