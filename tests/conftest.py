@@ -35,21 +35,27 @@ class DevProcess:
     log_path: Path
     url: str = ""
     worker_pids: list[int] = field(default_factory=list)
-    marked: int = 0  # where in the log ``wait_for_output`` starts searching
+    marked: int = 0  # where in the log ``wait_for_output`` starts searching again
+    started: int | None = None  # the end of what the server printed before any test used it
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
     def mark(self) -> None:
-        """From now on ``wait_for_output`` searches only what is written after this point.
-        Each test marks the servers it shares with other tests (see ``pytest_runtest_call``),
-        so it never finds a line an earlier test caused."""
+        """From now on ``wait_for_output`` searches only what the server printed before the
+        first mark (its start-up) and what is written after this point. Each test marks the
+        servers it shares with other tests (see ``pytest_runtest_call``), so it never finds
+        a line an earlier test caused."""
         self.marked = self.log_path.stat().st_size
+        if self.started is None:
+            self.started = self.marked
 
     def output_since_mark(self) -> str:
+        """The start-up output and what was written since the mark."""
         with self.log_path.open("rb") as log:
-            log.seek(self.marked)
-            return log.read().decode(errors="replace")
+            data = log.read()
+        startup = data[: self.started] if self.started is not None else b""
+        return (startup + data[self.marked :]).decode(errors="replace")
 
     def wait_for_output(self, pattern: str, timeout_s: float = 20.0) -> re.Match[str]:
         """Poll the output written since the mark until ``pattern`` (a regex) appears."""
