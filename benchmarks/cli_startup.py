@@ -52,23 +52,26 @@ def peach_command() -> list[str]:
 
 
 def serve_command() -> list[str] | None:
+    """``serve --help`` (Ray Serve's CLI), the baseline; None when Serve is not installed."""
     script = shutil.which("serve")
-    return [script] if script else None
+    return [script, "--help"] if script else None
 
 
-def time_command(command: list[str], runs: int) -> tuple[list[float], int]:
-    """Wall times of ``runs`` runs (after one untimed warm-up), and the last exit code."""
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+def time_command(command: list[str], runs: int) -> tuple[list[float], int, str]:
+    """Wall times of ``runs`` runs (after one untimed warm-up), the first non-zero exit
+    code of any run (0 when every run succeeded) and the end of that run's stderr."""
+    warm = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
     times = []
-    code = 0
+    code, error = warm.returncode, warm.stderr.decode(errors="replace")[-500:]
     for _ in range(runs):
         start = time.perf_counter()
         done = subprocess.run(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120
         )
         times.append(time.perf_counter() - start)
-        code = done.returncode
-    return times, code
+        if not code and done.returncode:
+            code, error = done.returncode, done.stderr.decode(errors="replace")[-500:]
+    return times, code, error if code else ""
 
 
 def _notebook(cells: list[str]) -> str:
@@ -171,9 +174,10 @@ def main() -> int:
             if command is None:
                 print(f"skipped {name}: not installed", file=sys.stderr)
                 continue
-            times, code = time_command(command, runs)
-            if name.startswith("peach") and code != 0:
+            times, code, error = time_command(command, runs)
+            if code != 0:
                 failures.append(f"{name} exited {code}")
+                print(f"{name} exited {code}:\n{error}", file=sys.stderr)
             results[name] = {
                 "median_s": statistics.median(times),
                 "min_s": min(times),
@@ -190,6 +194,11 @@ def main() -> int:
         if serve_s:
             result["x_serve_help"] = median / float(serve_s)
 
+    for name, result in results.items():
+        target = TARGETS.get(name)
+        if target is not None and float(result["median_s"]) > target:
+            failures.append(f"{name} median {result['median_s']:.3f} s over {target:.2f} s")
+
     if options.json:
         print(json.dumps({"results": results, "targets_s": TARGETS, "failures": failures}))
     else:
@@ -197,7 +206,9 @@ def main() -> int:
         for name, result in results.items():
             target = TARGETS.get(name)
             verdict = ""
-            if target is not None:
+            if result["exit_code"] != 0:
+                verdict = f"FAILED: exited {result['exit_code']}"
+            elif target is not None:
                 ok = float(result["median_s"]) <= target
                 verdict = f"≤ {target:.2f} s {'ok' if ok else 'MISSED'}"
             print(
@@ -205,9 +216,8 @@ def main() -> int:
                 f"{result.get('x_import_typer', float('nan')):6.2f}x "
                 f"{result.get('x_serve_help', float('nan')):6.2f}x  {verdict}"
             )
-        for failure in failures:
-            print(f"warning: {failure} (the timing is not of a clean run)", file=sys.stderr)
-    return 0
+        print("targets met" if not failures else "TARGETS MISSED: " + "; ".join(failures))
+    return 0 if not failures else 1  # a failed command or a missed target fails the run
 
 
 if __name__ == "__main__":

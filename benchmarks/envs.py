@@ -126,7 +126,7 @@ def main() -> int:
     }
     if options.json:
         print(json.dumps(result, indent=2))
-        return 0
+        return 0 if result["targets_met"] else 1
     print(f"cold build of {', '.join(REQUIREMENTS)} (median of {options.runs}):")
     print(f"  peach (uv)        {cold:6.2f} s   ({', '.join(f'{t:.2f}' for t in peach_cold)})")
     print(f"  venv + pip        {baseline:6.2f} s   ({', '.join(f'{t:.2f}' for t in pip_cold)})")
@@ -139,7 +139,7 @@ def main() -> int:
         f"  added                   {(start_env - start_shared) * 1000:6.1f} ms (target <= 100 ms)"
     )
     print("targets met" if result["targets_met"] else "TARGETS MISSED")
-    return 0
+    return 0 if result["targets_met"] else 1
 
 
 if __name__ == "__main__":

@@ -390,7 +390,7 @@ def report(results: dict[str, dict[str, float]], clients: int) -> bool:
     return all(passed for _, passed in checks)
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="sequential requests")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients")
@@ -407,8 +407,8 @@ def main() -> None:
     results = run_all(options)
     if options.json:
         print(json.dumps(results, indent=2))
-    report(results, options.clients)
+    return 0 if report(results, options.clients) else 1  # a missed target fails the run
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -139,7 +139,11 @@ def trigger_to_start(project: Path, triggers: int) -> dict[str, float]:
     }
 
 
-def main() -> None:
+RATIO_TARGET = 1.5  # peach task run / python -c
+TRIGGER_TARGET_S = 0.2  # median trigger to start
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--triggers", type=int, default=30)
@@ -149,9 +153,15 @@ def main() -> None:
         project = write_project(Path(folder) / "project")
         figures = one_run(project, options.runs)
         figures.update(trigger_to_start(project, options.triggers))
+    missed = []
+    if figures["ratio"] > RATIO_TARGET:
+        missed.append(f"one run: ratio {figures['ratio']:.2f} > {RATIO_TARGET}")
+    if figures["trigger_to_start_median_s"] > TRIGGER_TARGET_S:
+        median_ms = figures["trigger_to_start_median_s"] * 1000
+        missed.append(f"trigger to start: median {median_ms:.0f} ms > 200 ms")
     if options.json:
-        print(json.dumps(figures, indent=2))
-        return
+        print(json.dumps({**figures, "targets_missed": missed}, indent=2))
+        return 0 if not missed else 1
     print(
         f"peach task run (trivial task): {figures['peach_task_run_s']:.3f} s, "
         f"python -c of the same code in the same env: {figures['python_c_s']:.3f} s, "
@@ -163,7 +173,9 @@ def main() -> None:
         f"median {figures['trigger_to_start_median_s'] * 1000:.0f} ms, "
         f"max {figures['trigger_to_start_max_s'] * 1000:.0f} ms (target ≤ 200 ms)"
     )
+    print("targets met" if not missed else "TARGETS MISSED: " + "; ".join(missed))
+    return 0 if not missed else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -35,20 +35,41 @@ class DevProcess:
     log_path: Path
     url: str = ""
     worker_pids: list[int] = field(default_factory=list)
+    marked: int = 0  # where in the log ``wait_for_output`` starts searching again
+    started: int | None = None  # the end of what the server printed before any test used it
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def mark(self) -> None:
+        """From now on ``wait_for_output`` searches only what the server printed before the
+        first mark (its start-up) and what is written after this point. Each test marks the
+        servers it shares with other tests (see ``pytest_runtest_call``), so it never finds
+        a line an earlier test caused."""
+        self.marked = self.log_path.stat().st_size
+        if self.started is None:
+            self.started = self.marked
+
+    def output_since_mark(self) -> str:
+        """The start-up output and what was written since the mark."""
+        with self.log_path.open("rb") as log:
+            data = log.read()
+        startup = data[: self.started] if self.started is not None else b""
+        return (startup + data[self.marked :]).decode(errors="replace")
+
     def wait_for_output(self, pattern: str, timeout_s: float = 20.0) -> re.Match[str]:
-        """Poll the output until ``pattern`` (a regex) appears."""
+        """Poll the output written since the mark until ``pattern`` (a regex) appears."""
         deadline = time.monotonic() + timeout_s
         regex = re.compile(pattern)
         while True:
-            match = regex.search(self.output())
+            match = regex.search(self.output_since_mark())
             if match:
                 return match
             if time.monotonic() > deadline:
-                raise AssertionError(f"{pattern!r} not in peach dev output:\n{self.output()}")
+                raise AssertionError(
+                    f"{pattern!r} not in peach dev output since the mark:\n"
+                    f"{self.output_since_mark()}"
+                )
             time.sleep(0.02)
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> dict:
@@ -291,6 +312,17 @@ def ray_cluster():
     running with its proxy on the head: every replica runs on the worker node, which did
     not upload the packages it runs."""
     return _shared_ray.get()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """Mark the `peach dev` servers this test shares with others (session- or module-scoped
+    fixtures): its ``wait_for_output`` sees only what happened during the test."""
+    definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+    for name, value in getattr(item, "funcargs", {}).items():
+        shared = name in definitions and definitions[name][-1].scope != "function"
+        if isinstance(value, DevProcess) and shared:
+            value.mark()
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:

@@ -77,16 +77,49 @@ def small_project(tmp_path: Path) -> Path:
     return write_project(tmp_path / "small", SMALL_CONF, {"nb.ipynb": SMALL_CELLS})
 
 
+# A replica that dies on request and one whose re-init after drift fails: the tests that do
+# that get their own server, so the session's semantics server is never left changed.
+FRAGILE_CONF = """\
+codops: fragile
+endpoints:
+  crash:
+    url: /crash
+    components:
+      main: {notebook: nb.ipynb, init: init_token, method: crash}
+  drift_reinit_fails:
+    url: /drift/reinit-fails
+    components:
+      main: {notebook: nb.ipynb, init: init_once_only, method: drifty}
+"""
+FRAGILE_CELLS = [
+    "import os, uuid\n\ndef init_token():\n"
+    '    return {"token": uuid.uuid4().hex, "pid": os.getpid()}\n\n'
+    "def crash(model, die: bool = False):\n    if die:\n        os._exit(17)\n"
+    '    return {"token": model["token"], "pid": model["pid"]}\n',
+    "import uuid\n\n_init_calls = 0\n\ndef init_once_only():\n    global _init_calls\n"
+    "    _init_calls += 1\n    if _init_calls > 1:\n"
+    '        raise RuntimeError("re-init failed on purpose")\n'
+    '    return {"token": uuid.uuid4().hex}\n\n'
+    "def drifty(model, signal: bool = False):\n"
+    '    return {"token": model["token"]}, {"drift_detected": signal}\n',
+]
+
+
+@pytest.fixture
+def fragile(peach_dev, tmp_path: Path) -> DevProcess:
+    dev = peach_dev(write_project(tmp_path / "fragile", FRAGILE_CONF, {"nb.ipynb": FRAGILE_CELLS}))
+    dev.wait_ready()
+    return dev
+
+
 # -- crashes and broken replicas ----------------------------------------------------------
 
 
-def test_crashed_replica_fails_its_request_and_restarts(base_url, dev_server: DevProcess):
-    with httpx.Client(base_url=base_url, timeout=20) as client:
+def test_crashed_replica_fails_its_request_and_restarts(fragile: DevProcess):
+    with httpx.Client(base_url=fragile.url, timeout=20) as client:
         before = client.get("/crash").json()["result"]
-        began = time.monotonic()
         response = client.get("/crash", params={"die": "true"})
-        assert time.monotonic() - began < 5  # a clear error at once, not a hang
-        assert response.status_code == 500
+        assert response.status_code == 500  # a clear error, not a hang until the timeout
         message = response.json()["error"]["message"]
         assert "exited with code 17" in message and "restarting" in message
         deadline = time.monotonic() + 30
@@ -98,10 +131,8 @@ def test_crashed_replica_fails_its_request_and_restarts(base_url, dev_server: De
         after = response.json()["result"]
     assert after["pid"] != before["pid"] and after["token"] != before["token"]  # init ran again
     assert not alive(before["pid"])
-    dev_server.wait_for_output(
-        r"crash/main#\d+ restarting: the replica process exited with code 17"
-    )
-    dev_server.wait_for_output(r"crash/main#\d+ healthy \(pid \d+\): restarted")
+    fragile.wait_for_output(r"crash/main#\d+ restarting: the replica process exited with code 17")
+    fragile.wait_for_output(r"crash/main#\d+ healthy \(pid \d+\): restarted")
 
 
 def test_failed_init_is_503_with_the_error_and_other_endpoints_answer(peach_dev):
@@ -135,11 +166,11 @@ def test_errors_on_the_stream_path_name_the_replica(base_url, path, params, code
     assert re.fullmatch(rf"{endpoint}/main#\d+", response.headers["x-peach-replica"])
 
 
-def test_a_failed_reinit_after_drift_is_reported(base_url, dev_server: DevProcess):
-    with httpx.Client(base_url=base_url, timeout=20) as client:
+def test_a_failed_reinit_after_drift_is_reported(fragile: DevProcess):
+    with httpx.Client(base_url=fragile.url, timeout=20) as client:
         response = client.get("/drift/reinit-fails", params={"signal": "true"})
         assert response.status_code == 200
-    dev_server.wait_for_output(
+    fragile.wait_for_output(
         r"drift_reinit_fails/main#\d+ healthy \(pid \d+\): re-init failed, kept the previous "
         r"state \(re-init after drift failed, keeping the previous state: init_once_only\(\) "
         r"raised RuntimeError: re-init failed on purpose\)"
@@ -210,10 +241,9 @@ def test_memory_over_the_request_is_warned_about(peach_dev, small_project):
 def test_timeout_option_overrides_the_conf(peach_dev, small_project):
     dev = peach_dev(small_project, "--timeout-s", "0.3")
     dev.wait_ready()
-    began = time.monotonic()
-    response = httpx.get(f"{dev.url}/slow", timeout=20)
-    assert response.status_code == 504
-    assert time.monotonic() - began < 2
+    response = httpx.get(f"{dev.url}/slow", timeout=20)  # a 5 s call, the conf's bound 30 s
+    assert response.status_code == 504, response.text  # not 200 "done": cut at 0.3 s
+    assert "timeout_s = 0.3 s" in response.json()["error"]["message"]
     assert response.headers["x-peach-component"] == "main"
     assert response.headers["x-peach-replica"] == "slow/main#1"  # the replica cut off
 

@@ -3,6 +3,7 @@ of call, a notebook edited meanwhile; nothing unexpected, nothing leaked."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 from conftest import REPO
@@ -43,6 +44,9 @@ def test_results_section_is_replaced_and_other_sections_kept(tmp_path):
     assert text.count(soak.SECTION_START) == 1 and text.count(soak.SECTION_END) == 1
     assert "## Startup\n\nfigures" in text
     assert "all targets met" in text and "python benchmarks/soak.py --clients 2" in text
+    assert re.search(r"on \d{4}-\d\d-\d\d, commit [0-9a-f]{7,}", text)  # which run it was
+    section = text.split(soak.SECTION_START)[1].split(soak.SECTION_END)[0]
+    assert not re.search(r"^- ", section, re.M)  # no list of claims the run did not measure
     report.unexpected.append("normal: status 502")
     soak.write_results(report, "cmd", results)
     assert "targets missed: 1 unexpected errors" in results.read_text()
