@@ -1,10 +1,11 @@
 """One replica process: ``python -m peach_cli.runtime.replica_worker --fd N``.
 
 The gateway starts one of these per replica, with the project root as the working
-directory and one end of a Unix socketpair as file descriptor ``N``. The first message
-(``peach_cli.runtime.protocol.Start``) says which component to host; the worker wraps ``peach_cli.runtime.contract.ComponentRunner`` (exec the
-notebook code, run ``init`` once, bind, call, stream, drift re-init, hot patches) and adds
-only transport: calls and streams multiplexed by request id, each in its own task (async
+directory and one end of a Unix socketpair as file descriptor ``N``; they exchange the
+messages of ``peach_cli.runtime.protocol``. The first, ``Start``, says which component to
+host; the worker wraps ``peach_cli.runtime.contract.ComponentRunner`` (exec the notebook
+code, run ``init`` once, bind, call, stream, drift re-init, hot patches) and adds only
+transport: calls and streams multiplexed by request id, each in its own task (async
 methods on this loop, sync ones in threads), ``Cancel`` closing a stream's generator so its
 ``finally`` runs, ``Ping`` answered (the gateway samples memory itself, with psutil), and a
 ``Patch`` prepared, then committed or dropped by ``CommitPatch``.
