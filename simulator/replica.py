@@ -25,8 +25,31 @@ from peach_cli.runtime.plan import ComponentSpec
 from peach_cli.runtime.protocol import (
     STREAM_WINDOW_BYTES,
     STREAM_WINDOW_CHUNKS,
-    Frame,
-    FrameProtocol,
+    Call,
+    Cancel,
+    Chunk,
+    CommitPatch,
+    Credit,
+    InitFailed,
+    Log,
+    Message,
+    MessageChannel,
+    OpenStream,
+    Patch,
+    PatchFailed,
+    PatchReady,
+    Ping,
+    Pong,
+    ProtocolError,
+    Ready,
+    ReinitState,
+    Result,
+    Start,
+    Stop,
+    StreamCutOff,
+    StreamEnded,
+    StreamRefused,
+    StreamStarted,
 )
 from simulator.environments import explain_init_error
 from simulator.events import (
@@ -65,6 +88,10 @@ class ReplicaGone(Exception):
     """The replica process died while serving a stream."""
 
 
+StreamEvent = StreamStarted | Chunk | StreamEnded | StreamCutOff | StreamRefused | ReplicaGone
+"""What arrives for one stream: its messages, or the replica's death."""
+
+
 def _exit_description(returncode: int | None) -> str:
     if returncode is None:
         return "closed its connection"
@@ -82,9 +109,9 @@ class ReplicaStream:
     def __init__(
         self,
         replica: Replica,
-        channel: FrameProtocol,
+        channel: MessageChannel,
         request_id: int,
-        queue: asyncio.Queue[tuple[str, Any]],
+        queue: asyncio.Queue[StreamEvent],
     ) -> None:
         self.replica = replica
         self._channel = channel
@@ -101,19 +128,22 @@ class ReplicaStream:
         if self._released:
             raise StopAsyncIteration
         try:
-            kind, data = await self._queue.get()
+            event = await self._queue.get()
         except BaseException:  # cancelled: the caller went away
             self.release(finished=False)
             raise
-        if kind == "chunk":
-            self._credit(len(data))
-            return data  # type: ignore[no-any-return]
+        if isinstance(event, Chunk):  # the common case, before any match
+            self._credit(len(event.data))
+            return event.data
         self.release(finished=True)
-        if kind == "end":
-            raise StopAsyncIteration
-        if kind == "cut":
-            raise StreamCut(data["message"])
-        raise ReplicaGone(data)
+        match event:
+            case StreamEnded():
+                raise StopAsyncIteration
+            case StreamCutOff(message=message):
+                raise StreamCut(message)
+            case ReplicaGone():
+                raise event
+        raise ReplicaGone(f"the replica {self.replica.id} sent {type(event).__name__} mid-stream")
 
     def _credit(self, nbytes: int) -> None:
         """Tell the replica what was consumed, so it may send more (flow control)."""
@@ -123,9 +153,9 @@ class ReplicaStream:
             self._consumed_chunks >= STREAM_WINDOW_CHUNKS // 4
             or self._consumed_bytes >= STREAM_WINDOW_BYTES // 4
         ):
-            credit = (self._consumed_chunks, self._consumed_bytes)
+            credit = Credit(self._request_id, self._consumed_chunks, self._consumed_bytes)
             self._consumed_chunks = self._consumed_bytes = 0
-            self._channel.send("credit", self._request_id, credit)
+            self._channel.send(credit)
 
     def release(self, *, finished: bool) -> None:
         """Forget the stream (telling the replica to close it unless it ended)."""
@@ -170,11 +200,11 @@ class Replica:
         self.method_kind: str | None = None
         self.outstanding = 0
         self._process: asyncio.subprocess.Process | None = None
-        self._channel: FrameProtocol | None = None
+        self._channel: MessageChannel | None = None
         self._calls: dict[int, asyncio.Future[CallResult]] = {}
-        self._streams: dict[int, asyncio.Queue[tuple[str, Any]]] = {}
-        self._pings: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self._patches: dict[int, asyncio.Future[tuple[str, dict[str, Any]]]] = {}
+        self._streams: dict[int, asyncio.Queue[StreamEvent]] = {}
+        self._pings: dict[int, asyncio.Future[Pong | None]] = {}
+        self._patches: dict[int, asyncio.Future[PatchReady | PatchFailed]] = {}
         self._prepared_kind: str | None = None
         self._next_id = 0
         self._started: asyncio.Future[None] | None = None
@@ -204,12 +234,12 @@ class Replica:
         process, parent_end = worker
         self._process = process
         self.pid = process.pid
-        channel = FrameProtocol(self._on_frame, lambda exc: self._on_lost(process))
+        channel = MessageChannel(self._on_message, lambda exc: self._on_lost(process, exc))
         self._channel = channel
         await loop.create_connection(lambda: channel, sock=parent_end)
         self._started = loop.create_future()
         self._background(self._pump_output(process))
-        channel.send("start", 0, (self.spec, str(self.root), self.id, self.variables))
+        channel.send(Start(self.spec, str(self.root), self.id, self.variables))
         try:
             await asyncio.wait_for(asyncio.shield(self._started), INIT_STUCK_S)
         except TimeoutError:
@@ -229,7 +259,7 @@ class Replica:
         self._stopping = True
         process = self._process
         if self._channel is not None:
-            self._channel.send("stop", 0, None)
+            self._channel.send(Stop())
         if process is not None and process.returncode is None:
             try:
                 await asyncio.wait_for(process.wait(), timeout_s)
@@ -283,7 +313,7 @@ class Replica:
         channel = self._channel
         request_id = self._new_id()
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
-        if channel is None or not channel.send("call", request_id, (params.query, params.body)):
+        if channel is None or not channel.send(Call(request_id, params.query, params.body)):
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id
             )
@@ -292,7 +322,7 @@ class Replica:
         try:
             return await future
         except asyncio.CancelledError:
-            channel.send("cancel", request_id, None)
+            channel.send(Cancel(request_id))
             raise
         finally:
             self._calls.pop(request_id, None)
@@ -309,38 +339,44 @@ class Replica:
         if channel is None:
             raise ReplicaGone(f"the replica {self.id} is not running")
         request_id = self._new_id()
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self._streams[request_id] = queue
         self._begin()
         stream = ReplicaStream(self, channel, request_id, queue)
         try:
-            channel.send("stream", request_id, (params.query, params.body))
-            kind, data = await queue.get()
+            channel.send(OpenStream(request_id, params.query, params.body))
+            event = await queue.get()
         except BaseException:
             stream.release(finished=False)
             raise
-        if kind == "started":
-            return stream
+        match event:
+            case StreamStarted():
+                return stream
+            case StreamRefused(code=code, message=message):
+                stream.release(finished=True)
+                raise ContractError(code, message)
+            case ReplicaGone():
+                stream.release(finished=True)
+                raise event
         stream.release(finished=True)
-        if kind == "stream_error":
-            raise ContractError(data["code"], data["message"])
-        raise ReplicaGone(data)
+        raise ReplicaGone(f"the replica {self.id} sent {type(event).__name__} before the stream")
 
-    def _stream_done(self, request_id: int, channel: FrameProtocol, finished: bool) -> None:
+    def _stream_done(self, request_id: int, channel: MessageChannel, finished: bool) -> None:
         self._streams.pop(request_id, None)
         if not finished:
-            channel.send("cancel", request_id, None)
+            channel.send(Cancel(request_id))
         self._end()
 
-    async def ping(self, timeout_s: float = 2.0) -> dict[str, Any] | None:
+    async def ping(self, timeout_s: float = 2.0) -> Pong | None:
+        """The replica's answer, or None when it is gone or does not answer in time."""
         channel = self._channel
         if channel is None:
             return None
         request_id = self._new_id()
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Pong | None] = asyncio.get_running_loop().create_future()
         self._pings[request_id] = future
         try:
-            if not channel.send("ping", request_id, None):
+            if not channel.send(Ping(request_id)):
                 return None
             return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
@@ -358,91 +394,107 @@ class Replica:
         """
         channel = self._channel
         request_id = self._new_id()
-        if channel is None or not channel.send("patch", request_id, spec):
+        if channel is None or not channel.send(Patch(request_id, spec)):
             return request_id, f"the replica {self.id} is not running"
-        future: asyncio.Future[tuple[str, dict[str, Any]]] = (
+        future: asyncio.Future[PatchReady | PatchFailed] = (
             asyncio.get_running_loop().create_future()
         )
         self._patches[request_id] = future
         try:
-            kind, payload = await asyncio.wait_for(future, timeout_s)
+            answer = await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             return request_id, f"the new code did not finish running within {timeout_s:g} s"
         finally:
             self._patches.pop(request_id, None)
-        if kind == "patch_ready":
-            self._prepared_kind = payload.get("method_kind")
-            return request_id, None
-        # The traceback is not logged here: the restart that follows a failed patch runs
-        # the same code and reports it, with the error, if it fails again.
-        return request_id, str(payload["message"])
+        match answer:
+            case PatchReady(method_kind=kind):
+                self._prepared_kind = kind
+                return request_id, None
+            case PatchFailed(message=message):
+                # The traceback is not logged here: the restart that follows a failed patch
+                # runs the same code and reports it, with the error, if it fails again.
+                return request_id, message
 
     def commit_patch(self, request_id: int, spec: ComponentSpec, *, commit: bool) -> None:
         """Serve (``commit``) or drop the code prepared as ``request_id``. Calls sent after
-        this run the new method: the process reads its frames in order."""
+        this run the new method: the process reads its messages in order."""
         channel = self._channel
         if channel is not None:
-            channel.send("patch_commit", request_id, commit)
+            channel.send(CommitPatch(request_id, commit))
         if commit:
             self.spec = spec  # a restart of this process runs the new code, init included
             self.method_kind = self._prepared_kind or self.method_kind
 
-    # -- frames from the process ---------------------------------------------------------
+    # -- messages from the process -------------------------------------------------------
 
-    def _on_frame(self, frame: Frame) -> None:
-        kind, request_id, payload = frame
-        if kind == "result":
-            future = self._calls.get(request_id)
-            if future is not None and not future.done():
-                future.set_result(CallResult(*payload))
-        elif kind in ("chunk", "end", "cut", "started", "stream_error"):
-            queue = self._streams.get(request_id)
-            if queue is not None:
-                queue.put_nowait((kind, payload))
-        elif kind in ("patch_ready", "patch_error"):
-            patch = self._patches.get(request_id)
-            if patch is not None and not patch.done():
-                patch.set_result((kind, payload))
-        elif kind == "pong":
-            ping = self._pings.get(request_id)
-            if ping is not None and not ping.done():
-                ping.set_result(payload)
-        elif kind == "state":
-            if self.state in (ReplicaState.DRAINING, ReplicaState.STOPPED):
-                return  # retired: it only finishes what it has, whatever its state
-            if payload["reinitializing"]:
-                self._set_state(ReplicaState.RELOADING, message="drift detected: re-running init")
-            else:
-                error = payload.get("error")
-                self._set_state(
-                    ReplicaState.HEALTHY,
-                    error=error,
-                    message="re-init failed, kept the previous state" if error else "re-init done",
+    def _on_message(self, message: Message) -> None:
+        match message:
+            case Result(request_id=request_id):
+                future = self._calls.get(request_id)
+                if future is not None and not future.done():
+                    future.set_result(message.call_result())
+            case Chunk() | StreamEnded() | StreamCutOff() | StreamStarted() | StreamRefused():
+                queue = self._streams.get(message.request_id)
+                if queue is not None:
+                    queue.put_nowait(message)
+            case PatchReady() | PatchFailed():
+                patch = self._patches.get(message.request_id)
+                if patch is not None and not patch.done():
+                    patch.set_result(message)
+            case Pong(request_id=request_id):
+                ping = self._pings.get(request_id)
+                if ping is not None and not ping.done():
+                    ping.set_result(message)
+            case ReinitState(reinitializing=reinitializing, error=error):
+                if self.state in (ReplicaState.DRAINING, ReplicaState.STOPPED):
+                    return  # retired: it only finishes what it has, whatever its state
+                if reinitializing:
+                    self._set_state(
+                        ReplicaState.RELOADING, message="drift detected: re-running init"
+                    )
+                else:
+                    self._set_state(
+                        ReplicaState.HEALTHY,
+                        error=error,
+                        message="re-init failed, kept the previous state"
+                        if error
+                        else "re-init done",
+                    )
+            case Log(level=level, message=text):
+                self.on_event(ReplicaLog(self.spec.key, self.id, level, text))
+            case Ready(method_kind=kind):
+                self.method_kind = kind
+                self._ready_at = time.monotonic()
+                restarted = "restarted" if self._restarts else None
+                self._set_state(ReplicaState.HEALTHY, message=restarted)
+                self._background(self._monitor())
+                self._settle()
+            case InitFailed(message=text, details=details):
+                if details:
+                    self.on_event(ReplicaLog(self.spec.key, self.id, "error", details))
+                error = explain_init_error(text, self.launch)
+                self._set_state(ReplicaState.UNHEALTHY, error=error)
+                self._settle()
+            case _:
+                self.on_event(
+                    ReplicaLog(
+                        self.spec.key,
+                        self.id,
+                        "error",
+                        f"the replica sent a {type(message).__name__} message, which a "
+                        "replica never sends; ignored",
+                    )
                 )
-        elif kind == "log":
-            self.on_event(ReplicaLog(self.spec.key, self.id, payload["level"], payload["message"]))
-        elif kind == "ready":
-            self.method_kind = payload["method_kind"]
-            self._ready_at = time.monotonic()
-            message = "restarted" if self._restarts else None
-            self._set_state(ReplicaState.HEALTHY, message=message)
-            self._background(self._monitor())
-            self._settle()
-        elif kind == "init_error":
-            details = payload.get("details") or ""
-            if details:
-                self.on_event(ReplicaLog(self.spec.key, self.id, "error", details))
-            error = explain_init_error(payload["message"], self.launch)
-            self._set_state(ReplicaState.UNHEALTHY, error=error)
-            self._settle()
 
     def _settle(self) -> None:
         if self._started is not None and not self._started.done():
             self._started.set_result(None)
 
-    def _on_lost(self, process: asyncio.subprocess.Process) -> None:
+    def _on_lost(self, process: asyncio.subprocess.Process, error: Exception | None) -> None:
         if process is not self._process:
             return
+        if isinstance(error, ProtocolError):
+            self.on_event(ReplicaLog(self.spec.key, self.id, "error", f"the replica sent {error}"))
         self._channel = None
         self._background(self._after_exit(process))
 
@@ -489,13 +541,13 @@ class Replica:
             if not future.done():
                 future.set_result(CallResult.failure("method_error", message, self.id))
         for queue in list(self._streams.values()):
-            queue.put_nowait(("gone", message))
+            queue.put_nowait(ReplicaGone(message))
         for ping in list(self._pings.values()):
             if not ping.done():
-                ping.set_result({})
-        for patch in list(self._patches.values()):
+                ping.set_result(None)
+        for request_id, patch in list(self._patches.items()):
             if not patch.done():
-                patch.set_result(("patch_error", {"message": message}))
+                patch.set_result(PatchFailed(request_id, message, ""))
 
     # -- background work -----------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 DEFAULT_MEDIA_TYPE = "text/plain; charset=utf-8"
 DEFAULT_TIMEOUT_S = 30.0
@@ -31,6 +31,23 @@ def url_key(url: str) -> str:
     ('/similar', '/')
     """
     return url.rstrip("/") or "/"
+
+
+class NotebookCode(Protocol):
+    """What running a notebook's extracted code needs: a component's and a task's spec."""
+
+    @property
+    def notebook(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def source_name(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def init(self) -> str | None: ...
+    @property
+    def line_map(self) -> tuple[tuple[int, int, int], ...]: ...
 
 
 @dataclass(frozen=True)
@@ -156,6 +173,20 @@ class TaskSpec:
     """Its environment variables: the top level's merged with its own (SPEC §10)."""
     secrets: tuple[str, ...] = ()
     """The names of the secrets it reads; their values are never in the plan."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TaskSpec:
+        """The spec ``dataclasses.asdict`` wrote as JSON (a Ray job's ``.peach/task.json``).
+
+        >>> spec = TaskSpec("t", "T.ipynb", "def t(): pass", "T.ipynb", "t", line_map=((1, 2, 1),))
+        >>> TaskSpec.from_dict(json.loads(json.dumps(asdict(spec)))) == spec
+        True
+        """
+        fields = dict(data)
+        fields["dependencies"] = tuple(fields.get("dependencies") or ())
+        fields["modules"] = tuple(fields.get("modules") or ())
+        fields["line_map"] = tuple(tuple(entry) for entry in fields.get("line_map") or ())
+        return cls(**fields)
 
 
 @dataclass(frozen=True)

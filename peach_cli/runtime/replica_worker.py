@@ -1,15 +1,16 @@
 """One replica process: ``python -m peach_cli.runtime.replica_worker --fd N``.
 
 The gateway starts one of these per replica, with the project root as the working
-directory and one end of a Unix socketpair as file descriptor ``N``. The first frame says
-which component to host; the worker wraps ``peach_cli.runtime.contract.ComponentRunner`` (exec the
-notebook code, run ``init`` once, bind, call, stream, drift re-init, hot patches) and adds
-only transport: calls and streams multiplexed by request id, each in its own task (async
-methods on this loop, sync ones in threads), ``cancel`` closing a stream's generator so its
-``finally`` runs, ``ping`` answered (the gateway samples memory itself, with psutil), and a
-``patch`` prepared, then committed or dropped by ``patch_commit``.
+directory and one end of a Unix socketpair as file descriptor ``N``; they exchange the
+messages of ``peach_cli.runtime.protocol``. The first, ``Start``, says which component to
+host; the worker wraps ``peach_cli.runtime.contract.ComponentRunner`` (exec the notebook
+code, run ``init`` once, bind, call, stream, drift re-init, hot patches) and adds only
+transport: calls and streams multiplexed by request id, each in its own task (async
+methods on this loop, sync ones in threads), ``Cancel`` closing a stream's generator so its
+``finally`` runs, ``Ping`` answered (the gateway samples memory itself, with psutil), and a
+``Patch`` prepared, then committed or dropped by ``CommitPatch``.
 
-The process exits when the gateway says ``stop`` or when its socket closes (the gateway
+The process exits when the gateway says ``Stop`` or when its socket closes (the gateway
 exited or died), and on Linux also when its parent dies, so no replica outlives ``peach dev``.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import signal
@@ -41,9 +41,32 @@ from peach_cli.runtime.contract import (
 from peach_cli.runtime.protocol import (
     STREAM_WINDOW_BYTES,
     STREAM_WINDOW_CHUNKS,
-    Frame,
-    FrameProtocol,
-    encode_frame,
+    Call,
+    Cancel,
+    Chunk,
+    CommitPatch,
+    Credit,
+    InitFailed,
+    Log,
+    Message,
+    MessageChannel,
+    OpenStream,
+    Patch,
+    PatchFailed,
+    PatchReady,
+    Ping,
+    Pong,
+    Ready,
+    ReinitState,
+    Result,
+    Start,
+    Stop,
+    StreamCutOff,
+    StreamEnded,
+    StreamRefused,
+    StreamStarted,
+    die_with_parent,
+    encode,
 )
 
 THREADS = 64
@@ -53,30 +76,6 @@ STOP_GRACE_S = 2.0
 
 MAX_RESULT_BYTES = 32 * 1024 * 1024
 """The largest result a replica sends back; a larger one is a method_error saying so."""
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent dies (best effort elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent is already gone
-        os._exit(0)
-
-
-def _as_tuple(result: CallResult) -> tuple[Any, ...]:
-    """A CallResult as the tuple of its fields (pickles several times faster)."""
-    return tuple(getattr(result, name) for name in _RESULT_FIELDS)
-
-
-_RESULT_FIELDS = tuple(field.name for field in dataclasses.fields(CallResult))
 
 
 class _ForwardLogs(logging.Handler):
@@ -91,9 +90,7 @@ class _ForwardLogs(logging.Handler):
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a bad log call must not break the replica
             message = str(record.msg)
-        self.worker.send_threadsafe(
-            "log", 0, {"level": record.levelname.lower(), "message": message}
-        )
+        self.worker.send_threadsafe(Log(record.levelname.lower(), message))
 
 
 class StreamWindow:
@@ -124,17 +121,17 @@ class StreamWindow:
 
 
 class Worker:
-    """The replica's side of the socket: dispatches frames to a ``ComponentRunner``."""
+    """The replica's side of the socket: dispatches messages to a ``ComponentRunner``."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.loop = asyncio.get_running_loop()
-        self.channel = FrameProtocol(self.on_frame, self.on_lost)
+        self.channel = MessageChannel(self.on_message, self.on_lost)
         self.runner: ComponentRunner | None = None
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.windows: dict[int, StreamWindow] = {}
         self.patches: dict[int, LoadedCode] = {}
-        """New code executed by ``patch`` frames, waiting for their ``patch_commit``."""
+        """New code executed by ``Patch`` messages, waiting for their ``CommitPatch``."""
         self.closed = asyncio.Event()
         self._started = False
 
@@ -143,50 +140,52 @@ class Worker:
         await self.closed.wait()
         await self.close_all()
 
-    def send_threadsafe(self, kind: str, request_id: int, payload: Any = None) -> None:
+    def send_threadsafe(self, message: Message) -> None:
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self.loop:
-            self.channel.send(kind, request_id, payload)
+            self.channel.send(message)
         else:
-            self.loop.call_soon_threadsafe(self.channel.send, kind, request_id, payload)
+            self.loop.call_soon_threadsafe(self.channel.send, message)
 
-    # -- frames --------------------------------------------------------------------------
+    # -- messages ------------------------------------------------------------------------
 
-    def on_frame(self, frame: Frame) -> None:
-        kind, request_id, payload = frame
-        if kind == "call":
-            self._spawn(request_id, self.handle_call(request_id, payload))
-        elif kind == "stream":
-            self._spawn(request_id, self.handle_stream(request_id, payload))
-        elif kind == "credit":
-            window = self.windows.get(request_id)
-            if window is not None:
-                window.refund(*payload)
-        elif kind == "cancel":
-            task = self.tasks.get(request_id)
-            if task is not None:
-                task.cancel()
-                task.add_done_callback(self._check_threads)
-        elif kind == "ping":
-            runner = self.runner
-            self.channel.send(
-                "pong",
-                request_id,
-                {"reinitializing": bool(runner and self._started and runner.reinitializing)},
-            )
-        elif kind == "start":
-            self.loop.create_task(self.start(*payload))
-        elif kind == "patch":
-            self.prepare_patch(request_id, payload)
-        elif kind == "patch_commit":
-            prepared = self.patches.pop(request_id, None)
-            if prepared is not None and payload and self.runner is not None:
-                self.runner.commit_patch(prepared)
-        elif kind == "stop":
-            self.closed.set()
+    def on_message(self, message: Message) -> None:
+        match message:
+            case Call(request_id, query, body):
+                self._spawn(request_id, self.handle_call(request_id, RequestParams(query, body)))
+            case OpenStream(request_id, query, body):
+                params = RequestParams(query, body)
+                self._spawn(request_id, self.handle_stream(request_id, params))
+            case Credit(request_id, chunks, nbytes):
+                window = self.windows.get(request_id)
+                if window is not None:
+                    window.refund(chunks, nbytes)
+            case Cancel(request_id):
+                task = self.tasks.get(request_id)
+                if task is not None:
+                    task.cancel()
+                    task.add_done_callback(self._check_threads)
+            case Ping(request_id):
+                runner = self.runner
+                reinitializing = bool(runner and self._started and runner.reinitializing)
+                self.channel.send(Pong(request_id, reinitializing))
+            case Start(spec, root, replica_id, variables):
+                self.loop.create_task(self.start(spec, root, replica_id, variables))
+            case Patch(request_id, spec):
+                self.prepare_patch(request_id, spec)
+            case CommitPatch(request_id, commit):
+                prepared = self.patches.pop(request_id, None)
+                if prepared is not None and commit and self.runner is not None:
+                    self.runner.commit_patch(prepared)
+            case Stop():
+                self.closed.set()
+            case _:
+                logging.getLogger("peach.worker").error(
+                    "a replica does not take %s messages", type(message).__name__
+                )
 
     def on_lost(self, exc: Exception | None) -> None:
         self.closed.set()
@@ -206,38 +205,34 @@ class Worker:
         try:
             await self.runner.start()
         except InitError as error:
-            self.channel.send("init_error", 0, {"message": error.message, "details": error.details})
+            self.channel.send(InitFailed(error.message, error.details))
             self.closed.set()
             return
         except Exception as error:  # noqa: BLE001 - report anything, never hang the gateway
-            self.channel.send(
-                "init_error", 0, {"message": f"{type(error).__name__}: {error}", "details": ""}
-            )
+            self.channel.send(InitFailed(f"{type(error).__name__}: {error}", ""))
             self.closed.set()
             return
         self._started = True
-        self.channel.send("ready", 0, {"method_kind": self.runner.method_kind, "pid": os.getpid()})
+        self.channel.send(Ready(self.runner.method_kind, os.getpid()))
 
     def prepare_patch(self, request_id: int, spec: Any) -> None:
         """Execute a component's new code beside the one in use (``ComponentRunner``)."""
         runner = self.runner
         if runner is None or not self._started:
             message = "the replica has not finished starting"
-            self.channel.send("patch_error", request_id, {"message": message, "details": ""})
+            self.channel.send(PatchFailed(request_id, message, ""))
             return
         try:
             prepared = runner.prepare_patch(spec)
         except InitError as error:
-            self.channel.send(
-                "patch_error", request_id, {"message": error.message, "details": error.details}
-            )
+            self.channel.send(PatchFailed(request_id, error.message, error.details))
             return
         except Exception as error:  # noqa: BLE001 - report anything, never hang the gateway
             message = f"{type(error).__name__}: {error}"
-            self.channel.send("patch_error", request_id, {"message": message, "details": ""})
+            self.channel.send(PatchFailed(request_id, message, ""))
             return
         self.patches = {request_id: prepared}  # only the latest patch may be committed
-        self.channel.send("patch_ready", request_id, {"method_kind": method_kind(prepared.method)})
+        self.channel.send(PatchReady(request_id, method_kind(prepared.method)))
 
     def _check_threads(self, _task: object) -> None:
         """Leave (so the gateway restarts this replica) once no thread is left for calls."""
@@ -254,27 +249,25 @@ class Worker:
         if transport is not None:
             transport.close()  # sends what is buffered (the log line) first
 
-    async def handle_call(self, request_id: int, params: tuple[dict, dict]) -> None:
+    async def handle_call(self, request_id: int, params: RequestParams) -> None:
         runner = self.runner
         assert runner is not None
         try:
-            result: CallResult = await runner.call(RequestParams(*params))
+            result: CallResult = await runner.call(params)
         except Exception as error:  # noqa: BLE001 - the gateway must get an answer
             result = CallResult.failure(
                 "method_error", f"{type(error).__name__}: {error}", runner.replica_id
             )
         self._send_result(request_id, result, runner.spec.method)
         if result.drift and runner.reinitializing:
-            self.channel.send("state", 0, {"reinitializing": True, "error": None})
+            self.channel.send(ReinitState(True, None))
             await runner.wait_reinit()
-            self.channel.send(
-                "state", 0, {"reinitializing": False, "error": runner.last_reinit_error}
-            )
+            self.channel.send(ReinitState(False, runner.last_reinit_error))
 
     def _send_result(self, request_id: int, result: CallResult, method: str) -> None:
         """Send a call's result, or a clear error when it is too large to relay."""
         try:
-            frame = encode_frame("result", request_id, _as_tuple(result))
+            frame = encode(Result.of(request_id, result))
             size = len(frame)
         except OverflowError:  # the frame's length prefix cannot say it (4 GiB and more)
             frame, size = b"", 1 << 32
@@ -285,45 +278,43 @@ class Worker:
                 f"{MAX_RESULT_BYTES // 2**20} MiB: return less (page it), or stream it",
                 result.replica,
             )
-            frame = encode_frame("result", request_id, _as_tuple(too_large))
-        transport = self.channel.transport
-        if transport is not None and not transport.is_closing():
-            transport.write(frame)
+            frame = encode(Result.of(request_id, too_large))
+        self.channel.write(frame)
 
-    async def handle_stream(self, request_id: int, params: tuple[dict, dict]) -> None:
+    async def handle_stream(self, request_id: int, params: RequestParams) -> None:
         runner = self.runner
         assert runner is not None
         send = self.channel.send
         try:
-            chunks = await runner.open_stream(RequestParams(*params))
+            chunks = await runner.open_stream(params)
         except ContractError as error:
-            send("stream_error", request_id, {"code": error.code, "message": error.message})
+            send(StreamRefused(request_id, error.code, error.message))
             return
         except Exception as error:  # noqa: BLE001 - report it, never hang the gateway
             message = f"{type(error).__name__}: {error}"
-            send("stream_error", request_id, {"code": "method_error", "message": message})
+            send(StreamRefused(request_id, "method_error", message))
             return
-        send("started", request_id, None)
+        send(StreamStarted(request_id))
         window = StreamWindow()
         self.windows[request_id] = window
         try:
             async for chunk in chunks:
                 await window.reserve()
                 window.spend(len(chunk))
-                send("chunk", request_id, chunk)
+                send(Chunk(request_id, chunk))
         except StreamCut as cut:  # the user's generator raised: the gateway cuts the response
-            send("cut", request_id, {"message": str(cut)})
+            send(StreamCutOff(request_id, str(cut)))
             return
         except Exception as error:  # noqa: BLE001 - cut the stream, never hang the gateway
             logging.getLogger("peach.worker").error(
                 "the stream failed: %s: %s", type(error).__name__, error
             )
-            send("cut", request_id, {"message": f"{type(error).__name__}: {error}"})
+            send(StreamCutOff(request_id, f"{type(error).__name__}: {error}"))
             return
         finally:
             self.windows.pop(request_id, None)
             await chunks.aclose()
-        send("end", request_id, None)
+        send(StreamEnded(request_id))
 
     async def close_all(self) -> None:
         """Cancel every call and stream, letting generators run their ``finally``."""
@@ -357,7 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     # gateway says so, when its socket closes, or when the gateway dies.
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, signal.SIG_IGN)
-    _die_with_parent()
+    die_with_parent()
     try:
         run(serve(options.fd))
     finally:

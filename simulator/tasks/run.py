@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import signal
 import time
@@ -21,7 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from peach_cli.runtime.plan import TaskSpec
-from peach_cli.runtime.protocol import Frame, FrameProtocol
+from peach_cli.runtime.protocol import (
+    Message,
+    MessageChannel,
+    ProtocolError,
+    RunTask,
+    TaskFailed,
+    TaskReturned,
+)
 from simulator.spawn import Spawner, WorkerLaunch
 from simulator.tasks.events import RunStatus, TaskRunEnded
 
@@ -109,33 +115,26 @@ async def execute_task(
         return TaskRunEnded(
             spec.name, run_id, RunStatus.FAILED, 0.0, error=f"cannot start: {error}"
         )
-    answer: asyncio.Future[Frame | None] = loop.create_future()
+    answer: asyncio.Future[Message | ProtocolError | None] = loop.create_future()
 
-    def on_frame(frame: Frame) -> None:
+    def on_message(message: Message) -> None:
         if not answer.done():
-            answer.set_result(frame)
+            answer.set_result(message)
 
-    def on_lost(_: Exception | None) -> None:
+    def on_lost(error: Exception | None) -> None:
         if not answer.done():
-            answer.set_result(None)
+            answer.set_result(error if isinstance(error, ProtocolError) else None)
 
     printed = on_output or (lambda _line: None)
     reading = loop.create_task(_pump(process.stdout, printed))
     transport, channel = await loop.create_connection(
-        lambda: FrameProtocol(on_frame, on_lost), sock=sock
+        lambda: MessageChannel(on_message, on_lost), sock=sock
     )
-    job = {
-        "spec": dataclasses.asdict(spec),
-        "root": str(launch.root),
-        "payload": payload,
-        "run_id": run_id,
-        "env": dict(variables or {}),
-    }
-    channel.send("run", 0, job)
+    channel.send(RunTask(spec, str(launch.root), payload, run_id, dict(variables or {})))
     status, killed = RunStatus.FAILED, 0
-    frame: Frame | None = None
+    outcome: Message | ProtocolError | None = None
     try:
-        frame = await asyncio.wait_for(asyncio.shield(answer), limit)
+        outcome = await asyncio.wait_for(asyncio.shield(answer), limit)
     except TimeoutError:
         status, killed = RunStatus.TIMED_OUT, kill_tree(process.pid)
     except asyncio.CancelledError:
@@ -157,29 +156,30 @@ async def execute_task(
             timeout_s=limit,
             killed=killed,
         )
-    if frame is None:
-        code = process.returncode
-        return TaskRunEnded(
-            spec.name,
-            run_id,
-            RunStatus.FAILED,
-            seconds,
-            error=f"the task's process exited with code {code} before {spec.method}() returned",
-            triggered=triggered,
-        )
-    kind, _, data = frame
-    if kind == "done":
-        return TaskRunEnded(
-            spec.name, run_id, RunStatus.OK, seconds, result=data["result"], triggered=triggered
-        )
+    match outcome:
+        case TaskReturned(result=result):
+            return TaskRunEnded(
+                spec.name, run_id, RunStatus.OK, seconds, result=result, triggered=triggered
+            )
+        case TaskFailed(message=message, traceback=traceback):
+            return TaskRunEnded(
+                spec.name,
+                run_id,
+                RunStatus.FAILED,
+                seconds,
+                error=message,
+                traceback=traceback,
+                triggered=triggered,
+            )
+        case None:
+            code = process.returncode
+            why = f"the task's process exited with code {code} before {spec.method}() returned"
+        case ProtocolError():
+            why = f"the task's process sent {outcome}"
+        case _:
+            why = f"the task's process sent a {type(outcome).__name__} message, not its outcome"
     return TaskRunEnded(
-        spec.name,
-        run_id,
-        RunStatus.FAILED,
-        seconds,
-        error=data["message"],
-        traceback=data["traceback"],
-        triggered=triggered,
+        spec.name, run_id, RunStatus.FAILED, seconds, error=why, triggered=triggered
     )
 
 

@@ -280,3 +280,49 @@ def bind_arguments(
             if key not in named:
                 kwargs[key] = value
     return kwargs
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def bind_task_call(
+    signature: MethodSignature, payload: Any, defaults: Mapping[str, Any], *, state: Any = None
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of one task run (SPEC §5): ``(positional, keyword)``.
+
+    The payload goes to the first positional parameter that ``defaults`` (the task's
+    ``args``) and the state leave free (by name unless it is positional-only), else to
+    ``*args``, else nowhere; the rest binds as a request without parameters does
+    (``bind_arguments``): ``args`` by name, the state as ``model``. Raises
+    ``ContractError('bad_request')`` naming a required parameter nothing fills.
+
+    >>> def retrain(payload, model, lr=0.1): ...
+    >>> bind_task_call(MethodSignature.of(retrain), {"a": 1}, {"lr": 0.5}, state="m")
+    ((), {'payload': {'a': 1}, 'model': 'm', 'lr': 0.5})
+    >>> def report(): ...
+    >>> bind_task_call(MethodSignature.of(report), {"a": 1}, {})
+    ((), {})
+    """
+    parameters = signature.parameters
+    target = next(
+        (
+            p
+            for p in parameters
+            if p.kind in _POSITIONAL and p.name not in defaults and p.name not in STATE_PARAMS
+        ),
+        None,
+    )
+    if target is None:
+        takes_args = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+        positional: tuple[Any, ...] = (payload,) if takes_args else ()
+        return positional, bind_arguments(signature, _NO_PARAMS, defaults, state=state)
+    rest = MethodSignature(
+        tuple(p for p in parameters if p is not target), signature.hints, signature.accepts_any
+    )
+    kwargs = bind_arguments(rest, _NO_PARAMS, defaults, state=state)
+    if target.kind is inspect.Parameter.POSITIONAL_ONLY:
+        return (payload,), kwargs
+    return (), {target.name: payload, **kwargs}
+
+
+_NO_PARAMS = RequestParams()

@@ -35,11 +35,15 @@ class ContractError(Exception):
 class InitError(Exception):
     """The component's code or its ``init`` failed: the replica cannot become healthy."""
 
-    def __init__(self, message: str, details: str = "") -> None:
+    def __init__(
+        self, message: str, details: str = "", *, cause: BaseException | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.details = details
         """The user's traceback, for the server log."""
+        self.cause = cause
+        """What the user's code raised, if it raised (not chained: logs stay short)."""
 
 
 class ResultNotJSON(TypeError):

@@ -9,7 +9,7 @@ import traceback
 from typing import Any
 
 from peach_cli.runtime.contract.errors import ResultNotJSON
-from peach_cli.runtime.plan import ComponentSpec
+from peach_cli.runtime.plan import NotebookCode
 
 
 def split_drift(value: Any) -> tuple[Any, bool]:
@@ -127,7 +127,7 @@ def describe_exception(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def notebook_position(spec: ComponentSpec, line: int) -> str:
+def notebook_position(spec: NotebookCode, line: int) -> str:
     """Where line ``line`` of the extracted module is in the notebook: ``cell 3, line 2``."""
     position = f"line {line}"
     for first_line, cell, first_cell_line in spec.line_map:
@@ -136,7 +136,7 @@ def notebook_position(spec: ComponentSpec, line: int) -> str:
     return position
 
 
-def user_traceback(error: BaseException, spec: ComponentSpec) -> str:
+def user_traceback(error: BaseException, spec: NotebookCode) -> str:
     """The traceback from the first frame in the user's code on, for the server log.
 
     Frames in the extracted notebook code name the notebook cell and line.

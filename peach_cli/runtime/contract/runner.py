@@ -3,7 +3,8 @@
 Both hosts wrap it: ``peach_cli/runtime/replica_worker.py`` in a ``peach dev`` replica process, the
 ``Component`` deployment on Ray. ``peach dev`` also patches it: ``prepare_patch`` executes a
 component's new code in a module of its own, ``commit_patch`` switches the method to it and
-keeps the state ``init`` returned.
+keeps the state ``init`` returned. A task (``peach_cli.runtime.task``) loads its code with the
+same ``add_import_paths`` and ``execute_code``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from peach_cli.runtime.contract.answers import CallResult, stream_required_message
 from peach_cli.runtime.contract.binding import MethodSignature, bind_arguments
@@ -35,9 +36,10 @@ from peach_cli.runtime.contract.results import (
     user_traceback,
 )
 from peach_cli.runtime.contract.transport import STREAMING_KINDS
-from peach_cli.runtime.plan import ComponentSpec
+from peach_cli.runtime.plan import ComponentSpec, NotebookCode
 
 logger = logging.getLogger("peach.contract")
+_Code = TypeVar("_Code", bound=NotebookCode)
 
 MethodKind = Literal["function", "coroutine", "generator", "async_generator"]
 
@@ -95,49 +97,13 @@ class ComponentRunner:
 
     def load(self) -> None:
         """Execute the component's extracted code in a fresh module and find its functions."""
-        for folder in (self.root, (self.root / self.spec.notebook).parent):
-            text = str(folder)
-            if text not in sys.path:
-                sys.path.insert(0, text)
-        loaded = self._execute(self.spec)
-        self._use(loaded)
+        add_import_paths(self.root, self.spec.notebook)
+        self._use(self._execute(self.spec))
 
-    def _execute(self, spec: ComponentSpec) -> LoadedCode:
-        """Run ``spec.source`` in a new module (registered in ``sys.modules`` only while it
-        runs) and find its functions; raise ``InitError`` when it raises or lacks them."""
-        # tracebacks and inspect.getsource find the notebook code by its name
-        lines = spec.source.splitlines(keepends=True)
-        linecache.cache[spec.source_name] = (len(spec.source), None, lines, spec.source_name)
-        module = types.ModuleType(self.module_name)
-        module.__file__ = str(self.root / spec.notebook)
-        # While it runs, the code's module must be in sys.modules (a @dataclass looks its
-        # module up); the module in use stays registered otherwise, until ``_use``.
-        previous = sys.modules.get(self.module_name)
-        sys.modules[self.module_name] = module
-        try:
-            code = compile(spec.source, spec.source_name, "exec")
-            exec(code, module.__dict__)  # noqa: S102 - running the user's notebook is the job
-        except (Exception, SystemExit) as error:  # anything the notebook raises, exit() too
-            raise InitError(
-                f"{spec.source_name} failed to run: {describe_exception(error)}",
-                user_traceback(error, spec),
-            ) from None
-        finally:
-            if previous is not None:
-                sys.modules[self.module_name] = previous
-            else:
-                sys.modules.pop(self.module_name, None)
-        method = getattr(module, spec.method, None)
-        if not callable(method):
-            raise InitError(f"{spec.source_name} does not define a function '{spec.method}'")
-        init = None
-        if spec.init:
-            init = getattr(module, spec.init, None)
-            if not callable(init):
-                raise InitError(f"{spec.source_name} does not define a function '{spec.init}'")
-        return LoadedCode(spec, module, method, init)
+    def _execute(self, spec: ComponentSpec) -> LoadedCode[ComponentSpec]:
+        return execute_code(spec, self.root, self.module_name)
 
-    def _use(self, loaded: LoadedCode) -> None:
+    def _use(self, loaded: LoadedCode[ComponentSpec]) -> None:
         self.spec = loaded.spec
         sys.modules[self.module_name] = loaded.module  # dataclasses and pickling look it up
         self.method = loaded.method
@@ -149,7 +115,7 @@ class ComponentRunner:
     def module_name(self) -> str:
         return f"peach_component_{self.spec.endpoint}_{self.spec.name}".replace("-", "_")
 
-    def prepare_patch(self, spec: ComponentSpec) -> LoadedCode:
+    def prepare_patch(self, spec: ComponentSpec) -> LoadedCode[ComponentSpec]:
         """Execute the new code of this component in a fresh module, without running init.
 
         Nothing changes for calls until ``commit_patch``: the method in use, its module and
@@ -171,7 +137,7 @@ class ComponentRunner:
             raise
         return loaded
 
-    def commit_patch(self, loaded: LoadedCode) -> None:
+    def commit_patch(self, loaded: LoadedCode[ComponentSpec]) -> None:
         """Serve the code ``prepare_patch`` loaded: the next call runs the new method with
         the state ``init`` returned before; calls already running finish on the old one."""
         self._use(loaded)
@@ -392,10 +358,57 @@ _DONE = object()
 
 
 @dataclass(frozen=True)
-class LoadedCode:
-    """A component's code executed in its own module: what ``commit_patch`` switches to."""
+class LoadedCode(Generic[_Code]):
+    """Notebook code executed in its own module: what ``commit_patch`` switches to."""
 
-    spec: ComponentSpec
+    spec: _Code
     module: types.ModuleType
     method: Callable[..., Any]
     init: Callable[..., Any] | None
+
+
+def add_import_paths(root: Path, notebook: str) -> None:
+    """Let the code import the project's modules: the project folder and the notebook's
+    folder go first on ``sys.path``."""
+    for folder in (root, (root / notebook).parent):
+        text = str(folder)
+        if text not in sys.path:
+            sys.path.insert(0, text)
+
+
+def execute_code(code: _Code, root: Path, module_name: str) -> LoadedCode[_Code]:
+    """Run ``code.source`` in a new module (registered in ``sys.modules`` only while it
+    runs) and find its functions; raise ``InitError`` when it raises (``cause``: what it
+    raised, ``SystemExit`` included) or lacks them."""
+    # tracebacks and inspect.getsource find the notebook code by its name
+    lines = code.source.splitlines(keepends=True)
+    linecache.cache[code.source_name] = (len(code.source), None, lines, code.source_name)
+    module = types.ModuleType(module_name)
+    module.__file__ = str(root / code.notebook)
+    # While it runs, the code's module must be in sys.modules (a @dataclass looks its
+    # module up); the module in use stays registered otherwise, until the caller's ``_use``.
+    previous = sys.modules.get(module_name)
+    sys.modules[module_name] = module
+    try:
+        compiled = compile(code.source, code.source_name, "exec")
+        exec(compiled, module.__dict__)  # noqa: S102 - running the user's notebook is the job
+    except (Exception, SystemExit) as error:  # anything the notebook raises, exit() too
+        raise InitError(
+            f"{code.source_name} failed to run: {describe_exception(error)}",
+            user_traceback(error, code),
+            cause=error,
+        ) from None
+    finally:
+        if previous is not None:
+            sys.modules[module_name] = previous
+        else:
+            sys.modules.pop(module_name, None)
+    method = getattr(module, code.method, None)
+    if not callable(method):
+        raise InitError(f"{code.source_name} does not define a function '{code.method}'")
+    init = None
+    if code.init:
+        init = getattr(module, code.init, None)
+        if not callable(init):
+            raise InitError(f"{code.source_name} does not define a function '{code.init}'")
+    return LoadedCode(code, module, method, init)
