@@ -57,7 +57,7 @@ def resident_memory(pid: int) -> int | None:
 
 
 class ReplicaGone(Exception):
-    """The replica process died while serving a stream."""
+    """The replica process died before a stream it was asked for started."""
 
 
 def _exit_description(returncode: int | None) -> str:
@@ -72,7 +72,8 @@ def _exit_description(returncode: int | None) -> str:
 
 
 class ReplicaStream:
-    """The chunks of one stream from a replica; ``aclose()`` stops it in the replica."""
+    """The chunks of one stream from a replica (``StreamCut`` when the generator raises or
+    the process dies); ``aclose()`` stops it in the replica."""
 
     def __init__(
         self,
@@ -108,7 +109,7 @@ class ReplicaStream:
             raise StopAsyncIteration
         if kind == "cut":
             raise StreamCut(data["message"])
-        raise ReplicaGone(data)
+        raise StreamCut(str(data))  # the process died: the stream is cut too
 
     def _credit(self, nbytes: int) -> None:
         """Tell the replica what was consumed, so it may send more (flow control)."""

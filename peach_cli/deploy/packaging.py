@@ -98,6 +98,7 @@ RUNTIME_MODULES = (
     "contract/answers.py",
     "contract/binding.py",
     "contract/errors.py",
+    "contract/flow.py",
     "contract/request.py",
     "contract/results.py",
     "contract/runner.py",

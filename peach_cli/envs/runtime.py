@@ -35,6 +35,7 @@ REPLICA_RUNTIME = (
     "peach_cli/contract/answers.py",
     "peach_cli/contract/binding.py",
     "peach_cli/contract/errors.py",
+    "peach_cli/contract/flow.py",
     "peach_cli/contract/request.py",
     "peach_cli/contract/results.py",
     "peach_cli/contract/runner.py",
