@@ -1,11 +1,11 @@
 """The local gateway: one ASGI app that routes every endpoint's url to its replica pools.
 
-The request path is kept short: look the url up in the routing table, read the body, let
-``peach_cli.runtime.contract`` parse it (405/413/400), then either answer through
-``contract.answer`` (timeout, fallback, envelope) or relay a stream chunk by chunk with the
-component's media type, no buffering and no compression. A client that goes away closes
-the user's generator in the replica. The routing table is replaced as a whole by a reload;
-requests that began on the old table finish on it.
+A transport around ``contract.Flow`` (SPEC §2, written once for both hosts): it looks the
+url up in the routing table, hands the request to the flow with the endpoint's pools as
+its host (``_Pools``: a call, or a stream opened on the best replica), and sends the reply
+back — an envelope, or a stream chunk by chunk with no buffering and no compression. A
+client that goes away closes the user's generator in the replica. The routing table is
+replaced as a whole by a reload; requests that began on the old table finish on it.
 
 ``GET /_peach/routes`` lists the endpoints (``peach ask`` uses it after a 404), with each
 A/B test's split and requests per arm, ``GET /_peach/health`` the replicas and their
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -25,33 +25,32 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
-from peach_cli import wording
 from peach_cli.addresses import is_loopback
 from peach_cli.runtime import contract
 from peach_cli.runtime.contract import (
     STREAMING_KINDS,
-    Answer,
     Attempt,
     CallResult,
+    ClientGone,
     ContractError,
+    Flow,
+    HttpReply,
+    HttpRequest,
+    Opened,
     RequestParams,
-    StreamCut,
     dispatch,
-    parse_query_string,
     read_body,
-    stream_headers,
 )
 from peach_cli.runtime.plan import EndpointSpec, url_key
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.pool import ReplicaPool, Unavailable
-from simulator.replica import ReplicaGone, ReplicaStream
+from simulator.replica import ReplicaGone
 from simulator.routing import Route, RoutingTable
 
 if TYPE_CHECKING:
     from simulator.changes import PlanChange
 
 INTERNAL_PREFIX = "/_peach/"
-_JSON = (b"content-type", b"application/json")
 
 
 def _lookup(routes: dict[str, Route], path: str) -> Route | None:
@@ -59,16 +58,7 @@ def _lookup(routes: dict[str, Route], path: str) -> Route | None:
     return routes.get(path) or routes.get(url_key(path))
 
 
-def _component_headers(component: str | None, replica: str | None) -> list[tuple[bytes, bytes]]:
-    headers = []
-    if component:
-        headers.append((contract.COMPONENT_HEADER.lower().encode(), component.encode()))
-    if replica:
-        headers.append((contract.REPLICA_HEADER.lower().encode(), replica.encode()))
-    return headers
-
-
-class Gateway:
+class DevGateway:
     """The ASGI application behind ``peach dev``."""
 
     def __init__(
@@ -81,8 +71,8 @@ class Gateway:
         self.table = table
         self.on_event = on_event
         self.max_body_bytes = max_body_bytes
-        self.arm_requests: dict[str, dict[str, int]] = {}
-        """Endpoint name → A/B arm → requests routed to it (kept across reloads)."""
+        self.flow = Flow(max_body_bytes=max_body_bytes)
+        """SPEC §2 for every request to an endpoint; its A/B counts are kept across reloads."""
         self.reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
         self._internal = Starlette(
@@ -122,177 +112,55 @@ class Gateway:
         self, route: Route, table: RoutingTable, scope: dict[str, Any], receive: Any, send: Any
     ) -> None:
         started = time.perf_counter()
-        endpoint = route.endpoint
+        request = HttpRequest(
+            scope["method"], scope["query_string"], scope.get("headers", ()), receive
+        )
+        host = _Pools(route.pools, receive)
+        reply = await self.flow.handle(route.endpoint, request, host, table.timeout_s)
         try:
-            body = await read_body(receive, scope.get("headers", ()), self.max_body_bytes)
-        except ContractError as error:  # over the limit: refused before it is all in memory
-            answer = contract.error_answer(error.code, error.message)
-            await self._send_answer(send, answer, scope, endpoint, started)
-            return
-        if body is None:  # the client went away while sending
-            return
-        try:
-            params, wants_stream = contract.parse_request(
-                scope["method"],
-                parse_query_string(scope["query_string"]),
-                body,
-                max_body_bytes=self.max_body_bytes,
-            )
-        except ContractError as error:
-            answer = contract.error_answer(error.code, error.message)
-            await self._send_answer(send, answer, scope, endpoint, started)
-            return
-        arm = contract.choose_arm(endpoint, params)
-        if endpoint.ab is not None:
-            counts = self.arm_requests.setdefault(endpoint.name, {})
-            counts[arm] = counts.get(arm, 0) + 1
-        primary = route.pools[arm]
-        kind = primary.method_kind
-        if kind is None:  # no replica has come up yet: wait for one (or its init error)
-            try:
-                await primary.acquire()
-            except Unavailable as error:
-                answer = contract.error_answer("unavailable", str(error), component=arm)
-                await self._send_answer(send, answer, scope, endpoint, started, arm)
-                return
-            kind = primary.method_kind
-        decision = dispatch(kind, wants_stream)
-        if decision == "stream":
-            await self._stream(route, primary, params, scope, receive, send, started, arm)
-            return
-        if decision == "stream_required":
-            answer = await _stream_required(endpoint, primary, arm)
-            await self._send_answer(send, answer, scope, endpoint, started, arm)
-            return
-        pools = route.pools
+            if reply.chunks is not None:
+                response = StreamingResponse(reply.chunks, status_code=reply.status)
+                response.raw_headers = reply.headers
+                try:
+                    await response(scope, receive, send)  # StreamCut: uvicorn cuts the response
+                finally:
+                    await reply.aclose()
+            elif not reply.gone:
+                await _send_reply(send, reply)
+        finally:
+            self._log(scope, route.endpoint, reply, started)
 
-        async def call(component: str, attempt: Attempt) -> CallResult:
-            return await pools[component].call(params, attempt)
-
-        answer = await contract.answer(endpoint, call, table.timeout_s, arm)
-        await self._send_answer(send, answer, scope, endpoint, started, arm)
-
-    async def _send_answer(
-        self,
-        send: Any,
-        answer: Answer,
-        scope: dict[str, Any],
-        endpoint: EndpointSpec | None,
-        started: float,
-        arm: str | None = None,
+    def _log(
+        self, scope: dict[str, Any], endpoint: EndpointSpec | None, reply: HttpReply, started: float
     ) -> None:
-        payload = answer.body_bytes()
-        headers = [_JSON, (b"content-length", str(len(payload)).encode())]
-        headers += _component_headers(answer.component, answer.replica)
-        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
         if self.on_event is not None:
-            error = None
-            if answer.status >= 400:
-                details = answer.body.get("error") or {}
-                error = f"{details.get('code')}: {details.get('message')}"
             self.on_event(
                 RequestLogged(
                     scope["method"],
                     scope["path"],
-                    answer.status,
+                    reply.status,
                     endpoint.name if endpoint else None,
-                    answer.component,
-                    answer.replica,
+                    reply.component,
+                    reply.replica,
                     time.perf_counter() - started,
-                    error=error,
-                    arm=_logged_arm(endpoint, arm),
+                    stream=reply.stream,
+                    error=reply.error,
+                    arm=reply.arm,
                 )
             )
 
     async def _not_found(
         self, scope: dict[str, Any], receive: Any, send: Any, table: RoutingTable
     ) -> None:
+        started = time.perf_counter()
         urls = (route.endpoint.url for route in table.routes.values())
-        answer = contract.not_found_answer(scope["path"], urls)
+        reply = contract.answer_reply(contract.not_found_answer(scope["path"], urls))
         try:
             await read_body(receive, scope.get("headers", ()), self.max_body_bytes)
         except ContractError:
             pass  # not found either way
-        await self._send_answer(send, answer, scope, None, time.perf_counter())
-
-    # -- streams -------------------------------------------------------------------------
-
-    async def _stream(
-        self,
-        route: Route,
-        pool: ReplicaPool,
-        params: RequestParams,
-        scope: dict[str, Any],
-        receive: Any,
-        send: Any,
-        started: float,
-        component: str,
-    ) -> None:
-        endpoint = route.endpoint
-        attempt = Attempt(component)
-        opening = asyncio.ensure_future(pool.open_stream(params, attempt))
-        disconnect = asyncio.ensure_future(_wait_disconnect(receive))
-        await asyncio.wait((opening, disconnect), return_when=asyncio.FIRST_COMPLETED)
-        if not opening.done():  # the client left before the stream started
-            opening.cancel()
-            await asyncio.gather(opening, return_exceptions=True)
-            self._log_stream(scope, endpoint, component, None, started, 499, "client disconnected")
-            return
-        disconnect.cancel()
-        try:
-            chunks = opening.result()
-        except Unavailable as error:
-            answer = contract.error_answer("unavailable", str(error), component=component)
-            await self._send_answer(send, answer, scope, endpoint, started, component)
-            return
-        except ContractError as error:  # the replica refused the call (a binding error)
-            answer = contract.error_answer(
-                error.code, error.message, component=component, replica=attempt.replica
-            )
-            await self._send_answer(send, answer, scope, endpoint, started, component)
-            return
-        except ReplicaGone as error:
-            answer = contract.error_answer(
-                "method_error", str(error), component=component, replica=attempt.replica
-            )
-            await self._send_answer(send, answer, scope, endpoint, started, component)
-            return
-        replica = chunks.replica.id
-        outcome: dict[str, str | None] = {"error": None}
-        headers = stream_headers(pool.spec.media_type, component, replica)
-        response = StreamingResponse(_relay(chunks, outcome), headers=headers)
-        try:
-            await response(scope, receive, send)  # StreamCut: uvicorn closes the connection
-        finally:
-            await chunks.aclose()
-            self._log_stream(scope, endpoint, component, replica, started, 200, outcome["error"])
-
-    def _log_stream(
-        self,
-        scope: dict[str, Any],
-        endpoint: EndpointSpec,
-        component: str,
-        replica: str | None,
-        started: float,
-        status: int,
-        error: str | None,
-    ) -> None:
-        if self.on_event is not None:
-            self.on_event(
-                RequestLogged(
-                    scope["method"],
-                    scope["path"],
-                    status,
-                    endpoint.name,
-                    component,
-                    replica,
-                    time.perf_counter() - started,
-                    stream=True,
-                    error=error,
-                    arm=_logged_arm(endpoint, component),
-                )
-            )
+        await _send_reply(send, reply)
+        self._log(scope, None, reply, started)
 
     # -- internal routes -----------------------------------------------------------------
 
@@ -309,7 +177,8 @@ class Gateway:
                     "streams": None if kind is None else kind in STREAMING_KINDS,
                 }
             )
-            ab = contract.ab_route(route.endpoint, self.arm_requests.get(route.endpoint.name, {}))
+            counts = self.flow.arm_requests.get(route.endpoint.name, {})
+            ab = contract.ab_route(route.endpoint, counts)
             if ab is not None:
                 endpoints[-1]["ab"] = ab
         return JSONResponse({"codops": table.codops, "endpoints": endpoints})
@@ -381,34 +250,43 @@ def _internal_error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(contract.error_envelope(code, message), status_code=status)
 
 
-def _logged_arm(endpoint: EndpointSpec | None, arm: str | None) -> str | None:
-    """The arm a request was routed to, for endpoints with an A/B test."""
-    return arm if endpoint is not None and endpoint.ab is not None else None
+async def _send_reply(send: Any, reply: HttpReply) -> None:
+    await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
+    await send({"type": "http.response.body", "body": reply.body})
 
 
-async def _stream_required(endpoint: EndpointSpec, pool: ReplicaPool, arm: str) -> Answer:
-    """``stream_required`` for a generator called without ``stream``, naming the replica
-    that would have failed to return it (as on the platform); 503 when none can serve."""
-    try:
-        replica = await pool.acquire()
-    except Unavailable as error:
-        return contract.error_answer("unavailable", str(error), component=arm)
-    answer = contract.stream_required_answer(endpoint, pool.method_kind or "async_generator", arm)
-    answer.replica = replica.id
-    return answer
+class _Pools:
+    """The flow's host under `peach dev`: an endpoint's replica pools (``contract.Host``)."""
 
+    __slots__ = ("pools", "receive")
 
-async def _relay(chunks: ReplicaStream, outcome: dict[str, str | None]) -> AsyncIterator[bytes]:
-    """The stream's chunks. A generator that raises, or a replica that dies, cuts the
-    stream: ``StreamCut`` leaves the response without its terminating chunk (SPEC §2)."""
-    count = 0
-    try:
-        async for chunk in chunks:
-            count += 1
-            yield chunk
-    except (StreamCut, ReplicaGone) as error:
-        outcome["error"] = f"stream cut after {wording.count(count, 'chunk')}: {error}"
-        raise StreamCut(str(error)) from None
+    def __init__(self, pools: dict[str, ReplicaPool], receive: Any) -> None:
+        self.pools = pools
+        self.receive = receive
+
+    async def call(self, component: str, params: RequestParams, attempt: Attempt) -> CallResult:
+        return await self.pools[component].call(params, attempt)
+
+    async def open_stream(self, component: str, params: RequestParams, attempt: Attempt) -> Opened:
+        pool = self.pools[component]
+        try:
+            if pool.method_kind is None:  # no replica has come up yet: wait for one
+                await pool.acquire()
+            if dispatch(pool.method_kind, True) != "stream":
+                return Opened()  # the envelope answers: a plain call
+            opening = asyncio.ensure_future(pool.open_stream(params, attempt))
+            disconnect = asyncio.ensure_future(_wait_disconnect(self.receive))
+            await asyncio.wait((opening, disconnect), return_when=asyncio.FIRST_COMPLETED)
+            if not opening.done():  # the client left before the stream started
+                opening.cancel()
+                await asyncio.gather(opening, return_exceptions=True)
+                raise ClientGone
+            disconnect.cancel()
+            return Opened(chunks=opening.result())  # a replica that dies cuts it: StreamCut
+        except Unavailable as error:
+            raise ContractError("unavailable", str(error)) from None
+        except ReplicaGone as error:
+            raise ContractError("method_error", str(error)) from None
 
 
 async def _wait_disconnect(receive: Any) -> None:

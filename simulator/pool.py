@@ -138,8 +138,9 @@ class ReplicaPool:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise Unavailable(self._unavailable_message())
-            try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+            try:  # not wait_for: on 3.11 it can swallow the caller's cancellation (timeout_s)
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
             except TimeoutError:
                 pass
 

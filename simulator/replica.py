@@ -85,7 +85,7 @@ def resident_memory(pid: int) -> int | None:
 
 
 class ReplicaGone(Exception):
-    """The replica process died while serving a stream."""
+    """The replica process died before a stream it was asked for started."""
 
 
 StreamEvent = StreamStarted | Chunk | StreamEnded | StreamCutOff | StreamRefused | ReplicaGone
@@ -104,7 +104,8 @@ def _exit_description(returncode: int | None) -> str:
 
 
 class ReplicaStream:
-    """The chunks of one stream from a replica; ``aclose()`` stops it in the replica."""
+    """The chunks of one stream from a replica (``StreamCut`` when the generator raises or
+    the process dies); ``aclose()`` stops it in the replica."""
 
     def __init__(
         self,
@@ -142,8 +143,8 @@ class ReplicaStream:
             case StreamCutOff(message=message):
                 raise StreamCut(message)
             case ReplicaGone():
-                raise event
-        raise ReplicaGone(f"the replica {self.replica.id} sent {type(event).__name__} mid-stream")
+                raise StreamCut(str(event))  # the process died: the stream is cut too
+        raise StreamCut(f"the replica {self.replica.id} sent {type(event).__name__} mid-stream")
 
     def _credit(self, nbytes: int) -> None:
         """Tell the replica what was consumed, so it may send more (flow control)."""

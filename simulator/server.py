@@ -36,7 +36,7 @@ from simulator.routing import Route, RoutingTable
 from simulator.spawn import Spawner, WorkerLaunch
 
 if TYPE_CHECKING:
-    from simulator.gateway import Gateway
+    from simulator.gateway import DevGateway
 
 DRAIN_TIMEOUT_S = 300.0
 """How long a retired component may keep serving in-flight streams after a reload."""
@@ -101,7 +101,7 @@ class DevServer:
         self._stopped = False
         self._applying = asyncio.Lock()
         """Held by ``apply_plan``: a reload and an on-demand re-init never overlap."""
-        self.gateway: Gateway | None = None
+        self.gateway: DevGateway | None = None
 
     # -- events --------------------------------------------------------------------------
 
@@ -134,11 +134,11 @@ class DevServer:
         )
         import uvicorn
 
-        from simulator.gateway import Gateway
+        from simulator.gateway import DevGateway
         from simulator.http_protocol import BoundedHttpToolsProtocol
 
         table = self._table(self.plan, self._pools)
-        self.gateway = Gateway(table, self._on_event)
+        self.gateway = DevGateway(table, self._on_event)
         self.gateway.reinit = self.reinit
         config = uvicorn.Config(
             self.gateway,

@@ -251,10 +251,11 @@ class TestAnswer:
 
     def test_primary_answer_is_enveloped(self) -> None:
         answer = self.answer({"main": CallResult(ok=True, result=[1])})
-        assert (answer.status, answer.body, answer.headers()) == (
+        assert (answer.status, answer.body, answer.component, answer.replica) == (
             200,
             {"result": [1], "status": "ok"},
-            {"X-Peach-Component": "main", "X-Peach-Replica": "main#1"},
+            "main",
+            "main#1",
         )
 
     @pytest.mark.parametrize(

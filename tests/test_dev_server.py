@@ -150,6 +150,42 @@ def test_failed_init_is_503_with_the_error_and_other_endpoints_answer(peach_dev)
     assert "unhealthy" in output and "raise RuntimeError" in output  # the user's traceback
 
 
+GATED_CONF = """\
+codops: gated
+timeout_s: 0.5
+endpoints:
+  words:
+    url: /words
+    components:
+      main: {notebook: nb.ipynb, init: init_state, method: words}
+"""
+GATED_CELLS = [
+    "import pathlib, time\n\ndef init_state():\n    deadline = time.monotonic() + 60\n"
+    "    while not pathlib.Path('gate').exists() and time.monotonic() < deadline:\n"
+    "        time.sleep(0.01)\n    return {}\n\n"
+    'async def words(model):\n    yield "w\\n"\n',
+]
+
+
+def test_a_plain_call_to_a_generator_still_starting_is_bounded_by_timeout_s(peach_dev, tmp_path):
+    """A request without ``stream`` is a call like any other, whatever the method: while
+    the replica's init runs, it waits at most ``timeout_s`` (SPEC "Starting replicas")."""
+    project = write_project(tmp_path / "gated", GATED_CONF, {"nb.ipynb": GATED_CELLS})
+    dev = peach_dev(project)
+    try:
+        began = time.monotonic()
+        response = httpx.get(f"{dev.url}/words", timeout=10)
+        assert response.status_code == 504, response.text
+        assert response.json()["error"]["code"] == "timeout"
+        assert time.monotonic() - began < 5
+    finally:
+        (project / "gate").write_text("open")
+    dev.wait_ready()
+    response = httpx.get(f"{dev.url}/words", timeout=10)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "stream_required"
+    assert response.headers["x-peach-replica"] == "words/main#1"
+
+
 @pytest.mark.parametrize(
     ("path", "params", "code"),
     [

@@ -237,7 +237,7 @@ def test_env_list_shows_requirements_built_size_and_path(tmp_path, small_env):
     text = run_peach("env", "list", str(tmp_path))
     assert text.returncode == 0
     line = next(line for line in text.stdout.splitlines() if line.startswith("base"))
-    assert "built: yes" in line and str(small_env.path) in line and "kB" in line
+    assert "built: yes" in line and str(small_env.path) in line and "KiB" in line
 
 
 def test_env_build_builds_what_it_can_and_fails_clearly(tmp_path):

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from peach_cli.checks.notebooks import Code, NotebookChecks
-from peach_cli.checks.report import Report
+from peach_cli.checks.report import Findings
 from peach_cli.project import notebook as nb
 from peach_cli.project.conf import BASE_ENV, Component, PeachConf
 from peach_cli.project.diagnostics import Position, did_you_mean
@@ -27,7 +27,7 @@ class DecoratorNotebooks:
 
     def __init__(
         self,
-        out: Report,
+        out: Findings,
         notebooks: NotebookChecks,
         conf: PeachConf,
         endpoints: dict[str, EndpointSpec],

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from peach_cli.checks.report import Report
+from peach_cli.checks.report import Findings
 from peach_cli.project import notebook as nb
 from peach_cli.project.diagnostics import Position, did_you_mean
 from peach_cli.project.loader import Path_
@@ -27,7 +27,7 @@ class Code:
 class NotebookChecks:
     """Reads each notebook once and checks the code of components and tasks against it."""
 
-    def __init__(self, out: Report) -> None:
+    def __init__(self, out: Findings) -> None:
         self.out = out
         self.notebooks: dict[str, nb.Notebook | None] = {}
         self.paths: dict[str, str | None] = {}

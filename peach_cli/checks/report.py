@@ -7,7 +7,7 @@ from peach_cli.project.diagnostics import Diagnostic, Position
 from peach_cli.project.loader import Path_, Project
 
 
-class Report:
+class Findings:
     """The problems found in one project, in the order found, each once.
 
     ``at`` turns a conf path (``("endpoints", "greet", "url")``) into its position in the

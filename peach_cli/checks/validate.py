@@ -16,7 +16,7 @@ from peach_cli.checks.ab import check_ab
 from peach_cli.checks.decorated import DecoratorNotebooks
 from peach_cli.checks.modules import ProjectModules
 from peach_cli.checks.notebooks import Code, NotebookChecks
-from peach_cli.checks.report import Report
+from peach_cli.checks.report import Findings
 from peach_cli.project.conf import BASE_ENV, RESERVED_URL_PREFIX, Component, memory_bytes
 from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean, has_errors
 from peach_cli.project.loader import Path_, Project, load_project
@@ -69,7 +69,7 @@ class _Checker:
         self.project = project
         self.conf = project.conf
         self.result = Validation(project)
-        self.out = Report(project)
+        self.out = Findings(project)
         self.notebooks = NotebookChecks(self.out)
         self.modules = ProjectModules(project.root)
         self.urls: dict[str, tuple[str, Position]] = {}

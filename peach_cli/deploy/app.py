@@ -3,15 +3,15 @@
 ``build_application(args)`` is the application builder named by every peach config's
 ``import_path``. It binds:
 
-* one ``Component`` deployment per component — a thin host around
+* one ``ServeComponent`` deployment per component — a thin host around
   ``contract.ComponentRunner``: the notebook code and ``init`` run in the (async)
   constructor, so a failing ``init`` is a replica that fails to start, with the user's
   exception and traceback in its message; drift re-init happens inside the replica;
-* one ``Gateway`` ingress deployment — the per-codops gateway: it parses each HTTP
-  request with ``contract.parse_request``, picks the A/B arm with ``contract.choose_arm``
-  (as `peach dev` does) and answers with ``contract.answer`` (the
-  ``timeout_s`` bound, fallback, envelope), or relays a stream chunk by chunk through
-  ``handle.options(stream=True)``, ending it cleanly if the generator fails. It reads
+* one ``ServeGateway`` ingress deployment — the per-codops gateway: a transport around
+  ``contract.Flow``, the SPEC §2 request flow `peach dev` runs too (body, parameters, A/B
+  arm, ``timeout_s``, fallback, envelope, streams), over the component deployments as its
+  host (``_Deployments``): one unary remote call, or one ``handle.options(stream=True)``
+  call relayed chunk by chunk and cut if the generator fails. It reads
   Serve's status every second: a component none of whose replicas runs because they fail
   to start is answered with 503 and the user's init error, as under `peach dev` — and so
   is a call already waiting for a replica of it when that is found.
@@ -28,8 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, cast
 
@@ -95,7 +94,7 @@ def _replica_place() -> tuple[str, str, str] | None:
 
 
 @serve.deployment
-class Component:
+class ServeComponent:
     """One replica of one component: a ``ComponentRunner`` behind a handle."""
 
     async def __init__(self) -> None:  # type: ignore[misc]  # Serve awaits it
@@ -198,7 +197,7 @@ class Component:
 
 
 @serve.deployment
-class Gateway:
+class ServeGateway:
     """The per-codops gateway: SPEC §2 on top of the component deployments."""
 
     async def __init__(self, components: dict[str, DeploymentHandle]) -> None:  # type: ignore[misc]
@@ -213,8 +212,8 @@ class Gateway:
             for component, info in item["components"].items()
         }
         self.handles = components
-        self.arm_requests: dict[str, dict[str, int]] = {}
-        """Endpoint name → A/B arm → requests this gateway routed to it."""
+        self.flow = contract.Flow()
+        """SPEC §2 for every request to an endpoint; it counts the requests of each A/B arm."""
         self.unstartable: dict[str, str] = {}
         """Component deployment → the user's init error, while none of its replicas runs."""
         self.running: dict[str, int] = {}
@@ -306,29 +305,13 @@ class Gateway:
             if request.method == "GET" and path in (ROUTES_PATH, HEALTH_PATH):
                 return await (self._routes() if path == ROUTES_PATH else self._health())
             urls = (e.url for e in self.endpoints.values())
-            return _json_response(contract.not_found_answer(path, urls))
-        try:
-            body = await contract.read_body(
-                request.receive, request.scope.get("headers", ()), contract.MAX_BODY_BYTES
-            )
-            if body is None:  # the client went away while sending
-                return Response(status_code=499)
-            params, stream = contract.parse_request(
-                request.method, contract.parse_query_string(request.scope["query_string"]), body
-            )
-        except contract.ContractError as error:
-            return _json_response(contract.error_answer(error.code, error.message))
-        arm = contract.choose_arm(endpoint, params)
-        if endpoint.ab is not None:
-            counts = self.arm_requests.setdefault(endpoint.name, {})
-            counts[arm] = counts.get(arm, 0) + 1
-        if stream:
-            opened = await self._open_stream(endpoint, params, arm)
-            if isinstance(opened, Response):
-                return opened
-            # not a generator: the same remote call answers as a plain call (one call)
-            return _json_response(await self._answer(endpoint, params, arm, opened))
-        return _json_response(await self._answer(endpoint, params, arm))
+            return _response(contract.answer_reply(contract.not_found_answer(path, urls)))
+        scope = request.scope
+        incoming = contract.HttpRequest(
+            request.method, scope["query_string"], scope.get("headers", ()), request.receive
+        )
+        host = _Deployments(self, endpoint)
+        return _response(await self.flow.handle(endpoint, incoming, host, self.timeout_s))
 
     def _endpoint_for(self, path: str) -> EndpointSpec | None:
         return self._by_url.get(url_key(path))
@@ -346,7 +329,7 @@ class Gateway:
                     "streams": None,  # known to the replicas only
                 }
             )
-            ab = contract.ab_route(endpoint, self.arm_requests.get(endpoint.name, {}))
+            ab = contract.ab_route(endpoint, self.flow.arm_requests.get(endpoint.name, {}))
             if ab is not None:
                 endpoints[-1]["ab"] = ab
         body = {"codops": self.codops, "endpoints": endpoints}
@@ -373,117 +356,107 @@ class Gateway:
         body = reports.health_body(self.codops, components, deployments, records, self.unstartable)
         return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
 
-    async def _answer(
-        self,
-        endpoint: EndpointSpec,
-        params: contract.RequestParams,
-        arm: str,
-        opened: _OpenedCall | None = None,
-    ) -> contract.Answer:
-        """The envelope answer (timeout, fallback) with ``arm`` as the primary. ``opened``:
-        the arm's call, already made by a stream request to a method that does not stream."""
-        payload = params.to_dict()
-
-        async def call(component: str, attempt: contract.Attempt) -> contract.CallResult:
-            nonlocal opened
-            if opened is not None and component == arm:
-                items, attempt.replica, opened = opened.items, opened.replica, None
-                try:
-                    data = await items.__anext__()
-                except asyncio.CancelledError:  # timeout_s ran out: stop it on the replica
-                    items.cancel()
-                    raise
-                except Exception as error:  # the replica died or cannot be reached
-                    items.cancel()
-                    return _unreachable(endpoint, component, error, attempt.replica)
-            else:
-                unavailable = await self._unavailable(endpoint, component)
-                if unavailable:
-                    return contract.CallResult.failure("unavailable", unavailable)
-                # one unary remote call: the result names the replica that answered
-                response = self._handle(endpoint, component).call.remote(payload)
-                try:
-                    data = await self._reply(endpoint, component, response)
-                except asyncio.CancelledError:  # timeout_s ran out: stop the call on the replica
-                    response.cancel()
-                    raise
-                except Unstartable as error:
-                    response.cancel()
-                    return contract.CallResult.failure("unavailable", str(error))
-                except Exception as error:  # the replica died or cannot be reached
-                    return _unreachable(endpoint, component, error, None)
-            result = contract.CallResult.from_dict(data)
-            attempt.replica = result.replica or attempt.replica
-            return result
-
-        return await contract.answer(endpoint, call, self.timeout_s, arm)
-
-    async def _open_stream(
-        self, endpoint: EndpointSpec, params: contract.RequestParams, arm: str
-    ) -> Response | _OpenedCall:
-        """A streaming response from ``arm``, or the opened call when its method does not
-        stream (its result, the next item of the same remote call, goes in the envelope)."""
-        spec = endpoint.components[arm]
-        unavailable = await self._unavailable(endpoint, arm)
-        if unavailable:
-            return _json_response(contract.error_answer("unavailable", unavailable, component=arm))
-        handle = self._handle(endpoint, arm).options(stream=True)
-        generator = cast(DeploymentResponseGenerator, handle.stream.remote(params.to_dict()))
-        try:
-            first = await self._reply(endpoint, arm, generator.__anext__())
-        except asyncio.CancelledError:
-            generator.cancel()
-            raise
-        except Unstartable as error:
-            generator.cancel()
-            return _json_response(contract.error_answer("unavailable", str(error), component=arm))
-        except Exception as error:
-            generator.cancel()
-            return _json_response(
-                contract.error_answer(
-                    "unavailable",
-                    contract.unavailable_message(f"{endpoint.name}/{arm}", _first_line(error)),
-                    component=arm,
-                )
-            )
-        replica = first.get("replica")
-        if "code" in first:
-            return _json_response(
-                contract.error_answer(
-                    first["code"], first["message"], component=arm, replica=replica
-                )
-            )
-        if contract.dispatch(first.get("method_kind"), True) != "stream":
-            return _OpenedCall(generator, replica)
-
-        async def relay() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in generator:
-                    yield chunk
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # the generator raised or the replica died: cut it
-                cause = _stream_cut_cause(error)
-                logger.error("the stream of %s was cut: %s", endpoint.url, cause)
-                raise contract.StreamCut(cause) from None
-            finally:
-                generator.cancel()  # a client that went away closes the user's generator
-
-        headers = contract.stream_headers(spec.media_type, arm, replica)
-        return StreamingResponse(relay(), headers=headers)
-
 
 class Unstartable(Exception):
     """A call's component was found unable to start while the call waited for a replica."""
 
 
-@dataclass
-class _OpenedCall:
-    """A stream request's remote call to a method that does not stream: its next item is
-    the ``CallResult``."""
+class _Deployments:
+    """The flow's host on Ray: an endpoint's components through their deployments' handles
+    (``contract.Host``). A component whose replicas fail to start is ``unavailable`` at once."""
 
-    items: DeploymentResponseGenerator
-    replica: str | None
+    __slots__ = ("endpoint", "gateway")
+
+    def __init__(self, gateway: ServeGateway, endpoint: EndpointSpec) -> None:
+        self.gateway = gateway
+        self.endpoint = endpoint
+
+    async def call(
+        self, component: str, params: contract.RequestParams, attempt: contract.Attempt
+    ) -> contract.CallResult:
+        gateway, endpoint = self.gateway, self.endpoint
+        unavailable = await gateway._unavailable(endpoint, component)
+        if unavailable:
+            return contract.CallResult.failure("unavailable", unavailable)
+        # one unary remote call: the result names the replica that answered
+        response = gateway._handle(endpoint, component).call.remote(params.to_dict())
+        try:
+            data = await gateway._reply(endpoint, component, response)
+        except asyncio.CancelledError:  # timeout_s ran out: stop the call on the replica
+            response.cancel()
+            raise
+        except Unstartable as error:
+            response.cancel()
+            return contract.CallResult.failure("unavailable", str(error))
+        except Exception as error:  # the replica died or cannot be reached
+            return _unreachable(endpoint, component, error, None)
+        return _result(data, attempt)
+
+    async def open_stream(
+        self, component: str, params: contract.RequestParams, attempt: contract.Attempt
+    ) -> contract.Opened:
+        """One remote call (``ServeComponent.stream``): its first item says whether the method
+        streams; if not, its next item is the result, which goes in the envelope."""
+        gateway, endpoint = self.gateway, self.endpoint
+        unavailable = await gateway._unavailable(endpoint, component)
+        if unavailable:
+            raise contract.ContractError("unavailable", unavailable)
+        handle = gateway._handle(endpoint, component).options(stream=True)
+        generator = cast(DeploymentResponseGenerator, handle.stream.remote(params.to_dict()))
+        try:
+            first = await gateway._reply(endpoint, component, generator.__anext__())
+        except asyncio.CancelledError:
+            generator.cancel()
+            raise
+        except Unstartable as error:
+            generator.cancel()
+            raise contract.ContractError("unavailable", str(error)) from None
+        except Exception as error:
+            generator.cancel()
+            where = f"{endpoint.name}/{component}"
+            message = contract.unavailable_message(where, _first_line(error))
+            raise contract.ContractError("unavailable", message) from None
+        attempt.replica = first.get("replica")
+        if "code" in first:  # the arguments cannot be bound
+            raise contract.ContractError(first["code"], first["message"])
+        if contract.dispatch(first.get("method_kind"), True) == "stream":
+            return contract.Opened(chunks=_relay(endpoint, generator))
+
+        async def result(attempt: contract.Attempt) -> contract.CallResult:
+            try:
+                data = await generator.__anext__()
+            except asyncio.CancelledError:  # timeout_s ran out: stop it on the replica
+                generator.cancel()
+                raise
+            except Exception as error:  # the replica died or cannot be reached
+                generator.cancel()
+                return _unreachable(endpoint, component, error, attempt.replica)
+            return _result(data, attempt)
+
+        return contract.Opened(result=result)
+
+
+def _result(data: dict[str, Any], attempt: contract.Attempt) -> contract.CallResult:
+    result = contract.CallResult.from_dict(data)
+    attempt.replica = result.replica or attempt.replica
+    return result
+
+
+async def _relay(
+    endpoint: EndpointSpec, generator: DeploymentResponseGenerator
+) -> AsyncGenerator[bytes, None]:
+    """A stream's chunks; the generator raising, or its replica dying, is ``StreamCut``."""
+    try:
+        async for chunk in generator:
+            yield chunk
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:  # the generator raised or the replica died: cut it
+        cause = _stream_cut_cause(error)
+        logger.error("the stream of %s was cut: %s", endpoint.url, cause)
+        raise contract.StreamCut(cause) from None
+    finally:
+        generator.cancel()  # a client that went away closes the user's generator
 
 
 def _unreachable(
@@ -518,18 +491,22 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _json_response(answer: contract.Answer) -> Response:
-    return Response(
-        answer.body_bytes(),
-        status_code=answer.status,
-        media_type=JSON_MEDIA_TYPE,
-        headers=answer.headers(),
-    )
+def _response(reply: contract.HttpReply) -> Response:
+    """The flow's reply as Serve sends it (the headers exactly as the flow wrote them)."""
+    if reply.gone:
+        return Response(status_code=reply.status)
+    response: Response
+    if reply.chunks is not None:
+        response = StreamingResponse(reply.chunks, status_code=reply.status)
+    else:
+        response = Response(reply.body, status_code=reply.status)
+    response.raw_headers = reply.headers
+    return response
 
 
 def build_application(args: dict[str, Any]) -> serve.Application:
     """The application builder: ``args = {"gateway": name, "components": [names]}``."""
-    component: Any = Component  # a serve.Deployment (the decorator hides it from mypy)
+    component: Any = ServeComponent  # a serve.Deployment (the decorator hides it from mypy)
     components = {name: component.options(name=name).bind() for name in args.get("components", [])}
-    gateway = Gateway.options(name=args.get("gateway", "gateway"))  # type: ignore[attr-defined]
+    gateway = ServeGateway.options(name=args.get("gateway", "gateway"))  # type: ignore[attr-defined]
     return gateway.bind(components)

@@ -44,7 +44,7 @@ _ALIVE = frozenset({"ALIVE", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "RESTAR
 
 
 @dataclass(frozen=True)
-class ReplicaLog:
+class ServeReplicaLog:
     """One replica whose log files can be read."""
 
     deployment: str
@@ -62,7 +62,7 @@ class ReplicaLog:
 
 @dataclass(frozen=True)
 class LogLine:
-    replica: ReplicaLog
+    replica: ServeReplicaLog
     stream: str
     """``out`` or ``err``."""
     text: str
@@ -96,7 +96,7 @@ def choose_application(details: dict, app: str | None) -> str:
 
 def find_replicas(
     dashboard: DashboardClient, app: str | None, deployment: str | None = None
-) -> tuple[str, list[ReplicaLog]]:
+) -> tuple[str, list[ServeReplicaLog]]:
     """The application's name and the replicas to read: per deployment the running ones,
     then up to ``STOPPED_TRIED`` stopped ones, newest first."""
     details = dashboard.serve_details()
@@ -111,13 +111,13 @@ def find_replicas(
                 hint=f"did you mean {close[0]}?" if close else None,
             )
         deployments = [deployment]
-    replicas: list[ReplicaLog] = []
+    replicas: list[ServeReplicaLog] = []
     ended: dict[tuple[str, int], int] | None = None
     for name in deployments:
-        alive: list[ReplicaLog] = []
-        stopped: list[ReplicaLog] = []
+        alive: list[ServeReplicaLog] = []
+        stopped: list[ServeReplicaLog] = []
         for actor in dashboard.list_actors(f"ServeReplica:{app}:{name}"):
-            replica = ReplicaLog(
+            replica = ServeReplicaLog(
                 deployment=name,
                 replica=str(actor.get("name") or "").rsplit("#", 1)[-1] or "?",
                 actor_id=str(actor.get("actor_id")),
@@ -143,7 +143,7 @@ def _lines(text: str) -> list[str]:
 
 
 def read_logs(
-    dashboard: DashboardClient, replicas: list[ReplicaLog], tail: int
+    dashboard: DashboardClient, replicas: list[ServeReplicaLog], tail: int
 ) -> Iterator[LogLine]:
     """The last ``tail`` lines of each replica's stdout, then of its stderr; of the stopped
     replicas of a deployment, the first ``STOPPED_SHOWN`` that wrote a line."""
@@ -165,7 +165,7 @@ def read_logs(
 
 def follow_logs(
     dashboard: DashboardClient,
-    replicas: list[ReplicaLog],
+    replicas: list[ServeReplicaLog],
     tail: int,
     *,
     app: str,
@@ -178,7 +178,7 @@ def follow_logs(
     lines: queue.Queue[LogLine] = queue.Queue()
     followed: set[str] = set()
 
-    def follow(replica: ReplicaLog, stream: str) -> None:
+    def follow(replica: ServeReplicaLog, stream: str) -> None:
         # Ray reads "0 lines" as its default (1000): for none, ask for one and drop it
         # (a log file always has Ray's header lines, so that line exists)
         skip = 1 if tail == 0 else 0
@@ -191,7 +191,7 @@ def follow_logs(
             if not text.startswith(_RAY_HEADERS):
                 lines.put(LogLine(replica, stream, text))
 
-    def start(found: list[ReplicaLog]) -> None:
+    def start(found: list[ServeReplicaLog]) -> None:
         for replica in found:
             if replica.alive and replica.actor_id not in followed:
                 followed.add(replica.actor_id)

@@ -30,7 +30,7 @@ OTHER_CONFS = ("peach.yml", "peach.conf")
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class StarterEndpoint:
     """An endpoint of the new project, and the command that calls it."""
 
     name: str
@@ -49,11 +49,11 @@ class CreatedProject:
     """Project-relative posix paths, in the order written."""
     overwritten: tuple[str, ...]
     """Those of ``files`` that existed before (``force``)."""
-    endpoints: tuple[Endpoint, ...]
+    endpoints: tuple[StarterEndpoint, ...]
 
 
-GREET = Endpoint("greet", "/greet", "peach ask /greet name=Ada lang=fr")
-STORY = Endpoint("story", "/story", "peach ask /story --stream")
+GREET = StarterEndpoint("greet", "/greet", "peach ask /greet name=Ada lang=fr")
+STORY = StarterEndpoint("story", "/story", "peach ask /story --stream")
 
 
 def valid_codops(text: str) -> str:
@@ -126,7 +126,7 @@ def create_project(
     return CreatedProject(folder, name, tuple(files), existing, endpoints)
 
 
-def project_files(codops: str, endpoints: tuple[Endpoint, ...]) -> dict[str, str]:
+def project_files(codops: str, endpoints: tuple[StarterEndpoint, ...]) -> dict[str, str]:
     """Every file of the new project: relative path → text."""
     from peach_cli.project.conf import json_schema
 
@@ -147,7 +147,7 @@ def _yaml_scalar(text: str) -> str:
     return text if yaml.safe_load(text) == text else json.dumps(text)
 
 
-def conf_text(codops: str, endpoints: tuple[Endpoint, ...]) -> str:
+def conf_text(codops: str, endpoints: tuple[StarterEndpoint, ...]) -> str:
     text = f"""\
 # yaml-language-server: $schema=./{SCHEMA_FILE}
 # `peach validate` checks this file and the notebook; `peach dev` serves every endpoint.
@@ -237,7 +237,7 @@ def _cell(cell_id: str, kind: str, text: str) -> dict[str, object]:
     return cell
 
 
-def notebook_text(codops: str, endpoints: tuple[Endpoint, ...]) -> str:
+def notebook_text(codops: str, endpoints: tuple[StarterEndpoint, ...]) -> str:
     """An nbformat 4.5 notebook (cell ids included), as Jupyter saves it."""
     cells = [
         _cell("intro", "markdown", _INTRO.format(codops=codops, ask=GREET.ask)),
@@ -275,7 +275,7 @@ __pycache__/
 """
 
 
-def readme_text(codops: str, endpoints: tuple[Endpoint, ...]) -> str:
+def readme_text(codops: str, endpoints: tuple[StarterEndpoint, ...]) -> str:
     asks = "\n".join(
         f"{endpoint.ask:<38} # call {endpoint.url} (in another terminal)" for endpoint in endpoints
     )

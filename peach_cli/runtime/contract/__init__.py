@@ -7,8 +7,10 @@ can observe lives here, one concept a module:
 * ``errors`` — the stable error codes, ``ContractError``, ``InitError``, ``ResultNotJSON``;
 * ``request`` — ``parse_request`` (405/413/400, query + JSON body merge, ``stream`` taken
   out before any default applies);
+* ``flow`` — ``Flow``: the whole request flow over a ``Host`` (read the body, parse, choose
+  the arm, stream or call, the reply and all its headers); each gateway is a transport;
 * ``transport`` — what both gateways share: ``read_body`` up to the limit, the ``dispatch``
-  decision (stream, ``stream_required`` or plain call), stream headers, the 503 message;
+  decision (stream, ``stream_required`` or plain call), the 503 message;
 * ``ab`` — ``choose_arm``: which component (arm) of an A/B test answers a request, and
   ``ab_route``: how ``/_peach/routes`` shows the test;
 * ``answers`` — ``answer`` (the per-codops timeout, fallback on a raise, a timeout or an
@@ -55,6 +57,16 @@ from peach_cli.runtime.contract.errors import (
     ResultNotJSON,
     StreamCut,
 )
+from peach_cli.runtime.contract.flow import (
+    ClientGone,
+    Flow,
+    Host,
+    HttpReply,
+    HttpRequest,
+    Opened,
+    answer_reply,
+    stream_reply,
+)
 from peach_cli.runtime.contract.request import (
     ALLOWED_METHODS,
     MAX_BODY_BYTES,
@@ -79,7 +91,6 @@ from peach_cli.runtime.contract.transport import (
     Dispatch,
     dispatch,
     read_body,
-    stream_headers,
     too_large,
     unavailable_message,
 )
@@ -98,17 +109,24 @@ __all__ = [
     "CallResult",
     "ComponentCall",
     "ComponentRunner",
+    "ClientGone",
     "ContractError",
     "Dispatch",
+    "Flow",
+    "Host",
+    "HttpRequest",
     "InitError",
     "LoadedCode",
     "MethodKind",
     "MethodSignature",
+    "Opened",
+    "HttpReply",
     "RequestParams",
     "ResultNotJSON",
     "StreamCut",
     "ab_route",
     "answer",
+    "answer_reply",
     "assignment_value",
     "bind_arguments",
     "bucket",
@@ -130,7 +148,7 @@ __all__ = [
     "parse_request",
     "read_body",
     "split_drift",
-    "stream_headers",
+    "stream_reply",
     "stream_required_answer",
     "stream_required_message",
     "to_json_value",

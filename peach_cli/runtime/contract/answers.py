@@ -31,20 +31,13 @@ def error_envelope(code: str, message: str) -> dict[str, Any]:
 
 @dataclass
 class Answer:
-    """What the gateway sends back for a non-streaming call."""
+    """What the gateway sends back for a non-streaming call (``flow.answer_reply`` writes
+    it out: the envelope and the component and replica headers)."""
 
     status: int
     body: dict[str, Any]
     component: str | None = None
     replica: str | None = None
-
-    def headers(self) -> dict[str, str]:
-        headers: dict[str, str] = {}
-        if self.component:
-            headers[COMPONENT_HEADER] = self.component
-        if self.replica:
-            headers[REPLICA_HEADER] = self.replica
-        return headers
 
     def body_bytes(self) -> bytes:
         return json.dumps(self.body, ensure_ascii=False, allow_nan=False).encode()

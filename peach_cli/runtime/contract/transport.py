@@ -1,4 +1,4 @@
-"""Transport policy both hosts share: reading the body, the dispatch, stream headers.
+"""Transport policy both hosts share: reading the body, the dispatch, the 503 message.
 
 ``peach dev``'s gateway and the Ray gateway differ only in how bytes reach a replica; what
 a client can see of the transport is decided here once:
@@ -6,7 +6,6 @@ a client can see of the transport is decided here once:
 * ``read_body``: the request body, refused with ``payload_too_large`` as soon as the
   declared length or the bytes received pass the limit (a huge body is never held whole);
 * ``dispatch``: whether a request is a stream, a ``stream_required`` error or a plain call;
-* ``stream_headers``: the headers of a streamed response (no caching, no proxy buffering);
 * ``unavailable_message``: what a 503 says when a component has no healthy replica.
 """
 
@@ -15,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Literal
 
-from peach_cli.runtime.contract.answers import COMPONENT_HEADER, REPLICA_HEADER
 from peach_cli.runtime.contract.errors import ContractError
 
 STREAMING_KINDS = frozenset({"generator", "async_generator"})
@@ -39,19 +37,6 @@ def dispatch(method_kind: str | None, wants_stream: bool) -> Dispatch:
     if method_kind in STREAMING_KINDS:
         return "stream" if wants_stream else "stream_required"
     return "call"
-
-
-def stream_headers(media_type: str, component: str, replica: str | None) -> dict[str, str]:
-    """The headers of a streamed response: its media type, no caching, no proxy buffering."""
-    headers = {
-        "content-type": media_type,
-        "cache-control": "no-cache",
-        "x-accel-buffering": "no",
-        COMPONENT_HEADER: component,
-    }
-    if replica:
-        headers[REPLICA_HEADER] = replica
-    return headers
 
 
 def unavailable_message(where: str, reason: str) -> str:
