@@ -13,15 +13,16 @@ from __future__ import annotations
 import os
 import re
 import signal
-import threading
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from conftest import DevProcess, drain_stream
+from hammer_support import Hammer
 from projectkit import write_project
 from reload_support import append_file, copy_project, edit_cell, edit_file
 from waiting import poll as poll_until
@@ -77,54 +78,22 @@ def served(tmp_path: Path, peach_dev: Callable[..., DevProcess]) -> Iterator[Ser
         yield Served(dev, project, client)
 
 
-@dataclass
-class Hammer:
-    """A thread requesting one endpoint in a loop; every failure is recorded."""
-
-    url: str
-    expected: Callable[[Any], bool]
-    requests: int = 0
-    failures: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        with httpx.Client(timeout=10) as client:
-            while not self.stop.is_set():
-                try:
-                    response = client.get(self.url)
-                    ok = response.status_code == 200 and self.expected(response.json()["result"])
-                    if not ok:
-                        self.failures.append(f"{response.status_code} {response.text[:200]}")
-                except (httpx.HTTPError, ValueError, KeyError) as error:
-                    self.failures.append(repr(error))
-                self.requests += 1
-
-
 @pytest.fixture
 def hammer(served: Served) -> Iterator[Callable[..., Hammer]]:
-    running: list[tuple[Hammer, threading.Thread]] = []
+    """``hammer(path, expected)`` starts a ``Hammer`` on ``path`` whose answers'
+    ``result`` must pass ``expected``; each is stopped after the test."""
+    running: list[Hammer] = []
 
     def start(path: str, expected: Callable[[Any], bool]) -> Hammer:
-        loop = Hammer(served.dev.url + path, expected)
-        thread = threading.Thread(target=loop.run, daemon=True)
-        thread.start()
-        running.append((loop, thread))
-        poll(lambda: loop.requests > 0, "the first hammer request")
+        loop = Hammer(served.dev.url, {path: lambda r: expected(r.json()["result"])}, 10)
+        running.append(loop.start())
         return loop
 
     try:
         yield start
     finally:
-        for loop, thread in running:
-            loop.stop.set()
-            thread.join(timeout=DEADLINE_S)
-
-
-def finish(loop: Hammer, served: Served) -> None:
-    """Stop the hammer and check that none of its requests failed."""
-    loop.stop.set()
-    assert loop.failures == [], f"{len(loop.failures)} failed requests: {loop.failures[:5]}"
-    assert loop.requests > 0
+        for loop in running:
+            loop.stop()
 
 
 # --- tests ------------------------------------------------------------------------------
@@ -162,6 +131,7 @@ def test_a_broken_save_keeps_the_old_version_serving_without_a_failed_request(
     served: Served, hammer: Callable[..., Hammer], broken: str, edit: Callable[[Path], None]
 ) -> None:
     loop = hammer("/hello", lambda result: result in ("v1 hello world", "v3 hello world"))
+    began = time.monotonic()
     edit(served.project)
     wait_count(served.dev, KEPT, 1)
     assert served.result("/hello") == "v1 hello world"
@@ -176,7 +146,7 @@ def test_a_broken_save_keeps_the_old_version_serving_without_a_failed_request(
     notebook.write_text((copy / "notebooks" / "Endpoints.ipynb").read_text())
     edit_cell(served.project, '"v1"', '"v3"')
     served.wait_result("/hello", "v3 hello world")
-    finish(loop, served)
+    loop.finish(began, time.monotonic())  # through the broken save and the recovery
 
 
 def test_a_stream_started_before_the_edit_finishes_on_the_old_code(
@@ -257,6 +227,7 @@ def test_an_init_that_raises_after_an_edit_leaves_the_old_version_serving(
     served: Served, hammer: Callable[..., Hammer]
 ) -> None:
     loop = hammer("/guarded", lambda result: result in ("ready", "steady"))
+    began = time.monotonic()
     edit_cell(served.project, 'return "ready"', 'raise RuntimeError("index missing")')
     served.dev.wait_for_output(r"guarded/main: the new version failed to start", DEADLINE_S)
     output = served.dev.output()
@@ -266,7 +237,7 @@ def test_an_init_that_raises_after_an_edit_leaves_the_old_version_serving(
 
     edit_cell(served.project, 'raise RuntimeError("index missing")', 'return "steady"')
     served.wait_result("/guarded", "steady")
-    finish(loop, served)
+    loop.finish(began, time.monotonic())  # through the failed init and the recovery
 
 
 def test_adding_an_endpoint_in_the_conf_serves_it(served: Served) -> None:
