@@ -25,6 +25,7 @@ from conftest import DevProcess, drain_stream
 from hammer_support import Hammer
 from projectkit import write_project
 from reload_support import append_file, copy_project, edit_cell, edit_file
+from waiting import assert_gone
 from waiting import poll as poll_until
 
 DEADLINE_S = 30.0
@@ -373,3 +374,27 @@ def test_no_replica_or_spare_process_outlives_peach_dev(served: Served, how: str
         os.kill(pid, signal.SIGKILL)
         served.dev.process.wait(timeout=DEADLINE_S)
     poll(lambda: not any(alive(p) for p in everything), "every child process to exit")
+
+
+def test_a_save_while_an_init_never_returns_supersedes_it_and_is_served(
+    served: Served, hammer: Callable[..., Hammer], tmp_path: Path
+) -> None:
+    """An edit whose init never returns, then a fixed save: the hung reload is dropped, its
+    replica stopped, the fixed version served; the old one serves until then."""
+    pid_file = tmp_path / "hung.pid"
+    hang = (
+        f"import os, pathlib, time\n\n    pathlib.Path({str(pid_file)!r}).write_text("
+        "str(os.getpid()))\n    while True:\n        time.sleep(1)"
+    )
+    loop = hammer("/guarded", lambda result: result in ("ready", "steady"))
+    began = time.monotonic()
+    edit_cell(served.project, 'return "ready"', hang)
+    hung = int(poll(lambda: pid_file.exists() and pid_file.read_text(), "the hung init"))
+    assert served.result("/guarded") == "ready"  # the old version serves meanwhile
+
+    edit_cell(served.project, hang, 'return "steady"')
+    served.dev.wait_for_output(r"saved again while reloading: dropping that reload", DEADLINE_S)
+    served.wait_result("/guarded", "steady")
+    loop.finish(began, time.monotonic())
+    assert_gone(hung)  # the replica whose init never returned is stopped
+    assert "Traceback" not in served.dev.output()
