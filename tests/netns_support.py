@@ -68,6 +68,8 @@ def other_machine() -> Iterator[Link]:
     block = (os.getpid() % 16384) * 4  # one /30 per test process
     prefix = f"10.251.{block >> 8}."
     host_address, peer_address = f"{prefix}{(block & 255) + 1}", f"{prefix}{(block & 255) + 2}"
+    _ip("link", "del", host_end)  # left by a killed run of a process with this pid
+    _ip("netns", "del", namespace)
     made = _ip("netns", "add", namespace)
     if made.returncode != 0:
         pytest.skip(f"cannot make a network namespace here: {made.stderr.strip()}")
