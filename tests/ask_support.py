@@ -28,6 +28,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from peach_cli.runtime.contract.answers import (
+    Answer,
+    error_answer,
+    not_found_answer,
+    ok_envelope,
+    stream_required_message,
+)
+from peach_cli.runtime.contract.flow import answer_reply, stream_reply
+
 PLAIN_CHUNKS = [b"alpha ", b"b\xc3", b"\xa9ta ", b"gamma\n"]  # "\xc3\xa9" (é) split in two
 JSONL_CHUNKS = [
     b'{"token": "Hel"}\n',
@@ -50,7 +59,30 @@ ROUTES = {
         {"name": "recommend", "url": "/recommend", "components": ["main", "fallback"]},
     ],
 }
-PEACH_HEADERS = {"X-Peach-Component": "main", "X-Peach-Replica": "main-0"}
+REPLICA = "main/main#1"
+"""A replica id as `peach dev` writes it: ``endpoint/component#n``
+(``test_ask_client.test_the_stand_in_answers_as_a_dev_server_does`` checks the real one)."""
+
+
+def _headers(raw: list[tuple[bytes, bytes]], *, keep_type: bool) -> dict[str, str]:
+    """The headers the contract builds for a reply (``Starlette`` adds the body's length)."""
+    skip = {b"content-length"} | (set() if keep_type else {b"content-type"})
+    return {name.decode(): value.decode() for name, value in raw if name not in skip}
+
+
+def _answer_headers(answer: Answer) -> dict[str, str]:
+    return _headers(answer_reply(answer).headers, keep_type=False)
+
+
+def _stream_headers(media_type: str) -> dict[str, str]:
+    async def nothing():  # the reply's chunks are not read: only its headers are used
+        yield b""
+
+    return _headers(stream_reply(media_type, "main", REPLICA, nothing()).headers, keep_type=True)
+
+
+PEACH_HEADERS = _answer_headers(Answer(200, {}, component="main", replica=REPLICA))
+"""The headers of a `peach dev` answer, from the contract's own code."""
 WAIT_LIMIT_S = 10.0
 DURATION = r"(?:\d+ ms|\d+\.\d\d s)"  # how the summary writes a duration
 
@@ -103,18 +135,14 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
             "body": json.loads(body) if body else None,
             "headers": {k: v for k, v in request.headers.items()},
         }
-        return JSONResponse({"result": result, "status": "ok"}, headers=PEACH_HEADERS)
+        return JSONResponse(ok_envelope(result), headers=PEACH_HEADERS)
 
     async def plain(request: Request) -> Response:
         values = await params(request)
         if not wants_stream(values):
-            return JSONResponse(
-                {"status": "error", "error": {"code": "stream_required", "message": "send stream"}},
-                status_code=400,
-            )
-        return StreamingResponse(
-            _chunks(PLAIN_CHUNKS), media_type="text/plain; charset=utf-8", headers=PEACH_HEADERS
-        )
+            return _answer(error_answer("stream_required", stream_required_message("/plain")))
+        headers = _stream_headers("text/plain; charset=utf-8")
+        return StreamingResponse(_chunks(PLAIN_CHUNKS), headers=headers)
 
     async def jsonl(request: Request) -> Response:
         media = request.query_params.get("media", "application/x-ndjson")
@@ -185,23 +213,21 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
 
     async def slow(request: Request) -> Response:
         await _wait_for(state.gate)
-        return JSONResponse({"result": "late", "status": "ok"})
+        return JSONResponse(ok_envelope("late"))
 
     async def ok(request: Request) -> Response:
         return JSONResponse(
-            {"result": {"items": [1, 2, 3], "name": "héllo"}, "status": "ok"}, headers=PEACH_HEADERS
+            ok_envelope({"items": [1, 2, 3], "name": "héllo"}), headers=PEACH_HEADERS
         )
 
     async def error(request: Request) -> Response:
-        return JSONResponse(
-            {"status": "error", "error": {"code": "method_error", "message": "ValueError: boom"}},
-            status_code=500,
-            headers=PEACH_HEADERS,
+        return _answer(
+            error_answer("method_error", "ValueError: boom", component="main", replica=REPLICA)
         )
 
     async def prose(request: Request) -> Response:
         text = "# Heading\n\nSome **bold** words.\n"
-        return JSONResponse({"result": text, "status": "ok"}, headers=PEACH_HEADERS)
+        return JSONResponse(ok_envelope(text), headers=PEACH_HEADERS)
 
     async def redirect(request: Request) -> Response:
         return Response(status_code=307, headers={"Location": "/ok"})
@@ -221,10 +247,8 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
     async def not_found(request: Request, exc: Exception) -> Response:
         if not peach:
             return PlainTextResponse("Not Found", status_code=404)
-        return JSONResponse(
-            {"status": "error", "error": {"code": "not_found", "message": "no endpoint"}},
-            status_code=404,
-        )
+        urls = [endpoint["url"] for endpoint in ROUTES["endpoints"]]
+        return _answer(not_found_answer(request.url.path, urls))
 
     table = [
         Route("/echo", echo, methods=["GET", "POST"]),
@@ -249,6 +273,11 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
     if peach:
         table.append(Route("/_peach/routes", routes))
     return Starlette(routes=table, exception_handlers={404: not_found})
+
+
+def _answer(answer: Answer) -> Response:
+    """A contract ``Answer`` as `peach dev` sends it: its status, envelope and headers."""
+    return JSONResponse(answer.body, status_code=answer.status, headers=_answer_headers(answer))
 
 
 def free_port() -> int:

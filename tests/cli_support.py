@@ -4,7 +4,8 @@
     result = run_peach("doctor", cwd=tmp_path, env={"RAY_AUTH_TOKEN": "t"}, timeout=90)
 
 The cluster address and token a developer's shell may export never leak in: a test that
-wants them passes them in ``env``.
+wants them passes them in ``env``. ``HOME`` and the XDG dirs are the session's temporary
+ones (``conftest.isolated_home``), so ``~/.ray/auth_token`` on the machine is never read.
 """
 
 from __future__ import annotations

@@ -166,6 +166,22 @@ def start_peach_dev(
 
 
 @pytest.fixture(scope="session", autouse=True)
+def isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A temporary, empty ``HOME`` (and XDG cache, config and data dirs) for the whole
+    session: every `peach` a test starts inherits it, so nothing of the developer's machine
+    (``~/.ray/auth_token``, a config, a cache) reaches a test. A test about them sets its
+    own. ``PEACH_ENV_CACHE`` (``env_cache``) still names the session's env cache."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        xdg = {"CACHE": ".cache", "CONFIG": ".config", "DATA": ".local/share"}
+        for name, folder in xdg.items():
+            (home / folder).mkdir(parents=True)
+            patch.setenv(f"XDG_{name}_HOME", str(home / folder))
+        yield home
+
+
+@pytest.fixture(scope="session", autouse=True)
 def env_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """``PEACH_ENV_CACHE`` for the whole session: one env and uv cache shared by every test
     (and every `peach` they start), never the user's own cache."""

@@ -16,6 +16,7 @@ from ask_support import (
     DURATION,
     JSONL_CHUNKS,
     PLAIN_CHUNKS,
+    REPLICA,
     SSE_CHUNKS,
     Child,
     ServerState,
@@ -27,6 +28,7 @@ from ask_support import (
 )
 
 from peach_cli.client.send import EXIT_CODES
+from peach_cli.runtime.contract.answers import stream_required_message
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +92,7 @@ def test_terminal_answer_is_pretty_with_a_status_line(server):
     assert '{\n  "items": [\n    1,' in text
     status = one_line(result.stderr)
     assert status.startswith("200 OK · ") and " ms" in status
-    assert "component main" in status and "replica main-0" in status
+    assert "component main" in status and f"replica {REPLICA}" in status
 
 
 def test_request_items_json_headers_and_get(server, tmp_path):
@@ -459,17 +461,26 @@ def test_an_answer_that_is_not_http_exits_9():
     assert f"127.0.0.1:{port} did not answer in HTTP" in one_line(result.stderr)
 
 
-def test_not_found_on_a_dev_server_lists_endpoints_and_guesses(server):
-    url, _ = server
-    result = ask(f"{url}/assistan", "q=hi")
-    assert result.code == 8
+def test_not_found_on_a_dev_server_lists_endpoints_and_guesses(dev_server):
+    """Against a real `peach dev` (tests/projects/semantics): its 404 and its route list."""
+    from conftest import SEMANTICS
+
+    from peach_cli.checks.validate import build_plan
+
+    plan, _ = build_plan(SEMANTICS)
+    assert plan is not None
+    listed = ", ".join(
+        f"{e.url} ({e.name})" for e in sorted(plan.endpoints.values(), key=lambda e: e.url)
+    )
+    result = ask(f"{dev_server.url}/greeet", "q=hi")
+    assert result.code == 8, result.stderr
     assert result.stderr.splitlines() == [
-        "error: 404: no endpoint at /assistan; did you mean /assistant?",
-        "hint: endpoints: /assistant (assistant), /recommend (recommend)",
+        "error: 404: no endpoint at /greeet; did you mean /greet?",
+        f"hint: endpoints: {listed}",
     ]
-    result = ask(f"{url}/zzz", "--stream")
+    result = ask(f"{dev_server.url}/qqqqqqqqqqqq", "--stream")
     assert result.code == 8 and "did you mean" not in result.stderr
-    assert "/recommend (recommend)" in result.stderr
+    assert f"hint: endpoints: {listed}" in result.stderr
 
 
 def test_not_found_elsewhere_exits_8_without_a_listing(foreign_server):
@@ -514,7 +525,7 @@ def test_stream_required_error_is_shown_with_what_to_do(server):
     result = ask(f"{url}/plain")  # a generator endpoint asked without --stream
     assert result.code == 1
     assert result.stderr.splitlines() == [
-        "error: stream_required: send stream",
+        f"error: stream_required: {stream_required_message('/plain')}",
         "hint: add --stream to ask for the stream",
     ]
 

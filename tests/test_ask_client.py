@@ -290,8 +290,43 @@ def test_stream_errors_are_translated(server):
     state.gate.set()
 
 
-def test_routes_of_a_dev_server(server):
-    url, _ = server
+def test_routes_of_a_dev_server(dev_server):
+    """Against a real `peach dev` (tests/projects/semantics): every endpoint of its plan."""
+    from conftest import SEMANTICS
+
+    from peach_cli.checks.validate import build_plan
+
+    plan, _ = build_plan(SEMANTICS)
+    assert plan is not None
     with Client() as client:
-        routes = client.fetch_routes(f"{url}/missing")
-    assert [route["url"] for route in routes] == ["/assistant", "/recommend"]
+        routes = client.fetch_routes(f"{dev_server.url}/missing")
+    assert [route["url"] for route in routes] == sorted(e.url for e in plan.endpoints.values())
+    assert {route["name"] for route in routes} == set(plan.endpoints)
+
+
+def test_the_stand_in_answers_as_a_dev_server_does(server, dev_server):
+    """The stand-in's answers (built from the contract's code) have the real `peach dev`'s
+    headers, replica id shape and envelopes: it cannot drift from what peach ask meets."""
+    import re
+
+    from ask_support import PEACH_HEADERS, REPLICA
+
+    real = httpx.get(f"{dev_server.url}/loud", timeout=10)
+    assert real.status_code == 200, real.text
+    fake = httpx.get(f"{server[0]}/ok", timeout=10)
+    peach_headers = {name.lower() for name in PEACH_HEADERS}
+    assert peach_headers <= set(real.headers) and peach_headers <= set(fake.headers)
+    assert real.headers["x-peach-component"] == fake.headers["x-peach-component"] == "main"
+    assert re.fullmatch(r"loud/main#\d+", real.headers["x-peach-replica"]), real.headers
+    assert re.fullmatch(r"main/main#\d+", REPLICA)
+    assert fake.headers["x-peach-replica"] == REPLICA
+    assert set(real.json()) == set(fake.json()) == {"status", "result"}
+
+    real, fake = (
+        httpx.get(f"{url}/no-such-thing", timeout=10) for url in (dev_server.url, server[0])
+    )
+    assert real.status_code == fake.status_code == 404
+    assert real.json()["error"]["code"] == fake.json()["error"]["code"] == "not_found"
+    assert re.sub(r"\(endpoints: .*\)", "", real.json()["error"]["message"]) == re.sub(
+        r"\(endpoints: .*\)", "", fake.json()["error"]["message"]
+    )

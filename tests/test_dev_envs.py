@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
+import time
 from pathlib import Path
 
 import httpx
 import pytest
+from hammer_support import Hammer
 from projectkit import write_project
 
 pytestmark = pytest.mark.timeout(240)
@@ -154,29 +155,14 @@ def test_a_dependency_edit_reloads_only_that_envs_components(peach_dev, tmp_path
     assert ok(httpx.get(f"{dev.url}/extra", timeout=10))["six"] is False
     dev.wait_for_output(r"watching .* for changes")
 
-    failures: list[str] = []
-    calls = [0]
-    stop = threading.Event()
-
-    def hammer() -> None:
-        with httpx.Client(base_url=dev.url, timeout=20) as client:
-            while not stop.is_set():
-                for url in ("/base", "/extra"):
-                    response = client.get(url)
-                    calls[0] += 1
-                    if response.status_code != 200:
-                        failures.append(f"{url}: {response.status_code} {response.text}")
-
-    thread = threading.Thread(target=hammer)
-    thread.start()
-    try:
-        conf = root / "peach.yaml"
-        conf.write_text(conf.read_text().replace("[websocket-client]", "[websocket-client, six]"))
+    served = {path: lambda r: "tomli_w" in r.json()["result"] for path in ("/base", "/extra")}
+    hammer = Hammer(dev.url, served).start()
+    began = time.monotonic()
+    conf = root / "peach.yaml"
+    conf.write_text(conf.read_text().replace("[websocket-client]", "[websocket-client, six]"))
+    with hammer.stopped_on_error():
         dev.wait_for_output(r"restarted extra_info/main \(py_env changed\)", timeout_s=180)
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert failures == [] and calls[0] > 0
+    hammer.finish(began, time.monotonic())
     assert ok(httpx.get(f"{dev.url}/extra", timeout=10))["six"] is True
     after = httpx.get(f"{dev.url}/_peach/health", timeout=10).json()
     now = {c["component"]: [r["pid"] for r in c["replicas"]] for c in after["components"]}

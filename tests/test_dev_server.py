@@ -339,6 +339,7 @@ def test_ctrl_c_closes_streams_and_stops_every_replica(peach_dev, small_project,
     dev = peach_dev(small_project)
     dev.wait_ready()
     pids = list(dev.worker_pids)
+    assert pids, "no replica processes to check"
     assert len(pids) == 4 and all(alive(pid) for pid in pids)
     marker = tmp_path / "marker"
     with httpx.Client(base_url=dev.url, timeout=20) as client:
@@ -372,6 +373,7 @@ def test_sigterm_to_the_process_group_stops_as_cleanly_as_ctrl_c(peach_dev, tmp_
     dev = peach_dev(project)  # the leader of its own process group
     dev.wait_ready()
     pids = list(dev.worker_pids)
+    assert pids, "no replica processes to check"
     marker = tmp_path / "marker"
     with httpx.Client(base_url=dev.url, timeout=20) as client:
         with client.stream(
@@ -393,6 +395,7 @@ def test_replicas_exit_when_peach_dev_is_killed(peach_dev, small_project):
     dev = peach_dev(small_project)
     dev.wait_ready()
     pids = list(dev.worker_pids)
+    assert pids, "no replica processes to check"
     os.kill(dev.process.pid, signal.SIGKILL)
     dev.process.wait(timeout=10)
     wait_until(lambda: not any(alive(pid) for pid in pids), what="orphaned replicas to exit")

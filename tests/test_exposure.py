@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from cli_support import run_peach
 from conftest import PROJECTS, DevProcess
+from netns_support import other_machine
 
 from peach_cli.addresses import is_loopback
 
@@ -60,28 +61,13 @@ def listening_addresses(pid: int) -> set[str]:
     return found
 
 
-def other_address() -> str | None:
-    """An address of this machine that is not loopback, if it has one."""
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        probe.connect(("192.0.2.123", 9))  # no packet is sent for a UDP connect
-        address = probe.getsockname()[0]
-    except OSError:
-        return None
-    finally:
-        probe.close()
-    return None if is_loopback(address) else address
-
-
 def test_peach_dev_listens_on_loopback_only_by_default(peach_dev):
     dev: DevProcess = peach_dev(PROJECTS / "broken")  # no --host: the default
     port = int(dev.url.rsplit(":", 1)[1])
     assert dev.url == f"http://127.0.0.1:{port}"
     assert listening_addresses(dev.process.pid) == {f"127.0.0.1:{port}"}
-    elsewhere = other_address()
-    if elsewhere is not None:  # not reachable from the network side of this machine
-        with pytest.raises(OSError):
-            socket.create_connection((elsewhere, port), timeout=2).close()
+    with other_machine() as link:  # another machine cannot reach it
+        assert link.connect(port) == "ConnectionRefusedError"
     assert "warning: bound to" not in dev.output()
 
 
@@ -237,18 +223,21 @@ def test_a_password_in_the_address_is_never_printed(dashboard):
 
 
 def test_plain_http_to_a_host_that_is_not_loopback_is_warned_about():
-    elsewhere = other_address()
-    if elsewhere is None:
-        pytest.skip("this machine has no address but loopback")
-    server = Dashboard(elsewhere)
-    server.routes[("GET", "/api/version")] = (200, json.dumps({"ray_version": "2.40.0"}))
-    server.routes[("GET", "/api/serve/applications/")] = (200, json.dumps({"applications": {}}))
-    try:
-        result = peach("status", "--address", server.url)
-        assert "over plain HTTP" in result.stderr, result.stderr
-        assert_secret_never_shown(result)
-    finally:
-        server.close()
+    with other_machine() as link:
+        server = Dashboard(link.host_address)
+        server.routes[("GET", "/api/version")] = (200, json.dumps({"ray_version": "2.40.0"}))
+        server.routes[("GET", "/api/serve/applications/")] = (
+            200,
+            json.dumps({"applications": {}}),
+        )
+        try:
+            result = peach("status", "--address", server.url)
+        finally:
+            server.close()
+    assert result.returncode == 0, result.stderr
+    assert "over plain HTTP" in result.stderr, result.stderr
+    assert server.requests, "peach never asked the dashboard"
+    assert_secret_never_shown(result)
 
 
 def test_plain_http_on_loopback_is_not_warned_about(dashboard):
@@ -257,5 +246,6 @@ def test_plain_http_on_loopback_is_not_warned_about(dashboard):
         json.dumps({"applications": {}}),
     )
     result = peach("status", "--address", dashboard.url)
+    assert result.returncode == 0, result.stderr
     assert "plain HTTP" not in result.stderr
     assert_secret_never_shown(result)

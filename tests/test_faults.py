@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import PROJECTS, REPO, URL_LINE, DevProcess, drain_stream, start_peach_dev
-from waiting import wait_until
+from waiting import poll, wait_until
 
 FAULTS = PROJECTS / "faults"
 SERVING = FAULTS / "serving"
@@ -108,6 +108,7 @@ def children_of(pid: int) -> list[int]:
 def stop_cleanly(dev: DevProcess) -> None:
     """Ctrl-C after the faults: exit 0 in time, and no replica process left behind."""
     replicas = children_of(dev.process.pid)
+    assert replicas, "peach dev has no replica processes to check"
     os.kill(dev.process.pid, signal.SIGINT)
     try:
         code = dev.process.wait(timeout=15)
@@ -236,11 +237,14 @@ def test_a_method_that_never_returns_times_out_and_its_replica_keeps_serving(fau
     assert httpx.get(f"{faults.url}{url}", timeout=10).json()["result"]["mode"] == "ok"
 
 
-def test_a_replica_whose_threads_all_hang_still_serves_or_is_reported(peach_dev):
+def test_a_replica_whose_threads_are_all_held_restarts_and_says_why(peach_dev):
+    """README: once all 64 threads of a replica are held by calls that never return, the
+    replica restarts and says why."""
     from peach_cli.runtime.contract import ComponentRunner
 
     dev = peach_dev(SERVING)
     dev.wait_ready()
+    before = replica(dev, "hang/main")["pid"]
     hung = [
         Background("GET", f"{dev.url}/hang", params={"mode": "forever"})
         for _ in range(ComponentRunner.max_threads + 2)
@@ -250,12 +254,19 @@ def test_a_replica_whose_threads_all_hang_still_serves_or_is_reported(peach_dev)
         assert answer.status_code == 504 or (
             answer.status_code == 500 and "peach dev is restarting it" in answer.text
         ), answer.text
-    response = httpx.get(f"{dev.url}/hang", timeout=10)
-    stuck = replica(dev, "hang/main")
-    assert response.status_code == 200 or stuck["state"] != "healthy" or stuck["error"], (
-        response.text,
-        stuck,
+    dev.wait_for_output(
+        rf"all {ComponentRunner.max_threads} threads of this replica are stuck in \w+\(\) "
+        r"calls that never returned; the replica restarts"
     )
+
+    def restarted() -> dict | None:
+        now = replica(dev, "hang/main")
+        return now if now["pid"] not in (None, before) and now["state"] == "healthy" else None
+
+    poll(restarted, "a new, healthy hang/main replica", 60)
+    assert not alive(before)
+    response = httpx.get(f"{dev.url}/hang", timeout=10)
+    assert response.status_code == 200, response.text
 
 
 # -- an init that never returns -------------------------------------------------------------
@@ -280,6 +291,7 @@ def test_an_init_that_hangs_is_reported_and_ctrl_c_still_exits_without_orphans(p
         assert "init has not returned" in (stuck["error"] or "")
         assert client.get("/ok").json()["result"] == "pong"
     pids = [r["pid"] for c in health(dev)["components"] for r in c["replicas"]]
+    assert len(pids) == 2 and all(pids), pids  # stuck/main's (starting) and ok/main's
     os.killpg(dev.process.pid, signal.SIGINT)  # Ctrl-C in the terminal
     assert dev.process.wait(timeout=15) == 0
     wait_until(lambda: not any(alive(pid) for pid in pids), 10, "the replicas to exit")

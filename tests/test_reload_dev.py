@@ -13,17 +13,19 @@ from __future__ import annotations
 import os
 import re
 import signal
-import threading
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from conftest import DevProcess, drain_stream
+from hammer_support import Hammer
 from projectkit import write_project
 from reload_support import append_file, copy_project, edit_cell, edit_file
+from waiting import assert_gone
 from waiting import poll as poll_until
 
 DEADLINE_S = 30.0
@@ -77,54 +79,22 @@ def served(tmp_path: Path, peach_dev: Callable[..., DevProcess]) -> Iterator[Ser
         yield Served(dev, project, client)
 
 
-@dataclass
-class Hammer:
-    """A thread requesting one endpoint in a loop; every failure is recorded."""
-
-    url: str
-    expected: Callable[[Any], bool]
-    requests: int = 0
-    failures: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        with httpx.Client(timeout=10) as client:
-            while not self.stop.is_set():
-                try:
-                    response = client.get(self.url)
-                    ok = response.status_code == 200 and self.expected(response.json()["result"])
-                    if not ok:
-                        self.failures.append(f"{response.status_code} {response.text[:200]}")
-                except (httpx.HTTPError, ValueError, KeyError) as error:
-                    self.failures.append(repr(error))
-                self.requests += 1
-
-
 @pytest.fixture
 def hammer(served: Served) -> Iterator[Callable[..., Hammer]]:
-    running: list[tuple[Hammer, threading.Thread]] = []
+    """``hammer(path, expected)`` starts a ``Hammer`` on ``path`` whose answers'
+    ``result`` must pass ``expected``; each is stopped after the test."""
+    running: list[Hammer] = []
 
     def start(path: str, expected: Callable[[Any], bool]) -> Hammer:
-        loop = Hammer(served.dev.url + path, expected)
-        thread = threading.Thread(target=loop.run, daemon=True)
-        thread.start()
-        running.append((loop, thread))
-        poll(lambda: loop.requests > 0, "the first hammer request")
+        loop = Hammer(served.dev.url, {path: lambda r: expected(r.json()["result"])}, 10)
+        running.append(loop.start())
         return loop
 
     try:
         yield start
     finally:
-        for loop, thread in running:
-            loop.stop.set()
-            thread.join(timeout=DEADLINE_S)
-
-
-def finish(loop: Hammer, served: Served) -> None:
-    """Stop the hammer and check that none of its requests failed."""
-    loop.stop.set()
-    assert loop.failures == [], f"{len(loop.failures)} failed requests: {loop.failures[:5]}"
-    assert loop.requests > 0
+        for loop in running:
+            loop.stop()
 
 
 # --- tests ------------------------------------------------------------------------------
@@ -162,6 +132,7 @@ def test_a_broken_save_keeps_the_old_version_serving_without_a_failed_request(
     served: Served, hammer: Callable[..., Hammer], broken: str, edit: Callable[[Path], None]
 ) -> None:
     loop = hammer("/hello", lambda result: result in ("v1 hello world", "v3 hello world"))
+    began = time.monotonic()
     edit(served.project)
     wait_count(served.dev, KEPT, 1)
     assert served.result("/hello") == "v1 hello world"
@@ -176,7 +147,7 @@ def test_a_broken_save_keeps_the_old_version_serving_without_a_failed_request(
     notebook.write_text((copy / "notebooks" / "Endpoints.ipynb").read_text())
     edit_cell(served.project, '"v1"', '"v3"')
     served.wait_result("/hello", "v3 hello world")
-    finish(loop, served)
+    loop.finish(began, time.monotonic())  # through the broken save and the recovery
 
 
 def test_a_stream_started_before_the_edit_finishes_on_the_old_code(
@@ -257,6 +228,7 @@ def test_an_init_that_raises_after_an_edit_leaves_the_old_version_serving(
     served: Served, hammer: Callable[..., Hammer]
 ) -> None:
     loop = hammer("/guarded", lambda result: result in ("ready", "steady"))
+    began = time.monotonic()
     edit_cell(served.project, 'return "ready"', 'raise RuntimeError("index missing")')
     served.dev.wait_for_output(r"guarded/main: the new version failed to start", DEADLINE_S)
     output = served.dev.output()
@@ -266,7 +238,7 @@ def test_an_init_that_raises_after_an_edit_leaves_the_old_version_serving(
 
     edit_cell(served.project, 'raise RuntimeError("index missing")', 'return "steady"')
     served.wait_result("/guarded", "steady")
-    finish(loop, served)
+    loop.finish(began, time.monotonic())  # through the failed init and the recovery
 
 
 def test_adding_an_endpoint_in_the_conf_serves_it(served: Served) -> None:
@@ -402,3 +374,27 @@ def test_no_replica_or_spare_process_outlives_peach_dev(served: Served, how: str
         os.kill(pid, signal.SIGKILL)
         served.dev.process.wait(timeout=DEADLINE_S)
     poll(lambda: not any(alive(p) for p in everything), "every child process to exit")
+
+
+def test_a_save_while_an_init_never_returns_supersedes_it_and_is_served(
+    served: Served, hammer: Callable[..., Hammer], tmp_path: Path
+) -> None:
+    """An edit whose init never returns, then a fixed save: the hung reload is dropped, its
+    replica stopped, the fixed version served; the old one serves until then."""
+    pid_file = tmp_path / "hung.pid"
+    hang = (
+        f"import os, pathlib, time\n\n    pathlib.Path({str(pid_file)!r}).write_text("
+        "str(os.getpid()))\n    while True:\n        time.sleep(1)"
+    )
+    loop = hammer("/guarded", lambda result: result in ("ready", "steady"))
+    began = time.monotonic()
+    edit_cell(served.project, 'return "ready"', hang)
+    hung = int(poll(lambda: pid_file.exists() and pid_file.read_text(), "the hung init"))
+    assert served.result("/guarded") == "ready"  # the old version serves meanwhile
+
+    edit_cell(served.project, hang, 'return "steady"')
+    served.dev.wait_for_output(r"saved again while reloading: dropping that reload", DEADLINE_S)
+    served.wait_result("/guarded", "steady")
+    loop.finish(began, time.monotonic())
+    assert_gone(hung)  # the replica whose init never returned is stopped
+    assert "Traceback" not in served.dev.output()

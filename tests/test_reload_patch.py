@@ -9,9 +9,9 @@ file, so an edit served long before that delay did not wait for an init.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
-import socket
 import subprocess
 import sys
 import termios
@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import REPO, URL_LINE, DevProcess, with_group_killed
+from netns_support import other_machine
 from reload_support import copy_project, edit_cell
 from waiting import poll as poll_until
 
@@ -277,30 +278,25 @@ def test_reinit_whose_init_raises_keeps_the_old_state(serve: Callable[..., Serve
     served.dev.wait_for_output(r"model/main: the new init failed: .*ValueError")
 
 
-def _outside_address() -> str | None:
-    """An address of this machine that is not loopback, if it has one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: nothing is sent
-        except OSError:
-            return None
-        address = str(probe.getsockname()[0])
-    return None if address.startswith("127.") or address == "0.0.0.0" else address
-
-
 def test_reinit_refuses_clients_that_are_not_on_loopback(
     tmp_path: Path, peach_dev: Callable[..., DevProcess]
 ) -> None:
-    address = _outside_address()
-    if address is None:
-        pytest.skip("this machine has no address but loopback")
     project = copy_project("reload_patch", tmp_path)
-    dev = peach_dev(project, "--host", "0.0.0.0")
-    dev.wait_ready()
-    port = dev.url.rsplit(":", 1)[1]
-    response = httpx.post(f"http://{address}:{port}/_peach/reinit/model", timeout=10)
-    assert response.status_code == 403
-    assert response.json()["error"]["message"] == "/_peach/reinit is for loopback clients"
+    with other_machine() as link:
+        dev = peach_dev(project, "--host", link.host_address)
+        dev.wait_ready()
+        url = f"{dev.url}/_peach/reinit/model"
+        code = (
+            "import httpx, json\n"
+            f"response = httpx.post({url!r}, timeout=20)\n"
+            "print(json.dumps([response.status_code, response.json()]))\n"
+        )
+        done = link.python(code)
+    assert done.returncode == 0, done.stderr
+    status, body = json.loads(done.stdout)
+    assert status == 403, body
+    assert body["error"]["message"] == "/_peach/reinit is for loopback clients"
+    assert "re-ran init" not in dev.output()
 
 
 def _take_terminal() -> None:

@@ -252,18 +252,25 @@ def test_a_new_plan_changes_which_notebooks_count(project: Path, batches: Batche
 
 
 def test_the_watcher_stops_promptly_on_its_stop_event(project: Path) -> None:
+    """Set while the watcher runs (it has reported a save), the stop event ends it."""
     stop = threading.Event()
+    reported = threading.Event()
     done = threading.Event()
 
     def run() -> None:
         for _ in watch_project(ProjectFilter(project), stop_event=stop):
-            pass
+            reported.set()
         done.set()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
+    deadline = time.monotonic() + DEADLINE_S
+    while not reported.wait(0.1):  # the watcher starts in a thread: write until it reports
+        assert time.monotonic() < deadline, "the watcher reported no save"
+        (project / "helpers.py").write_text(f"X = {time.monotonic()}\n")
+    assert not done.is_set()
     stop.set()
-    assert done.wait(DEADLINE_S)
+    assert done.wait(DEADLINE_S), "the watcher did not stop on its stop event"
     thread.join(timeout=DEADLINE_S)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -110,16 +111,25 @@ def test_a_task_past_its_timeout_is_killed_with_its_children(project: Path) -> N
     result = peach("task", "run", "hang", str(project))
     assert result.returncode == 1
     assert time.monotonic() - began < 30
-    assert "hang | started child" in result.stdout
     assert "timed out after 2 s (timeout_s): killed its process tree (2 processes)" in (
         result.stderr
     )
-    assert_gone(int((project / "child.pid").read_text()))
+    first = started_child(result)
+    assert_gone(first)
 
     result = peach("task", "run", "hang", str(project), "--timeout-s", "1")
     assert result.returncode == 1
     assert "timed out after 1 s" in result.stderr
-    assert_gone(int((project / "child.pid").read_text()))
+    second = started_child(result)  # this run's child, not the file the first one left
+    assert second != first
+    assert_gone(second)
+
+
+def started_child(result: subprocess.CompletedProcess[str]) -> int:
+    """The pid of the child the ``hang`` task says it started in this run."""
+    match = re.search(r"^hang \| started child (\d+)$", result.stdout, re.M)
+    assert match, result.stdout
+    return int(match.group(1))
 
 
 def test_an_unknown_task_is_a_usage_error_with_did_you_mean(project: Path) -> None:

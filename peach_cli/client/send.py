@@ -445,9 +445,11 @@ def _closest_url(path: str, urls: list[str]) -> list[str]:
 
     >>> _closest_url("/zzacc/tlak", ["/talk", "/drift"])
     ['/talk']
+    >>> _closest_url("/qqqqqqqq", ["/ab", "/talk"])
+    []
     """
     parts = [p for p in path.split("/") if p]
-    for depth in range(len(parts) + 1):
+    for depth in range(len(parts)):  # never the bare "/": it is close to any short url
         tail = "/" + "/".join(parts[depth:])
         close = difflib.get_close_matches(tail, urls, n=1, cutoff=0.5)
         if close:
