@@ -39,6 +39,21 @@ def children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
+def new_children(before: set[int]) -> set[int]:
+    """This process's descendants that are not (nor descend from) one of ``before``: in a
+    whole-suite run, other tests' servers and Ray nodes are children of pytest too."""
+    me = psutil.Process()
+    found = set()
+    for child in me.children(recursive=True):
+        try:
+            lineage = {child.pid} | {parent.pid for parent in child.parents()}
+        except psutil.NoSuchProcess:
+            continue
+        if not lineage & before:
+            found.add(child.pid)
+    return found
+
+
 async def until(check, what: str, timeout_s: float = 60.0) -> None:
     """Poll ``check`` in the event loop until it is true (fails after ``timeout_s``)."""
     async with asyncio.timeout(timeout_s):
@@ -54,6 +69,7 @@ def test_a_running_task_is_stopped_before_the_replicas_and_nothing_outlives_the_
     assert plan is not None, diagnostics
     events: list[object] = []
     config = SessionConfig(plan, project=project, shared_env=True, task_timeout_s=300)
+    before = children()  # other tests' servers and clusters of this pytest process
 
     async def scenario() -> tuple[set[int], Path]:
         async with DevSession(config, on_event=events.append) as session:
@@ -68,7 +84,8 @@ def test_a_running_task_is_stopped_before_the_replicas_and_nothing_outlives_the_
                 "the hanging task's child",
             )
             await until(lambda: bool(session.spawner.spare_pids()), "a warm task worker")
-            pids = children()
+            pids = new_children(before)
+            assert pids, "the session started no process"
             socket_folder = Path(session.scheduler.socket_path).parent
             assert socket_folder.is_dir()
         return pids, socket_folder
@@ -89,7 +106,7 @@ def test_a_running_task_is_stopped_before_the_replicas_and_nothing_outlives_the_
     assert stopped_task < min(stopped_replicas)  # the task went first, while replicas served
     for pid in pids:  # replicas, the task's worker and its child, the warm spare
         assert_gone(pid)
-    assert not children()
+    assert not new_children(before)
 
 
 @pytest.mark.parametrize("stop_at", ["the first replica event", "the first replica process"])
@@ -103,6 +120,7 @@ def test_stopping_while_the_replicas_start_stops_them_and_nothing_outlives_the_s
     plan, diagnostics = build_plan(project)
     assert plan is not None, diagnostics
     seen: list[int] = []
+    before = children()  # other tests' servers and clusters of this pytest process
 
     async def scenario() -> tuple[str, list[int]]:
         stopping: list[asyncio.Task[None]] = []
@@ -129,7 +147,7 @@ def test_stopping_while_the_replicas_start_stops_them_and_nothing_outlives_the_s
     assert pids or stop_at.endswith("event")
     for pid in pids:
         assert_gone(pid)
-    assert not children()
+    assert not new_children(before)
     if address:  # the server had bound: its port is closed again
         port = int(address.rsplit(":", 1)[1])
         try:
