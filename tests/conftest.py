@@ -26,6 +26,13 @@ REPO = TESTS.parent
 URL_LINE = re.compile(r"peach dev serving on (http://\S+)")
 START_TIMEOUT_S = 60.0
 
+# A shell starts a background job (`.ci/run &`, nohup, some CI runners) with SIGINT ignored,
+# and an ignored signal stays ignored across exec: every peach the tests start would then
+# shrug off the Ctrl-C the tests send. Installing Python's own handler here gives every child
+# the default disposition back (exec resets a handled signal to SIG_DFL).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @dataclass
 class DevProcess:
