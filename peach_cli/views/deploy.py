@@ -53,6 +53,10 @@ def print_uploads(selection: Selection) -> None:
     )
     for item in selection.files:
         err.print(f"  {escape(item.path)}  [dim]{human_size(item.size)}[/]", soft_wrap=True)
+    if selection.skipped:
+        err.print(f"[bold]{len(selection.skipped)} skipped[/] (never uploaded):", soft_wrap=True)
+    for path, why in selection.skipped:
+        err.print(f"  {escape(path)}  [yellow]skipped: {escape(why)}[/]", soft_wrap=True)
 
 
 def print_config(config: dict[str, Any], output_format: str) -> None:
