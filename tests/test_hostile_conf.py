@@ -142,10 +142,22 @@ def test_deploy_skips_links_leaving_the_project_and_what_git_ignores(tmp_path):
     outside.write_text("-----BEGIN KEY----- TOPSECRET")
     os.symlink(outside, project / "id_rsa")
     os.symlink("data.csv", project / "inside.csv")  # a link inside the project is fine
+    (project / ".env").write_text("TOKEN=TOPSECRET")
+    os.symlink(".env", project / "settings.txt")  # but not to what is never uploaded
     result = run_peach("deploy", str(project), "--dry-run")
     assert result.returncode == 0, result.stderr
     listed = result.stderr
     assert "data.csv" in listed and "inside.csv" in listed
     assert "id_rsa  skipped: a link to outside the project" in listed
+    assert "settings.txt  skipped: a link to a dot-file" in listed
     assert "server.key" not in listed and "private.txt" not in listed
     assert "TOPSECRET" not in result.stdout + result.stderr
+
+
+def test_a_task_cannot_send_escape_sequences_to_the_terminal(tmp_path):
+    cells = {"nb.ipynb": ['def ask(payload=None):\n    print("got", payload["text"])\n']}
+    project = write_project(tmp_path / "p", conf([]), cells)
+    payload = json.dumps({"text": "\x1b[41mred\rover\x07"})
+    result = run_peach("task", "run", "t", str(project), "--shared-env", "--payload", payload)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["t | got \\x1b[41mred\\rover\\x07"]

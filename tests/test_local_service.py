@@ -6,13 +6,10 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
-from urllib.parse import quote
 
 import httpx
 import pytest
 from conftest import PROJECTS, DevProcess, start_peach_dev
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 FUZZ = PROJECTS / "faults" / "fuzz"
 HEAD_TIMEOUT_S = 1.0
@@ -79,18 +76,6 @@ def test_a_path_cannot_forge_a_log_line_or_reach_the_terminal_raw(server):
     assert "\x1b" not in logged
     assert not any(line.startswith("GET /echo 200 main FORGED") for line in logged.splitlines())
     assert r"GET /x\nGET /echo 200 main FORGED\x1b[41m 404" in logged
-
-
-@given(text=st.text(st.characters(max_codepoint=0x2030), min_size=1, max_size=12))
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-def test_request_data_with_control_characters_gives_one_escaped_line(server, text):
-    marker = f"m{time.monotonic_ns()}"
-    server.mark()
-    httpx.get(f"{server.url}/{marker}{quote(text, safe='')}", headers={"Origin": "http://x.test"})
-    server.wait_for_output(marker)
-    logged = [line for line in server.output_since_mark().splitlines() if marker in line]
-    assert len(logged) == 1, logged
-    assert not any(c in logged[0] for c in "\r\x1b\x00\x07\x08\x85\u2028")
 
 
 def send_and_wait(server: DevProcess, data: bytes) -> tuple[bytes, float]:

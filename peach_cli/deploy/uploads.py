@@ -144,9 +144,11 @@ def select_files(root: Path, excluded: Iterable[str] = ()) -> Selection:
             path = f"{relative}/{name}" if relative else name
             if name.startswith("."):
                 continue
-            if entry.is_symlink() and not _stays_inside(Path(entry.path), real_root):
-                skipped.append((path, "a link to outside the project"))
-                continue
+            if entry.is_symlink():
+                why = _link_problem(Path(entry.path), real_root)
+                if why is not None:
+                    skipped.append((path, why))
+                    continue
             if entry.is_dir(follow_symlinks=False):
                 child = Path(entry.path)
                 if _is_venv_or_cache(child, name) or _ignored(rules, path, True):
@@ -164,11 +166,18 @@ def select_files(root: Path, excluded: Iterable[str] = ()) -> Selection:
     return Selection(root, tuple(files), tuple(sorted(skipped)))
 
 
-def _stays_inside(path: Path, real_root: Path) -> bool:
+def _link_problem(path: Path, real_root: Path) -> str | None:
+    """Why the link at ``path`` is not uploaded: its target leaves the project, or is a
+    dot-file (``config.txt -> .env``) that would not be uploaded itself; else None."""
     try:
-        return path.resolve().is_relative_to(real_root)
+        target = path.resolve()
     except (OSError, RuntimeError):  # a loop of links
-        return False
+        return "a link that does not resolve"
+    if not target.is_relative_to(real_root):
+        return "a link to outside the project"
+    if any(part.startswith(".") for part in target.relative_to(real_root).parts):
+        return "a link to a dot-file"
+    return None
 
 
 def check_size(selection: Selection, limit: int = MAX_UPLOAD_BYTES) -> None:

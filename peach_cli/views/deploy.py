@@ -94,9 +94,10 @@ def print_log_line(line: LogLine) -> None:
     import dataclasses
     import sys
 
+    from peach_cli.printable import printable_lines
     from peach_cli.project.secrets import mask
 
-    line = dataclasses.replace(line, text=mask(line.text))
+    line = dataclasses.replace(line, text=printable_lines(mask(line.text)))  # no escape sequences
     out = console.stdout()
     if out.is_terminal:
         from rich.markup import escape

@@ -42,10 +42,11 @@ class TaskRunView:
     def _write(self, stream: Any, text: str) -> None:
         if self.closed:
             return
+        from peach_cli.printable import printable_lines
         from peach_cli.project.secrets import mask
 
-        try:
-            stream.write(mask(text) + "\n")
+        try:  # control characters escaped: no escape sequence from a task reaches the terminal
+            stream.write(printable_lines(mask(text)) + "\n")
             stream.flush()
         except (BrokenPipeError, ValueError, OSError):  # `peach task run x | head`
             self.closed = True
