@@ -21,6 +21,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from peach_cli.printable import printable, printable_lines
 from peach_cli.views.task import TasksTable, prefixed, run_line
 from peach_cli.wording import human_size
 from simulator.events import (
@@ -182,7 +183,6 @@ class DevView:
     def line(self, text: Text | str, *, now: bool = False) -> None:
         """Queue a log line (printed within ``LOG_FLUSH_S``); ``now`` prints it at once.
         A secret's value in it is shown as ``***``."""
-        from peach_cli.printable import printable_lines
         from peach_cli.project.secrets import hidden, mask
 
         plain = text if isinstance(text, str) else text.plain
@@ -362,8 +362,6 @@ class DevView:
             if event.error and event.status >= 500:
                 row.last_error = event.error
             self._dirty = True
-        from peach_cli.printable import printable
-
         method, path = printable(event.method), printable(event.path)  # the client's text
         error = printable(event.error) if event.error else None
         if not self.live_enabled:
@@ -477,7 +475,7 @@ class DevView:
                         str(row.requests),
                         format_latency(row.p50) if row.p50 is not None else "-",
                         memory,
-                        Text(row.last_error or "", style="red"),
+                        Text(printable(row.last_error or ""), style="red"),
                     )
                     first_endpoint = first_component = False
         tasks = self.tasks.render()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.printable import printable, printable_lines
 from simulator.events import EnvFailed, EnvProgress, ServerNote
 from simulator.tasks.events import RunStatus, TaskChanged, TaskOutput, TaskRunEnded, TaskState
 
@@ -42,7 +43,6 @@ class TaskRunView:
     def _write(self, stream: Any, text: str) -> None:
         if self.closed:
             return
-        from peach_cli.printable import printable_lines
         from peach_cli.project.secrets import mask
 
         try:  # control characters escaped: no escape sequence from a task reaches the terminal
@@ -133,7 +133,7 @@ class TasksTable:
                 str(row.runs_ok),
                 Text(str(row.runs_failed), style="red" if row.runs_failed else ""),
                 f"{row.last_seconds:.2f} s" if row.last_seconds is not None else "-",
-                Text(row.last_error or "", style="red"),
+                Text(printable(row.last_error or ""), style="red"),
             )
         return table
 
