@@ -128,7 +128,8 @@ def test_a_conf_file_linked_outside_the_project_is_refused_unread(tmp_path):
     assert "TOPSECRET" not in result.stdout + result.stderr
 
 
-def test_deploy_skips_links_leaving_the_project_and_what_git_ignores(tmp_path):
+@pytest.mark.parametrize("git_installed", [True, False], ids=["git", "no git on PATH"])
+def test_deploy_skips_links_leaving_the_project_and_what_git_ignores(tmp_path, git_installed):
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     repo = tmp_path / "repo"
@@ -144,14 +145,25 @@ def test_deploy_skips_links_leaving_the_project_and_what_git_ignores(tmp_path):
     os.symlink("data.csv", project / "inside.csv")  # a link inside the project is fine
     (project / ".env").write_text("TOKEN=TOPSECRET")
     os.symlink(".env", project / "settings.txt")  # but not to what is never uploaded
-    result = run_peach("deploy", str(project), "--dry-run")
+    (repo / "apps" / ".gitignore").write_text("*.log\n")
+    (project / "debug.log").write_text("log")
+    path = os.environ["PATH"] if git_installed else str(tmp_path / "empty")
+    result = run_peach("deploy", str(project), "--dry-run", env={"PATH": path})
     assert result.returncode == 0, result.stderr
     listed = result.stderr
     assert "data.csv" in listed and "inside.csv" in listed
     assert "id_rsa  skipped: a link to outside the project" in listed
     assert "settings.txt  skipped: a link to a dot-file" in listed
     assert "server.key" not in listed and "private.txt" not in listed
+    assert "debug.log" not in listed
     assert "TOPSECRET" not in result.stdout + result.stderr
+    if not git_installed:
+        return
+    from peach_cli.deploy.packaging import project_files
+
+    packaged = dict(project_files(project, ["peach.yaml"]))  # what a component's zip holds
+    assert sorted(packaged) == ["data.csv", "inside.csv"]
+    assert all(b"TOPSECRET" not in data for data in packaged.values())
 
 
 def test_a_task_cannot_send_escape_sequences_to_the_terminal(tmp_path):
