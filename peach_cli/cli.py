@@ -151,6 +151,24 @@ def dev(
         float,
         typer.Option("--task-interval", help="Seconds the tasks loop pauses between rounds."),
     ] = 60.0,
+    allow_host: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="Also answer requests whose Host is NAME (repeatable); loopback names and "
+            "the bound address always are.",
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--allow-origin",
+            metavar="ORIGIN",
+            help="Also answer browser requests from ORIGIN, like http://app.test:3000 "
+            "(repeatable); loopback origins always are.",
+        ),
+    ] = None,
 ) -> None:
     """Serve every endpoint locally with the platform's semantics, reloading on save.
 
@@ -171,6 +189,8 @@ def dev(
             offline=offline,
             tasks=tasks,
             task_interval=task_interval,
+            allow_hosts=tuple(allow_host or ()),
+            allow_origins=tuple(allow_origin or ()),
         )
     )
 

@@ -1,18 +1,33 @@
-"""uvicorn's httptools protocol with a bound on the size of a request's head.
+"""uvicorn's httptools protocol with bounds on the size of a request's head and its time.
 
 httptools buffers a header value in full before handing it over, and uvicorn sets no limit
 on it (h11 has one, at some cost in speed), so a client could make the gateway hold
 megabytes of header. This protocol counts the bytes received while a request's head is
 being read and answers ``431 Request Header Fields Too Large`` (and closes) past
 ``MAX_HEAD_BYTES``.
+
+uvicorn arms its keep-alive timeout only once a response is complete, and cancels it at the
+first byte received, so a connection that sends half a head and then nothing stays open
+for ever (SPEC §6: slow clients are cut). This protocol closes a connection whose head is
+not complete ``HEAD_TIMEOUT_S`` after its first byte came (a client that sends a byte now
+and then does not extend it), answering ``408 Request Timeout``, and one that sends nothing
+at all that long after it opened.
 """
 
 from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 MAX_HEAD_BYTES = 64 * 1024
 """Request line plus headers; browsers and proxies stay well under 16 KiB."""
+HEAD_TIMEOUT_S = 30.0
+"""How long a request's head may take to arrive in full (SPEC §6)."""
+HEAD_TIMEOUT_VARIABLE = "PEACH_HEAD_TIMEOUT_S"
+"""Overrides ``HEAD_TIMEOUT_S`` (for the tests, which cannot wait 30 s)."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -25,6 +40,45 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _reading_head = True
     _head_bytes = 0
     _refused = False
+    _head_timer: asyncio.TimerHandle | None = None
+    _in_head = False
+    head_timeout_s = HEAD_TIMEOUT_S
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        self.logger.info("Closed a connection whose request head did not arrive in time.")
+        self._refused = True
+        idle = self.cycle is None or self.cycle.response_complete
+        if self._in_head and idle:  # part of a request came: say why it ends
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            )
+        self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True  # the first byte of a request line: its head's time starts
+        self._cancel_head_timer()
+        self._arm_head_timer()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -37,6 +91,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._reading_head = False
+        self._in_head = False
+        self._cancel_head_timer()
         self._head_bytes = 0
         size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
         if size > MAX_HEAD_BYTES:
@@ -68,3 +124,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             b"connection: close\r\n\r\n" + message.encode()
         )
         self.transport.close()
+
+
+def protocol_with(head_timeout_s: float | None) -> type[BoundedHttpToolsProtocol]:
+    """The protocol class, with its head timeout changed when ``head_timeout_s`` is given
+    (else when ``PEACH_HEAD_TIMEOUT_S`` is set)."""
+    if head_timeout_s is None:
+        try:
+            head_timeout_s = float(os.environ.get(HEAD_TIMEOUT_VARIABLE, ""))
+        except ValueError:
+            return BoundedHttpToolsProtocol
+        if not head_timeout_s > 0:
+            return BoundedHttpToolsProtocol
+    return type(
+        "BoundedHttpToolsProtocol",
+        (BoundedHttpToolsProtocol,),
+        {"head_timeout_s": float(head_timeout_s)},
+    )

@@ -77,8 +77,16 @@ class DevServer:
         on_event: Callable[[Event], None] | None = None,
         environments: Environments | None = None,
         spawner: Spawner | None = None,
+        allow_hosts: Collection[str] = (),
+        allow_origins: Collection[str] = (),
+        head_timeout_s: float | None = None,
     ) -> None:
         self.plan = plan
+        self.allow_hosts = tuple(allow_hosts)
+        self.allow_origins = tuple(allow_origins)
+        self.head_timeout_s = head_timeout_s
+        """A request head incomplete for this long closes its connection (None: the
+        default of ``simulator.http_protocol``)."""
         self.host = host
         self.port = port
         self.timeout_override = timeout_s
@@ -135,14 +143,22 @@ class DevServer:
         import uvicorn
 
         from simulator.gateway import DevGateway
-        from simulator.http_protocol import BoundedHttpToolsProtocol
+        from simulator.http_protocol import protocol_with
+        from simulator.local_service import LocalService
 
         table = self._table(self.plan, self._pools)
         self.gateway = DevGateway(table, self._on_event)
         self.gateway.reinit = self.reinit
-        config = uvicorn.Config(
+        app = LocalService(
             self.gateway,
-            http=BoundedHttpToolsProtocol,
+            listen_host=self.host,
+            allow_hosts=self.allow_hosts,
+            allow_origins=self.allow_origins,
+            on_event=self._on_event,
+        )
+        config = uvicorn.Config(
+            app,
+            http=protocol_with(self.head_timeout_s),
             ws="none",
             lifespan="off",
             log_config=None,

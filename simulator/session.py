@@ -73,6 +73,12 @@ class SessionConfig:
     """Overrides every task's timeout."""
     keep_warm: bool = True
     """Keep a spare task worker of each env a task ran in."""
+    allow_hosts: tuple[str, ...] = ()
+    """Host names answered besides loopback and the bound address (``--allow-host``)."""
+    allow_origins: tuple[str, ...] = ()
+    """Web origins answered besides loopback ones (``--allow-origin``)."""
+    head_timeout_s: float | None = None
+    """Closes a connection whose request head is incomplete for this long (None: 30 s)."""
 
 
 class DevSession:
@@ -119,6 +125,9 @@ class DevSession:
                 on_event=on_event,
                 environments=self.environments,
                 spawner=self.spawner,
+                allow_hosts=config.allow_hosts,
+                allow_origins=config.allow_origins,
+                head_timeout_s=config.head_timeout_s,
             )
         self._starting: asyncio.Task[None] | None = None
         self._stopped = False

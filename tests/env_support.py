@@ -113,23 +113,48 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 @dataclass(frozen=True)
 class SlowPackage:
-    """A local package whose build never ends on its own: uv runs its build backend, which
-    writes its pid to ``started`` and sleeps. For tests that stop a build under way."""
+    """A package whose build never ends on its own: uv downloads its sdist and runs its build
+    backend, which writes its pid to ``started`` and sleeps. For tests that stop a build
+    under way. The sdist is served over HTTP on loopback (a conf may not name a local path
+    or ``file:`` url, SPEC §1) by a daemon thread that lives as long as the test process."""
 
     requirement: str
     started: Path
 
     @classmethod
     def write(cls, folder: Path) -> SlowPackage:
-        package = folder / "peach-slow-pkg"
+        import functools
+        import io
+        import tarfile
+        import threading
+        from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+        served = folder / "peach-slow-pkg-index"
         started = folder / "backend-started"
-        package.mkdir(parents=True)
-        (package / "pyproject.toml").write_text(
-            '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n\n'
-            '[project]\nname = "peach-slow-pkg"\nversion = "0.1"\n'
-        )
-        (package / "backend.py").write_text(SLOW_BACKEND.format(started=str(started)))
-        return cls(f"peach-slow-pkg @ {package.as_uri()}", started)
+        served.mkdir(parents=True)
+        files = {
+            "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+            'backend-path = ["."]\n\n[project]\nname = "peach-slow-pkg"\nversion = "0.1"\n',
+            "backend.py": SLOW_BACKEND.format(started=str(started)),
+            "PKG-INFO": "Metadata-Version: 2.1\nName: peach-slow-pkg\nVersion: 0.1\n",
+        }
+        sdist = served / "peach_slow_pkg-0.1.tar.gz"
+        with tarfile.open(sdist, "w:gz") as archive:
+            for name, text in files.items():
+                data = text.encode()
+                info = tarfile.TarInfo(f"peach_slow_pkg-0.1/{name}")
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+
+        class Quiet(SimpleHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+        handler = functools.partial(Quiet, directory=str(served))
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/{sdist.name}"
+        return cls(f"peach-slow-pkg @ {url}", started)
 
     def wait_building(self) -> int:
         """The backend's pid, once uv runs it."""

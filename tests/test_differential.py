@@ -183,7 +183,10 @@ def send(base_url: str, request: Request) -> Reply:
     """Send ``request`` byte for byte over a fresh connection; read the whole reply."""
     parts = urlsplit(base_url)
     prefix = parts.path.rstrip("/").encode()
-    head = [request.method.encode() + b" " + prefix + request.target + b" HTTP/1.1", b"Host: x"]
+    head = [
+        request.method.encode() + b" " + prefix + request.target + b" HTTP/1.1",
+        b"Host: 127.0.0.1",
+    ]
     head.append(b"Connection: close")
     if request.body is not None:
         head.append(b"Content-Type: application/json")

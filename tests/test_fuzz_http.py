@@ -203,24 +203,24 @@ def test_random_requests_never_get_an_unasked_5xx_and_the_server_lives(
 
 MALFORMED = [
     b"\x00\x01\x02garbage\r\n\r\n",
-    b"GET /echo HTTP/9.9\r\nHost: x\r\n\r\n",
+    b"GET /echo HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
     b"GET /echo\r\n\r\n",
-    b"GET /echo HTTP/1.1\r\nHost: x\r\nno-colon-here\r\n\r\n",
-    b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n",
-    b"GET /echo HTTP/1.1\r\nHost: x\r\n" + b"X-Many: 1\r\n" * 5000 + b"\r\n",
-    b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
-    b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n{}",
-    b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+    b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nno-colon-here\r\n\r\n",
+    b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n",
+    b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Many: 1\r\n" * 5000 + b"\r\n",
+    b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n",
+    b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n{}",
+    b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-    b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnope\r\n",
-    b'POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"text":',  # then hang up
-    b"GET /echo%ZZ HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"GET /echo?text=%ff%fe HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnope\r\n",
+    b'POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"text":',  # then hang up
+    b"GET /echo%ZZ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    b"GET /\xff\xfe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    b"GET /echo?text=%ff%fe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
     b"GET http://evil.example/echo HTTP/1.1\r\nHost: evil.example\r\n\r\n",
-    b"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
-    b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n",  # pipelined
-    b"GET /echo HTTP/1.1\r\nHost: x\r\n",  # the head never ends: the client gives up
+    b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",  # pipelined
+    b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n",  # the head never ends: the client gives up
 ]
 
 
@@ -229,7 +229,9 @@ def test_malformed_http_is_refused_or_answered_never_a_5xx(fuzz_server, client, 
     host, port = fuzz_server.url.removeprefix("http://").rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(raw)
-        sock.shutdown(socket.SHUT_WR) if raw.endswith(b":") or raw.endswith(b"x\r\n") else None
+        sock.shutdown(socket.SHUT_WR) if raw.endswith(b":") or raw.endswith(
+            b"127.0.0.1\r\n"
+        ) else None
         received = b""
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -370,7 +372,7 @@ def test_a_16_mb_header_is_refused_without_the_gateway_holding_it(fuzz_server, c
     _reset_peak(gateway)
     before = _peak_kib(gateway)
     host, port = fuzz_server.url.removeprefix("http://").rsplit(":", 1)
-    head = b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: " + b"h" * (16 << 20) + b"\r\n\r\n"
+    head = b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"h" * (16 << 20) + b"\r\n\r\n"
     sent_all, answer, closed = False, b"", False
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         try:
@@ -408,3 +410,26 @@ def test_the_head_bound_refuses_past_64_kib_and_resets_per_request(fuzz_server, 
         for _ in range(3):
             assert keep_alive.get(f"{fuzz_server.url}/echo", headers=fits).status_code != 431
     assert_alive(client, fuzz_server)
+
+
+# -- request data with control characters through the log ---------------------------------
+
+
+@given(
+    text=st.text(st.characters(max_codepoint=0x2030), min_size=1, max_size=12),
+    refused=st.booleans(),
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+def test_request_data_with_control_characters_gives_one_escaped_log_line(
+    fuzz_server, text, refused
+):
+    """A path (percent-decoded by the server) logs as one line with nothing raw in it, both
+    when the gateway answers (404) and when the Origin check refuses it (403)."""
+    marker = f"m{time.monotonic_ns()}"
+    fuzz_server.mark()
+    origin = {"Origin": "http://x.test"} if refused else {}
+    httpx.get(f"{fuzz_server.url}/{marker}{quote(text, safe='')}", headers=origin)
+    fuzz_server.wait_for_output(marker)
+    logged = [line for line in fuzz_server.output_since_mark().splitlines() if marker in line]
+    assert len(logged) == 1, logged
+    assert not any(c in logged[0] for c in "\r\x1b\x00\x07\x08\x85\u2028")

@@ -576,7 +576,7 @@ def raw_get(base_url: str, target: bytes) -> dict:
     prefix = parts.path.rstrip("/").encode()
     with socket.create_connection((parts.hostname, parts.port), timeout=20) as sock:
         sock.sendall(
-            b"GET " + prefix + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            b"GET " + prefix + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
         )
         data = b""
         while chunk := sock.recv(65536):
@@ -630,7 +630,7 @@ def test_a_declared_body_over_the_limit_is_refused_before_it_is_sent(base_url):
     path = parts.path.rstrip("/").encode() + b"/params"
     with socket.create_connection((parts.hostname, parts.port), timeout=20) as sock:
         sock.sendall(
-            b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 20000000\r\n\r\n{"
         )
         data = sock.recv(65536)

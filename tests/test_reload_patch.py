@@ -284,18 +284,20 @@ def test_reinit_refuses_clients_that_are_not_on_loopback(
     project = copy_project("reload_patch", tmp_path)
     with other_machine() as link:
         dev = peach_dev(project, "--host", link.host_address)
-        dev.wait_ready()
+        dev.wait_for_output(r"replicas? healthy")  # /_peach/health is for loopback too
         url = f"{dev.url}/_peach/reinit/model"
         code = (
             "import httpx, json\n"
             f"response = httpx.post({url!r}, timeout=20)\n"
-            "print(json.dumps([response.status_code, response.json()]))\n"
+            f"health = httpx.get({dev.url + '/_peach/health'!r}, timeout=20)\n"
+            "print(json.dumps([response.status_code, response.json(), health.status_code]))\n"
         )
         done = link.python(code)
     assert done.returncode == 0, done.stderr
-    status, body = json.loads(done.stdout)
+    status, body, health = json.loads(done.stdout)
     assert status == 403, body
     assert body["error"]["message"] == "/_peach/reinit is for loopback clients"
+    assert health == 403  # every /_peach/ route, whatever --host says
     assert "re-ran init" not in dev.output()
 
 

@@ -257,6 +257,17 @@ CASES = [
         "peach.yaml:6:80",
         "looks like an API key (sk-…)",
     ),
+    (
+        "PC120",
+        "py_environments:\n  base:\n    dependencies:\n      - orjson\n      - '-r /etc/passwd'\n"
+        + HEAD
+        + endpoint(),
+        {},
+        "peach.yaml:5:9",
+        "'-r /etc/passwd' of 'base' is refused: it is an option line",
+    ),
+    ("PC121", HEAD + endpoint(name='"e\\nforged"'), {}, "peach.yaml:3:3", "'e\\nforged'"),
+    ("PC122", HEAD + endpoint(url='"/q?x=1"'), {}, "peach.yaml:4:10", "url '/q?x=1'"),
 ]
 
 DECORATED = [
@@ -379,6 +390,7 @@ def test_decorator_notebook_without_endpoint(tmp_path):
 
 def test_every_code_is_exercised():
     exercised = {c[0] for c in CASES} | {c[0] for c in DECORATOR_CASES} | {"PC305", "PC110"}
+    exercised.add("PC006")  # a symlinked conf file: tests/test_hostile_conf.py
     assert exercised == set(CODES)
 
 

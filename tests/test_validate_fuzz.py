@@ -4,6 +4,8 @@ has a position (a file of the project and a line)."""
 from __future__ import annotations
 
 import copy
+import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -190,3 +192,69 @@ def test_arbitrary_notebook_text_never_crashes(cells, url):
             {"nb.ipynb": [*BASE_CELLS, *cells], "D.ipynb": decorated},
         )
         check(project)
+
+
+# -- names, urls and requirement strings through `peach validate` (SPEC §1 rules) ------------
+
+NAME_RULE = re.compile(r"[A-Za-z0-9_.-]+")
+URL_RULE = re.compile(r"/[A-Za-z0-9._~/-]*")
+hostile_text = st.characters(blacklist_categories=("Cs",), max_codepoint=0x3000)
+names = st.sampled_from(["ep", "ep\nforged", "a b", "ep\x1b[41m", "é", "v1.2_x-y"]) | st.text(
+    hostile_text, min_size=1, max_size=10
+)
+urls = st.sampled_from(
+    ["/ep", "/a b", "/q?x=1", "/a/../b", "/_peach/x", "/a%0a", "/v2/ok~x", "/x\ny"]
+) | st.text(hostile_text, max_size=10).map(lambda t: "/" + t)
+requirements = st.sampled_from(
+    [
+        "numpy>=1.24",
+        "requests\n--index-url http://127.0.0.1:9/simple",
+        "-r /etc/passwd",
+        "-e file:///etc",
+        "numpy=1.26",
+        "uvicorn[standard>=0.29",
+        "pkg @ https://example.com/p.whl",
+        "pkg @ file:///etc",
+        "git+https://github.com/a/b",
+        'pkg[x]; python_version>="3.10"',
+    ]
+) | st.text(hostile_text, min_size=1, max_size=16)
+
+
+def url_ok(url: str) -> bool:
+    return bool(URL_RULE.fullmatch(url)) and ".." not in url.split("/")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(name=names, url=urls, requirement=requirements)
+def test_names_urls_and_requirements_through_peach_validate(name, url, requirement):
+    from cli_support import run_peach
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    conf = {
+        "codops": "shop",
+        "py_environments": {"base": {"dependencies": [requirement]}},
+        "endpoints": {
+            name: {"url": url, "components": {"main": {"notebook": "nb.ipynb", "method": "ask"}}}
+        },
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        project = write_project(Path(folder), json.dumps(conf), {"nb.ipynb": BASE_CELLS})
+        result = run_peach("validate", str(project))
+    out = result.stdout + result.stderr
+    assert result.returncode in (0, 1) and "Traceback" not in out, out
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\x1b]", out), (
+        out
+    )  # nothing raw reaches a terminal
+    assert ("error PC121" in out) is (NAME_RULE.fullmatch(name) is None), out
+    url_refused = "error PC122" in out or "error PC116" in out
+    assert url_refused is (not url_ok(url) or url == "/_peach" or url.startswith("/_peach/")), out
+    if "error PC120" not in out:
+        assert not re.search(r"[\x00-\x1f\x7f-\x9f]", requirement)
+        assert not requirement.strip().startswith("-")
+        assert "file:" not in requirement
+        if not requirement.startswith("git+"):
+            try:
+                Requirement(requirement)
+            except InvalidRequirement:
+                raise AssertionError(f"{requirement!r} was accepted") from None

@@ -195,6 +195,17 @@ class _Checker:
                 position,
                 "choose another url",
             )
+        else:
+            from peach_cli.project.rules import url_problem
+
+            problem = url_problem(url)
+            if problem is not None:
+                self.out.report(
+                    "PC122",
+                    f"url {url!r} is not a valid url: {problem}",
+                    position,
+                    "a url is like /assistant or /v2/recommend",
+                )
         normalized = url_key(url)
         if normalized in self.urls:
             other, other_position = self.urls[normalized]

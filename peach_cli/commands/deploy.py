@@ -31,7 +31,15 @@ def run_deploy(
 ) -> int:
     """Deploy the project (or print its Serve config with ``--dry-run``); return the exit code."""
     from peach_cli.deploy.config import check_route_prefix
+    from peach_cli.project.rules import url_problem
 
+    reason = url_problem(route_prefix.strip().rstrip("/")) if route_prefix.strip("/ ") else None
+    if reason is not None:  # a '..' segment, /_peach: the url rule of SPEC §1
+        raise UsageError(
+            f"--route-prefix {route_prefix!r} is not a route prefix: {reason}",
+            hint="use / or a path like /zzacc (letters, digits, '.', '_', '~', '-' between "
+            "slashes)",
+        )
     route_prefix = check_route_prefix(route_prefix)
     if output_format not in CONFIG_FORMATS:
         raise UsageError(

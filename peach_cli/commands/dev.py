@@ -39,6 +39,8 @@ def run_dev(
     offline: bool = False,
     tasks: bool = False,
     task_interval: float = 60.0,
+    allow_hosts: tuple[str, ...] = (),
+    allow_origins: tuple[str, ...] = (),
 ) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
     if reload_mode not in RELOAD_MODES:
@@ -70,6 +72,8 @@ def run_dev(
         offline=offline,
         task_loop=tasks,
         task_interval_s=task_interval,
+        allow_hosts=allow_hosts,
+        allow_origins=allow_origins,
     )
     out = console.stdout()
     view = DevView(out, live=out.is_terminal)

@@ -10,6 +10,12 @@ The project folder minus:
   (``__pycache__``, ``node_modules``, a folder tagged with ``CACHEDIR.TAG``, ``*.pyc``);
 * notebooks and the conf files: a replica runs the code extracted into its spec.
 
+A symlink whose real target leaves the project (``/etc/passwd``, ``~/.ssh/id_rsa``) is never
+uploaded: ``Selection.skipped`` lists it, with why, for ``--dry-run``. Inside a git
+repository, whatever git ignores for the project's files (every ``.gitignore`` from the
+repository's root down, ``.git/info/exclude``, ``core.excludesFile``) is left out too, as
+``git check-ignore`` decides (``peach_cli.deploy.gitignored``).
+
 Nothing is read here but names and sizes; ``check_size`` refuses a selection over Ray's
 package limit before any file is zipped or uploaded, naming the largest files.
 
@@ -57,6 +63,8 @@ class Selection:
 
     root: Path
     files: tuple[UploadFile, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+    """``(path, why)`` of files never uploaded for safety (a link leaving the project)."""
 
     @property
     def total_bytes(self) -> int:
@@ -112,9 +120,13 @@ def select_files(root: Path, excluded: Iterable[str] = ()) -> Selection:
 
     ``excluded`` are relative posix paths left out too (the conf files).
     """
+    from peach_cli.deploy.gitignored import GitIgnored
+
     root = Path(root)
+    real_root = root.resolve()
     skip = set(excluded)
     files: list[UploadFile] = []
+    skipped: list[tuple[str, str]] = []
     # (folder, its relative posix path, the rules in force there)
     pending: list[tuple[Path, str, list[_Rules]]] = [(root, "", [])]
     while pending:
@@ -132,6 +144,11 @@ def select_files(root: Path, excluded: Iterable[str] = ()) -> Selection:
             path = f"{relative}/{name}" if relative else name
             if name.startswith("."):
                 continue
+            if entry.is_symlink():
+                why = _link_problem(Path(entry.path), real_root)
+                if why is not None:
+                    skipped.append((path, why))
+                    continue
             if entry.is_dir(follow_symlinks=False):
                 child = Path(entry.path)
                 if _is_venv_or_cache(child, name) or _ignored(rules, path, True):
@@ -143,8 +160,24 @@ def select_files(root: Path, excluded: Iterable[str] = ()) -> Selection:
             if _ignored(rules, path, False):
                 continue
             files.append(UploadFile(path, Path(entry.path), entry.stat().st_size))
+    ignored = GitIgnored(root).of([f.path for f in files])
+    files = [f for f in files if f.path not in ignored]
     files.sort(key=lambda f: f.path)
-    return Selection(root, tuple(files))
+    return Selection(root, tuple(files), tuple(sorted(skipped)))
+
+
+def _link_problem(path: Path, real_root: Path) -> str | None:
+    """Why the link at ``path`` is not uploaded: its target leaves the project, or is a
+    dot-file (``config.txt -> .env``) that would not be uploaded itself; else None."""
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # a loop of links
+        return "a link that does not resolve"
+    if not target.is_relative_to(real_root):
+        return "a link to outside the project"
+    if any(part.startswith(".") for part in target.relative_to(real_root).parts):
+        return "a link to a dot-file"
+    return None
 
 
 def check_size(selection: Selection, limit: int = MAX_UPLOAD_BYTES) -> None:

@@ -24,6 +24,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC003": ("error", "conf file is not a mapping"),
     "PC004": ("error", "unsupported YAML construct"),
     "PC005": ("error", "duplicate YAML key"),
+    "PC006": ("error", "conf file outside the project"),
     "PC101": ("error", "unknown key"),
     "PC102": ("error", "missing required key"),
     "PC103": ("error", "invalid value"),
@@ -38,6 +39,9 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC117": ("error", "invalid A/B test"),
     "PC118": ("error", "invalid environment variable name"),
     "PC119": ("error", "secret given a value in env_vars"),
+    "PC120": ("error", "invalid requirement"),
+    "PC121": ("error", "invalid name"),
+    "PC122": ("error", "invalid url"),
     "PC201": ("error", "notebook not found"),
     "PC202": ("error", "notebook outside the project"),
     "PC203": ("error", "unreadable notebook"),
@@ -68,6 +72,10 @@ MEANINGS: dict[str, str] = {
     "PC003": "a conf file's top level is not a mapping",
     "PC004": "a YAML tag or structure peach does not accept (`!!python/...`, huge aliases)",
     "PC005": "the same key twice in one YAML mapping",
+    "PC006": (
+        "a conf file whose real path (symlinks resolved) leaves the project; it is not read, "
+        "so none of its lines is shown"
+    ),
     "PC101": 'unknown key (with "did you mean")',
     "PC102": "missing required key",
     "PC103": "invalid value (wrong type, out of range, bad format)",
@@ -91,6 +99,15 @@ MEANINGS: dict[str, str] = {
     "PC119": (
         "a secret that `env_vars` also gives a value: secret values come from the environment "
         "or `.env`, never from the conf"
+    ),
+    "PC120": (
+        "a dependency that is not a PEP 508 requirement: unparsable, an option line (`-r`, "
+        "`-e`, `--index-url`), a line break inside, a local path or `file:` url"
+    ),
+    "PC121": "an endpoint, component, task or py_environment name outside `[A-Za-z0-9_.-]+`",
+    "PC122": (
+        "a url with characters outside `[A-Za-z0-9._~/-]` (spaces, `?`, `%`, line breaks) "
+        "or a `..` segment"
     ),
     "PC201": "a notebook named by the conf does not exist",
     "PC202": "a notebook path that leaves the project folder",

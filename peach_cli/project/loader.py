@@ -646,7 +646,11 @@ def load_project(path: Path | str) -> tuple[Project | None, list[Diagnostic]]:
 
     root, files = find_conf_files(Path(path))
     diagnostics: list[Diagnostic] = []
-    trees = [t for t in (read_conf_file(root, f, diagnostics) for f in files) if t is not None]
+    trees = [
+        t
+        for t in (read_conf_file(root, f, diagnostics) for f in _inside(root, files, diagnostics))
+        if t is not None
+    ]
     names = tuple(relative_name(root, f) for f in files)
     if not trees:
         return None, diagnostics
@@ -663,4 +667,30 @@ def load_project(path: Path | str) -> tuple[Project | None, list[Diagnostic]]:
         project.conf, project.partial = _partial_conf(raw)
         _renumber_strings(project.positions, "decorator_endpoints", raw.get("decorator_endpoints"))
         project.schema_ok = False
+    from peach_cli.project.rules import project_rules
+
+    diagnostics += project_rules(project)
     return project, diagnostics
+
+
+def _inside(root: Path, files: list[Path], diagnostics: list[Diagnostic]) -> list[Path]:
+    """The conf files whose real path stays in the project; PC006 for each other one.
+
+    A conf file linked to ``/etc/shadow`` is refused by name: none of its lines is read.
+    """
+    real_root = root.resolve()
+    kept = []
+    for path in files:
+        if path.resolve().is_relative_to(real_root):
+            kept.append(path)
+            continue
+        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+        diagnostics.append(
+            Diagnostic(
+                "PC006",
+                f"{name} is a link to a file outside the project: not read",
+                Position(name),
+                "a conf file must live inside the project folder; copy it in",
+            )
+        )
+    return kept

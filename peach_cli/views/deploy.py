@@ -53,6 +53,10 @@ def print_uploads(selection: Selection) -> None:
     )
     for item in selection.files:
         err.print(f"  {escape(item.path)}  [dim]{human_size(item.size)}[/]", soft_wrap=True)
+    if selection.skipped:
+        err.print(f"[bold]{len(selection.skipped)} skipped[/] (never uploaded):", soft_wrap=True)
+    for path, why in selection.skipped:
+        err.print(f"  {escape(path)}  [yellow]skipped: {escape(why)}[/]", soft_wrap=True)
 
 
 def print_config(config: dict[str, Any], output_format: str) -> None:
@@ -90,9 +94,10 @@ def print_log_line(line: LogLine) -> None:
     import dataclasses
     import sys
 
+    from peach_cli.printable import printable_lines
     from peach_cli.project.secrets import mask
 
-    line = dataclasses.replace(line, text=mask(line.text))
+    line = dataclasses.replace(line, text=printable_lines(mask(line.text)))  # no escape sequences
     out = console.stdout()
     if out.is_terminal:
         from rich.markup import escape

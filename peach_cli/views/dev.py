@@ -21,6 +21,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from peach_cli.printable import printable, printable_lines
 from peach_cli.views.task import TasksTable, prefixed, run_line
 from peach_cli.wording import human_size
 from simulator.events import (
@@ -184,6 +185,9 @@ class DevView:
         A secret's value in it is shown as ``***``."""
         from peach_cli.project.secrets import hidden, mask
 
+        plain = text if isinstance(text, str) else text.plain
+        if printable_lines(plain) != plain:  # no escape sequence reaches the terminal
+            text = printable_lines(plain)
         if hidden():
             plain = text if isinstance(text, str) else text.plain
             if mask(plain) != plain:
@@ -358,8 +362,10 @@ class DevView:
             if event.error and event.status >= 500:
                 row.last_error = event.error
             self._dirty = True
+        method, path = printable(event.method), printable(event.path)  # the client's text
+        error = printable(event.error) if event.error else None
         if not self.live_enabled:
-            text = f"{event.method} {event.path} {event.status}"
+            text = f"{method} {path} {event.status}"
             if event.component:
                 text += f" {event.component}"
             if rerouted:
@@ -369,16 +375,16 @@ class DevView:
             text += f" {format_latency(event.latency_s)}"
             if event.stream:
                 text += " stream"
-            if event.error:
-                text += f"  {event.error}"
+            if error:
+                text += f"  {error}"
             self.line(text)
             return
         status_style = (
             "green" if event.status < 400 else ("yellow" if event.status < 500 else "red")
         )
         parts: list[Any] = [
-            (f"{event.method} ", "dim"),
-            (event.path, "bold"),
+            (f"{method} ", "dim"),
+            (path, "bold"),
             " ",
             (str(event.status), status_style),
         ]
@@ -391,8 +397,8 @@ class DevView:
         parts += [" ", format_latency(event.latency_s)]
         if event.stream:
             parts += [" ", ("stream", "magenta")]
-        if event.error:
-            parts += ["  ", (event.error, "red" if event.status >= 500 else "yellow")]
+        if error:
+            parts += ["  ", (error, "red" if event.status >= 500 else "yellow")]
         self.line(Text.assemble(*parts))
 
     def _on_replica(self, event: ReplicaChanged) -> None:
@@ -469,7 +475,7 @@ class DevView:
                         str(row.requests),
                         format_latency(row.p50) if row.p50 is not None else "-",
                         memory,
-                        Text(row.last_error or "", style="red"),
+                        Text(printable(row.last_error or ""), style="red"),
                     )
                     first_endpoint = first_component = False
         tasks = self.tasks.render()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.printable import printable, printable_lines
 from simulator.events import EnvFailed, EnvProgress, ServerNote
 from simulator.tasks.events import RunStatus, TaskChanged, TaskOutput, TaskRunEnded, TaskState
 
@@ -44,8 +45,8 @@ class TaskRunView:
             return
         from peach_cli.project.secrets import mask
 
-        try:
-            stream.write(mask(text) + "\n")
+        try:  # control characters escaped: no escape sequence from a task reaches the terminal
+            stream.write(printable_lines(mask(text)) + "\n")
             stream.flush()
         except (BrokenPipeError, ValueError, OSError):  # `peach task run x | head`
             self.closed = True
@@ -132,7 +133,7 @@ class TasksTable:
                 str(row.runs_ok),
                 Text(str(row.runs_failed), style="red" if row.runs_failed else ""),
                 f"{row.last_seconds:.2f} s" if row.last_seconds is not None else "-",
-                Text(row.last_error or "", style="red"),
+                Text(printable(row.last_error or ""), style="red"),
             )
         return table
 

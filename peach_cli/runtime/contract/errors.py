@@ -10,6 +10,9 @@ from __future__ import annotations
 ERROR_STATUS: dict[str, int] = {
     "bad_request": 400,
     "stream_required": 400,
+    "forbidden": 403,  # the dev server's own: /_peach/* from a peer not on loopback
+    "forbidden_host": 403,  # a Host the dev server does not answer (SPEC §6)
+    "forbidden_origin": 403,  # a web origin the dev server does not answer (SPEC §6)
     "not_found": 404,
     "method_not_allowed": 405,
     "payload_too_large": 413,

@@ -1,0 +1,151 @@
+"""The dev server is a local service (SPEC §6): who may send it requests at all.
+
+``LocalService`` wraps the gateway (an ASGI app) and answers ``403`` before the gateway
+sees a request when
+
+- its ``Host`` is not an address the server listens on, a loopback name (``127.0.0.1``,
+  ``localhost``, ``[::1]``) or a host given with ``--allow-host``: ``forbidden_host``. A
+  web page on ``rebind.attacker.example`` whose name now resolves to 127.0.0.1 (DNS
+  rebinding) sends its own name as Host, so it is refused;
+- it has an ``Origin`` (a browser sends one with every cross-site POST, and with ``fetch``)
+  that is not a loopback origin nor one given with ``--allow-origin``: ``forbidden_origin``.
+  A page cannot drive endpoints or ``/_peach/*``, not even with a "simple" text/plain POST;
+- it is for ``/_peach/*`` from a peer that is not on loopback, whatever ``--host`` says:
+  ``forbidden``.
+
+The answer is the gateway's error envelope, and the refusal is logged as any request is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from peach_cli.addresses import is_loopback
+from peach_cli.runtime import contract
+from simulator.events import Event, RequestLogged
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+_WILDCARDS = ("0.0.0.0", "::", "")
+INTERNAL_PREFIX = "/_peach"
+
+
+def host_name(value: str) -> str:
+    """The host of a ``Host`` header (or ``--allow-host``) value, without port, lowercase.
+
+    >>> host_name("LocalHost:8000"), host_name("[::1]:8000"), host_name("::1"), host_name("a.")
+    ('localhost', '::1', '::1', 'a')
+    """
+    text = value.strip().lower()
+    if text.startswith("["):
+        end = text.find("]")
+        return text[1:end] if end > 0 else text
+    if text.count(":") == 1:
+        text = text.split(":", 1)[0]
+    return text.rstrip(".")
+
+
+def origin_key(value: str) -> str:
+    """An origin as compared: ``scheme://host[:port]``, lowercase, no trailing slash."""
+    return value.strip().lower().rstrip("/")
+
+
+class LocalService:
+    """ASGI middleware: the Host, Origin and loopback-peer checks of SPEC §6."""
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        listen_host: str,
+        allow_hosts: Iterable[str] = (),
+        allow_origins: Iterable[str] = (),
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.on_event = on_event
+        hosts = {*LOOPBACK_NAMES, *(host_name(h) for h in allow_hosts)}
+        if host_name(listen_host) not in _WILDCARDS:
+            hosts.add(host_name(listen_host))
+        self.hosts = frozenset(hosts)
+        self.origins = frozenset(origin_key(o) for o in allow_origins)
+
+    def host_allowed(self, value: str | None) -> bool:
+        if value is None:
+            return False
+        name = host_name(value)
+        return name in self.hosts or is_loopback(name)
+
+    def origin_allowed(self, value: str) -> bool:
+        if origin_key(value) in self.origins:
+            return True
+        try:
+            parts = urlsplit(value.strip())
+        except ValueError:
+            return False
+        return parts.scheme in ("http", "https") and is_loopback(parts.hostname)
+
+    def refusal(self, scope: dict[str, Any]) -> tuple[str, str] | None:
+        """``(code, message)`` of why this request is refused, or None."""
+        headers: dict[bytes, str] = {}
+        for name, value in scope.get("headers", ()):
+            headers.setdefault(name.lower(), value.decode("latin-1"))
+        host = headers.get(b"host")
+        if not self.host_allowed(host):
+            shown = "no Host header" if host is None else f"Host {host!r}"
+            return "forbidden_host", (
+                f"{shown} is not an address of this server (start peach dev with "
+                "--allow-host NAME to accept it)"
+            )
+        origin = headers.get(b"origin")
+        if origin is not None and not self.origin_allowed(origin):
+            return "forbidden_origin", (
+                f"requests from the web origin {origin!r} are refused (start peach dev with "
+                "--allow-origin ORIGIN to accept it)"
+            )
+        path = scope.get("path", "")
+        if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
+            client = scope.get("client")
+            if not is_loopback(client[0] if client else None):
+                where = "/".join(path.split("/")[:3])
+                return "forbidden", f"{where} is for loopback clients"
+        return None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refused = self.refusal(scope)
+        if refused is None:
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        code, message = refused
+        body = json.dumps(contract.error_envelope(code, message)).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": contract.ERROR_STATUS[code],
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        if self.on_event is not None:
+            self.on_event(
+                RequestLogged(
+                    scope.get("method", "?"),
+                    scope.get("path", ""),
+                    403,
+                    None,
+                    None,
+                    None,
+                    time.perf_counter() - started,
+                    error=f"{code}: {message}",
+                )
+            )

@@ -1,0 +1,112 @@
+"""The dev server is a local service (SPEC §6, issue 20): Host and Origin checks, no forged
+log lines or escape sequences from request data, slow clients cut."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from conftest import PROJECTS, DevProcess, start_peach_dev
+
+FUZZ = PROJECTS / "faults" / "fuzz"
+HEAD_TIMEOUT_S = 1.0
+ATTACKER = "rebind.attacker.example:8000"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+    log = tmp_path_factory.mktemp("local") / "peach-dev.log"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PEACH_HEAD_TIMEOUT_S", str(HEAD_TIMEOUT_S))
+        dev = start_peach_dev(
+            FUZZ, log, "--allow-host", "app.test", "--allow-origin", "http://app.test:3000"
+        )
+    try:
+        dev.wait_ready()
+        yield dev
+    finally:
+        dev.stop()
+
+
+def error_code(response: httpx.Response) -> str:
+    return response.json()["error"]["code"]
+
+
+def test_a_rebinding_host_cannot_reinit_or_call(server):
+    reinit = httpx.post(f"{server.url}/_peach/reinit/echo", headers={"Host": ATTACKER})
+    assert reinit.status_code == 403 and error_code(reinit) == "forbidden_host", reinit.text
+    call = httpx.get(f"{server.url}/echo", headers={"Host": ATTACKER})
+    assert call.status_code == 403 and error_code(call) == "forbidden_host"
+    assert call.json()["status"] == "error"  # the gateway's envelope
+    server.wait_for_output(r"GET /echo 403 .*forbidden_host")
+    assert "re-ran init" not in server.output()
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "app.test", "LOCALHOST."])
+def test_loopback_names_the_bound_address_and_allowed_hosts_are_answered(server, host):
+    port = server.url.rsplit(":", 1)[1]
+    response = httpx.get(f"{server.url}/echo", headers={"Host": f"{host}:{port}"})
+    assert response.status_code == 200, response.text
+
+
+def test_a_web_page_cannot_drive_endpoints_even_with_a_simple_post(server):
+    page = {"Origin": f"http://{ATTACKER}", "Content-Type": "text/plain"}
+    response = httpx.post(f"{server.url}/echo", content='{"text": "x"}', headers=page)
+    assert response.status_code == 403 and error_code(response) == "forbidden_origin"
+    reinit = httpx.post(f"{server.url}/_peach/reinit/echo", headers={"Origin": "null"})
+    assert reinit.status_code == 403 and error_code(reinit) == "forbidden_origin"
+
+
+@pytest.mark.parametrize(
+    "origin", ["http://localhost:5173", "http://127.0.0.1", "http://app.test:3000"]
+)
+def test_loopback_and_allowed_origins_are_answered(server, origin):
+    response = httpx.get(f"{server.url}/echo", headers={"Origin": origin})
+    assert response.status_code == 200, response.text
+
+
+def test_a_path_cannot_forge_a_log_line_or_reach_the_terminal_raw(server):
+    server.mark()
+    httpx.get(f"{server.url}/x%0aGET%20/echo%20200%20main%20FORGED%1b%5b41m")
+    server.wait_for_output(r"FORGED")
+    logged = server.output_since_mark()
+    assert "\x1b" not in logged
+    assert not any(line.startswith("GET /echo 200 main FORGED") for line in logged.splitlines())
+    assert r"GET /x\nGET /echo 200 main FORGED\x1b[41m 404" in logged
+
+
+def send_and_wait(server: DevProcess, data: bytes) -> tuple[bytes, float]:
+    """Send ``data`` and nothing more: what comes back before the server closes, and when."""
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    began = time.monotonic()
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=10 * HEAD_TIMEOUT_S) as sock:
+        sock.sendall(data)
+        while True:
+            try:
+                chunk = sock.recv(4096)
+            except TimeoutError:
+                raise AssertionError("the connection is still open") from None
+            if not chunk:
+                return received, time.monotonic() - began
+            received += chunk
+
+
+def test_a_connection_that_sent_half_a_head_is_closed(server):
+    received, took = send_and_wait(server, b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: ")
+    assert received.startswith(b"HTTP/1.1 408 "), received
+    assert took >= HEAD_TIMEOUT_S * 0.9
+
+
+def test_a_connection_that_sends_nothing_is_closed(server):
+    received, _ = send_and_wait(server, b"")
+    assert received == b""
+
+
+def test_a_slow_head_after_a_first_request_is_closed_too(server):
+    first = b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    received, _ = send_and_wait(server, first + b"GET /echo HTTP/1.1\r\nHo")
+    assert received.startswith(b"HTTP/1.1 200 ") and b"HTTP/1.1 408 " in received, received
