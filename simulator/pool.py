@@ -154,6 +154,9 @@ class ReplicaPool:
 
     async def call(self, params: RequestParams, attempt: Attempt) -> CallResult:
         """Call the component on the best replica; the contract's ``call`` for this pool."""
+        if self._pick() is None:  # the wait for a starting replica counts against timeout_s
+            waiting = [r.state_since for r in self.replicas if r.state in _WAITING]
+            attempt.starting_since = min(waiting, default=None)
         try:
             replica = await self.acquire()
         except Unavailable as error:
