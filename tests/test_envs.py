@@ -254,6 +254,20 @@ def test_env_build_builds_what_it_can_and_fails_clearly(tmp_path):
     assert "py_env base resolving" in result.stderr or "py_env base done" in result.stderr
 
 
+def test_env_build_with_a_cache_it_cannot_write_is_one_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # (root writes anywhere: a file in the way cannot)
+    project = write_conf(tmp_path, "codops: shop\npy_environments:\n  base: {dependencies: []}\n")
+    result = run_peach("env", "build", str(project), env={"PEACH_ENV_CACHE": str(blocker / "c")})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "OSError" not in result.stderr
+    assert "error: py_env 'base': cannot install its requirements: cannot write the env cache" in (
+        result.stderr
+    )
+    assert "set PEACH_ENV_CACHE to a folder that is" in result.stderr
+    assert "0 of 1 env built" in result.stderr
+
+
 def test_env_commands_reject_bad_input(tmp_path):
     assert run_peach("env", "list", str(tmp_path / "nowhere")).returncode == 2
     bad = run_peach("env", "build", str(write_conf(tmp_path, "codops: shop\nbogus: 1\n")))

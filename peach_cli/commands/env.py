@@ -78,6 +78,15 @@ def run_env_build(project: Path, *, offline: bool = False, refresh: bool = False
             with console.env_progress() as progress:
                 try:
                     env = ensure_env(spec, offline=offline, refresh=refresh, progress=progress)
+                except OSError as error:  # the cache folder is not writable, the disk is full
+                    failure = EnvBuildError(
+                        spec.name,
+                        f"cannot write the env cache: {error}",
+                        hint="make it writable, or set PEACH_ENV_CACHE to a folder that is",
+                    )
+                    failed.append(failure)
+                    console.print_error(failure)
+                    continue
                 except EnvBuildError as error:
                     failed.append(error)
                     console.print_error(error)

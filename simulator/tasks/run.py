@@ -31,7 +31,8 @@ from peach_cli.runtime.protocol import (
 from simulator.spawn import Spawner, WorkerLaunch
 from simulator.tasks.events import RunStatus, TaskRunEnded
 
-MAX_LINE_CHARS = 4096
+MAX_LINE_BYTES = 4096
+"""A line of a task's output is shown up to this many bytes (and how many more it had)."""
 EXIT_GRACE_S = 5.0
 """How long a worker that answered may take to exit before it is killed."""
 OUTPUT_GRACE_S = 2.0
@@ -62,29 +63,36 @@ def kill_tree(pid: int) -> int:
 
 
 async def _pump(stream: asyncio.StreamReader | None, on_line: Callable[[str], None]) -> None:
-    """Report every line of ``stream``; a line longer than ``MAX_LINE_CHARS`` is cut there
-    (reported once, the rest of it dropped up to its newline)."""
+    """Report every line of ``stream``; a line longer than ``MAX_LINE_BYTES`` is cut there,
+    reported when it ends with how many bytes were cut (the rest is never held whole)."""
     if stream is None:
         return
-    pending = b""
-    cutting = False  # the current line was reported already, cut: drop up to its newline
+    head = bytearray()
+    cut = 0
+
+    def report() -> None:
+        text = head.decode(errors="replace").rstrip("\r")
+        if cut:
+            text += f" … ({cut} more bytes of this line not shown)"
+        on_line(text)
+
     while True:
         chunk = await stream.read(65536)
         if not chunk:
             break
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if not cutting:
-                on_line(line.decode(errors="replace").rstrip("\r")[:MAX_LINE_CHARS])
-            cutting = False
-        if not cutting and len(pending) > MAX_LINE_CHARS:
-            on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
-            cutting = True
-        if cutting:
-            pending = b""
-    if pending and not cutting:
-        on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
+        *ended, rest = chunk.split(b"\n")
+        for piece in ended:
+            room = max(0, MAX_LINE_BYTES - len(head))
+            head += piece[:room]
+            cut += len(piece) - min(room, len(piece))
+            report()
+            head.clear()
+            cut = 0
+        room = max(0, MAX_LINE_BYTES - len(head))
+        head += rest[:room]
+        cut += len(rest) - min(room, len(rest))
+    if head or cut:
+        report()
 
 
 async def execute_task(

@@ -1,0 +1,64 @@
+"""What a task leaves behind: nothing. Its output is bounded, and every process it starts —
+one that starts its own session and forks too — dies at its timeout, and when peach itself is
+killed. Real `peach task run` and `peach dev --tasks` processes, the processes the task's code
+really starts, read back from /proc (psutil).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_support import run_peach
+from projectkit import write_project
+from waiting import poll
+
+CONF = """codops: procs
+tasks:
+  shout: {notebook: Tasks.ipynb, method: shout}
+  escape: {notebook: Tasks.ipynb, method: escape, timeout_s: 2}
+"""
+CELLS = [
+    # a 100 MiB line, then a short one
+    'def shout():\n    import sys\n    sys.stdout.write("x" * (100 * 1024 * 1024) + "\\nafter\\n")\n'
+    '    return "shouted"\n',
+    # a daemon, as `setsid` and a double fork make one: its parent exits at once, so it is
+    # nobody's child but the task's process (or init's); then the task hangs
+    "def escape():\n"
+    "    import os, sys, time\n"
+    "    if os.fork() == 0:\n"
+    "        os.setsid()\n"
+    "        if os.fork() == 0:\n"
+    '            with open("daemon.pid", "w") as out:\n'
+    "                out.write(str(os.getpid()))\n"
+    "            time.sleep(600)\n"
+    "        os._exit(0)\n"
+    "    os.wait()\n"
+    '    print("daemon started", flush=True)\n'
+    "    time.sleep(600)\n",
+]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return write_project(tmp_path / "procs", CONF, {"Tasks.ipynb": CELLS})
+
+
+def daemon_pid(project: Path) -> int:
+    path = project / "daemon.pid"
+    return int(poll(lambda: path.read_text().strip() or None, "the daemon's pid", 30))
+
+
+def test_a_100_mib_line_of_output_is_cut_with_a_marker_saying_how_much(project: Path) -> None:
+    result = run_peach("task", "run", "shout", str(project), "--shared-env", timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    cut = [line for line in lines if line.startswith("shout | xxx")]
+    assert len(cut) == 1, [line[:80] for line in lines]
+    assert cut[0] == (
+        "shout | "
+        + "x" * 4096
+        + f" … ({100 * 1024 * 1024 - 4096} more bytes of this line not shown)"
+    )
+    assert "shout | after" in lines
+    assert len(result.stdout) < 10_000
