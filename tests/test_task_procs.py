@@ -6,12 +6,15 @@ really starts, read back from /proc (psutil).
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
 from cli_support import run_peach
+from conftest import start_peach_dev
 from projectkit import write_project
-from waiting import poll
+from waiting import assert_gone, poll
 
 CONF = """codops: procs
 tasks:
@@ -62,3 +65,30 @@ def test_a_100_mib_line_of_output_is_cut_with_a_marker_saying_how_much(project: 
     )
     assert "shout | after" in lines
     assert len(result.stdout) < 10_000
+
+
+def test_a_daemon_a_task_starts_dies_at_its_timeout(project: Path) -> None:
+    result = run_peach("task", "run", "escape", str(project), "--shared-env", timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert "timed out after 2 s" in result.stderr
+    assert "daemon started" in result.stdout
+    assert_gone(daemon_pid(project))
+
+
+def test_peach_dev_killed_during_a_forking_task_leaves_no_process_behind(tmp_path: Path) -> None:
+    conf = CONF.replace("timeout_s: 2", "timeout_s: 600").replace("  shout:", "  # shout:")
+    project = write_project(tmp_path / "procs", conf, {"Tasks.ipynb": CELLS})
+    dev = start_peach_dev(project, tmp_path / "dev.log", "--tasks", "--shared-env")
+    try:
+        dev.wait_for_output(r"escape \| daemon started", 60)
+        daemon = daemon_pid(project)
+        import psutil
+
+        worker = psutil.Process(daemon).parent()  # adopted by the task's process
+        assert worker is not None and worker.ppid() == dev.process.pid
+        os.kill(dev.process.pid, signal.SIGKILL)  # peach only: no Ctrl-C, no cleanup
+        dev.process.wait(timeout=10)
+        assert_gone(daemon)
+        assert_gone(worker.pid)
+    finally:
+        dev.stop()

@@ -68,9 +68,11 @@ def run_env_list(project: Path, *, output_format: str = "text") -> int:
 
 def run_env_build(project: Path, *, offline: bool = False, refresh: bool = False) -> int:
     from peach_cli.envs import EnvBuildError, ensure_env, project_envs
+    from peach_cli.runtime.tree import become_subreaper
     from peach_cli.views import console
 
     conf = load_conf(project)
+    become_subreaper()  # what uv orphans is adopted here, not by init
     failed: list[EnvBuildError] = []
     specs = project_envs(conf)
     with _interrupted_by_termination():

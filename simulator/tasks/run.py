@@ -17,7 +17,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
 
 from peach_cli.runtime.plan import TaskSpec
 from peach_cli.runtime.protocol import (
@@ -38,28 +37,47 @@ EXIT_GRACE_S = 5.0
 OUTPUT_GRACE_S = 2.0
 
 
-def kill_tree(pid: int) -> int:
-    """Kill the process ``pid``, its process group and every descendant; how many died."""
+def kill_tree(pid: int) -> set[int]:
+    """Kill the process ``pid``, its process group and every descendant; the pids killed.
+
+    The descendants go first, round after round until none is left: the worker is the
+    subreaper of what its task starts (``peach_cli.runtime.tree``), so a process that forks
+    meanwhile, or a daemon that left its parent, is still below it for the next round. Those
+    that die as peach's own (adopted, peach being a subreaper too) are for ``reap`` once
+    the worker is gone."""
     import psutil
 
-    victims: list[Any] = []
+    killed: set[int] = set()
     try:
         root = psutil.Process(pid)
-        victims = [root, *root.children(recursive=True)]
     except psutil.Error:
-        pass
-    killed = 0
+        root = None
+    for _ in range(20 if root is not None else 0):
+        try:
+            alive = [p for p in root.children(recursive=True) if p.status() != "zombie"]
+        except psutil.Error:
+            break
+        if not alive:
+            break
+        for process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+                killed.add(process.pid)
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)  # the worker leads its own group (task_worker)
-    for process in victims:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-        except psutil.Error:
-            continue
-        killed += 1
+    if root is not None:
+        with contextlib.suppress(psutil.Error):
+            root.kill()
+            killed.add(pid)
     return killed
+
+
+def reap(pids: set[int]) -> None:
+    """Collect the killed descendants peach adopted (after their worker has exited; the
+    worker's own pid is its waiter's to reap)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 async def _pump(stream: asyncio.StreamReader | None, on_line: Callable[[str], None]) -> None:
@@ -139,19 +157,19 @@ async def execute_task(
         lambda: MessageChannel(on_message, on_lost), sock=sock
     )
     channel.send(RunTask(spec, str(launch.root), payload, run_id, dict(variables or {})))
-    status, killed = RunStatus.FAILED, 0
+    status, killed, victims = RunStatus.FAILED, 0, set[int]()
     outcome: Message | ProtocolError | None = None
     try:
         outcome = await asyncio.wait_for(asyncio.shield(answer), limit)
     except TimeoutError:
-        status, killed = RunStatus.TIMED_OUT, kill_tree(process.pid)
+        victims = kill_tree(process.pid)
+        status, killed = RunStatus.TIMED_OUT, len(victims)
     except asyncio.CancelledError:
-        killed = kill_tree(process.pid)
-        await _finish(process, reading)
+        await _finish(process, reading, kill_tree(process.pid))
         transport.close()
         raise
     seconds = time.perf_counter() - began
-    await _finish(process, reading)
+    await _finish(process, reading, victims)
     transport.close()
     if status is RunStatus.TIMED_OUT:
         return TaskRunEnded(
@@ -191,15 +209,18 @@ async def execute_task(
     )
 
 
-async def _finish(process: asyncio.subprocess.Process, reading: asyncio.Task[None]) -> None:
+async def _finish(
+    process: asyncio.subprocess.Process, reading: asyncio.Task[None], victims: set[int]
+) -> None:
     """Let the worker exit, kill what it left running, and read the rest of its output."""
     try:
         await asyncio.wait_for(asyncio.shield(process.wait()), EXIT_GRACE_S)
     except TimeoutError:
-        kill_tree(process.pid)
+        victims |= kill_tree(process.pid)
         await process.wait()
     with contextlib.suppress(OSError):
         os.killpg(process.pid, signal.SIGKILL)  # what it left in its group
+    reap(victims - {process.pid})
     try:
         await asyncio.wait_for(asyncio.shield(reading), OUTPUT_GRACE_S)
     except TimeoutError:  # a grandchild outside the group still holds the pipe
