@@ -410,3 +410,54 @@ def test_env_build_stopped_by_sigterm_stops_uv_and_its_build_backend(tmp_path):
     assert build.returncode == 130, output
     assert "Traceback" not in output
     assert_gone(backend)  # the build backend went with uv
+
+
+def killed_build(folder: Path, cache: Path) -> set[str]:
+    """`peach env build` killed with SIGKILL while uv runs a build backend (no cleanup can
+    run): every process it started must die with it. What it left in the cache's tmp/."""
+    import signal
+
+    import psutil
+    from env_support import REPO, SlowPackage
+    from waiting import assert_gone
+
+    slow = SlowPackage.write(folder)
+    project = write_conf(
+        folder / "project",
+        f'codops: slow\npy_environments:\n  base: {{dependencies: ["{slow.requirement}"]}}\n',
+    )
+    build = subprocess.Popen(
+        [sys.executable, "-m", "peach_cli.cli", "env", "build", str(project)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+        env=dict(os.environ, NO_COLOR="1", PEACH_ENV_CACHE=str(cache)), start_new_session=True,
+    )  # fmt: skip
+    try:
+        backend = slow.wait_building()
+        started = psutil.Process(build.pid).children(recursive=True)
+        assert backend in {p.pid for p in started}
+        os.kill(build.pid, signal.SIGKILL)  # peach alone: its process group is left be
+        build.wait(timeout=10)
+    finally:
+        if build.poll() is None:
+            os.killpg(build.pid, signal.SIGKILL)
+            build.wait()
+    for process in started:  # uv and the backend it runs died with peach
+        assert_gone(process.pid)
+    left = leftovers(cache)
+    assert left, "the killed build left nothing to clean up"
+    return left
+
+
+def test_a_build_killed_with_sigkill_kills_uv_and_its_leftovers_are_cleaned(tmp_path):
+    cache = tmp_path / "cache"  # not the session's: prune --all empties it
+    killed_build(tmp_path / "first", cache)
+    pruned = run_peach("env", "prune", "--all", env={"PEACH_ENV_CACHE": str(cache)})
+    assert pruned.returncode == 0, pruned.stderr
+    assert leftovers(cache) == set()
+    left = killed_build(tmp_path / "second", cache)
+    bare = write_conf(
+        tmp_path / "bare", "codops: bare\npy_environments:\n  base: {dependencies: []}\n"
+    )
+    built = run_peach("env", "build", str(bare), env={"PEACH_ENV_CACHE": str(cache)})
+    assert built.returncode == 0, built.stderr
+    assert leftovers(cache) & left == set()
