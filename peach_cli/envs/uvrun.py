@@ -41,9 +41,13 @@ def uv_binary() -> str:
     return uv.find_uv_bin()
 
 
+_NOT_FOR_UV = frozenset({"VIRTUAL_ENV", "CONDA_PREFIX", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"})
+
+
 def uv_environment(*, offline: bool) -> dict[str, str]:
-    """The environment uv runs with: peach's cache, never a Python download, no active venv."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+    """The environment uv runs with: peach's cache, never a Python download, no active venv,
+    and not the Ray dashboard's token (the build backends uv runs are packages' code)."""
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_UV}
     env["UV_CACHE_DIR"] = str(uv_cache_dir())
     env["UV_PYTHON_DOWNLOADS"] = "never"
     env["UV_NO_PROGRESS"] = "1"
