@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from cli_support import run_peach
-from conftest import start_peach_dev
+from conftest import REPO, start_peach_dev
 from projectkit import write_project
 from waiting import assert_gone, poll
 
@@ -92,3 +94,29 @@ def test_peach_dev_killed_during_a_forking_task_leaves_no_process_behind(tmp_pat
         assert_gone(worker.pid)
     finally:
         dev.stop()
+
+
+def test_ctrl_c_during_a_task_kills_the_daemon_it_started(project: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "peach_cli.cli", "task", "run", "escape", str(project)]
+        + ["--shared-env", "--timeout-s", "600"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, NO_COLOR="1"),
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # blocks until the task printed (or exited)
+        assert line.startswith("escape | daemon started"), line
+        daemon = daemon_pid(project)
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, err
+    assert_gone(daemon)
