@@ -17,6 +17,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 from peach_cli.runtime.plan import TaskSpec
 from peach_cli.runtime.protocol import (
@@ -54,9 +55,10 @@ def kill_tree(pid: int) -> set[int]:
         root = None
     for _ in range(20 if root is not None else 0):
         try:
-            alive = [p for p in root.children(recursive=True) if p.status() != "zombie"]
+            below = root.children(recursive=True)
         except psutil.Error:
             break
+        alive = [p for p in below if _alive(p)]
         if not alive:
             break
         for process in alive:
@@ -70,6 +72,16 @@ def kill_tree(pid: int) -> set[int]:
             root.kill()
             killed.add(pid)
     return killed
+
+
+def _alive(process: Any) -> bool:
+    """Whether a ``psutil.Process`` still runs (a zombie or a gone one does not)."""
+    import psutil
+
+    try:
+        return bool(process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
 
 
 def reap(pids: set[int]) -> None:
