@@ -51,7 +51,9 @@ def project(tmp_path: Path) -> Path:
 
 def daemon_pid(project: Path) -> int:
     path = project / "daemon.pid"
-    return int(poll(lambda: path.read_text().strip() or None, "the daemon's pid", 30))
+    # the daemon writes it after the task said it started: wait for it
+    read = lambda: path.read_text().strip() or None  # noqa: E731
+    return int(poll(read, "the daemon's pid", 30, tolerate=(OSError,)))
 
 
 def test_a_100_mib_line_of_output_is_cut_with_a_marker_saying_how_much(project: Path) -> None:
