@@ -25,6 +25,8 @@ STARTUP_WAIT_S = 60.0
 """How long a request waits for a replica that is starting or restarting."""
 
 _WAITING = (ReplicaState.STARTING, ReplicaState.RESTARTING)
+_SERVING = (ReplicaState.HEALTHY, ReplicaState.RELOADING, ReplicaState.DRAINING)
+"""The states ``_pick`` takes a replica in."""
 
 
 class Unavailable(Exception):
@@ -154,6 +156,9 @@ class ReplicaPool:
 
     async def call(self, params: RequestParams, attempt: Attempt) -> CallResult:
         """Call the component on the best replica; the contract's ``call`` for this pool."""
+        if not any(r.state in _SERVING for r in self.replicas):  # it waits for one to start
+            waiting = [r.state_since for r in self.replicas if r.state in _WAITING]
+            attempt.starting_since = min(waiting, default=None)
         try:
             replica = await self.acquire()
         except Unavailable as error:

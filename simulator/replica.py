@@ -195,6 +195,8 @@ class Replica:
         self.on_event = on_event
         self.on_change = on_change
         self.state = ReplicaState.STARTING
+        self.state_since = time.monotonic()
+        """When it entered ``state`` (a timeout while it starts says for how long)."""
         self.error: str | None = None
         self.pid: int | None = None
         self.rss = 0
@@ -600,6 +602,8 @@ class Replica:
     def _set_state(
         self, state: ReplicaState, *, error: str | None = None, message: str | None = None
     ) -> None:
+        if state is not self.state:
+            self.state_since = time.monotonic()
         self.state = state
         if error is not None or state in (ReplicaState.HEALTHY, ReplicaState.STARTING):
             self.error = error

@@ -182,12 +182,9 @@ def test_a_failing_init_fails_the_deploy_fast_with_the_users_error(cluster):
     assert response.headers["x-peach-component"] == "main"
 
 
-def test_a_request_waiting_for_a_replica_gets_the_init_error_when_the_init_fails(cluster, tmp_path):
-    """A request that arrives while the model still loads waits for a replica; when that
-    init fails, it is answered with 503 and the error at once, not after timeout_s (30 s)."""
-    project = tmp_path / "project"
+def init_waiting_for(release: Path, project: Path) -> Path:
+    """A copy of ``deploy_initfail`` whose init first waits for ``release`` (then raises)."""
     shutil.copytree(INITFAIL, project)
-    release = tmp_path / "release"  # both nodes share this machine's file system
     notebook = project / "notebooks" / "Broken.ipynb"
     cells = json.loads(notebook.read_text())
     for cell in cells["cells"]:
@@ -202,21 +199,34 @@ def test_a_request_waiting_for_a_replica_gets_the_init_error_when_the_init_fails
             )
             cell["source"] = source.replace("def load_model():\n", waits).splitlines(keepends=True)
     notebook.write_text(json.dumps(cells))
+    return project
+
+
+def wait_for_gateway(cluster: RayHead) -> None:
+    """Until the peach gateway answers its routes."""
+    deadline = time.monotonic() + 90
+    while True:
+        assert time.monotonic() < deadline, "the gateway did not start"
+        try:
+            routes = httpx.get(f"{cluster.serve_url}/_peach/routes", timeout=5)
+            if routes.headers.get("content-type") == "application/json":
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+
+
+def test_a_request_waiting_for_a_replica_gets_the_init_error_when_the_init_fails(cluster, tmp_path):
+    """A request that arrives while the model still loads waits for a replica; when that
+    init fails, it is answered with 503 and the error at once, not after timeout_s (30 s)."""
+    release = tmp_path / "release"  # both nodes share this machine's file system
+    project = init_waiting_for(release, tmp_path / "project")
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         deploying = pool.submit(
             deploy, plan_of(project), address=cluster.dashboard_url, http_port=cluster.http_port
         )
-        deadline = time.monotonic() + 90
-        while True:  # until the gateway answers (the component is still in its init)
-            assert time.monotonic() < deadline, "the gateway did not start"
-            try:
-                routes = httpx.get(f"{cluster.serve_url}/_peach/routes", timeout=5)
-                if routes.headers.get("content-type") == "application/json":
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+        wait_for_gateway(cluster)  # the component is still in its init
         asking = pool.submit(httpx.get, f"{cluster.serve_url}/broken", timeout=40)
         began = time.monotonic()
         # no replica has finished its init: the request waits for one
@@ -233,6 +243,32 @@ def test_a_request_waiting_for_a_replica_gets_the_init_error_when_the_init_fails
     assert "load_model() raised FileNotFoundError: no weights" in message
     assert response.headers["x-peach-component"] == "main"
     assert waited < 25, waited  # timeout_s is 30: the answer came with the failure
+
+
+def test_a_call_waiting_for_starting_replicas_gets_504_at_timeout_s(cluster, tmp_path):
+    """A request that arrives while every replica is still in its init is answered when
+    timeout_s (2 s here) runs out: 504, saying the replicas are still starting."""
+    release = tmp_path / "release"  # both nodes share this machine's file system
+    project = init_waiting_for(release, tmp_path / "project")
+    conf = project / "peach.yaml"
+    conf.write_text(conf.read_text().replace("\nendpoints:", "\ntimeout_s: 2\nendpoints:", 1))
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        deploying = pool.submit(
+            deploy, plan_of(project), address=cluster.dashboard_url, http_port=cluster.http_port
+        )
+        try:
+            wait_for_gateway(cluster)  # the component is still in its init
+            response = httpx.get(f"{cluster.serve_url}/broken", timeout=40)  # inits still wait
+        finally:
+            release.touch()  # the inits go on, and raise
+        with pytest.raises(ReplicaStartFailed):
+            deploying.result(timeout=90)
+    assert response.status_code == 504, response.text
+    error = response.json()["error"]
+    assert error["code"] == "timeout"
+    assert "did not answer within timeout_s = 2 s" in error["message"]
+    assert re.search(r"its replicas are still starting \(\d+ s so far\)", error["message"]), error
 
 
 def test_the_first_replica_start_failure_is_reported_while_serve_still_retries(cluster):

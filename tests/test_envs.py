@@ -254,6 +254,20 @@ def test_env_build_builds_what_it_can_and_fails_clearly(tmp_path):
     assert "py_env base resolving" in result.stderr or "py_env base done" in result.stderr
 
 
+def test_env_build_with_a_cache_it_cannot_write_is_one_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # (root writes anywhere: a file in the way cannot)
+    project = write_conf(tmp_path, "codops: shop\npy_environments:\n  base: {dependencies: []}\n")
+    result = run_peach("env", "build", str(project), env={"PEACH_ENV_CACHE": str(blocker / "c")})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "OSError" not in result.stderr
+    assert "error: py_env 'base': cannot install its requirements: cannot write the env cache" in (
+        result.stderr
+    )
+    assert "set PEACH_ENV_CACHE to a folder that is" in result.stderr
+    assert "0 of 1 env built" in result.stderr
+
+
 def test_env_commands_reject_bad_input(tmp_path):
     assert run_peach("env", "list", str(tmp_path / "nowhere")).returncode == 2
     bad = run_peach("env", "build", str(write_conf(tmp_path, "codops: shop\nbogus: 1\n")))
@@ -396,3 +410,82 @@ def test_env_build_stopped_by_sigterm_stops_uv_and_its_build_backend(tmp_path):
     assert build.returncode == 130, output
     assert "Traceback" not in output
     assert_gone(backend)  # the build backend went with uv
+
+
+def killed_build(folder: Path, cache: Path) -> set[str]:
+    """`peach env build` killed with SIGKILL while uv runs a build backend (no cleanup can
+    run): every process it started must die with it. What it left in the cache's tmp/."""
+    import signal
+
+    import psutil
+    from env_support import REPO, SlowPackage
+    from waiting import assert_gone
+
+    slow = SlowPackage.write(folder)
+    project = write_conf(
+        folder / "project",
+        f'codops: slow\npy_environments:\n  base: {{dependencies: ["{slow.requirement}"]}}\n',
+    )
+    build = subprocess.Popen(
+        [sys.executable, "-m", "peach_cli.cli", "env", "build", str(project)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+        env=dict(os.environ, NO_COLOR="1", PEACH_ENV_CACHE=str(cache)), start_new_session=True,
+    )  # fmt: skip
+    try:
+        backend = slow.wait_building()
+        started = psutil.Process(build.pid).children(recursive=True)
+        assert backend in {p.pid for p in started}
+        os.kill(build.pid, signal.SIGKILL)  # peach alone: its process group is left be
+        build.wait(timeout=10)
+    finally:
+        if build.poll() is None:
+            os.killpg(build.pid, signal.SIGKILL)
+            build.wait()
+    for process in started:  # uv and the backend it runs died with peach
+        assert_gone(process.pid)
+    left = leftovers(cache)
+    assert left, "the killed build left nothing to clean up"
+    return left
+
+
+def test_a_build_killed_with_sigkill_kills_uv_and_its_leftovers_are_cleaned(tmp_path):
+    cache = tmp_path / "cache"  # not the session's: prune --all empties it
+    killed_build(tmp_path / "first", cache)
+    pruned = run_peach("env", "prune", "--all", env={"PEACH_ENV_CACHE": str(cache)})
+    assert pruned.returncode == 0, pruned.stderr
+    assert leftovers(cache) == set()
+    left = killed_build(tmp_path / "second", cache)
+    bare = write_conf(
+        tmp_path / "bare", "codops: bare\npy_environments:\n  base: {dependencies: []}\n"
+    )
+    built = run_peach("env", "build", str(bare), env={"PEACH_ENV_CACHE": str(cache)})
+    assert built.returncode == 0, built.stderr
+    assert leftovers(cache) & left == set()
+
+
+def test_the_build_backends_uv_runs_never_see_the_dashboard_token(tmp_path):
+    """A package's build backend is someone else's code: it gets no Ray token from peach."""
+    package = tmp_path / "peach-env-pkg"
+    package.mkdir()
+    seen = tmp_path / "seen.json"
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n\n'
+        '[project]\nname = "peach-env-pkg"\nversion = "0.1"\n'
+    )
+    (package / "backend.py").write_text(
+        "import json, os\n\n\ndef get_requires_for_build_wheel(config_settings=None):\n"
+        f"    with open({str(seen)!r}, 'w') as out:\n"
+        "        json.dump(sorted(os.environ), out)\n"
+        "    raise RuntimeError('recorded')\n"
+    )
+    project = write_conf(
+        tmp_path / "project",
+        "codops: shop\npy_environments:\n"
+        f'  base: {{dependencies: ["peach-env-pkg @ {package.as_uri()}"]}}\n',
+    )
+    token = {"RAY_AUTH_TOKEN": "tok-never-for-backends", "RAY_AUTH_TOKEN_PATH": "/nowhere"}
+    result = run_peach("env", "build", str(project), env=token)
+    assert result.returncode == 1
+    names = json.loads(seen.read_text())
+    assert "PATH" in names and "RAY_AUTH_TOKEN" not in names
+    assert "RAY_AUTH_TOKEN_PATH" not in names

@@ -10,6 +10,7 @@ check what is sent and printed).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -17,6 +18,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote
 
 import pytest
 from cli_support import run_peach
@@ -117,6 +119,9 @@ class Dashboard:
                 status, body = dashboard.routes.get((self.command, self.path), dashboard.default)
                 # a careless server that echoes the request in its error pages
                 body = body.replace("{headers}", json.dumps(headers))
+                auth = headers.get("Authorization", "")
+                body = body.replace("{quoted}", quote(auth, safe=""))
+                body = body.replace("{base64}", base64.b64encode(auth[7:].encode()).decode())
                 data = body.encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
@@ -197,6 +202,31 @@ def test_dry_run_never_prints_the_token(tmp_path):
         result = peach("deploy", str(DEPLOY_PROJECT), "--dry-run", "--format", output_format)
         assert result.returncode == 0, result.stderr
         assert_secret_never_shown(result)
+
+
+ODD_TOKEN = 'tok-ab"cd\\ef/+never-print-me'
+"""A token with characters JSON, percent-encoding and base64 each change."""
+
+
+@pytest.mark.parametrize("echo", ["{headers}", "{quoted}", "{base64}"])
+def test_the_token_is_masked_in_every_form_a_server_echoes_it_in(dashboard, echo):
+    dashboard.routes[("GET", "/api/serve/applications/")] = (
+        500,
+        json.dumps({"error": "cannot handle "}).replace('"}', echo + '"}'),
+    )
+    result = peach("status", "--address", dashboard.url, token=ODD_TOKEN)
+    assert result.returncode == 1
+    assert "failed with HTTP 500" in result.stderr and "***" in result.stderr
+    everything = result.stdout + result.stderr
+    raw = ODD_TOKEN.encode()
+    for form in (
+        ODD_TOKEN,
+        json.dumps(ODD_TOKEN)[1:-1],
+        quote(ODD_TOKEN, safe=""),
+        base64.b64encode(raw).decode().rstrip("="),
+        "never-print-me",
+    ):
+        assert form not in everything, (form, everything)
 
 
 def test_a_body_that_is_not_json_is_shown_without_the_token(dashboard):

@@ -10,6 +10,7 @@ next request works, no process is left behind, the gateway's memory stays bounde
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -296,6 +297,51 @@ def test_an_init_that_hangs_is_reported_and_ctrl_c_still_exits_without_orphans(p
     assert dev.process.wait(timeout=15) == 0
     wait_until(lambda: not any(alive(pid) for pid in pids), 10, "the replicas to exit")
     assert "Traceback" not in dev.output()
+
+
+SLOW_INIT_CONF = """codops: slowinit
+endpoints:
+  greet:
+    url: /greet
+    components:
+      main: {notebook: nb.ipynb, init: slow_init, method: greet}
+      fallback: {notebook: nb.ipynb, method: plain}
+  lonely:
+    url: /lonely
+    components:
+      main: {notebook: nb.ipynb, init: slow_init, method: greet}
+"""
+SLOW_INIT_CELLS = [
+    "import time\n\ndef slow_init():\n    time.sleep(1000)\n    return 1\n",
+    "def greet(model):\n    return 'main'\n",
+    "def plain():\n    return 'fallback'\n",
+]
+
+
+def test_a_slow_init_never_holds_a_call_past_timeout_s(peach_dev, tmp_path):
+    from projectkit import write_project
+
+    project = write_project(tmp_path / "slowinit", SLOW_INIT_CONF, {"nb.ipynb": SLOW_INIT_CELLS})
+    dev = peach_dev(project, "--timeout-s", "1")
+    with httpx.Client(base_url=dev.url, timeout=30) as client:
+        wait_until(lambda: replica(dev, "greet/fallback")["state"] == "healthy", 30, "the fallback")
+        began = time.monotonic()
+        answered = client.get("/greet")  # main's replica is starting: the fallback answers
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["result"] == "fallback"
+        assert answered.headers["x-peach-component"] == "fallback"
+        refused = client.get("/lonely")  # no fallback: 504 saying why
+        took = time.monotonic() - began
+        assert refused.status_code == 504, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "timeout"
+        assert re.search(r"still starting \(\d+ s so far\)", error["message"]), error
+        assert took < 15  # each bounded by timeout_s (was: until init returned)
+        # the log lines are written when the answers are, not when peach stops
+        dev.wait_for_output(r"GET /greet 200 fallback")
+        dev.wait_for_output(r"GET /lonely 504 main .*replicas are still starting")
+        assert dev.process.poll() is None
+        assert replica(dev, "lonely/main")["state"] == "starting"
 
 
 # -- streams that fail ----------------------------------------------------------------------

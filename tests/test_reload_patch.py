@@ -172,6 +172,29 @@ def test_a_patch_superseded_while_its_code_runs_changes_nothing(
         time.sleep(0.1)
 
 
+def test_a_patch_whose_code_is_slow_never_stalls_requests(serve: Callable[..., Served]) -> None:
+    """The new code's top level runs off the serving path: until it is ready, the old code
+    answers at once; then the new one, with the same state."""
+    served = serve()
+    token = served.result("/model").split()[1]
+    # the new code says it runs, then waits for the test to let it finish
+    slow = (
+        'LABEL = "m5"\nimport pathlib, time\npathlib.Path("patching").touch()\n'
+        'while not pathlib.Path("release").exists():\n    time.sleep(0.02)'
+    )
+    served.edit('LABEL = "m1"', slow)
+    poll(lambda: (served.project / "patching").exists(), "the new code to run")
+    for _ in range(3):  # each answered while the new code still runs (it waits for us)
+        response = served.client.get("/model", timeout=5)
+        assert response.status_code == 200, response.text
+        assert response.json()["result"] == f"m1 {token}"
+    (served.project / "release").touch()
+    assert served.wait_result("/model", lambda r: r.startswith("m5"), "the new code") == (
+        f"m5 {token}"
+    )
+    served.dev.wait_for_output(r"patched model/main \(method changed; init state kept\)")
+
+
 def test_a_patch_that_raises_keeps_the_old_method_serving_and_says_why(
     serve: Callable[..., Served],
 ) -> None:

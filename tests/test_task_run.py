@@ -196,7 +196,7 @@ def test_a_project_with_errors_is_not_run(project: Path) -> None:
 def test_a_long_output_line_is_cut_once_not_split_into_lines():
     import asyncio
 
-    from simulator.tasks.run import MAX_LINE_CHARS, _pump
+    from simulator.tasks.run import MAX_LINE_BYTES, _pump
 
     async def pumped(*chunks: bytes) -> list[str]:
         reader = asyncio.StreamReader()
@@ -209,4 +209,8 @@ def test_a_long_output_line_is_cut_once_not_split_into_lines():
 
     long = b"a" * 200_000  # longer than one read: it arrives in several
     lines = asyncio.run(pumped(long, b"\nshort\r\n", b"b" * 70_000))
-    assert lines == ["a" * MAX_LINE_CHARS, "short", "b" * MAX_LINE_CHARS]
+    assert lines == [
+        "a" * MAX_LINE_BYTES + f" … ({200_000 - MAX_LINE_BYTES} more bytes of this line not shown)",
+        "short",
+        "b" * MAX_LINE_BYTES + f" … ({70_000 - MAX_LINE_BYTES} more bytes of this line not shown)",
+    ]

@@ -57,7 +57,10 @@ def run_dev(
     from peach_cli.views.dev import DevView
 
     plan = load_plan(project, doing="serving", warnings="show")
+    from peach_cli.runtime.tree import become_subreaper
     from simulator.session import SessionConfig
+
+    become_subreaper()  # what a replica or task orphans is adopted here, not by init
 
     config = SessionConfig(
         plan,

@@ -68,9 +68,11 @@ def run_env_list(project: Path, *, output_format: str = "text") -> int:
 
 def run_env_build(project: Path, *, offline: bool = False, refresh: bool = False) -> int:
     from peach_cli.envs import EnvBuildError, ensure_env, project_envs
+    from peach_cli.runtime.tree import become_subreaper
     from peach_cli.views import console
 
     conf = load_conf(project)
+    become_subreaper()  # what uv orphans is adopted here, not by init
     failed: list[EnvBuildError] = []
     specs = project_envs(conf)
     with _interrupted_by_termination():
@@ -78,6 +80,15 @@ def run_env_build(project: Path, *, offline: bool = False, refresh: bool = False
             with console.env_progress() as progress:
                 try:
                     env = ensure_env(spec, offline=offline, refresh=refresh, progress=progress)
+                except OSError as error:  # the cache folder is not writable, the disk is full
+                    failure = EnvBuildError(
+                        spec.name,
+                        f"cannot write the env cache: {error}",
+                        hint="make it writable, or set PEACH_ENV_CACHE to a folder that is",
+                    )
+                    failed.append(failure)
+                    console.print_error(failure)
+                    continue
                 except EnvBuildError as error:
                     failed.append(error)
                     console.print_error(error)

@@ -222,6 +222,8 @@ class ServeGateway:
         """Component deployment → set when it is found unstartable: what calls waiting for
         a replica of a deployment with none running wait on too."""
         self._checked_at = 0.0
+        self._starting: dict[str, float] = {}
+        """Deployment → when it was first seen with no replica running (still starting)."""
         self._reading: asyncio.Future[None] | None = None
         self._watcher = asyncio.get_running_loop().create_task(self._watch_components())
 
@@ -256,6 +258,11 @@ class ServeGateway:
                 if error:
                     unstartable[name] = error
             self.unstartable, self.running, self._checked_at = unstartable, running, began
+            for name, count in running.items():
+                if count:
+                    self._starting.pop(name, None)
+                else:
+                    self._starting.setdefault(name, began)
             for name in unstartable:
                 waiting = self._failing.pop(name, None)
                 if waiting is not None and not waiting.done():
@@ -272,6 +279,11 @@ class ServeGateway:
         if not error:
             return None
         return contract.unavailable_message(f"{endpoint.name}/{component}", error)
+
+    def starting_since(self, endpoint: EndpointSpec, component: str) -> float | None:
+        """When ``component`` was first seen with no replica running (None: some run, or
+        Serve has not been read yet)."""
+        return self._starting.get(self.deployments[(endpoint.name, component)])
 
     def _handle(self, endpoint: EndpointSpec, component: str) -> DeploymentHandle:
         return self.handles[self.deployments[(endpoint.name, component)]]
@@ -378,6 +390,7 @@ class _Deployments:
         unavailable = await gateway._unavailable(endpoint, component)
         if unavailable:
             return contract.CallResult.failure("unavailable", unavailable)
+        attempt.starting_since = gateway.starting_since(endpoint, component)
         # one unary remote call: the result names the replica that answered
         response = gateway._handle(endpoint, component).call.remote(params.to_dict())
         try:

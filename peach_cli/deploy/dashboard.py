@@ -314,8 +314,12 @@ class DashboardClient:
         return response
 
     def _redact(self, text: str) -> str:
-        """``text`` without the token or the password (as a server may echo them back)."""
-        for secret in self._secrets:
+        """``text`` without the token or the password, as is or in the forms a server may
+        echo them back in (JSON-escaped, percent-encoded, base64)."""
+        from peach_cli.project.secrets import mask
+
+        text = mask(text, self._secrets)
+        for secret in self._secrets:  # a short one too (``mask`` skips those)
             text = text.replace(secret, "***")
         return text
 

@@ -36,6 +36,7 @@ from typing import Literal
 from peach_cli import wording
 from peach_cli.envs.lock import EnvLock, LockTimeout
 from peach_cli.envs.paths import cache_root
+from peach_cli.envs.scratch import scratch
 from peach_cli.envs.spec import EnvSpec, interpreter_tag, normalize_name, requirement_name
 from peach_cli.errors import EnvBuildError
 
@@ -245,8 +246,7 @@ def resolve(
             return cached
     report = _reporter or _Reporter(spec.name, progress)
     report("resolving", ", ".join(spec.requirements))
-    work = Path(tempfile.mkdtemp(prefix="resolve-", dir=_tmp_dir()))
-    try:
+    with scratch("resolve-") as work:  # removed after; a killed build's, by the next one
         source, output = work / "requirements.in", work / "requirements.txt"
         source.write_text("".join(f"{r}\n" for r in spec.requirements))
         args = ["pip", "compile", str(source), "-o", str(output), "--python", sys.executable]
@@ -257,8 +257,6 @@ def resolve(
             for line in output.read_text().splitlines()
             if line.strip() and not line.lstrip().startswith("#")
         )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     _write_json(
         resolution_file(spec),
         {
@@ -316,12 +314,6 @@ def ensure_env(
     return env
 
 
-def _tmp_dir() -> Path:
-    path = cache_root() / "tmp"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def _build(
     spec: EnvSpec,
     pinned: tuple[str, ...],
@@ -333,8 +325,7 @@ def _build(
     cancel: threading.Event | None,
 ) -> None:
     """Build into ``tmp/`` and rename into place (the caller holds the key's lock)."""
-    work = Path(tempfile.mkdtemp(prefix=f"env-{key}-", dir=_tmp_dir()))
-    try:
+    with scratch(f"env-{key}-") as work:  # removed after; a killed build's, by the next one
         if pinned:
             report("downloading", wording.count(len(pinned), "package"))
         venv = work / "env"
@@ -359,8 +350,6 @@ def _build(
         if path.exists():  # unusable: its base interpreter is gone
             shutil.rmtree(path, ignore_errors=True)
         os.rename(venv, path)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def _run(

@@ -177,9 +177,10 @@ def prune(
     long ago (any, with ``all_envs``) that nothing uses.
 
     ``all_envs`` also forgets the cached resolutions, so the next build resolves afresh.
-    Leftovers of interrupted builds older than a day are removed too.
+    What killed builds left is removed too, and other leftovers older than a day.
     """
     from peach_cli.envs.runtime import runtime_digest
+    from peach_cli.envs.scratch import remove_stale
 
     now = time.time() if now is None else now
     pruned = Pruned()
@@ -204,6 +205,7 @@ def prune(
                 pruned.runtimes.append(runtime)
     if all_envs:
         shutil.rmtree(root / "resolved", ignore_errors=True)
+    remove_stale(now=now)  # what killed builds left, whatever its age
     tmp = root / "tmp"
     if tmp.is_dir():
         for leftover in tmp.iterdir():

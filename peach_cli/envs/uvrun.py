@@ -41,9 +41,13 @@ def uv_binary() -> str:
     return uv.find_uv_bin()
 
 
+_NOT_FOR_UV = frozenset({"VIRTUAL_ENV", "CONDA_PREFIX", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"})
+
+
 def uv_environment(*, offline: bool) -> dict[str, str]:
-    """The environment uv runs with: peach's cache, never a Python download, no active venv."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+    """The environment uv runs with: peach's cache, never a Python download, no active venv,
+    and not the Ray dashboard's token (the build backends uv runs are packages' code)."""
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_UV}
     env["UV_CACHE_DIR"] = str(uv_cache_dir())
     env["UV_PYTHON_DOWNLOADS"] = "never"
     env["UV_NO_PROGRESS"] = "1"
@@ -90,7 +94,7 @@ def run_uv(
     uv leads its own process group, so that stopping it stops what it started too (a
     package's build backend, which would otherwise go on compiling after uv is gone)."""
     process = subprocess.Popen(
-        [uv_binary(), *args],
+        [*_guarded(), uv_binary(), *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -131,6 +135,38 @@ def run_uv(
     if code != 0:
         failure = [line for line in lines if not line.startswith(("Using ", "Resolved "))]
         raise UvFailed(reason_of(failure), lines)
+
+
+GUARD = """\
+import os, signal, sys
+def end(*_):
+    os.killpg(0, signal.SIGKILL)  # uv, what uv runs, and this guard: one group
+signal.signal(signal.SIGTERM, end)
+try:
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+except Exception:
+    pass
+if os.getppid() != int(sys.argv[1]):
+    end()
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+"""uv's guard on Linux: when peach dies — even by ``kill -9`` — the kernel tells the guard
+(a parent-death signal), and it kills uv's whole process group, the build backend uv runs
+included. (A signal set up for uv itself in a ``preexec_fn`` would spare the backend, and
+``preexec_fn`` is not safe in a threaded process.)"""
+
+
+def _guarded() -> list[str]:
+    """The command that runs uv under ``GUARD`` (Linux), or nothing (uv runs bare)."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return []
+    return [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid())]
 
 
 def _kill(process: subprocess.Popen[str]) -> None:

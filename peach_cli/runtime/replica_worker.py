@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -134,6 +136,8 @@ class Worker:
         """New code executed by ``Patch`` messages, waiting for their ``CommitPatch``."""
         self.closed = asyncio.Event()
         self._started = False
+        self._patching: int | None = None
+        """The latest ``Patch`` whose code runs (in a thread of its own) or has run."""
 
     async def run(self) -> None:
         await self.loop.create_connection(lambda: self.channel, sock=self.sock)
@@ -177,6 +181,8 @@ class Worker:
             case Patch(request_id, spec):
                 self.prepare_patch(request_id, spec)
             case CommitPatch(request_id, commit):
+                if self._patching == request_id:
+                    self._patching = None  # dropped before its code finished: never kept
                 prepared = self.patches.pop(request_id, None)
                 if prepared is not None and commit and self.runner is not None:
                     self.runner.commit_patch(prepared)
@@ -216,23 +222,37 @@ class Worker:
         self.channel.send(Ready(self.runner.method_kind, os.getpid()))
 
     def prepare_patch(self, request_id: int, spec: Any) -> None:
-        """Execute a component's new code beside the one in use (``ComponentRunner``)."""
+        """Execute a component's new code beside the one in use (``ComponentRunner``), in a
+        thread of its own: the code's top level may be slow, and the old code serves every
+        call meanwhile (the loop never waits for it)."""
         runner = self.runner
         if runner is None or not self._started:
             message = "the replica has not finished starting"
             self.channel.send(PatchFailed(request_id, message, ""))
             return
-        try:
-            prepared = runner.prepare_patch(spec)
-        except InitError as error:
-            self.channel.send(PatchFailed(request_id, error.message, error.details))
+        self._patching = request_id
+
+        def execute() -> None:
+            outcome: LoadedCode | PatchFailed
+            try:
+                outcome = runner.prepare_patch(spec)
+            except InitError as error:
+                outcome = PatchFailed(request_id, error.message, error.details)
+            except BaseException as error:  # noqa: BLE001 - report anything (SystemExit too)
+                outcome = PatchFailed(request_id, f"{type(error).__name__}: {error}", "")
+            with contextlib.suppress(RuntimeError):  # the loop closed: the replica stops
+                self.loop.call_soon_threadsafe(self._prepared, request_id, outcome)
+
+        threading.Thread(target=execute, name="peach-patch", daemon=True).start()
+
+    def _prepared(self, request_id: int, outcome: LoadedCode | PatchFailed) -> None:
+        if isinstance(outcome, PatchFailed):
+            self.channel.send(outcome)
             return
-        except Exception as error:  # noqa: BLE001 - report anything, never hang the gateway
-            message = f"{type(error).__name__}: {error}"
-            self.channel.send(PatchFailed(request_id, message, ""))
+        if request_id != self._patching:  # a newer patch, or dropped: the gateway moved on
             return
-        self.patches = {request_id: prepared}  # only the latest patch may be committed
-        self.channel.send(PatchReady(request_id, method_kind(prepared.method)))
+        self.patches = {request_id: outcome}  # only the latest patch may be committed
+        self.channel.send(PatchReady(request_id, method_kind(outcome.method)))
 
     def _check_threads(self, _task: object) -> None:
         """Leave (so the gateway restarts this replica) once no thread is left for calls."""

@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> None:
         os.setpgid(0, 0)  # its own group: the scheduler kills the whole tree at once
     except OSError:
         pass
+    from peach_cli.runtime.tree import become_subreaper, kill_descendants
+
+    parent = os.getppid()
+    become_subreaper()  # what the task starts stays in this tree, even a daemon
     from peach_cli.runtime.protocol import (
         ProtocolError,
         RunTask,
@@ -59,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"peach: a task process does not take {type(job).__name__}", file=sys.stderr)
         sys.stderr.flush()
         os._exit(1)
+    _die_with_tree(sock, parent)
     os.environ.update(job.env)  # its env_vars and secrets (SPEC §10)
     payload = json.loads(job.payload) if job.payload is not None else None
     outcome = run_outcome(job.spec, job.root, payload)
@@ -68,7 +73,36 @@ def main(argv: list[str] | None = None) -> None:
         send_message(sock, outcome)
     except OSError:
         pass
+    kill_descendants()  # what the task left running ends with its run
     os._exit(0)  # threads the task left running must not keep the run alive
+
+
+def _die_with_tree(sock: socket.socket, parent: int) -> None:
+    """From now on, when peach dies (its socket closes, or Linux's parent-death signal
+    arrives), kill every process the task started, then exit: nothing outlives peach."""
+    import signal
+    import threading
+
+    from peach_cli.runtime.tree import kill_descendants, set_parent_death_signal
+
+    def end(*_: object) -> None:
+        kill_descendants()
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, end)
+    set_parent_death_signal(signal.SIGTERM)  # replaces the SIGKILL of a waiting spare
+    if os.getppid() != parent:  # peach died before this was set
+        end()
+
+    def watch() -> None:  # also when the task's code holds the main thread in C
+        try:
+            data = sock.recv(1, socket.MSG_PEEK)
+        except OSError:
+            data = b""
+        if not data:
+            end()
+
+    threading.Thread(target=watch, name="peach-parent-watch", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -31,60 +31,98 @@ from peach_cli.runtime.protocol import (
 from simulator.spawn import Spawner, WorkerLaunch
 from simulator.tasks.events import RunStatus, TaskRunEnded
 
-MAX_LINE_CHARS = 4096
+MAX_LINE_BYTES = 4096
+"""A line of a task's output is shown up to this many bytes (and how many more it had)."""
 EXIT_GRACE_S = 5.0
 """How long a worker that answered may take to exit before it is killed."""
 OUTPUT_GRACE_S = 2.0
 
 
-def kill_tree(pid: int) -> int:
-    """Kill the process ``pid``, its process group and every descendant; how many died."""
+def kill_tree(pid: int) -> set[int]:
+    """Kill the process ``pid``, its process group and every descendant; the pids killed.
+
+    The descendants go first, round after round until none is left: the worker is the
+    subreaper of what its task starts (``peach_cli.runtime.tree``), so a process that forks
+    meanwhile, or a daemon that left its parent, is still below it for the next round. Those
+    that die as peach's own (adopted, peach being a subreaper too) are for ``reap`` once
+    the worker is gone."""
     import psutil
 
-    victims: list[Any] = []
+    killed: set[int] = set()
     try:
         root = psutil.Process(pid)
-        victims = [root, *root.children(recursive=True)]
     except psutil.Error:
-        pass
-    killed = 0
+        root = None
+    for _ in range(20 if root is not None else 0):
+        try:
+            below = root.children(recursive=True)
+        except psutil.Error:
+            break
+        alive = [p for p in below if _alive(p)]
+        if not alive:
+            break
+        for process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+                killed.add(process.pid)
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)  # the worker leads its own group (task_worker)
-    for process in victims:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-        except psutil.Error:
-            continue
-        killed += 1
+    if root is not None:
+        with contextlib.suppress(psutil.Error):
+            root.kill()
+            killed.add(pid)
     return killed
 
 
+def _alive(process: Any) -> bool:
+    """Whether a ``psutil.Process`` still runs (a zombie or a gone one does not)."""
+    import psutil
+
+    try:
+        return bool(process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def reap(pids: set[int]) -> None:
+    """Collect the killed descendants peach adopted (after their worker has exited; the
+    worker's own pid is its waiter's to reap)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, os.WNOHANG)
+
+
 async def _pump(stream: asyncio.StreamReader | None, on_line: Callable[[str], None]) -> None:
-    """Report every line of ``stream``; a line longer than ``MAX_LINE_CHARS`` is cut there
-    (reported once, the rest of it dropped up to its newline)."""
+    """Report every line of ``stream``; a line longer than ``MAX_LINE_BYTES`` is cut there,
+    reported when it ends with how many bytes were cut (the rest is never held whole)."""
     if stream is None:
         return
-    pending = b""
-    cutting = False  # the current line was reported already, cut: drop up to its newline
+    head = bytearray()
+    cut = 0
+
+    def report() -> None:
+        text = head.decode(errors="replace").rstrip("\r")
+        if cut:
+            text += f" … ({cut} more bytes of this line not shown)"
+        on_line(text)
+
     while True:
         chunk = await stream.read(65536)
         if not chunk:
             break
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if not cutting:
-                on_line(line.decode(errors="replace").rstrip("\r")[:MAX_LINE_CHARS])
-            cutting = False
-        if not cutting and len(pending) > MAX_LINE_CHARS:
-            on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
-            cutting = True
-        if cutting:
-            pending = b""
-    if pending and not cutting:
-        on_line(pending.decode(errors="replace")[:MAX_LINE_CHARS])
+        *ended, rest = chunk.split(b"\n")
+        for piece in ended:
+            room = max(0, MAX_LINE_BYTES - len(head))
+            head += piece[:room]
+            cut += len(piece) - min(room, len(piece))
+            report()
+            head.clear()
+            cut = 0
+        room = max(0, MAX_LINE_BYTES - len(head))
+        head += rest[:room]
+        cut += len(rest) - min(room, len(rest))
+    if head or cut:
+        report()
 
 
 async def execute_task(
@@ -131,19 +169,19 @@ async def execute_task(
         lambda: MessageChannel(on_message, on_lost), sock=sock
     )
     channel.send(RunTask(spec, str(launch.root), payload, run_id, dict(variables or {})))
-    status, killed = RunStatus.FAILED, 0
+    status, killed, victims = RunStatus.FAILED, 0, set[int]()
     outcome: Message | ProtocolError | None = None
     try:
         outcome = await asyncio.wait_for(asyncio.shield(answer), limit)
     except TimeoutError:
-        status, killed = RunStatus.TIMED_OUT, kill_tree(process.pid)
+        victims = kill_tree(process.pid)
+        status, killed = RunStatus.TIMED_OUT, len(victims)
     except asyncio.CancelledError:
-        killed = kill_tree(process.pid)
-        await _finish(process, reading)
+        await _finish(process, reading, kill_tree(process.pid))
         transport.close()
         raise
     seconds = time.perf_counter() - began
-    await _finish(process, reading)
+    await _finish(process, reading, victims)
     transport.close()
     if status is RunStatus.TIMED_OUT:
         return TaskRunEnded(
@@ -183,15 +221,18 @@ async def execute_task(
     )
 
 
-async def _finish(process: asyncio.subprocess.Process, reading: asyncio.Task[None]) -> None:
+async def _finish(
+    process: asyncio.subprocess.Process, reading: asyncio.Task[None], victims: set[int]
+) -> None:
     """Let the worker exit, kill what it left running, and read the rest of its output."""
     try:
         await asyncio.wait_for(asyncio.shield(process.wait()), EXIT_GRACE_S)
     except TimeoutError:
-        kill_tree(process.pid)
+        victims |= kill_tree(process.pid)
         await process.wait()
     with contextlib.suppress(OSError):
         os.killpg(process.pid, signal.SIGKILL)  # what it left in its group
+    reap(victims - {process.pid})
     try:
         await asyncio.wait_for(asyncio.shield(reading), OUTPUT_GRACE_S)
     except TimeoutError:  # a grandchild outside the group still holds the pipe

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +106,9 @@ class Attempt:
 
     component: str
     replica: str | None = None
+    starting_since: float | None = None
+    """When the component's replicas began starting (``time.monotonic()``), set by a host
+    whose call waits for one: a timeout then says they are still starting, and for how long."""
 
 
 ComponentCall = Callable[[str, Attempt], Awaitable[CallResult]]
@@ -126,11 +130,11 @@ async def _attempt(
         async with asyncio.timeout(timeout_s):  # no extra task per call, unlike wait_for
             result = await call(component, attempt)
     except TimeoutError:
-        result = CallResult.failure(
-            "timeout",
-            f"{endpoint.url} ({component}) did not answer within timeout_s = {timeout_s:g} s",
-            attempt.replica,
-        )
+        message = f"{endpoint.url} ({component}) did not answer within timeout_s = {timeout_s:g} s"
+        if attempt.replica is None and attempt.starting_since is not None:
+            starting = time.monotonic() - attempt.starting_since
+            message += f": its replicas are still starting ({starting:.0f} s so far)"
+        result = CallResult.failure("timeout", message, attempt.replica)
     if result.replica is None:
         result.replica = attempt.replica
     return result
