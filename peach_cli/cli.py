@@ -215,7 +215,8 @@ def ask(
             help="Parameters: KEY=VALUE is sent as the query string ?KEY=VALUE would be, so"
             " n=3 reaches `n: int` as 3 (a value too long for a 2 KiB URL goes in the JSON"
             " body, as a string); KEY:=JSON is a raw JSON body field; KEY==VALUE always goes"
-            " in the query string.",
+            " in the query string; Name:Value is a header; KEY=@FILE and KEY:=@FILE read the"
+            " value from a file. Split as httpie splits items; \\ escapes a separator.",
             show_default=False,
         ),
     ] = None,
