@@ -1,0 +1,122 @@
+"""How long the README's first command takes to install peach, and how much it installs,
+against the install with the ``[ray]`` extra — side by side, in one run.
+
+For each of ``pip install -e .`` and ``pip install -e .[ray]``: a fresh virtual environment
+(``python -m venv``) and an empty pip cache (a new temporary ``PIP_CACHE_DIR``), so every
+package is downloaded and built as on a new machine; the wall time of the install and the
+bytes it added to the environment (the environment's size after, minus the empty one's).
+It prints both, the ratio light / ``[ray]`` for time and size, and whether each is within
+the target (≤ 25 %: Ray is an extra because only the cluster side imports it).
+
+Needs the package index (PyPI, or what pip is configured to use). Everything it creates is
+in a temporary folder, removed at the end.
+
+Usage::
+
+    python benchmarks/install.py
+    python benchmarks/install.py --json
+    python benchmarks/install.py --only light     # just the README's install
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_RATIO = 0.25
+VARIANTS = {"light": str(ROOT), "ray": f"{ROOT}[ray]"}
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (links not followed)."""
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            file = Path(folder, name)
+            if not file.is_symlink():
+                total += file.stat().st_size
+    return total
+
+
+def measure(name: str, requirement: str, work: Path) -> dict:
+    """One fresh venv, one empty pip cache, one ``pip install -e REQUIREMENT``."""
+    venv = work / f"venv-{name}"
+    cache = work / f"pip-cache-{name}"
+    cache.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    empty = folder_bytes(venv)
+    env = {
+        **os.environ,
+        "PIP_CACHE_DIR": str(cache),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PYTHONPATH": "",
+    }
+    env.pop("PIP_NO_CACHE_DIR", None)
+    started = time.perf_counter()
+    result = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "-e", requirement],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"pip install -e {requirement} failed:\n{result.stderr[-3000:]}")
+    check = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import peach_cli.cli, importlib.util as u; print(bool(u.find_spec('ray')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    return {
+        "variant": name,
+        "command": f"pip install -e {'.' if name == 'light' else '.[ray]'}",
+        "seconds": round(elapsed, 2),
+        "bytes": folder_bytes(venv) - empty,
+        "ray_installed": check.stdout.strip() == "True",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--only", choices=sorted(VARIANTS), help="measure one install only")
+    args = parser.parse_args()
+    names = [args.only] if args.only else ["light", "ray"]
+    with tempfile.TemporaryDirectory(prefix="peach-install-bench-") as folder:
+        results = {name: measure(name, VARIANTS[name], Path(folder)) for name in names}
+    report: dict = {"results": list(results.values()), "target_ratio": TARGET_RATIO}
+    if len(results) == 2:
+        light, ray = results["light"], results["ray"]
+        report["time_ratio"] = round(light["seconds"] / ray["seconds"], 3)
+        report["size_ratio"] = round(light["bytes"] / ray["bytes"], 3)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    for row in report["results"]:
+        print(
+            f"{row['command']:<22} {row['seconds']:8.1f} s  {row['bytes'] / 2**20:8.1f} MiB"
+            f"  ray importable: {'yes' if row['ray_installed'] else 'no'}"
+        )
+    if "time_ratio" in report:
+        for what in ("time", "size"):
+            ratio = report[f"{what}_ratio"]
+            verdict = "ok" if ratio <= TARGET_RATIO else "over the target"
+            print(f"{what}: light / [ray] = {ratio:.0%} (target ≤ {TARGET_RATIO:.0%}): {verdict}")
+
+
+if __name__ == "__main__":
+    main()
