@@ -6,7 +6,9 @@ For each of ``pip install -e .`` and ``pip install -e .[ray]``: a fresh virtual 
 package is downloaded and built as on a new machine; the wall time of the install and the
 bytes it added to the environment (the environment's size after, minus the empty one's).
 It prints both, the ratio light / ``[ray]`` for time and size, and whether each is within
-the target (≤ 25 %: Ray is an extra because only the cluster side imports it).
+the target (≤ 25 %: Ray is an extra because only the cluster side imports it). With
+``--rounds N`` each install is measured N times, the order alternating between rounds (a
+busy machine or a cold disk then weighs on both alike), and the medians are compared.
 
 Needs the package index (PyPI, or what pip is configured to use). Everything it creates is
 in a temporary folder, removed at the end.
@@ -15,6 +17,7 @@ Usage::
 
     python benchmarks/install.py
     python benchmarks/install.py --json
+    python benchmarks/install.py --rounds 3       # medians of 3, the order alternating
     python benchmarks/install.py --only light     # just the README's install
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,10 +98,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--only", choices=sorted(VARIANTS), help="measure one install only")
+    parser.add_argument("--rounds", type=int, default=1, help="measurements of each install")
     args = parser.parse_args()
     names = [args.only] if args.only else ["light", "ray"]
+    runs: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="peach-install-bench-") as folder:
-        results = {name: measure(name, VARIANTS[name], Path(folder)) for name in names}
+        for round_ in range(args.rounds):
+            for name in names if round_ % 2 == 0 else list(reversed(names)):
+                work = Path(folder, f"round-{round_}")
+                work.mkdir(exist_ok=True)
+                runs[name].append(measure(name, VARIANTS[name], work))
+    results = {
+        name: {
+            **rows[0],
+            "seconds": round(statistics.median(row["seconds"] for row in rows), 2),
+            "bytes": int(statistics.median(row["bytes"] for row in rows)),
+            "runs": [row["seconds"] for row in rows],
+        }
+        for name, rows in runs.items()
+    }
     report: dict = {"results": list(results.values()), "target_ratio": TARGET_RATIO}
     if len(results) == 2:
         light, ray = results["light"], results["ray"]
@@ -110,6 +129,7 @@ def main() -> None:
         print(
             f"{row['command']:<22} {row['seconds']:8.1f} s  {row['bytes'] / 2**20:8.1f} MiB"
             f"  ray importable: {'yes' if row['ray_installed'] else 'no'}"
+            f"  (runs: {', '.join(f'{s:.1f}' for s in row['runs'])} s)"
         )
     if "time_ratio" in report:
         for what in ("time", "size"):

@@ -122,3 +122,19 @@ def test_trigger_task_with_event_refuses_a_deep_payload(scheduler, monkeypatch):
     assert trigger_task_with_event("record", value[0]).startswith("record#")
     with pytest.raises(TriggerPayloadError, match="nested deeper than 100 levels"):
         trigger_task_with_event("record", value)
+
+
+def test_peach_ask_json_and_file_items_are_bounded(tmp_path: Path):
+    from ask_support import ask
+
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    url = "http://127.0.0.1:9/x"  # refused before anything is sent
+    for args in ([f"--json=@{deep}"], [f"a:=@{deep}"]):
+        result = ask(url, *args)
+        assert result.code == 2, result.stderr
+        assert "nested deeper than 100 levels" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    for args in (["--json=@/dev/zero"], ["a=@/dev/zero"], ["a:=@/dev/zero"]):
+        result = ask(url, *args)
+        assert result.code == 2 and "over the limit of 10 MiB" in result.stderr, result.stderr

@@ -271,23 +271,26 @@ def _encoded_length(key: str, value: str) -> int:
 
 
 def load_json_body(source: str) -> Any:
-    """``--json``: a JSON text, or ``@path`` to read it from a file (``@-`` for stdin)."""
+    """``--json``: a JSON text, or ``@path`` to read it from a file (``@-`` for stdin).
+
+    At most 10 MiB is read, and JSON nested deeper than 100 levels is refused (SPEC §6).
+    """
+    text: str | bytes = source
     if source.startswith("@"):
         path = source[1:]
         try:
             if path == "-":
-                text = sys.stdin.read()
+                text = read_bounded(sys.stdin.buffer, what="--json @-")
             else:
-                with open(path, encoding="utf-8") as handle:
-                    text = handle.read()
+                text = read_bounded(os.path.expanduser(path), what=f"--json {source}")
+        except PayloadError as error:
+            raise UsageError(str(error)) from None
         except OSError as error:
             raise UsageError(f"--json {source}: cannot read it ({error.strerror})") from None
-    else:
-        text = source
     try:
-        return json.loads(text)
-    except ValueError as error:
-        raise UsageError(f"--json: not valid JSON ({error})") from None
+        return loads_bounded(text, what="--json")
+    except PayloadError as error:
+        raise UsageError(str(error)) from None
 
 
 def parse_headers(headers: Sequence[str]) -> tuple[tuple[str, str], ...]:
