@@ -124,18 +124,25 @@ def main() -> None:
         report["size_ratio"] = round(light["bytes"] / ray["bytes"], 3)
     if args.json:
         print(json.dumps(report, indent=2))
-        return
+        over = [k for k in ("time_ratio", "size_ratio") if report.get(k, 0) > TARGET_RATIO]
+        raise SystemExit(1 if over else 0)
     for row in report["results"]:
         print(
             f"{row['command']:<22} {row['seconds']:8.1f} s  {row['bytes'] / 2**20:8.1f} MiB"
             f"  ray importable: {'yes' if row['ray_installed'] else 'no'}"
             f"  (runs: {', '.join(f'{s:.1f}' for s in row['runs'])} s)"
         )
+    missed = []
     if "time_ratio" in report:
         for what in ("time", "size"):
             ratio = report[f"{what}_ratio"]
             verdict = "ok" if ratio <= TARGET_RATIO else "over the target"
             print(f"{what}: light / [ray] = {ratio:.0%} (target ≤ {TARGET_RATIO:.0%}): {verdict}")
+            if ratio > TARGET_RATIO:
+                missed.append(f"{what} {ratio:.0%} > {TARGET_RATIO:.0%}")
+        print(f"TARGETS MISSED: {'; '.join(missed)}" if missed else "targets met")
+    if missed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
