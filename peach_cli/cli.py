@@ -29,6 +29,30 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from peach_cli import __version__
+
+        typer.echo(f"peach {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            help="Print peach's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Validate, run, stream and deploy PEACH endpoints from the terminal."""
+
+
 def complete_target(incomplete: str) -> list[tuple[str, str]]:
     """Completes `peach ask` TARGET with the urls of the project in the current folder."""
     from peach_cli.commands import completion
@@ -211,7 +235,8 @@ def ask(
             help="Parameters: KEY=VALUE is sent as the query string ?KEY=VALUE would be, so"
             " n=3 reaches `n: int` as 3 (a value too long for a 2 KiB URL goes in the JSON"
             " body, as a string); KEY:=JSON is a raw JSON body field; KEY==VALUE always goes"
-            " in the query string.",
+            " in the query string; Name:Value is a header; KEY=@FILE and KEY:=@FILE read the"
+            " value from a file. Split as httpie splits items; \\ escapes a separator.",
             show_default=False,
         ),
     ] = None,

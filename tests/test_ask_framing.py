@@ -10,6 +10,7 @@ from peach_cli.client.framing import (
     JSON_LINES,
     PLAIN,
     SSE,
+    Frame,
     JSONLinesDecoder,
     PlainDecoder,
     SSEDecoder,
@@ -37,10 +38,10 @@ def feed_all(decoder, chunks):
         ("application/x-ndjson", b"plain", JSON_LINES),
         ("application/jsonl", b"", JSON_LINES),
         ("text/plain; charset=utf-8", b'{"token": "a"}\n', JSON_LINES),
-        ("text/plain", b"data: hi\n\n", SSE),
-        ("text/plain", b": comment\n\n", SSE),
-        ("text/plain", b"event: x\n", SSE),
-        ("text/plain", b"\n\nid: 3\n", SSE),
+        ("text/plain", b"data: hi\n\n", PLAIN),  # only text/event-stream is SSE (SPEC §3)
+        ("text/plain", b": comment\n\n", PLAIN),
+        ("text/plain", b"id: 3\n", PLAIN),
+        ("text/plain", b"\n\nid: 3\n", PLAIN),
         ("text/plain", b"Hello world", PLAIN),
         ("", b"database rows", PLAIN),  # starts like "data" but is not a field
         (None, b"[1, 2]", PLAIN),
@@ -52,8 +53,7 @@ def test_detect_framing(content_type, head, expected):
 
 def test_detection_waits_for_enough_bytes():
     assert detect_framing("text/plain", b"") is None
-    assert detect_framing("text/plain", b"da") is None  # could become "data:"
-    assert detect_framing("text/plain", b"da", final=True) == PLAIN
+    assert detect_framing("text/plain", b"da") == PLAIN  # text/plain is text: no sniffing
     assert detect_framing("text/plain", b"", final=True) == PLAIN
     assert detect_framing("text/plain", b"x") == PLAIN  # no waiting for ordinary text
 
@@ -117,9 +117,15 @@ def test_sse_empty_data_and_no_data_events():
     assert [f.data for f in frames] == [""]
 
 
-def test_sse_unterminated_event_is_dispatched_at_end():
-    frames = feed_all(SSEDecoder(), [b"data: tail"])
-    assert [f.data for f in frames] == ["tail"]
+def test_sse_unterminated_event_is_not_dispatched_at_end():
+    decoder = SSEDecoder()
+    assert feed_all(decoder, [b"data: a\n\ndata: tail"]) == [Frame(data="a")]
+    assert decoder.dropped
+    decoder = SSEDecoder()
+    assert feed_all(decoder, [b"retry:1000\ndata:test1\n\nid:test\ndata:test2\n"]) == [
+        Frame(data="test1")
+    ]
+    assert decoder.dropped
 
 
 def test_sse_utf8_split_inside_a_character():
@@ -200,9 +206,9 @@ SSE_STREAM = (
     ": comment\rid: 2\revent: e\rdata: cr\r\r"
     "data: one\ndata: two\n\n"
     'data: {"token": "café ☕"}\r\n\r\n'
-    "data: tail"
+    "data: tail"  # unterminated: not dispatched
 ).encode()
-SSE_DATA = ["first", "cr", "one\ntwo", '{"token": "café ☕"}', "tail"]
+SSE_DATA = ["first", "cr", "one\ntwo", '{"token": "café ☕"}']
 JSON_LINES_STREAM = '\ufeff{"token": "é"}\n{"a": [1]}\r\nplain ☕\n\n{"text": "end"}'.encode()
 JSON_LINES_DATA = ['{"token": "é"}', '{"a": [1]}', "plain ☕", '{"text": "end"}']
 
@@ -265,10 +271,10 @@ def test_a_long_line_in_many_pieces_is_one_frame():
 @pytest.mark.parametrize(
     ("content_type", "head", "expected"),
     [
-        ("text/plain", b"\xef\xbb\xbfdata: hi\n\n", SSE),
+        ("text/event-stream", b"\xef\xbb\xbfdata: hi\n\n", SSE),
         ("text/plain", b'\xef\xbb\xbf{"token": "a"}\n', JSON_LINES),
         ("text/plain", b"\xef\xbb\xbfhello", PLAIN),
-        ("text/plain", b"\xef\xbb", None),  # could still be a mark before "data:"
+        ("text/plain", b"\xef\xbb", None),  # could still be a mark before "{"
     ],
 )
 def test_detection_looks_past_a_bom(content_type, head, expected):

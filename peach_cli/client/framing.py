@@ -33,7 +33,6 @@ _JSON_LINES_TYPES = (
     "application/json-lines",
     "application/json-seq",
 )
-_SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 _TEXT_KEYS = ("text", "token", "delta", "content")
 
 
@@ -67,10 +66,11 @@ class FrameDecoder(Protocol):
 def detect_framing(content_type: str | None, head: bytes, *, final: bool = False) -> str | None:
     """Return PLAIN, JSON_LINES or SSE, or None when ``head`` is too short to tell yet.
 
-    The content type wins when it names a framing (``text/event-stream``, ``ndjson``…);
-    otherwise (``text/plain``, the platform's default) the first bytes decide (after a byte
-    order mark, if any): a line starting with an SSE field is SSE, one starting with ``{``
-    is JSON lines, anything else is plain text. ``final`` says no more bytes will come, so a decision must be made.
+    ``text/event-stream`` is SSE and a JSON lines type (``ndjson``…) JSON lines; any other
+    type (``text/plain``, the platform's default) is shown as the text it is, whatever its
+    first characters (SPEC §3) — except that a first line starting with ``{`` (after a
+    byte order mark, if any) is JSON lines, as before. ``final`` says no more bytes will
+    come, so a decision must be made.
     """
     mime = (content_type or "").split(";", 1)[0].strip().lower()
     if mime == "text/event-stream":
@@ -84,14 +84,7 @@ def detect_framing(content_type: str | None, head: bytes, *, final: bool = False
     start = head.lstrip(b"\r\n\t ")
     if not start:
         return PLAIN if final else None
-    if start[:1] == b"{":
-        return JSON_LINES
-    for field in _SSE_FIELDS:
-        if start.startswith(field):
-            return SSE
-        if field.startswith(start) and not final:
-            return None  # "dat" could still become "data:"
-    return PLAIN
+    return JSON_LINES if start[:1] == b"{" else PLAIN
 
 
 def make_decoder(framing: str) -> FrameDecoder:
@@ -235,13 +228,16 @@ class JSONLinesDecoder:
 
 
 class SSEDecoder:
-    """Server-Sent Events as the HTML standard parses them.
+    """Server-Sent Events as the WHATWG HTML standard's event-stream algorithm parses them.
 
-    One leading byte order mark is ignored; lines end in CRLF, LF or CR; ``data:`` lines
-    accumulate (joined with newlines) until a blank line dispatches the event; ``event:``
-    sets its type, ``id:`` the last event id, ``retry:`` is read and ignored; lines starting
-    with ``:`` are comments. One space after the colon is dropped. An event whose data is
-    ``[DONE]`` is marked ``done``.
+    One leading byte order mark is ignored; lines end in CRLF, LF or CR; a line starting
+    with ``:`` is a comment; otherwise the field name is what comes before the first colon
+    (the whole line when there is none) and one space after the colon is dropped. ``data``
+    lines accumulate (joined with newlines), ``event`` sets the type (empty: ``message``),
+    ``id`` the last event id (unless it holds a NUL), ``retry`` is read and ignored, other
+    fields are ignored. An event is dispatched only at the blank line that ends it, and only
+    when it has data: an unterminated last event is dropped at the end of the stream, as a
+    browser drops it. An event whose data is ``[DONE]`` is marked ``done``.
     """
 
     framing = SSE
@@ -253,19 +249,23 @@ class SSEDecoder:
         self._event: str | None = None
         self.last_id: str | None = None
         self.comments = 0
+        self.dropped = False
+        """Whether the stream ended in the middle of an event (it was not dispatched)."""
 
     def feed(self, chunk: bytes) -> list[Frame]:
         lines = self._lines.feed(self._decoder.decode(chunk))
         return [frame for line in lines if (frame := self._line(line)) is not None]
 
     def close(self) -> list[Frame]:
-        """End of stream: an event not terminated by a blank line is dispatched anyway."""
+        """End of stream: complete events were dispatched already; the rest is dropped."""
         lines = self._lines.feed(self._decoder.decode(b"", final=True))
+        frames = [frame for line in lines if (frame := self._line(line)) is not None]
         rest = self._lines.rest()
         if rest:
-            lines.append(rest)
-        lines.append("")
-        return [frame for line in lines if (frame := self._line(line)) is not None]
+            self._line(rest)  # an unterminated line: its field counts for nothing shown
+        self.dropped = bool(self._data)
+        self._data, self._event = [], None
+        return frames
 
     def _line(self, line: str) -> Frame | None:
         if line == "":
@@ -279,7 +279,7 @@ class SSEDecoder:
         if name == "data":
             self._data.append(value)
         elif name == "event":
-            self._event = value
+            self._event = value or None
         elif name == "id":
             if "\0" not in value:
                 self.last_id = value

@@ -1,4 +1,4 @@
-"""What `peach ask` sends: TARGET, httpie-style items, ``--json``, ``--get``, headers.
+"""What `peach ask` sends: TARGET, httpie's items, ``--json``, ``--get``, headers.
 
 ``build_request`` turns the command line into one ``AskRequest`` (method, absolute URL,
 query, JSON body, headers, timeout); every mistake in it is a ``UsageError``::
@@ -11,7 +11,10 @@ query, JSON body, headers, timeout); every mistake in it is a ``UsageError``::
 annotation exactly as it converts ``curl '/assistant?KEY=VALUE'``; only a value too long for
 a URL (one that would take it past ``URL_LIMIT`` bytes) goes in the JSON body, as a string.
 
-Nothing here does I/O except reading ``--json @file``.
+Items are split exactly as httpie splits them (``split_item``); the forms peach does not send
+(file uploads, ``Name;``, ``Name:@FILE``, ``KEY==@FILE``, nested keys) are refused by name.
+
+Nothing here does I/O except reading ``--json @file`` and ``KEY=@FILE`` / ``KEY:=@FILE``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from peach_cli.errors import UsageError
+from peach_cli.runtime.jsonlimits import PayloadError, loads_bounded, read_bounded
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 60.0
@@ -92,33 +96,119 @@ class Items:
     strings: list[tuple[str, str]] = field(default_factory=list)  # KEY=VALUE, in order
     fields: dict[str, Any] = field(default_factory=dict)  # KEY:=JSON
     query: list[tuple[str, str]] = field(default_factory=list)  # KEY==VALUE
+    headers: list[tuple[str, str]] = field(default_factory=list)  # Name:Value ("" unsets)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One item split as httpie splits it: ``key``, ``sep``, ``value`` (escapes resolved)."""
+
+    key: str
+    sep: str
+    value: str
+
+
+SEPARATORS = (":", ";", ":@", "==", "==@", "=", ":=", "@", "=@", ":=@")
+"""httpie's item separators, all of them: an item is split by the same rules as in httpie
+(so `a@b=c` is a file upload there and refused here, never sent as a field ``a@b``)."""
+SUPPORTED = {
+    ":": "a header",
+    "==": "a query parameter",
+    "=": "a parameter",
+    ":=": "a JSON body field",
+    "=@": "a parameter read from a file",
+    ":=@": "a JSON body field read from a file",
+}
+UNSUPPORTED = {
+    ";": "an empty header (Name;)",
+    ":@": "a header read from a file (Name:@FILE)",
+    "==@": "a query parameter read from a file (KEY==@FILE)",
+    "@": "a file upload (KEY@FILE: peach sends JSON, not multipart forms)",
+}
+_SPECIAL = frozenset("".join(SEPARATORS))
+_ITEM_HINT = (
+    'parameters as query=hello or n=3, raw JSON as tags:=\'["a","b"]\', query parameters '
+    "as page==2, headers as Name:Value (X-Trace:7); escape a separator with \\ (a\\=b=c)"
+)
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
+
+
+def split_item(item: str) -> Item:
+    r"""Split one item as httpie does; ``UsageError`` when it has no separator.
+
+    The separator is the earliest of ``SEPARATORS`` in the item (the longest at the same
+    place); a backslash before a separator character makes it part of the key or value (a
+    backslash before any other character stays as it is)::
+
+        split_item(r"baz\=bar=foo")   # Item(key="baz=bar", sep="=", value="foo")
+        split_item("X-Trace:7")        # Item(key="X-Trace", sep=":", value="7")
+    """
+    tokens: list[str] = [""]
+    escaped: set[int] = set()  # indexes of tokens that are one escaped character
+    characters = iter(item)
+    for char in characters:
+        if char == "\\":
+            following = next(characters, "")
+            if following in _SPECIAL and following:
+                escaped.add(len(tokens))
+                tokens.extend([following, ""])
+            else:
+                tokens[-1] += "\\" + following
+        else:
+            tokens[-1] += char
+    for index, token in enumerate(tokens):
+        if index in escaped:
+            continue
+        found: dict[int, str] = {}
+        for sep in sorted(SEPARATORS, key=len):  # a longer one at the same place wins
+            position = token.find(sep)
+            if position != -1:
+                found[position] = sep
+        if found:
+            sep = found[min(found)]
+            key, value = token.split(sep, 1)
+            return Item("".join(tokens[:index]) + key, sep, value + "".join(tokens[index + 1 :]))
+    raise UsageError(
+        f"{item!r} is not KEY=VALUE, KEY:=JSON, KEY==VALUE or Name:Value", hint=_ITEM_HINT
+    )
 
 
 def parse_items(items: Sequence[str]) -> Items:
-    """Split httpie-style items into strings, JSON fields and query parameters.
+    """Split httpie-style items into strings, JSON fields, query parameters and headers.
 
     ``KEY=VALUE`` is a string parameter (repeat the key for a list, as in a query string),
-    ``KEY:=JSON`` a raw JSON body field, ``KEY==VALUE`` a query parameter. The separator
-    that comes first wins, so values may contain ``=``; between ``KEY=`` and ``KEY:=`` for
-    the same key, the later item wins.
+    ``KEY:=JSON`` a raw JSON body field, ``KEY==VALUE`` a query parameter, ``Name:Value`` a
+    header (``Name:`` leaves out a header peach would send), ``KEY=@FILE`` the file's text
+    as a parameter, ``KEY:=@FILE`` the file's JSON as a body field. Between ``KEY=`` and
+    ``KEY:=`` for the same key, the later item wins. httpie's other forms (file uploads,
+    ``Name;``, ``Name:@FILE``, ``KEY==@FILE``) and its nested keys (``a[b]=c``) are refused,
+    naming the item.
     """
     parsed = Items()
     for item in items:
-        positions = [(item.find(sep), sep) for sep in (":=", "==", "=") if sep in item]
-        if not positions:
+        split = split_item(item)
+        key, sep, value = split.key, split.sep, split.value
+        if sep in UNSUPPORTED:
             raise UsageError(
-                f"{item!r} is not KEY=VALUE, KEY:=JSON or KEY==VALUE",
-                hint='parameters as query=hello or n=3, raw JSON as tags:=\'["a","b"]\'',
+                f"{item!r} is {UNSUPPORTED[sep]}, which peach ask does not send",
+                hint=_ITEM_HINT,
             )
-        index, sep = min(positions, key=lambda pair: (pair[0], -len(pair[1])))
-        key, value = item[:index], item[index + len(sep) :]
         if not key:
-            raise UsageError(f"{item!r} has no name before {sep!r}")
-        if sep == ":=":
+            raise UsageError(f"{item!r} has no name before {sep!r}", hint=_ITEM_HINT)
+        if sep == ":":
+            if not _HEADER_NAME.match(key):
+                raise UsageError(f"{item!r}: {key!r} is not a header name", hint=_ITEM_HINT)
+            parsed.headers.append((key, value.strip()))
+            continue
+        if sep != "==":
+            key = _plain_key(item, key)
+        if sep in ("=@", ":=@"):
+            value = _read_item_file(item, value)
+        if sep in (":=", ":=@"):
             try:
-                parsed.fields[key] = json.loads(value)
-            except ValueError as error:
-                raise UsageError(f"{item!r}: the value after := is not JSON ({error})") from None
+                parsed.fields[key] = loads_bounded(value, what=f"{item!r}: the value")
+            except PayloadError as error:
+                raise UsageError(str(error)) from None
             parsed.strings = [pair for pair in parsed.strings if pair[0] != key]
         elif sep == "==":
             parsed.query.append((key, value))
@@ -126,6 +216,28 @@ def parse_items(items: Sequence[str]) -> Items:
             parsed.strings.append((key, value))
             parsed.fields.pop(key, None)
     return parsed
+
+
+def _plain_key(item: str, key: str) -> str:
+    """A body or parameter key without httpie's nested-JSON syntax (``\\[`` is a ``[``)."""
+    if re.search(r"(?<!\\)[\[\]]", key):
+        raise UsageError(
+            f"{item!r} uses a nested key (httpie's a[b]=c), which peach ask does not send",
+            hint='send the whole value as JSON, like a:=\'{"b": "c"}\'; write \\[ for a [ in a name',
+        )
+    return key.replace("\\[", "[").replace("\\]", "]")
+
+
+def _read_item_file(item: str, path: str) -> str:
+    """The text of the file ``KEY=@FILE`` / ``KEY:=@FILE`` names (10 MiB at most)."""
+    try:
+        return read_bounded(os.path.expanduser(path), what=item).decode("utf-8")
+    except PayloadError as error:
+        raise UsageError(str(error)) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{item!r}: {path} is not UTF-8 text") from None
+    except OSError as error:
+        raise UsageError(f"{item!r}: cannot read {path} ({error.strerror or error})") from None
 
 
 def split_long_strings(
@@ -159,23 +271,26 @@ def _encoded_length(key: str, value: str) -> int:
 
 
 def load_json_body(source: str) -> Any:
-    """``--json``: a JSON text, or ``@path`` to read it from a file (``@-`` for stdin)."""
+    """``--json``: a JSON text, or ``@path`` to read it from a file (``@-`` for stdin).
+
+    At most 10 MiB is read, and JSON nested deeper than 100 levels is refused (SPEC §6).
+    """
+    text: str | bytes = source
     if source.startswith("@"):
         path = source[1:]
         try:
             if path == "-":
-                text = sys.stdin.read()
+                text = read_bounded(sys.stdin.buffer, what="--json @-")
             else:
-                with open(path, encoding="utf-8") as handle:
-                    text = handle.read()
+                text = read_bounded(os.path.expanduser(path), what=f"--json {source}")
+        except PayloadError as error:
+            raise UsageError(str(error)) from None
         except OSError as error:
             raise UsageError(f"--json {source}: cannot read it ({error.strerror})") from None
-    else:
-        text = source
     try:
-        return json.loads(text)
-    except ValueError as error:
-        raise UsageError(f"--json: not valid JSON ({error})") from None
+        return loads_bounded(text, what="--json")
+    except PayloadError as error:
+        raise UsageError(str(error)) from None
 
 
 def parse_headers(headers: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -223,7 +338,7 @@ def build_request(
 ) -> AskRequest:
     """Resolve TARGET, items, ``--json``, ``--get`` and ``--stream`` into one AskRequest.
 
-    ``KEY=VALUE`` and ``KEY==VALUE`` go in the query string (a ``KEY=VALUE`` too long for
+    ``Name:Value`` items and ``-H`` are headers; ``KEY=VALUE`` and ``KEY==VALUE`` go in the query string (a ``KEY=VALUE`` too long for
     the URL goes in the body); ``KEY:=JSON`` and ``--json`` travel as a JSON object body
     (POST). With ``--get`` everything goes in the query string (GET); with nothing for a
     body, the request is a GET. ``--stream`` adds ``stream=true``; a truthy ``stream``
@@ -269,8 +384,9 @@ def build_request(
         params += in_url
         if too_long:
             body = {**(body or {}), **too_long}
-    extra = parse_headers(headers)
-    names = {name.lower() for name, _ in extra}
+    # The item `Name:` (an empty value) leaves the header out, as in httpie.
+    extra = tuple((n, v) for n, v in parsed.headers if v) + parse_headers(headers)
+    names = {name.lower() for name, _ in (*parsed.headers, *extra)}
     defaults = [("User-Agent", USER_AGENT)]
     if stream:
         # A compressed stream arrives in bursts: ask for the bytes as they are.

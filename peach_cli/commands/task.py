@@ -55,25 +55,32 @@ def run_task_list(project: Path, *, output_format: str = "text") -> int:
 def read_payload(payload: str | None) -> str | None:
     """``--payload``: JSON text, or ``@FILE`` holding it; normalised JSON text, or None.
 
-    Raises ``UsageError`` when the file cannot be read or the text is not JSON.
+    Raises ``UsageError`` when the file cannot be read, is over 10 MiB (at most that and one
+    byte more is read: ``@/dev/zero`` is refused, not read whole), is not JSON, or nests
+    deeper than 100 levels (SPEC §6).
     """
+    from peach_cli.runtime.jsonlimits import PayloadError, loads_bounded, read_bounded
+
     if payload is None:
         return None
-    text, origin = payload, "--payload"
+    text: str | bytes = payload
+    origin = "--payload"
     if payload.startswith("@"):
         path = Path(payload[1:])
+        origin = f"--payload {payload}"
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise UsageError(f"--payload {payload}: cannot read {path}: {error}") from None
-        origin = str(path)
+            text = read_bounded(str(path), what=origin)
+        except OSError as error:
+            raise UsageError(f"{origin}: cannot read {path}: {error.strerror or error}") from None
+        except PayloadError as error:
+            raise UsageError(str(error)) from None
     try:
-        value = json.loads(text)
-    except ValueError as error:
-        raise UsageError(
-            f"{origin} is not JSON: {error}",
-            hint="""quote it for the shell: --payload '{"reason": "drift"}', or use @file.json""",
-        ) from None
+        value = loads_bounded(text, what=origin)
+    except PayloadError as error:
+        hint = None
+        if "is not JSON" in str(error):
+            hint = """quote it for the shell: --payload '{"reason": "drift"}', or use @file.json"""
+        raise UsageError(str(error), hint=hint) from None
     return json.dumps(value)
 
 

@@ -6,7 +6,7 @@ runtime_env and args) changes only when endpoints or components are added or rem
 Everything a deployment runs travels in its own ``working_dir`` zip, named by content
 hash: change one notebook cell and only the components built from it get new replicas.
 
-Nothing here imports Ray, except ``validate_config`` (Ray's own schema).
+Nothing here imports Ray, except ``validate_config`` (Ray's own schema, when Ray is installed).
 """
 
 from __future__ import annotations
@@ -300,15 +300,30 @@ def merge_applications(
     return config, warnings
 
 
-def validate_config(config: dict[str, Any]) -> None:
-    """Check ``config`` against Ray's own ``ServeDeploySchema``; raise ``DeployError``."""
-    from pydantic import ValidationError
-    from ray.serve.schema import ServeDeploySchema
+RAY_EXTRA_HINT = "python -m pip install 'peach-cli[ray]'"
+SCHEMA_SKIPPED = (
+    "the Serve config is not checked against Ray's schema here: Ray is not installed "
+    f"({RAY_EXTRA_HINT} to check it; the cluster checks it anyway)"
+)
 
+
+def validate_config(config: dict[str, Any]) -> bool:
+    """Check ``config`` against Ray's own ``ServeDeploySchema``; raise ``DeployError``.
+
+    Ray is an extra (``peach-cli[ray]``): without it nothing is checked here (the dashboard
+    checks the config it is sent with the same schema) and the result is False.
+    """
+    from pydantic import ValidationError
+
+    try:
+        from ray.serve.schema import ServeDeploySchema
+    except ImportError:
+        return False
     try:
         ServeDeploySchema.model_validate(config)
     except ValidationError as error:
         raise DeployError(f"the Serve config is not valid: {error}") from None
+    return True
 
 
 def http_url(config: dict[str, Any], route: str = "") -> str:

@@ -22,6 +22,7 @@ from peach_cli.deploy.config import (
     DEFAULT_HTTP_HOST,
     DEFAULT_HTTP_PORT,
     ROUTE_PREFIX,
+    SCHEMA_SKIPPED,
     Bundle,
     build_bundle,
     http_url,
@@ -97,15 +98,18 @@ def dry_run_config(
     http_host: str | None = None,
     http_port: int | None = None,
     route_prefix: str = ROUTE_PREFIX,
+    reporter: Reporter | None = None,
 ) -> dict[str, Any]:
-    """The exact Serve config a deploy of ``plan`` would send (checked by Ray's schema)."""
+    """The exact Serve config a deploy of ``plan`` would send (checked by Ray's schema
+    when Ray is installed here; ``reporter`` is warned when it is not)."""
     bundle = build_bundle(
         plan,
         http_host=http_host or DEFAULT_HTTP_HOST,
         http_port=http_port or DEFAULT_HTTP_PORT,
         route_prefix=route_prefix,
     )
-    validate_config(bundle.config)
+    if not validate_config(bundle.config) and reporter is not None:
+        reporter.warn(SCHEMA_SKIPPED)
     return bundle.config
 
 

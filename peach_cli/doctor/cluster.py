@@ -142,12 +142,13 @@ def installed_ray_version() -> str | None:
 
 
 def compare_ray(cluster: str | None, local: str | None) -> Check:
-    """The same version ok; the same major.minor a warning; anything else a failure.
+    """The same version ok; the same major.minor a warning; anything else a failure; no
+    Ray installed here ok (peach needs only the dashboard).
 
     >>> compare_ray("2.60.0", "2.60.0").status, compare_ray("2.60.1", "2.60.0").status
     ('ok', 'warn')
-    >>> compare_ray("2.41.0", "2.60.0").status
-    'fail'
+    >>> compare_ray("2.41.0", "2.60.0").status, compare_ray("2.60.0", None).status
+    ('fail', 'ok')
     """
     details = {"cluster": cluster, "installed": local}
     advice = f"install the cluster's version here: python -m pip install 'ray[serve]=={cluster}'"
@@ -155,7 +156,13 @@ def compare_ray(cluster: str | None, local: str | None) -> Check:
         return Check(
             "ray_version", "warn", "the dashboard did not say its Ray version", None, details
         )
-    summary = f"Ray {cluster} on the cluster, {local or 'none'} installed here"
+    if local is None:  # nothing peach runs here imports Ray: it is an extra
+        summary = (
+            f"Ray {cluster} on the cluster, not installed here (not needed: peach talks to "
+            "the dashboard; the extra peach-cli[ray] checks Serve configs locally)"
+        )
+        return Check("ray_version", "ok", summary, details=details)
+    summary = f"Ray {cluster} on the cluster, {local} installed here"
     if local == cluster:
         return Check("ray_version", "ok", summary, details=details)
     if local is not None and cluster.split(".")[:2] == local.split(".")[:2]:

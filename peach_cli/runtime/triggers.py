@@ -31,6 +31,13 @@ import types
 import uuid
 from typing import Any
 
+from peach_cli.runtime.jsonlimits import (
+    PAYLOAD_LIMIT,
+    nests_deeper,
+    too_deep_message,
+    too_large_message,
+)
+
 SOCKET_ENV = "PEACH_TASKS_SOCKET"
 """The scheduler's Unix socket, set by peach in the processes it starts."""
 JOBS_ENV = "PEACH_TASKS_JOBS"
@@ -59,13 +66,19 @@ def trigger_task_with_event(task_name: str, payload: Any = None) -> str:
     """
     if not isinstance(task_name, str) or not task_name:
         raise ValueError(f"the task name must be a non-empty string, not {task_name!r}")
+    what = f"the payload for task {task_name!r}"
     try:
         message = json.dumps({"task": task_name, "payload": payload}, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as error:
+        if isinstance(error, RecursionError) or nests_deeper(payload):
+            raise TriggerPayloadError(too_deep_message(what)) from None
         raise TriggerPayloadError(
-            f"the payload for task {task_name!r} must be JSON (dicts, lists, strings, "
-            f"numbers, booleans, None): {error}"
+            f"{what} must be JSON (dicts, lists, strings, numbers, booleans, None): {error}"
         ) from None
+    if nests_deeper(payload):
+        raise TriggerPayloadError(too_deep_message(what))
+    if len(message) > PAYLOAD_LIMIT:
+        raise TriggerPayloadError(too_large_message(what))
     address = os.environ.get(SOCKET_ENV)
     if not address:
         jobs = os.environ.get(JOBS_ENV)

@@ -38,6 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from peach_cli.errors import PeachError
+from peach_cli.runtime.jsonlimits import (
+    PAYLOAD_LIMIT,
+    PayloadError,
+    check_depth,
+    too_deep_message,
+)
 from peach_cli.runtime.plan import ProjectPlan, TaskSpec
 from peach_cli.runtime.triggers import SOCKET_ENV, unknown_task_message
 from peach_cli.wording import count
@@ -56,7 +62,7 @@ from simulator.tasks.run import execute_task
 
 TASK_MODULE = "peach_cli.runtime.task_worker"
 DEFAULT_INTERVAL_S = 60.0
-MAX_REQUEST_BYTES = 16 * 1024 * 1024
+MAX_REQUEST_BYTES = PAYLOAD_LIMIT + 64 * 1024  # the payload and the task's name
 
 Emit = Callable[[TaskEvent | ServerNote], None]
 
@@ -232,23 +238,39 @@ class TaskScheduler:
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await reader.readline()
             try:
-                request = json.loads(line)
-                task = request["task"]
-                payload = json.dumps(request.get("payload"))
-                await self._refresh()
-                reply: dict[str, Any] = {"run_id": self.trigger(str(task), payload)}
-            except UnknownTask as error:
-                reply = {"error": str(error)}
-            except (ValueError, KeyError, TypeError):
-                reply = {"error": "not a trigger request"}
+                line = await reader.readline()
+            except (asyncio.LimitOverrunError, ValueError):  # no newline within the limit
+                line = b""
+                reply: dict[str, Any] = {"error": "the trigger is over the limit of 10 MiB"}
+            else:
+                reply = await self._answer(line)
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+        except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
+
+    async def _answer(self, line: bytes) -> dict[str, Any]:
+        """The reply to one trigger request: its run id, or why it was refused."""
+        what = "the trigger's payload"
+        try:
+            request = json.loads(line)
+            if not isinstance(request, dict) or not isinstance(request.get("task"), str):
+                return {"error": "not a trigger request"}
+            check_depth(request.get("payload"), what)
+            payload = json.dumps(request.get("payload"))
+            await self._refresh()
+            return {"run_id": self.trigger(request["task"], payload)}
+        except UnknownTask as error:
+            return {"error": str(error)}
+        except RecursionError:
+            return {"error": too_deep_message(what)}
+        except PayloadError as error:
+            return {"error": str(error)}
+        except (ValueError, KeyError, TypeError):
+            return {"error": "not a trigger request"}
 
     # -- running ---------------------------------------------------------------------------
 

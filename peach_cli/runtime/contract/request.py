@@ -14,9 +14,10 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from peach_cli.runtime.contract.errors import ContractError
+from peach_cli.runtime.jsonlimits import MAX_DEPTH, PAYLOAD_LIMIT, nests_deeper
 
-MAX_BODY_BYTES = 10 * 1024 * 1024
-MAX_BODY_DEPTH = 100
+MAX_BODY_BYTES = PAYLOAD_LIMIT
+MAX_BODY_DEPTH = MAX_DEPTH
 """How deeply a request's JSON body may nest; deeper is a 400 (it could not be passed on)."""
 ALLOWED_METHODS = frozenset({"GET", "POST"})
 _TRUTHY = frozenset({"true", "1", "yes", "y", "on"})
@@ -128,7 +129,7 @@ def parse_request(
                 f"the request body must be a JSON object, not {_json_kind(decoded)}",
             )
         brackets = body.count(b"{") + body.count(b"[")  # a cheap bound on the depth
-        if brackets > MAX_BODY_DEPTH and _nests_deeper(decoded, MAX_BODY_DEPTH):
+        if brackets > MAX_BODY_DEPTH and nests_deeper(decoded, MAX_BODY_DEPTH):
             raise ContractError(
                 "bad_request", f"the request body is nested more than {MAX_BODY_DEPTH} levels deep"
             )
@@ -139,18 +140,6 @@ def parse_request(
     if "stream" in payload:
         stream = is_truthy(payload.pop("stream"))
     return RequestParams(query=query, body=payload), stream
-
-
-def _nests_deeper(value: Any, limit: int) -> bool:
-    """Whether JSON data has containers nested more than ``limit`` levels (no recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
 
 
 def _json_kind(value: Any) -> str:
