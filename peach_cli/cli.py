@@ -60,6 +60,20 @@ InheritEnvOption = Annotated[
 OfflineOption = Annotated[
     bool, typer.Option("--offline", help="Build py_environments from the cache only.")
 ]
+NoDebugOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-debug",
+        help="breakpoint() does nothing (as without a terminal); the log says it was skipped.",
+    ),
+]
+PdbOption = Annotated[
+    bool,
+    typer.Option(
+        "--pdb",
+        help="An exception escaping a method, init or task opens pdb at the raising frame first.",
+    ),
+]
 
 
 @app.command()
@@ -151,6 +165,8 @@ def dev(
         float,
         typer.Option("--task-interval", help="Seconds the tasks loop pauses between rounds."),
     ] = 60.0,
+    no_debug: NoDebugOption = False,
+    pdb: PdbOption = False,
 ) -> None:
     """Serve every endpoint locally with the platform's semantics, reloading on save.
 
@@ -171,6 +187,8 @@ def dev(
             offline=offline,
             tasks=tasks,
             task_interval=task_interval,
+            debug=not no_debug,
+            post_mortem=pdb,
         )
     )
 
@@ -512,6 +530,8 @@ def task_run(
     shared_env: SharedEnvOption = False,
     inherit_env: InheritEnvOption = False,
     offline: OfflineOption = False,
+    no_debug: NoDebugOption = False,
+    pdb: PdbOption = False,
 ) -> None:
     """Run one task once, in its py_environment, streaming its output line by line.
 
@@ -531,6 +551,8 @@ def task_run(
             shared_env=shared_env,
             inherit_env=inherit_env,
             offline=offline,
+            debug=not no_debug,
+            post_mortem=pdb,
         )
     )
 

@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 
 from peach_cli.runtime.contract import CallResult, ContractError, RequestParams, StreamCut
+from peach_cli.runtime.contract.answers import CALL_DEADLINE
 from peach_cli.runtime.plan import ComponentSpec
 from peach_cli.runtime.protocol import (
     STREAM_WINDOW_BYTES,
@@ -51,6 +52,7 @@ from peach_cli.runtime.protocol import (
     StreamRefused,
     StreamStarted,
 )
+from simulator import debug
 from simulator.environments import explain_init_error
 from simulator.events import (
     Event,
@@ -320,6 +322,9 @@ class Replica:
             )
         self._calls[request_id] = future
         self._begin()
+        relay = debug.active
+        if relay is not None:  # a breakpoint in this call suspends its timeout
+            relay.register(self.id, request_id, CALL_DEADLINE.get())
         try:
             return await future
         except asyncio.CancelledError:
@@ -328,6 +333,8 @@ class Replica:
         finally:
             self._calls.pop(request_id, None)
             self._end()
+            if relay is not None:
+                relay.unregister(self.id, request_id)
 
     async def open_stream(self, params: RequestParams) -> ReplicaStream:
         """Start a stream; return its chunks once the replica has bound the call.

@@ -39,6 +39,8 @@ def run_dev(
     offline: bool = False,
     tasks: bool = False,
     task_interval: float = 60.0,
+    debug: bool = True,
+    post_mortem: bool = False,
 ) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
     if reload_mode not in RELOAD_MODES:
@@ -55,7 +57,10 @@ def run_dev(
     from peach_cli.views.dev import DevView
 
     plan = load_plan(project, doing="serving", warnings="show")
+    from simulator.debug import terminal_reason
     from simulator.session import SessionConfig
+
+    no_debug = "--no-debug" if not debug else terminal_reason()
 
     config = SessionConfig(
         plan,
@@ -70,6 +75,9 @@ def run_dev(
         offline=offline,
         task_loop=tasks,
         task_interval_s=task_interval,
+        debug=no_debug is None,
+        debug_skipped=no_debug or "",
+        post_mortem=post_mortem,
     )
     out = console.stdout()
     view = DevView(out, live=out.is_terminal)
@@ -108,6 +116,9 @@ async def serve(config: SessionConfig, view: DevView) -> int:
                 )
             view.start()
             keys = watch_keys(session, view)
+            if keys is not None and session.debugger is not None:
+                session.debugger.pause_hooks.append(keys.pause)
+                session.debugger.resume_hooks.append(keys.resume)
             await stop.wait()
         finally:
             if keys is not None:

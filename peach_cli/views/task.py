@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from simulator.debug import DebugStarted
 from simulator.events import EnvFailed, EnvProgress, ServerNote
 from simulator.tasks.events import RunStatus, TaskChanged, TaskOutput, TaskRunEnded, TaskState
 
@@ -62,6 +63,8 @@ class TaskRunView:
                 self._write(self.err, event.message)
         elif isinstance(event, (EnvFailed, ServerNote)):
             self._write(self.err, event.message)
+        elif isinstance(event, DebugStarted):  # pdb takes the terminal (simulator.debug)
+            self._write(self.err, event.banner)
 
     def note(self, message: str) -> None:
         self._write(self.err, message)
