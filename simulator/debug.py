@@ -110,7 +110,7 @@ class DebugRelay:
     def __init__(self, on_event: Callable[[Any], None] | None, *, post_mortem: bool) -> None:
         self.on_event = on_event
         self.post_mortem = post_mortem
-        self.calls: dict[tuple[str, int], _Call] = {}
+        self.calls: dict[tuple[str, int | None], _Call] = {}
         self.pause_hooks: list[Callable[[], None]] = []
         """Called before a session takes the terminal (the dev keys let it go)."""
         self.resume_hooks: list[Callable[[], None]] = []
@@ -163,10 +163,13 @@ class DebugRelay:
 
     # -- the gateway's calls ---------------------------------------------------------------
 
-    def register(self, replica: str, request_id: int, deadline: asyncio.Timeout | None) -> None:
+    def register(
+        self, replica: str, request_id: int | None, deadline: asyncio.Timeout | None
+    ) -> None:
+        """A replica's call (or, ``request_id`` None, a task's run) under way."""
         self.calls[(replica, request_id)] = _Call(REQUEST_LINE.get(), deadline)
 
-    def unregister(self, replica: str, request_id: int) -> None:
+    def unregister(self, replica: str, request_id: int | None) -> None:
         self.calls.pop((replica, request_id), None)
 
     # -- sessions --------------------------------------------------------------------------
@@ -211,7 +214,7 @@ class DebugRelay:
 
     def _describe(self, session: _Session) -> str:
         parts = [session.who]
-        call = self.calls.get((session.who, session.request)) if session.request else None
+        call = self.calls.get((session.who, session.request))
         if call is not None and call.line:
             parts.append(call.line)
         elif session.request is None and not session.who.startswith("task "):
@@ -232,7 +235,7 @@ class DebugRelay:
 
     async def _run(self, session: _Session) -> None:
         loop = asyncio.get_running_loop()
-        call = self.calls.get((session.who, session.request)) if session.request else None
+        call = self.calls.get((session.who, session.request))
         remaining: float | None = None
         deadline = call.deadline if call is not None else None
         if deadline is not None and deadline.when() is not None:

@@ -52,7 +52,7 @@ endpoints:
       main: {notebook: notebooks/Greet.ipynb, method: crash}
       fallback: {notebook: notebooks/Greet.ipynb, method: fallback}
 tasks:
-  report: {notebook: notebooks/Greet.ipynb, method: report}
+  report: {notebook: notebooks/Greet.ipynb, method: report, timeout_s: 1}
 """
 CELLS = [
     ("markdown", "# Endpoints that stop in the debugger"),
@@ -255,9 +255,13 @@ def test_a_breakpoint_in_a_task_stops_peach_task_run(project: Path, tmp_path: Pa
     term = Terminal(args, tmp_path / "task.log")
     try:
         banner = term.wait(rf"breakpoint: (.*)\n(?s:.*?){PROMPT}").group(1)
+        stopped_at = time.monotonic()
         assert banner == "task report · notebooks/Greet.ipynb, cell 7, line 4"
         assert "6" in term.command("p total", "6")
         assert "return total * 2" in term.command("ll", "def report")
+        while time.monotonic() - stopped_at < 1.5:  # past its timeout_s of 1 s: not killed
+            assert term.process.poll() is None and "timed out" not in term.dev.output()
+            time.sleep(0.05)
         term.type("c")
         term.wait(r"task report run report#1 ok in .* returned 12")
         assert term.process.wait(timeout=DEADLINE_S) == 0
@@ -295,6 +299,7 @@ def test_without_a_terminal_breakpoints_are_skipped(project: Path, tmp_path: Pat
     term = Terminal(args, tmp_path / "dev.log", tty=False)
     try:
         url = term.serve()
+        term.dev.wait_ready()
         for name in ("Ada", "Bo"):
             answer = httpx.get(f"{url}/greet?name={name}", timeout=DEADLINE_S)
             assert answer.json() == {"result": f"hello {name}", "status": "ok"}
