@@ -349,6 +349,8 @@ class Replica:
         request_id = self._new_id()
         queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self._streams[request_id] = queue
+        if debug.active is not None:  # a breakpoint's banner names the request
+            debug.active.register(self.id, request_id, None)
         self._begin()
         stream = ReplicaStream(self, channel, request_id, queue)
         try:
@@ -371,6 +373,8 @@ class Replica:
 
     def _stream_done(self, request_id: int, channel: MessageChannel, finished: bool) -> None:
         self._streams.pop(request_id, None)
+        if debug.active is not None:
+            debug.active.unregister(self.id, request_id)
         if not finished:
             channel.send(Cancel(request_id))
         self._end()
