@@ -196,10 +196,15 @@ def main() -> None:
             "target": 0.02,
         },
     }
-    if options.json:
-        print(json.dumps(results, indent=2))
-        return
     first, trip = results["first_prompt_s"], results["command_round_trip_s"]
+    missed = []
+    if first["peach_max"] > first["target"]:
+        missed.append(f"first prompt {first['peach_max'] * 1000:.1f} ms > 100 ms")
+    if trip["peach_median"] > trip["target"]:
+        missed.append(f"command round trip {trip['peach_median'] * 1000:.1f} ms > 20 ms")
+    if options.json:
+        print(json.dumps({**results, "missed": missed}, indent=2))
+        sys.exit(1 if missed else 0)
     print(
         f"first (Pdb) prompt after breakpoint(): peach {first['peach_median'] * 1000:.1f} ms "
         f"median (max {first['peach_max'] * 1000:.1f} ms), local pdb "
@@ -211,6 +216,8 @@ def main() -> None:
         f"{trip['local_median'] * 1000:.2f} ms: {trip['peach_median'] / trip['local_median']:.1f}× "
         f"(target ≤ 20 ms: {'ok' if trip['peach_median'] <= 0.02 else 'MISSED'})"
     )
+    print("TARGETS MISSED: " + "; ".join(missed) if missed else "targets met")
+    sys.exit(1 if missed else 0)
 
 
 if __name__ == "__main__":
