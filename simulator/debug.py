@@ -23,6 +23,7 @@ import contextlib
 import contextvars
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -64,6 +65,35 @@ class DebugQueued:
 
 
 DEBUG_EVENTS = (DebugStarted, DebugEnded, DebugQueued)
+
+_SKIPPED_LINE = re.compile(r"peach: .+: breakpoint\(\) at .+ skipped \(")
+
+
+def skipped_once(on_event: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    """``on_event`` showing a "breakpoint() skipped" line once per component or task (each
+    replica process and each run says it once: several replicas, or runs, would repeat it)."""
+    if on_event is None:
+        return None
+    from simulator.events import ReplicaLog
+    from simulator.tasks.events import TaskOutput
+
+    said: set[str] = set()
+
+    def filtered(event: Any) -> None:
+        if isinstance(event, ReplicaLog) and event.level == "output":
+            key, text = event.component, event.message
+        elif isinstance(event, TaskOutput):
+            key, text = f"task {event.task}", event.line
+        else:
+            on_event(event)
+            return
+        if _SKIPPED_LINE.match(text):
+            if key in said:
+                return
+            said.add(key)
+        on_event(event)
+
+    return filtered
 
 
 def skipped_env(reason: str) -> tuple[tuple[str, str], ...]:

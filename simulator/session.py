@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from simulator.debug import DebugRelay, skipped_env
+from simulator.debug import DebugRelay, skipped_env, skipped_once
 from simulator.environments import Environments
 from simulator.events import ReplicasStarted, Serving
 from simulator.server import DevServer
@@ -90,6 +90,7 @@ class DevSession:
     ) -> None:
         self.config = config
         plan = config.plan
+        on_event = skipped_once(on_event)  # "breakpoint() skipped": once per component
         self.on_event = on_event
         self.spawner = Spawner()
         """Starts every worker process of the session and keeps its spares."""

@@ -315,6 +315,28 @@ def test_without_a_terminal_breakpoints_are_skipped(project: Path, tmp_path: Pat
         term.close()
 
 
+def test_the_skip_line_comes_once_per_component(tmp_path: Path) -> None:
+    """Two replicas each skip the breakpoint of their init: one line says so."""
+    conf = INIT_CONF.replace("method: predict}", "method: predict, replicas: 2}")
+    project = _project(tmp_path / "p", conf, "Model.ipynb", INIT_CELLS)
+    args = ["dev", str(project), "--port", "0", "--no-reload", "--shared-env"]
+    term = Terminal(args, tmp_path / "dev.log", tty=False)
+    try:
+        url = term.serve()
+        health = term.dev.wait_ready()
+        assert [r["state"] for c in health["components"] for r in c["replicas"]] == ["healthy"] * 2
+        answer = httpx.get(f"{url}/model?x=2", timeout=DEADLINE_S)
+        assert answer.json() == {"result": 12, "status": "ok"}
+        line = (
+            r"peach: model/main#\d: breakpoint\(\) at notebooks/Model.ipynb, cell 1, line 3 skipped"
+        )
+        term.wait(line)
+        term.dev.stop()
+        assert len(re.findall(line, term.dev.output())) == 1, term.dev.output()
+    finally:
+        term.close()
+
+
 def test_no_debug_skips_breakpoints_in_a_task_on_a_terminal(project: Path, tmp_path: Path) -> None:
     args = ["task", "run", "report", str(project), "--shared-env", "--payload", "[1]", "--no-debug"]
     term = Terminal(args, tmp_path / "task.log")
