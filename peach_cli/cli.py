@@ -84,6 +84,20 @@ InheritEnvOption = Annotated[
 OfflineOption = Annotated[
     bool, typer.Option("--offline", help="Build py_environments from the cache only.")
 ]
+NoDebugOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-debug",
+        help="breakpoint() does nothing (as without a terminal); the log says it was skipped.",
+    ),
+]
+PdbOption = Annotated[
+    bool,
+    typer.Option(
+        "--pdb",
+        help="An exception escaping a method, init or task opens pdb at the raising frame first.",
+    ),
+]
 
 
 @app.command()
@@ -193,6 +207,8 @@ def dev(
             "(repeatable); loopback origins always are.",
         ),
     ] = None,
+    no_debug: NoDebugOption = False,
+    pdb: PdbOption = False,
 ) -> None:
     """Serve every endpoint locally with the platform's semantics, reloading on save.
 
@@ -215,6 +231,8 @@ def dev(
             task_interval=task_interval,
             allow_hosts=tuple(allow_host or ()),
             allow_origins=tuple(allow_origin or ()),
+            debug=not no_debug,
+            post_mortem=pdb,
         )
     )
 
@@ -557,6 +575,8 @@ def task_run(
     shared_env: SharedEnvOption = False,
     inherit_env: InheritEnvOption = False,
     offline: OfflineOption = False,
+    no_debug: NoDebugOption = False,
+    pdb: PdbOption = False,
 ) -> None:
     """Run one task once, in its py_environment, streaming its output line by line.
 
@@ -576,6 +596,8 @@ def task_run(
             shared_env=shared_env,
             inherit_env=inherit_env,
             offline=offline,
+            debug=not no_debug,
+            post_mortem=pdb,
         )
     )
 

@@ -42,6 +42,7 @@ from peach_cli.runtime.contract import (
     read_body,
 )
 from peach_cli.runtime.plan import EndpointSpec, url_key
+from simulator import debug
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.pool import ReplicaPool, Unavailable
 from simulator.replica import ReplicaGone
@@ -112,6 +113,12 @@ class DevGateway:
         self, route: Route, table: RoutingTable, scope: dict[str, Any], receive: Any, send: Any
     ) -> None:
         started = time.perf_counter()
+        if debug.active is not None:  # a breakpoint's banner names the request
+            query = scope["query_string"]
+            line = f"{scope['method']} {scope['path']}" + (
+                f"?{query.decode('latin-1')}" if query else ""
+            )
+            debug.REQUEST_LINE.set(line)
         request = HttpRequest(
             scope["method"], scope["query_string"], scope.get("headers", ()), receive
         )

@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 
 from peach_cli.runtime.contract import CallResult, ContractError, RequestParams, StreamCut
+from peach_cli.runtime.contract.answers import CALL_DEADLINE
 from peach_cli.runtime.plan import ComponentSpec
 from peach_cli.runtime.protocol import (
     STREAM_WINDOW_BYTES,
@@ -51,6 +52,7 @@ from peach_cli.runtime.protocol import (
     StreamRefused,
     StreamStarted,
 )
+from simulator import debug
 from simulator.environments import explain_init_error
 from simulator.events import (
     Event,
@@ -322,6 +324,9 @@ class Replica:
             )
         self._calls[request_id] = future
         self._begin()
+        relay = debug.active
+        if relay is not None:  # a breakpoint in this call suspends its timeout
+            relay.register(self.id, request_id, CALL_DEADLINE.get())
         try:
             return await future
         except asyncio.CancelledError:
@@ -330,6 +335,8 @@ class Replica:
         finally:
             self._calls.pop(request_id, None)
             self._end()
+            if relay is not None:
+                relay.unregister(self.id, request_id)
 
     async def open_stream(self, params: RequestParams) -> ReplicaStream:
         """Start a stream; return its chunks once the replica has bound the call.
@@ -344,6 +351,8 @@ class Replica:
         request_id = self._new_id()
         queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self._streams[request_id] = queue
+        if debug.active is not None:  # a breakpoint's banner names the request
+            debug.active.register(self.id, request_id, None)
         self._begin()
         stream = ReplicaStream(self, channel, request_id, queue)
         try:
@@ -366,6 +375,8 @@ class Replica:
 
     def _stream_done(self, request_id: int, channel: MessageChannel, finished: bool) -> None:
         self._streams.pop(request_id, None)
+        if debug.active is not None:
+            debug.active.unregister(self.id, request_id)
         if not finished:
             channel.send(Cancel(request_id))
         self._end()

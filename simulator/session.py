@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from simulator.debug import DebugRelay, skipped_env, skipped_once
 from simulator.environments import Environments
 from simulator.events import ReplicasStarted, Serving
 from simulator.server import DevServer
@@ -79,6 +80,12 @@ class SessionConfig:
     """Web origins answered besides loopback ones (``--allow-origin``)."""
     head_timeout_s: float | None = None
     """Closes a connection whose request head is incomplete for this long (None: 30 s)."""
+    debug: bool = False
+    """``breakpoint()`` opens pdb in peach's terminal (``simulator.debug``); False: skipped."""
+    debug_skipped: str = "no terminal to debug in"
+    """Why breakpoints are skipped when ``debug`` is False (the workers' log line says)."""
+    post_mortem: bool = False
+    """``--pdb``: an exception escaping a method, init or task opens pdb first."""
 
 
 class DevSession:
@@ -89,16 +96,25 @@ class DevSession:
     ) -> None:
         self.config = config
         plan = config.plan
+        on_event = skipped_once(on_event)  # "breakpoint() skipped": once per component
         self.on_event = on_event
         self.spawner = Spawner()
         """Starts every worker process of the session and keeps its spares."""
         trigger = TriggerSocket()
+        self.debugger: DebugRelay | None = None
+        """Relays breakpoints to the terminal (``config.debug``)."""
+        if config.debug:
+            self.debugger = DebugRelay(on_event, post_mortem=config.post_mortem)
+            self.debugger.open()
+            debug_env = self.debugger.env
+        else:
+            debug_env = skipped_env(config.debug_skipped)
         self.environments = Environments(
             plan.root,
             isolated=not config.shared_env,
             offline=config.offline,
             on_event=on_event,
-            env=trigger.env,  # replicas and tasks can trigger tasks
+            env=trigger.env + debug_env,  # replicas and tasks can trigger tasks
             inherit_env=config.inherit_env,
         )
         # Triggered runs are served with or without the loop; ``task_loop`` adds it.
@@ -161,6 +177,8 @@ class DevSession:
 
     async def _start(self) -> None:
         began = time.perf_counter()
+        if self.debugger is not None:
+            await self.debugger.start()
         server = self.server
         if server is None:
             await self.scheduler.start(run_loop=False)
@@ -206,6 +224,8 @@ class DevSession:
             with contextlib.suppress(BaseException):
                 await starting
         try:
+            if self.debugger is not None:  # pdb sessions read the end of their input
+                await self.debugger.stop()
             await self.scheduler.stop()  # a running task is killed with its process tree
             # No reload (nor re-init) may start replicas while they stop.
             for task in [t for t in (self._reloading,) if t is not None] + list(self._reinits):

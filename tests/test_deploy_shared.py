@@ -205,6 +205,13 @@ def test_logs_health_and_status_show_prints_init_errors_and_failed_reinits(clust
     assert deployments["talk.main"]["replicas"][0]["last_error"] is None
     assert "re-init after drift failed" in peach("status", *address).stdout
 
+    # breakpoint() on Ray does not hang the replica: skipped, and the log says so (SPEC §7)
+    debug = httpx.get(f"{serve}/shared/talk", params={"text": "debug"}, timeout=10)
+    assert debug.json()["result"] == {"echo": "debug"}
+    assert debug.headers["x-peach-component"] == "main"
+    skipped = "breakpoint() at notebooks/Shared.ipynb, cell 2, line 12 skipped (no terminal"
+    poll_logs(cluster, skipped)
+
     # the replicas' own output, each line with its deployment and replica
     talk_id = deployments["talk.main"]["replicas"][0]["replica_id"]
     drift_id = deployments["drift.main"]["replicas"][0]["replica_id"]

@@ -41,6 +41,8 @@ def run_dev(
     task_interval: float = 60.0,
     allow_hosts: tuple[str, ...] = (),
     allow_origins: tuple[str, ...] = (),
+    debug: bool = True,
+    post_mortem: bool = False,
 ) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
     if reload_mode not in RELOAD_MODES:
@@ -58,9 +60,12 @@ def run_dev(
 
     plan = load_plan(project, doing="serving", warnings="show")
     from peach_cli.runtime.tree import become_subreaper
+    from simulator.debug import terminal_reason
     from simulator.session import SessionConfig
 
     become_subreaper()  # what a replica or task orphans is adopted here, not by init
+
+    no_debug = "--no-debug" if not debug else terminal_reason()
 
     config = SessionConfig(
         plan,
@@ -77,6 +82,9 @@ def run_dev(
         task_interval_s=task_interval,
         allow_hosts=allow_hosts,
         allow_origins=allow_origins,
+        debug=no_debug is None,
+        debug_skipped=no_debug or "",
+        post_mortem=post_mortem,
     )
     out = console.stdout()
     view = DevView(out, live=out.is_terminal)
@@ -115,6 +123,9 @@ async def serve(config: SessionConfig, view: DevView) -> int:
                 )
             view.start()
             keys = watch_keys(session, view)
+            if keys is not None and session.debugger is not None:
+                session.debugger.pause_hooks.append(keys.pause)
+                session.debugger.resume_hooks.append(keys.resume)
             await stop.wait()
         finally:
             if keys is not None:

@@ -114,6 +114,8 @@ def run_task_run(
     shared_env: bool = False,
     inherit_env: bool = False,
     offline: bool = False,
+    debug: bool = True,
+    post_mortem: bool = False,
 ) -> int:
     """Run the task ``name`` once (and what it triggers); the exit code."""
     if timeout_s is not None and not timeout_s > 0:
@@ -137,6 +139,8 @@ def run_task_run(
             shared_env=shared_env,
             inherit_env=inherit_env,
             offline=offline,
+            debug=debug,
+            post_mortem=post_mortem,
         )
     )
 
@@ -151,16 +155,23 @@ async def _run_local(
     shared_env: bool,
     inherit_env: bool,
     offline: bool,
+    debug: bool = True,
+    post_mortem: bool = False,
 ) -> int:
     import asyncio
     import signal
 
     from peach_cli.views.task import TaskRunView
+    from simulator.debug import terminal_reason
     from simulator.session import DevSession, SessionConfig
 
     view = TaskRunView()
+    no_debug = "--no-debug" if not debug else terminal_reason()
     config = SessionConfig(
         plan,
+        debug=no_debug is None,
+        debug_skipped=no_debug or "",
+        post_mortem=post_mortem,
         project=project,
         serve=False,
         shared_env=shared_env,

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from peach_cli.runtime import debug
 from peach_cli.runtime.aio import run
 from peach_cli.runtime.contract import (
     CallResult,
@@ -272,6 +273,7 @@ class Worker:
     async def handle_call(self, request_id: int, params: RequestParams) -> None:
         runner = self.runner
         assert runner is not None
+        debug.REQUEST.set(request_id)  # a breakpoint's banner names the request
         try:
             result: CallResult = await runner.call(params)
         except Exception as error:  # noqa: BLE001 - the gateway must get an answer
@@ -304,6 +306,7 @@ class Worker:
     async def handle_stream(self, request_id: int, params: RequestParams) -> None:
         runner = self.runner
         assert runner is not None
+        debug.REQUEST.set(request_id)
         send = self.channel.send
         try:
             chunks = await runner.open_stream(params)

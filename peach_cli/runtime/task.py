@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from peach_cli.runtime import debug
 from peach_cli.runtime.contract.binding import MethodSignature, bind_task_call
 from peach_cli.runtime.contract.errors import ContractError, InitError
 from peach_cli.runtime.contract.results import describe_exception, user_traceback
@@ -40,6 +41,7 @@ def run_task(spec: TaskSpec, root: str, payload: Any) -> Any:
     """Execute the task's code, run ``init``, call its function; raises what the user's
     code raises (``ContractError`` when the function cannot be called)."""
     folder = Path(root)
+    debug.install(f"task {spec.name}")
     add_import_paths(folder, spec.notebook)
     module_name = f"peach_task_{spec.name}".replace("-", "_")
     try:
@@ -49,13 +51,19 @@ def run_task(spec: TaskSpec, root: str, payload: Any) -> Any:
             raise error.cause from None  # as the code raised it: SystemExit(0) is a normal end
         raise
     sys.modules[module_name] = loaded.module  # dataclasses and pickling look it up
-    state = None
-    if loaded.init is not None:
-        state = _finish(loaded.init())
-    args, kwargs = bind_task_call(
-        MethodSignature.of(loaded.method), payload, spec.args, state=state
-    )
-    return _finish(loaded.method(*args, **kwargs))
+    try:
+        state = None
+        if loaded.init is not None:
+            state = _finish(loaded.init())
+        args, kwargs = bind_task_call(
+            MethodSignature.of(loaded.method), payload, spec.args, state=state
+        )
+        return _finish(loaded.method(*args, **kwargs))
+    except Exception as error:
+        debug.post_mortem(error)  # --pdb: at the frame that raised, then the run fails
+        raise
+    finally:
+        debug.finish()
 
 
 def _finish(value: Any) -> Any:

@@ -24,6 +24,7 @@ from rich.text import Text
 from peach_cli.printable import printable, printable_lines
 from peach_cli.views.task import TasksTable, prefixed, run_line
 from peach_cli.wording import human_size
+from simulator.debug import DEBUG_EVENTS, DebugEnded, DebugQueued, DebugStarted
 from simulator.events import (
     RELOAD_EVENTS,
     EnvFailed,
@@ -122,6 +123,8 @@ class DevView:
         self.builds: dict[str, tuple[EnvProgress, float]] = {}
         """Envs being built: the last step and when (monotonic) it was reported."""
         self.tasks = TasksTable()
+        self._paused = False
+        """A pdb session holds the terminal: lines wait, the table is off."""
 
     # -- plan and lifecycle --------------------------------------------------------------
 
@@ -173,6 +176,8 @@ class DevView:
             await asyncio.sleep(LOG_FLUSH_S)
             since_refresh += LOG_FLUSH_S
             self.flush()
+            if self._paused:
+                continue
             if self._live is not None and self._dirty and since_refresh >= REFRESH_S:
                 since_refresh = 0.0
                 self._dirty = False
@@ -197,7 +202,7 @@ class DevView:
             self.flush()
 
     def flush(self) -> None:
-        if not self._pending:
+        if not self._pending or self._paused:
             return
         lines, self._pending = self._pending, []
         if self._closed_output:
@@ -241,6 +246,8 @@ class DevView:
         """The ``on_event`` callback given to the ``DevSession`` (``simulator.session``)."""
         if isinstance(event, TASK_EVENTS):
             self._on_task(event)
+        elif isinstance(event, DEBUG_EVENTS):
+            self._on_debug(event)
         elif isinstance(event, RequestLogged):
             self._on_request(event)
         elif isinstance(event, ReplicaMemory):
@@ -272,6 +279,23 @@ class DevView:
             self._dirty = True
         elif isinstance(event, RELOAD_EVENTS):
             self._on_reload(event)
+
+    def _on_debug(self, event: DebugStarted | DebugEnded | DebugQueued) -> None:
+        """A pdb session takes the terminal (the view pauses, the banner shows) and gives
+        it back (the lines that waited, then the table)."""
+        if isinstance(event, DebugStarted):
+            self.flush()
+            self._paused = True
+            if self._live is not None:
+                self._live.stop()  # transient: the table goes away
+            self._write([Text(event.banner, style="bold magenta")])
+        elif isinstance(event, DebugEnded):
+            self._paused = False
+            self._write([Text(f"debugger: {event.who} continues", style="dim")])
+            if self._live is not None:
+                self._live.start()
+            self._dirty = True
+            self.flush()
 
     def _on_started(self, event: ReplicasStarted) -> None:
         rows = list(self.replicas.values())

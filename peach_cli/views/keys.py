@@ -73,6 +73,29 @@ class DevKeys:
             if action is not None:
                 action()
 
+    def pause(self) -> None:
+        """Give the terminal back as it was, keys unread (a pdb session takes it)."""
+        import termios
+
+        if self._loop is not None:
+            self._loop.remove_reader(self.fd)
+        try:
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
+        except termios.error:
+            pass
+
+    def resume(self) -> None:
+        """Read keys again after ``pause``."""
+        import termios
+        import tty
+
+        try:
+            tty.setcbreak(self.fd)
+        except termios.error:
+            return
+        if self._loop is not None:
+            self._loop.add_reader(self.fd, self._on_input)
+
     def _stop_reading(self) -> None:
         if self._loop is not None:
             self._loop.remove_reader(self.fd)

@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.printable import printable, printable_lines
+from simulator.debug import DebugStarted
 from simulator.events import EnvFailed, EnvProgress, ServerNote
 from simulator.tasks.events import RunStatus, TaskChanged, TaskOutput, TaskRunEnded, TaskState
 
@@ -63,6 +64,8 @@ class TaskRunView:
                 self._write(self.err, event.message)
         elif isinstance(event, (EnvFailed, ServerNote)):
             self._write(self.err, event.message)
+        elif isinstance(event, DebugStarted):  # pdb takes the terminal (simulator.debug)
+            self._write(self.err, event.banner)
 
     def note(self, message: str) -> None:
         self._write(self.err, message)

@@ -28,6 +28,7 @@ from peach_cli.runtime.protocol import (
     TaskFailed,
     TaskReturned,
 )
+from simulator import debug
 from simulator.spawn import Spawner, WorkerLaunch
 from simulator.tasks.events import RunStatus, TaskRunEnded
 
@@ -171,8 +172,12 @@ async def execute_task(
     channel.send(RunTask(spec, str(launch.root), payload, run_id, dict(variables or {})))
     status, killed, victims = RunStatus.FAILED, 0, set[int]()
     outcome: Message | ProtocolError | None = None
+    relay, who = debug.active, f"task {spec.name}"
     try:
-        outcome = await asyncio.wait_for(asyncio.shield(answer), limit)
+        async with asyncio.timeout(limit) as deadline:
+            if relay is not None:  # stopped in the debugger, the run waits (SPEC §7)
+                relay.register(who, None, deadline)
+            outcome = await asyncio.shield(answer)
     except TimeoutError:
         victims = kill_tree(process.pid)
         status, killed = RunStatus.TIMED_OUT, len(victims)
@@ -180,6 +185,9 @@ async def execute_task(
         await _finish(process, reading, kill_tree(process.pid))
         transport.close()
         raise
+    finally:
+        if relay is not None:
+            relay.unregister(who, None)
     seconds = time.perf_counter() - began
     await _finish(process, reading, victims)
     transport.close()

@@ -8,6 +8,7 @@ timed out or returned nothing, the fallback; hosts supply only how a component i
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import json
 import time
@@ -121,14 +122,24 @@ failure. It must not raise for anything a user did.
 
 _FALLBACK_CODES = frozenset({"method_error", "timeout"})
 
+CALL_DEADLINE: contextvars.ContextVar[asyncio.Timeout | None] = contextvars.ContextVar(
+    "peach_call_deadline", default=None
+)
+"""The ``timeout_s`` bound of the call under way: a host suspends it while the call is
+stopped in the debugger (``simulator.debug``)."""
+
 
 async def _attempt(
     call: ComponentCall, endpoint: EndpointSpec, component: str, timeout_s: float
 ) -> CallResult:
     attempt = Attempt(component)
     try:
-        async with asyncio.timeout(timeout_s):  # no extra task per call, unlike wait_for
-            result = await call(component, attempt)
+        async with asyncio.timeout(timeout_s) as deadline:  # no extra task, unlike wait_for
+            token = CALL_DEADLINE.set(deadline)
+            try:
+                result = await call(component, attempt)
+            finally:
+                CALL_DEADLINE.reset(token)
     except TimeoutError:
         message = f"{endpoint.url} ({component}) did not answer within timeout_s = {timeout_s:g} s"
         if attempt.replica is None and attempt.starting_since is not None:

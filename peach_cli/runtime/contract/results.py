@@ -127,6 +127,13 @@ def describe_exception(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def code_filename(code: NotebookCode) -> str:
+    """The filename notebook code is compiled under: ``<notebooks/X.ipynb>``. pdb and
+    ``linecache`` take a name in angle brackets as it is, so they show the extracted code
+    registered for it, never the ``.ipynb`` file's JSON."""
+    return f"<{code.source_name}>"
+
+
 def notebook_position(spec: NotebookCode, line: int) -> str:
     """Where line ``line`` of the extracted module is in the notebook: ``cell 3, line 2``."""
     position = f"line {line}"
@@ -141,11 +148,12 @@ def user_traceback(error: BaseException, spec: NotebookCode) -> str:
 
     Frames in the extracted notebook code name the notebook cell and line.
     """
+    filename = code_filename(spec)
     frames = traceback.extract_tb(error.__traceback__)
-    start = next((i for i, f in enumerate(frames) if f.filename == spec.source_name), 0)
+    start = next((i for i, f in enumerate(frames) if f.filename == filename), 0)
     lines = ["Traceback (most recent call last):\n"]
     for frame in frames[start:]:
-        if frame.filename == spec.source_name and frame.lineno is not None:
+        if frame.filename == filename and frame.lineno is not None:
             where = f"{spec.source_name}, {notebook_position(spec, frame.lineno)}"
         else:
             where = f"{frame.filename}, line {frame.lineno}"

@@ -10,6 +10,7 @@ same ``add_import_paths`` and ``execute_code``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import linecache
 import logging
@@ -23,6 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
+from peach_cli.runtime import debug
 from peach_cli.runtime.contract.answers import CallResult, stream_required_message
 from peach_cli.runtime.contract.binding import MethodSignature, bind_arguments
 from peach_cli.runtime.contract.errors import ContractError, InitError, ResultNotJSON, StreamCut
@@ -92,6 +94,7 @@ class ComponentRunner:
         self._executor = ThreadPoolExecutor(self.max_threads, thread_name_prefix="peach-call")
         self.abandoned_threads = 0
         """How many times new code was patched in (``commit_patch``) since ``start``."""
+        debug.install(self.replica_id)  # breakpoint() and pdb.set_trace() (SPEC §7)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -123,7 +126,8 @@ class ComponentRunner:
         functions, or its method became or stopped being a generator (a restart is needed
         then: callers decided how to call it when the replica started).
         """
-        previous = linecache.cache.get(self.spec.source_name)
+        filename = debug.code_filename(self.spec)
+        previous = linecache.cache.get(filename)
         try:
             loaded = self._execute(spec)
             kind = method_kind(loaded.method)
@@ -133,7 +137,7 @@ class ComponentRunner:
             MethodSignature.of(loaded.method)
         except BaseException:
             if previous is not None:  # tracebacks of the code in use keep their lines
-                linecache.cache[self.spec.source_name] = previous
+                linecache.cache[filename] = previous
             raise
         return loaded
 
@@ -144,7 +148,8 @@ class ComponentRunner:
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
-        work = self._executor.submit(partial(function, *args, **kwargs))
+        context = contextvars.copy_context()  # the request id, for a breakpoint's banner
+        work = self._executor.submit(context.run, _then_finish, partial(function, *args, **kwargs))
         try:
             return await asyncio.wrap_future(work, loop=loop)
         except asyncio.CancelledError:
@@ -178,6 +183,7 @@ class ComponentRunner:
             try:
                 self.state = await self._run_init()
             except (Exception, SystemExit) as error:
+                await self._post_mortem(error)
                 raise InitError(
                     f"{self.spec.init}() raised {describe_exception(error)}",
                     user_traceback(error, self.spec),
@@ -261,10 +267,14 @@ class ComponentRunner:
             return CallResult.failure(error.code, error.message, self.replica_id)
         try:
             if self.method_kind == "coroutine":
-                raw = await self.method(**kwargs)
+                try:
+                    raw = await self.method(**kwargs)
+                finally:
+                    debug.finish()
             else:
                 raw = await self._in_thread(self.method, **kwargs)
         except Exception as error:
+            await self._post_mortem(error)
             logger.error(
                 "%s: %s() raised\n%s",
                 self.replica_id,
@@ -345,6 +355,11 @@ class ComponentRunner:
         finally:
             await self._in_thread(close)
 
+    async def _post_mortem(self, error: BaseException) -> None:
+        """``--pdb``: a session at the frame that raised, in a thread of its own."""
+        if debug.post_mortem_wanted():
+            await self._in_thread(debug.post_mortem, error)
+
     def _log_stream_error(self, error: BaseException) -> None:
         logger.error(
             "%s: the stream of %s() ended with an error\n%s",
@@ -355,6 +370,14 @@ class ComponentRunner:
 
 
 _DONE = object()
+
+
+def _then_finish(work: Callable[[], Any]) -> Any:
+    """Run ``work``; then end the debugger session it opened on this thread, if any."""
+    try:
+        return work()
+    finally:
+        debug.finish()
 
 
 @dataclass(frozen=True)
@@ -381,8 +404,10 @@ def execute_code(code: _Code, root: Path, module_name: str) -> LoadedCode[_Code]
     runs) and find its functions; raise ``InitError`` when it raises (``cause``: what it
     raised, ``SystemExit`` included) or lacks them."""
     # tracebacks and inspect.getsource find the notebook code by its name
+    filename = debug.code_filename(code)  # <notebooks/X.ipynb>: pdb lists it from linecache
     lines = code.source.splitlines(keepends=True)
-    linecache.cache[code.source_name] = (len(code.source), None, lines, code.source_name)
+    linecache.cache[filename] = (len(code.source), None, lines, filename)
+    debug.register(code)
     module = types.ModuleType(module_name)
     module.__file__ = str(root / code.notebook)
     # While it runs, the code's module must be in sys.modules (a @dataclass looks its
@@ -390,7 +415,7 @@ def execute_code(code: _Code, root: Path, module_name: str) -> LoadedCode[_Code]
     previous = sys.modules.get(module_name)
     sys.modules[module_name] = module
     try:
-        compiled = compile(code.source, code.source_name, "exec")
+        compiled = compile(code.source, filename, "exec")
         exec(compiled, module.__dict__)  # noqa: S102 - running the user's notebook is the job
     except (Exception, SystemExit) as error:  # anything the notebook raises, exit() too
         raise InitError(
