@@ -110,11 +110,15 @@ def validate(
 
 
 @app.command()
-def schema() -> None:
+def schema(
+    tests: Annotated[
+        bool, typer.Option("--tests", help="The schema of a *.peach-test.yaml case file instead.")
+    ] = False,
+) -> None:
     """Print the JSON Schema of peach.conf (for yaml-language-server and editors)."""
     from peach_cli.commands.validate import run_schema
 
-    raise typer.Exit(run_schema())
+    raise typer.Exit(run_schema(tests=tests))
 
 
 @app.command()
@@ -264,6 +268,47 @@ def ask(
             timeout_s=timeout,
             markdown=markdown,
         )
+    )
+
+
+@app.command()
+def test(
+    paths: Annotated[
+        Optional[list[Path]],
+        typer.Argument(
+            help="PROJECT (default: the current folder), then case files (default: every "
+            "*.peach-test.yaml of the project).",
+            show_default=False,
+        ),
+    ] = None,
+    url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url",
+            help="Run against this host (a peach dev, or a deployed app with its route prefix) "
+            "instead of starting the project's simulator.",
+            show_default=False,
+        ),
+    ] = None,
+    keyword: Annotated[
+        Optional[str],
+        typer.Option("-k", help="Only the cases whose name contains TEXT.", show_default=False),
+    ] = None,
+    format: Annotated[str, typer.Option("--format", help="text, json or junit")] = "text",
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each answer.")
+    ] = 60.0,
+) -> None:
+    """Run the endpoint tests of *.peach-test.yaml files against the project's simulator, or --url.
+
+    Without --url the simulator starts quietly on a free port (as peach dev --no-reload), every case runs in file order, and it stops. One line per case; a failure shows expected against observed as a diff; --format junit writes JUnit XML for CI.
+
+    [bold]Exit codes[/]: 0 every case passed · 1 a case failed · 2 bad command line, a case file with errors, or no case found.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.commands.test import run_test
+
+    raise typer.Exit(
+        run_test(paths or [], url=url, keyword=keyword, output_format=format, timeout_s=timeout)
     )
 
 
