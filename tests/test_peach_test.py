@@ -227,3 +227,13 @@ def test_peach_test_starts_its_own_simulator(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "✓ a story" in result.stdout and "✓ apple" in result.stdout
     assert "✓ 2 cases passed" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["quickstart", "recommender", "assistant", "decorated"])
+def test_every_example_has_cases_that_pass(name):
+    result = peach_test(f"examples/{name}", "--format", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["passed"] >= 2 and report["failed"] == 0
+    if name != "quickstart":
+        assert f"peach test examples/{name}" in (REPO / "examples" / name / "README.md").read_text()
