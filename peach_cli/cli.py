@@ -155,6 +155,15 @@ def dev(
         float,
         typer.Option("--task-interval", help="Seconds the tasks loop pauses between rounds."),
     ] = 60.0,
+    record: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--record",
+            metavar="FILE",
+            help="Append one JSON line per answered request to FILE (for peach replay).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve every endpoint locally with the platform's semantics, reloading on save.
 
@@ -175,6 +184,7 @@ def dev(
             offline=offline,
             tasks=tasks,
             task_interval=task_interval,
+            record=record,
         )
     )
 
@@ -309,6 +319,62 @@ def test(
 
     raise typer.Exit(
         run_test(paths or [], url=url, keyword=keyword, output_format=format, timeout_s=timeout)
+    )
+
+
+@app.command(no_args_is_help=True)
+def replay(
+    file: Annotated[
+        Path,
+        typer.Argument(help="A recording: what peach dev --record FILE wrote.", show_default=False),
+    ],
+    url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url",
+            help="Where to send the requests. Default: env PEACH_URL, else http://127.0.0.1:8000.",
+            show_default=False,
+        ),
+    ] = None,
+    against: Annotated[
+        Optional[str],
+        typer.Option(
+            "--against",
+            help="Compare with this host's answers to the same requests instead of the recorded ones.",
+            show_default=False,
+        ),
+    ] = None,
+    ignore: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--ignore",
+            metavar="JSONPATH",
+            help="Leave this out of the comparison, like $.result.generated_at (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    format: FormatOption = "text",
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each answer.")
+    ] = 60.0,
+) -> None:
+    """Send every recorded request again, in order, and compare the answers: what changes if I push this?
+
+    Each answer's status, error code, component, result (as JSON) and stream text are compared with the recorded answer, or with the --against host's answer. Prints how many are the same, differ and failed, and the first differences as JSON diffs.
+
+    [bold]Exit codes[/]: 0 every answer is the same · 1 an answer differs or a request failed · 2 bad command line, or FILE is not a recording.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.commands.replay import run_replay
+
+    raise typer.Exit(
+        run_replay(
+            file,
+            url=url,
+            against=against,
+            ignore=ignore or [],
+            output_format=format,
+            timeout_s=timeout,
+        )
     )
 
 

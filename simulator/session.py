@@ -73,6 +73,8 @@ class SessionConfig:
     """Overrides every task's timeout."""
     keep_warm: bool = True
     """Keep a spare task worker of each env a task ran in."""
+    record: Path | None = None
+    """Append one JSON line per answered request to this file (``peach dev --record``)."""
 
 
 class DevSession:
@@ -120,6 +122,10 @@ class DevSession:
                 environments=self.environments,
                 spawner=self.spawner,
             )
+            if config.record is not None:
+                from simulator.record import Recorder
+
+                self.server.recorder = Recorder(config.record)
         self._starting: asyncio.Task[None] | None = None
         self._stopped = False
         self._stopping = asyncio.Event()
@@ -206,6 +212,8 @@ class DevSession:
             await self.spawner.close()
             if self.server is not None:
                 await self.server.stop()  # streams closed, every replica stopped
+                if self.server.recorder is not None:
+                    self.server.recorder.close()  # every line written
         finally:
             self.environments.release()  # nothing runs in them any more: prune may go on
 

@@ -39,6 +39,7 @@ def run_dev(
     offline: bool = False,
     tasks: bool = False,
     task_interval: float = 60.0,
+    record: Path | None = None,
 ) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
     if reload_mode not in RELOAD_MODES:
@@ -49,6 +50,8 @@ def run_dev(
         raise UsageError(f"--task-interval must be 0 or more seconds, not {task_interval:g}")
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {port}")
+    if record is not None and (record.is_dir() or not record.parent.is_dir()):
+        raise UsageError(f"--record {record}: not a file in an existing folder")
     from peach_cli.commands.loading import load_plan
     from peach_cli.runtime import aio
     from peach_cli.views import console
@@ -70,6 +73,7 @@ def run_dev(
         offline=offline,
         task_loop=tasks,
         task_interval_s=task_interval,
+        record=record,
     )
     out = console.stdout()
     view = DevView(out, live=out.is_terminal)
@@ -106,6 +110,8 @@ async def serve(config: SessionConfig, view: DevView) -> int:
                     f"bound to {config.host}: every endpoint is reachable from other machines, "
                     "with no authentication"
                 )
+            if config.record is not None:
+                view.note(f"recording every answered request to {config.record}")
             view.start()
             keys = watch_keys(session, view)
             await stop.wait()

@@ -42,6 +42,8 @@ class Observed:
     stream: bool = False
     """The answer was a stream (chunks), not one document."""
     text: str | None = None
+    raw_text: str | None = None
+    """A stream's bytes as they came, as UTF-8 (``text`` is what its frames say)."""
     chunks: int = 0
     cut: bool = False
     elapsed_ms: float = 0.0
@@ -139,6 +141,7 @@ def _read_stream(response: Stream, observed: Observed) -> None:
     decoder: framing.FrameDecoder | None = None
     head = b""
     texts: list[str] = []
+    raw: list[bytes] = []
     frames = 0
     raw_chunks = 0
 
@@ -153,6 +156,7 @@ def _read_stream(response: Stream, observed: Observed) -> None:
     try:
         for chunk in response.chunks():
             raw_chunks += 1
+            raw.append(chunk)
             if decoder is None:
                 head += chunk
                 kind = framing.detect_framing(response.content_type, head)
@@ -173,6 +177,7 @@ def _read_stream(response: Stream, observed: Observed) -> None:
         plain = decoder.framing == framing.PLAIN
         observed.chunks = raw_chunks if plain else frames
         observed.text = "".join(texts)
+        observed.raw_text = b"".join(raw).decode("utf-8", "replace")
 
 
 # --------------------------------------------------------------------------- comparing

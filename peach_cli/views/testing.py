@@ -60,3 +60,35 @@ def print_test_summary(passed: int, failed: int, seconds: float) -> None:
         text = f"{count(passed, 'case')} passed in {seconds:.2f} s"
     stdout().print()
     print_summary(text, ok=not failed)
+
+
+def print_replay(outcomes: list, found: dict[str, int], seconds: float, *, shown: int) -> None:
+    """The first differences (and failures) in full, then ``10 same, 1 differ, 0 failed``."""
+    from rich.markup import escape
+
+    from peach_cli.views.console import print_summary
+
+    out = stdout()
+    listed = 0
+    for outcome in outcomes:
+        if outcome.verdict == "same":
+            continue
+        if listed == shown:
+            rest = sum(o.verdict != "same" for o in outcomes) - shown
+            out.print(f"[dim]… and {rest} more (--format json lists every one)[/]")
+            break
+        listed += 1
+        mark = "[bold red]✗[/]"
+        out.print(
+            f"{mark} {outcome.verdict}: {escape(outcome.entry.label)} [dim](line {outcome.entry.line})[/]",
+            soft_wrap=True,
+        )
+        if outcome.error:
+            out.print(f"    {escape(outcome.error)}", soft_wrap=True)
+        print_diff(outcome.diff, indent=4)
+    total = len(outcomes)
+    text = (
+        f"{total} request{'s' if total != 1 else ''} in {seconds:.2f} s: {found['same']} same, "
+        f"{found['differ']} differ, {found['failed']} failed"
+    )
+    print_summary(text, ok=not (found["differ"] or found["failed"]))
