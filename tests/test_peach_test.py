@@ -237,3 +237,14 @@ def test_every_example_has_cases_that_pass(name):
     assert report["passed"] >= 2 and report["failed"] == 0
     if name != "quickstart":
         assert f"peach test examples/{name}" in (REPO / "examples" / name / "README.md").read_text()
+
+
+def test_a_project_with_errors_is_not_tested_exit_2(tmp_path):
+    project = tmp_path / "q"
+    shutil.copytree(REPO / "examples" / "quickstart", project)
+    conf = project / "peach.yaml"
+    conf.write_text(conf.read_text().replace("method: recommend ", "methdo: recommend "))
+    result = peach_test(str(project))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "unknown key 'methdo'" in result.stdout + result.stderr
+    assert "not testing" in result.stdout + result.stderr

@@ -124,8 +124,13 @@ def run_test(
         check_url(url if "://" in url else "http://" + url, what="--url")
     else:
         from peach_cli.commands.loading import load_plan
+        from peach_cli.errors import ProjectInvalid
 
-        plan = load_plan(project, doing="testing", warnings="hide")
+        try:
+            plan = load_plan(project, doing="testing", warnings="hide")
+        except ProjectInvalid as error:
+            error.exit_code = EXIT_USAGE  # nothing was tested
+            raise
         urls = [e.url for e in plan.endpoints.values()]
     selected = load_selected(root, files, keyword, urls)
     from peach_cli.testing.run import DEFAULT_TIMEOUT_S
