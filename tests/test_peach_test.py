@@ -248,3 +248,19 @@ def test_a_project_with_errors_is_not_tested_exit_2(tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "unknown key 'methdo'" in result.stdout + result.stderr
     assert "not testing" in result.stdout + result.stderr
+
+
+def test_peach_schema_tests_is_the_case_file_schema():
+    result = run_peach("schema", "--tests")
+    assert result.returncode == 0, result.stderr
+    schema = json.loads(result.stdout)
+    assert schema["type"] == "array" and schema["items"] == {"$ref": "#/$defs/Case"}
+    case = schema["$defs"]["Case"]
+    assert case["additionalProperties"] is False and case["required"] == ["name", "url"]
+    assert set(case["properties"]) == {"name", "url", "method", "params", "stream", "expect"}
+    expect = schema["$defs"]["Expect"]
+    assert expect["additionalProperties"] is False
+    assert set(expect["properties"]) == {
+        "status", "component", "result", "result_contains", "error_code",
+        "text_contains", "chunks_min", "cut", "max_ms",
+    }  # fmt: skip
