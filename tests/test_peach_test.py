@@ -264,3 +264,21 @@ def test_peach_schema_tests_is_the_case_file_schema():
         "status", "component", "result", "result_contains", "error_code",
         "text_contains", "chunks_min", "cut", "max_ms",
     }  # fmt: skip
+
+
+def test_case_files_in_dot_ignored_and_venv_folders_are_not_read(tmp_path):
+    project = tmp_path / "q"
+    shutil.copytree(REPO / "examples" / "quickstart", project, ignore=_no_cases)
+    broken = "- name: x\n  url: /nowhere\n"
+    for folder in (".hidden", "ignored", "venv", "node_modules"):
+        (project / folder).mkdir()
+        (project / folder / "t.peach-test.yaml").write_text(broken)
+    (project / "venv" / "pyvenv.cfg").write_text("")
+    (project / ".gitignore").write_text("ignored/\n")
+    (project / "loop.ipynb").symlink_to("loop.ipynb")  # never stat'ed: not a case file's name
+    assert run_peach("validate", str(project)).returncode == 0
+    (project / "seen.peach-test.yaml").write_text(broken)
+    seen = run_peach("validate", str(project))
+    assert seen.returncode == 1
+    assert "seen.peach-test.yaml:2:8: error PC803" in seen.stdout
+    assert seen.stdout.count("PC803") == 1

@@ -12,6 +12,8 @@ validate`` calls it with the validated endpoints). Nothing here sends a request.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -112,14 +114,65 @@ class CaseFile:
 
 
 def find_case_files(root: Path) -> list[Path]:
-    """Every ``*.peach-test.yaml`` of the project outside ignored and dot folders, by path."""
-    from peach_cli.deploy.uploads import select_files
+    """Every ``*.peach-test.yaml`` of the project, by path, outside what `peach deploy`
+    leaves out of its upload: dot-folders, what a ``.gitignore``/``.rayignore`` excludes,
+    virtualenvs and caches. Only names are read: an unreadable folder or a broken link is
+    skipped."""
+    import pathspec
 
-    selection = select_files(root)
-    return sorted(
-        (f.source for f in selection.files if f.path.endswith(SUFFIX)),
-        key=lambda p: relative_name(root, p),
-    )
+    from peach_cli.deploy.uploads import CACHE_DIRS, CACHE_TAG, IGNORE_FILES, VENV_MARKERS
+
+    found: list[Path] = []
+    pending: list[tuple[Path, list[tuple[str, Any]]]] = [(root, [])]
+    while pending:
+        folder, rules = pending.pop()
+        lines: list[str] = []
+        for ignore_file in IGNORE_FILES:
+            with contextlib.suppress(OSError):
+                lines += (folder / ignore_file).read_text(errors="replace").splitlines()
+        if lines:
+            rules = [
+                *rules,
+                (relative_name(root, folder), pathspec.GitIgnoreSpec.from_lines(lines)),
+            ]
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if not is_dir and not entry.name.endswith(SUFFIX):
+                continue
+            if _ignored(rules, _relative(root, Path(entry.path)), is_dir):
+                continue
+            if not is_dir:
+                found.append(Path(entry.path))
+            elif entry.name not in CACHE_DIRS and not any(
+                os.path.exists(os.path.join(entry.path, marker))
+                for marker in (*VENV_MARKERS, CACHE_TAG)
+            ):
+                pending.append((Path(entry.path), rules))
+    return sorted(found, key=lambda p: _relative(root, p))
+
+
+def _relative(root: Path, path: Path) -> str:
+    """``path`` (found under ``root``) relative to it, as posix; the root is ``.``."""
+    return path.relative_to(root).as_posix()
+
+
+def _ignored(rules: list[tuple[str, Any]], relative: str, is_dir: bool) -> bool:
+    """Whether the deepest ignore file that decides excludes ``relative`` (as git does)."""
+    for base, spec in reversed(rules):
+        inner = relative[len(base) + 1 :] if base not in ("", ".") else relative
+        decision = spec.check_file(inner + "/" if is_dir else inner).include
+        if decision is not None:
+            return bool(decision)
+    return False
 
 
 def load_cases(
