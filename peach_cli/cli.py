@@ -148,11 +148,15 @@ def validate(
 
 
 @app.command()
-def schema() -> None:
+def schema(
+    tests: Annotated[
+        bool, typer.Option("--tests", help="The schema of a *.peach-test.yaml case file instead.")
+    ] = False,
+) -> None:
     """Print the JSON Schema of peach.conf (for yaml-language-server and editors)."""
     from peach_cli.commands.validate import run_schema
 
-    raise typer.Exit(run_schema())
+    raise typer.Exit(run_schema(tests=tests))
 
 
 @app.command()
@@ -209,6 +213,15 @@ def dev(
     ] = None,
     no_debug: NoDebugOption = False,
     pdb: PdbOption = False,
+    record: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--record",
+            metavar="FILE",
+            help="Append one JSON line per answered request to FILE (for peach replay).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve every endpoint locally with the platform's semantics, reloading on save.
 
@@ -233,6 +246,7 @@ def dev(
             allow_origins=tuple(allow_origin or ()),
             debug=not no_debug,
             post_mortem=pdb,
+            record=record,
         )
     )
 
@@ -326,6 +340,103 @@ def ask(
             headers=header or [],
             timeout_s=timeout,
             markdown=markdown,
+        )
+    )
+
+
+@app.command()
+def test(
+    paths: Annotated[
+        Optional[list[Path]],
+        typer.Argument(
+            help="PROJECT (default: the current folder), then case files (default: every "
+            "*.peach-test.yaml of the project).",
+            show_default=False,
+        ),
+    ] = None,
+    url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url",
+            help="Run against this host (a peach dev, or a deployed app with its route prefix) "
+            "instead of starting the project's simulator.",
+            show_default=False,
+        ),
+    ] = None,
+    keyword: Annotated[
+        Optional[str],
+        typer.Option("-k", help="Only the cases whose name contains TEXT.", show_default=False),
+    ] = None,
+    format: Annotated[str, typer.Option("--format", help="text, json or junit")] = "text",
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each answer.")
+    ] = 60.0,
+) -> None:
+    """Run the endpoint tests of *.peach-test.yaml files against the project's simulator, or --url.
+
+    Without --url the simulator starts quietly on a free port (as peach dev --no-reload), every case runs in file order, and it stops. One line per case; a failure shows expected against observed as a diff; --format junit writes JUnit XML for CI.
+
+    [bold]Exit codes[/]: 0 every case passed · 1 a case failed · 2 bad command line, a case file with errors, or no case found.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.commands.test import run_test
+
+    raise typer.Exit(
+        run_test(paths or [], url=url, keyword=keyword, output_format=format, timeout_s=timeout)
+    )
+
+
+@app.command(no_args_is_help=True)
+def replay(
+    file: Annotated[
+        Path,
+        typer.Argument(help="A recording: what peach dev --record FILE wrote.", show_default=False),
+    ],
+    url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url",
+            help="Where to send the requests. Default: env PEACH_URL, else http://127.0.0.1:8000.",
+            show_default=False,
+        ),
+    ] = None,
+    against: Annotated[
+        Optional[str],
+        typer.Option(
+            "--against",
+            help="Compare with this host's answers to the same requests instead of the recorded ones.",
+            show_default=False,
+        ),
+    ] = None,
+    ignore: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--ignore",
+            metavar="JSONPATH",
+            help="Leave this out of the comparison, like $.result.generated_at (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    format: FormatOption = "text",
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each answer.")
+    ] = 60.0,
+) -> None:
+    """Send every recorded request again, in order, and compare the answers: what changes if I push this?
+
+    Each answer's status, error code, component, result (as JSON) and stream text are compared with the recorded answer, or with the --against host's answer. Prints how many are the same, differ and failed, and the first differences as JSON diffs.
+
+    [bold]Exit codes[/]: 0 every answer is the same · 1 an answer differs or a request failed · 2 bad command line, or FILE is not a recording.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.commands.replay import run_replay
+
+    raise typer.Exit(
+        run_replay(
+            file,
+            url=url,
+            against=against,
+            ignore=ignore or [],
+            output_format=format,
+            timeout_s=timeout,
         )
     )
 

@@ -50,6 +50,7 @@ from simulator.routing import Route, RoutingTable
 
 if TYPE_CHECKING:
     from simulator.changes import PlanChange
+    from simulator.record import Recorder
 
 INTERNAL_PREFIX = "/_peach/"
 
@@ -76,6 +77,8 @@ class DevGateway:
         """SPEC §2 for every request to an endpoint; its A/B counts are kept across reloads."""
         self.reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
+        self.recorder: Recorder | None = None
+        """``peach dev --record``: every answered request, one JSON line each."""
         self._internal = Starlette(
             routes=[
                 StarletteRoute("/_peach/routes", self._list_routes, methods=["GET"]),
@@ -119,12 +122,18 @@ class DevGateway:
                 f"?{query.decode('latin-1')}" if query else ""
             )
             debug.REQUEST_LINE.set(line)
+        recorder = self.recorder
+        recording = recorder.begin() if recorder is not None else None
+        if recording is not None:
+            receive = recording.receive(receive)
         request = HttpRequest(
             scope["method"], scope["query_string"], scope.get("headers", ()), receive
         )
         host = _Pools(route.pools, receive)
         reply = await self.flow.handle(route.endpoint, request, host, table.timeout_s)
         try:
+            if recording is not None and reply.chunks is not None:
+                reply.chunks = recording.wrap(reply.chunks)
             if reply.chunks is not None:
                 response = StreamingResponse(reply.chunks, status_code=reply.status)
                 response.raw_headers = reply.headers
@@ -136,6 +145,8 @@ class DevGateway:
                 await _send_reply(send, reply)
         finally:
             self._log(scope, route.endpoint, reply, started)
+            if recorder is not None and recording is not None and not reply.gone:
+                recorder.finish(recording, scope, reply)
 
     def _log(
         self, scope: dict[str, Any], endpoint: EndpointSpec | None, reply: HttpReply, started: float

@@ -37,6 +37,7 @@ from simulator.spawn import Spawner, WorkerLaunch
 
 if TYPE_CHECKING:
     from simulator.gateway import DevGateway
+    from simulator.record import Recorder
 
 DRAIN_TIMEOUT_S = 300.0
 """How long a retired component may keep serving in-flight streams after a reload."""
@@ -110,6 +111,8 @@ class DevServer:
         self._applying = asyncio.Lock()
         """Held by ``apply_plan``: a reload and an on-demand re-init never overlap."""
         self.gateway: DevGateway | None = None
+        self.recorder: Recorder | None = None
+        """Set before ``start``: the gateway records every answered request with it."""
 
     # -- events --------------------------------------------------------------------------
 
@@ -149,6 +152,7 @@ class DevServer:
         table = self._table(self.plan, self._pools)
         self.gateway = DevGateway(table, self._on_event)
         self.gateway.reinit = self.reinit
+        self.gateway.recorder = self.recorder
         app = LocalService(
             self.gateway,
             listen_host=self.host,

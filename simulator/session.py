@@ -86,6 +86,8 @@ class SessionConfig:
     """Why breakpoints are skipped when ``debug`` is False (the workers' log line says)."""
     post_mortem: bool = False
     """``--pdb``: an exception escaping a method, init or task opens pdb first."""
+    record: Path | None = None
+    """Append one JSON line per answered request to this file (``peach dev --record``)."""
 
 
 class DevSession:
@@ -145,6 +147,10 @@ class DevSession:
                 allow_origins=config.allow_origins,
                 head_timeout_s=config.head_timeout_s,
             )
+            if config.record is not None:
+                from simulator.record import Recorder
+
+                self.server.recorder = Recorder(config.record)
         self._starting: asyncio.Task[None] | None = None
         self._stopped = False
         self._stopping = asyncio.Event()
@@ -235,6 +241,8 @@ class DevSession:
             await self.spawner.close()
             if self.server is not None:
                 await self.server.stop()  # streams closed, every replica stopped
+                if self.server.recorder is not None:
+                    self.server.recorder.close()  # every line written
         finally:
             self.environments.release()  # nothing runs in them any more: prune may go on
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -249,16 +250,18 @@ def base_url(dev_server: DevProcess) -> str:
     return dev_server.url
 
 
-SEMANTICS_CPUS = 32  # logical: the project reserves 1 CPU per replica (Ray's default)
+SEMANTICS_CPUS = 36  # logical: 1 per replica of the project, 4 for test_peach_test_ray.py's app
 RAY_DEPLOY_TIMEOUT_S = 240
 
 
 @pytest.fixture(scope="session")
-def ray_semantics() -> Iterator[str]:
-    """`peach deploy tests/projects/semantics` on a fresh two-node cluster: the proxy's URL.
+def ray_semantics_cluster() -> Iterator[tuple[Any, str]]:
+    """`peach deploy tests/projects/semantics` on a fresh two-node cluster: the head and
+    the proxy's URL.
 
     A head offering no CPUs and a worker node, so every replica runs on the worker; one
-    cluster for the session: the parity suite and the differential test share it.
+    cluster for the session: the parity suite, the differential test and the endpoint
+    tests against a deployed app (another application, under a route prefix) share it.
     """
     from ray_cluster import RayHead
 
@@ -275,7 +278,13 @@ def ray_semantics() -> Iterator[str]:
             http_port=head.http_port,
             timeout_s=RAY_DEPLOY_TIMEOUT_S,
         )
-        yield result.url
+        yield head, result.url
+
+
+@pytest.fixture(scope="session")
+def ray_semantics(ray_semantics_cluster: tuple[Any, str]) -> str:
+    """The proxy's URL of ``ray_semantics_cluster``."""
+    return ray_semantics_cluster[1]
 
 
 def drain_stream(chunks: Iterator[bytes]) -> tuple[bytes, bool]:

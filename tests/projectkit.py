@@ -59,7 +59,11 @@ def write_project(
 
 def diagnose(path: Path) -> list[Diagnostic]:
     """Everything ``peach validate`` would report for the project at ``path``."""
+    from peach_cli.commands.validate import check_case_files
+
     project, diagnostics = load_project(path)
     if project is not None:
-        diagnostics += validate_project(project).diagnostics
+        result = validate_project(project)
+        diagnostics += result.diagnostics
+        diagnostics += check_case_files(project.root, [e.url for e in result.endpoints.values()])
     return diagnostics

@@ -9,7 +9,14 @@ from pathlib import Path
 import httpx
 from cli_support import run_peach
 
-FILES = ["peach.yaml", "peach.schema.json", "notebooks/Endpoints.ipynb", ".gitignore", "README.md"]
+FILES = [
+    "peach.yaml",
+    "peach.schema.json",
+    "notebooks/Endpoints.ipynb",
+    ".gitignore",
+    "README.md",
+    "tests/greet.peach-test.yaml",
+]
 
 
 def peach(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -30,6 +37,17 @@ def test_init_writes_a_project_that_validates_without_a_warning(tmp_path):
     assert severities <= {"info"}  # the async generator's PC401 note, nothing else
     text = peach("validate", cwd=project)
     assert text.stdout.splitlines()[-1] == "✓ . is valid: 2 endpoints (1 info)"
+
+
+def test_the_cases_peach_init_writes_pass_and_its_readme_shows_peach_test(tmp_path):
+    result = peach("init", "shop", "--streaming", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    project = tmp_path / "shop"
+    assert "peach test " in (project / "README.md").read_text()
+    tested = run_peach("test", cwd=project, timeout=120)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert tested.stdout.count("✓") == 3, tested.stdout
+    assert "✓ 3 cases passed" in tested.stderr
 
 
 def test_the_conf_names_its_schema_and_the_schema_is_peach_schema(tmp_path):

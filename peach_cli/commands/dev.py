@@ -43,6 +43,7 @@ def run_dev(
     allow_origins: tuple[str, ...] = (),
     debug: bool = True,
     post_mortem: bool = False,
+    record: Path | None = None,
 ) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
     if reload_mode not in RELOAD_MODES:
@@ -53,6 +54,8 @@ def run_dev(
         raise UsageError(f"--task-interval must be 0 or more seconds, not {task_interval:g}")
     if not 0 <= port <= 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {port}")
+    if record is not None and (record.is_dir() or not record.parent.is_dir()):
+        raise UsageError(f"--record {record}: not a file in an existing folder")
     from peach_cli.commands.loading import load_plan
     from peach_cli.runtime import aio
     from peach_cli.views import console
@@ -85,6 +88,7 @@ def run_dev(
         debug=no_debug is None,
         debug_skipped=no_debug or "",
         post_mortem=post_mortem,
+        record=record,
     )
     out = console.stdout()
     view = DevView(out, live=out.is_terminal)
@@ -121,6 +125,8 @@ async def serve(config: SessionConfig, view: DevView) -> int:
                     f"bound to {config.host}: every endpoint is reachable from other machines, "
                     "with no authentication"
                 )
+            if config.record is not None:
+                view.note(f"recording every answered request to {config.record}")
             view.start()
             keys = watch_keys(session, view)
             if keys is not None and session.debugger is not None:

@@ -32,6 +32,7 @@ def run_validate(project: Path, *, output_format: str = "text", strict: bool = F
         result = validate_project(loaded)
         diagnostics += result.diagnostics
         endpoints = len(result.endpoints)
+        diagnostics += check_case_files(loaded.root, [e.url for e in result.endpoints.values()])
     diagnostics.sort(key=sort_key)
     counts = {s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")}
     failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
@@ -57,10 +58,24 @@ def summarize(project: Path, counts: dict[str, int], endpoints: int, strict: boo
     return f"{project} is valid: {count(endpoints, 'endpoint')}{detail}"
 
 
-def run_schema() -> int:
-    """Print the JSON Schema of peach.conf on stdout."""
-    from peach_cli.project.conf import json_schema
+def check_case_files(root: Path, urls: list[str]) -> list:
+    """The problems of the project's case files (``*.peach-test.yaml``): their schema, and
+    urls that are not endpoints (when the endpoints are known: the conf has no error)."""
+    from peach_cli.testing.cases import check_urls, load_cases
+
+    files, diagnostics = load_cases(root)
+    if urls:
+        diagnostics += check_urls(files, urls)
+    return diagnostics
+
+
+def run_schema(tests: bool = False) -> int:
+    """Print the JSON Schema of peach.conf (``tests``: of a case file) on stdout."""
     from peach_cli.views import console
 
+    if tests:
+        from peach_cli.testing.cases import json_schema
+    else:
+        from peach_cli.project.conf import json_schema  # type: ignore[assignment]
     console.print_json(json_schema())
     return 0

@@ -62,6 +62,9 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC310": ("warning", "trigger_task_with_event names an unknown task"),
     "PC311": ("warning", "value that looks like a credential"),
     "PC401": ("info", "streaming method"),
+    "PC801": ("error", "case file is not a list"),
+    "PC802": ("error", "case name used twice"),
+    "PC803": ("error", "case url is not an endpoint"),
 }
 """code -> (severity, short title): the documented table above, as data."""
 
@@ -151,6 +154,9 @@ MEANINGS: dict[str, str] = {
         "(`sk-…`, `AKIA…`, `ghp_…`, a private key, a long random token): move it to `secrets:`"
     ),
     "PC401": "an async-generator method: callers must send `stream`",
+    "PC801": "a `*.peach-test.yaml` case file whose top level is not a list of cases",
+    "PC802": "two cases with the same name in one case file",
+    "PC803": 'a case whose url is not an endpoint of the project (with "did you mean")',
 }
 """code -> what it means, at more length: the documentation's table of codes (docs/reference/
 codes.md) is generated from ``CODES`` and this."""

@@ -135,6 +135,28 @@ class _FileTree:
 
 def read_conf_file(root: Path, path: Path, diagnostics: list[Diagnostic]) -> _FileTree | None:
     """Read one conf file into plain values and positions; report problems, never raise."""
+    tree = read_yaml_file(root, path, diagnostics)
+    if tree is None or isinstance(tree.value, dict):
+        return tree
+    kind = "a list" if isinstance(tree.value, list) else "a single value"
+    diagnostics.append(
+        Diagnostic(
+            "PC003",
+            f"{tree.name} must be a mapping of keys (codops:, endpoints:, ...), not {kind}",
+            tree.positions.get((), NodePosition(Position(tree.name), Position(tree.name))).value,
+        )
+    )
+    return None
+
+
+def read_yaml_file(
+    root: Path, path: Path, diagnostics: list[Diagnostic], *, empty: Any = None
+) -> _FileTree | None:
+    """Read one YAML file of the project (a conf file, a case file) into plain values and
+    positions, whatever its top level is; report problems, never raise.
+
+    An empty file reads as ``empty`` (default ``{}``).
+    """
     name = relative_name(root, path)
     try:
         size = path.stat().st_size
@@ -196,7 +218,7 @@ def read_conf_file(root: Path, path: Path, diagnostics: list[Diagnostic]) -> _Fi
         )
         return None
     if node is None:
-        tree.value = {}
+        tree.value = {} if empty is None else empty
         return tree
     try:
         tree.value = _to_value(node, (), tree, lines, diagnostics, None, 0)
@@ -206,16 +228,6 @@ def read_conf_file(root: Path, path: Path, diagnostics: list[Diagnostic]) -> _Fi
                 "PC004",
                 f"{name} expands to too many values (recursive or exponential aliases?)",
                 Position(name, 1, 1),
-            )
-        )
-        return None
-    if not isinstance(tree.value, dict):
-        kind = "a list" if isinstance(tree.value, list) else "a single value"
-        diagnostics.append(
-            Diagnostic(
-                "PC003",
-                f"{name} must be a mapping of keys (codops:, endpoints:, ...), not {kind}",
-                _mark_position(name, node.start_mark, lines),
             )
         )
         return None

@@ -137,7 +137,44 @@ def project_files(codops: str, endpoints: tuple[StarterEndpoint, ...]) -> dict[s
         NOTEBOOK: notebook_text(codops, endpoints),
         ".gitignore": GITIGNORE,
         "README.md": readme_text(codops, endpoints),
+        CASES: cases_text(endpoints),
     }
+
+
+CASES = "tests/greet.peach-test.yaml"
+
+_GREET_CASES = """\
+# Endpoint tests: `peach test` runs them against the project's simulator (or --url HOST).
+# Each case is a request and what its answer must be (`peach schema --tests` lists the keys).
+- name: greets in French
+  url: /greet
+  params: {name: Ada, lang: fr}
+  expect:
+    component: main
+    result: {greeting: "Bonjour, Ada!", lang: fr}
+
+- name: falls back to English for an unknown language
+  url: /greet
+  params: {name: Ada, lang: xx}
+  expect:
+    component: fallback
+    result_contains: {lang: en}
+"""
+
+_STORY_CASES = """
+- name: tells a story as a stream
+  url: /story
+  stream: true
+  params: {topic: a fig, delay_s: 0}
+  expect:
+    text_contains: Once upon a time there was a fig.
+    chunks_min: 3
+    cut: false
+"""
+
+
+def cases_text(endpoints: tuple[StarterEndpoint, ...]) -> str:
+    return _GREET_CASES + (_STORY_CASES if STORY in endpoints else "")
 
 
 def _yaml_scalar(text: str) -> str:
@@ -289,7 +326,12 @@ A PEACH project: the endpoints are configured in `peach.yaml`, their code is in
 peach validate                         # check the conf and the notebook, without running them
 peach dev                              # serve every endpoint on http://127.0.0.1:8000, reloading on save
 {asks}
+peach test                             # run the cases of tests/*.peach-test.yaml on a fresh simulator
 ```
+
+`{CASES}` holds endpoint tests: each case a request and what its answer must
+be. `peach test` starts the project's simulator, runs them and stops it (`--url HOST` runs
+them against a running `peach dev` or a deployed app; `--format junit` for CI).
 
 `peach.schema.json` is the output of `peach schema`: editors running yaml-language-server
 use it to complete and check `peach.yaml` (run `peach schema > peach.schema.json` again

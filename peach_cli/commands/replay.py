@@ -1,0 +1,51 @@
+"""`peach replay`: send a recording's requests again and say which answers changed.
+
+Exit codes: 0 every answer is the same, 1 an answer differs (or a request failed), 2 the
+command line is wrong or the file is not a recording.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from peach_cli.errors import UsageError
+
+FORMATS = ("text", "json")
+FIRST_SHOWN = 5
+"""How many differences the text output shows in full."""
+
+
+def run_replay(
+    file: Path,
+    *,
+    url: str | None = None,
+    against: str | None = None,
+    ignore: list[str] | None = None,
+    output_format: str = "text",
+    timeout_s: float = 60.0,
+) -> int:
+    if output_format not in FORMATS:
+        raise UsageError(
+            f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+        )
+    from peach_cli.testing.replay import counts, parse_path, read_recording, replay
+
+    for path in ignore or []:
+        parse_path(path)  # a bad path is a usage error before anything is sent
+    entries = read_recording(file)
+    began = time.perf_counter()
+    outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=timeout_s)
+    seconds = time.perf_counter() - began
+    found = counts(outcomes)
+    if output_format == "json":
+        from peach_cli.views.console import print_json
+
+        print_json(
+            {**found, "seconds": round(seconds, 3), "requests": [o.to_dict() for o in outcomes]}
+        )
+    else:
+        from peach_cli.views.testing import print_replay
+
+        print_replay(outcomes, found, seconds, shown=FIRST_SHOWN)
+    return 1 if found["differ"] or found["failed"] else 0

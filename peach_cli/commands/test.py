@@ -1,0 +1,186 @@
+"""`peach test`: run the project's case files against its own simulator, or a URL.
+
+Exit codes: 0 every case passed, 1 a case failed, 2 the command line is wrong, a case file
+has errors, or no case was found (``UsageError`` and ``ProjectInvalid`` are rendered by
+``peach_cli.cli.main``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.testing.cases import CaseFile
+    from peach_cli.testing.report import Outcome
+
+FORMATS = ("text", "json", "junit")
+EXIT_USAGE = 2
+
+
+def split_paths(paths: Sequence[Path]) -> tuple[Path, list[Path]]:
+    """PROJECT and FILES from the arguments: a first argument that is no case file is the
+    project (default: the current folder)."""
+    from peach_cli.testing.cases import SUFFIX
+
+    if paths and not paths[0].name.endswith(SUFFIX):
+        project, files = paths[0], list(paths[1:])
+    else:
+        project, files = Path("."), list(paths)
+    for file in files:
+        if not file.name.endswith(SUFFIX):
+            raise UsageError(f"{file} is not a case file", hint=f"case files end in {SUFFIX}")
+        if not file.is_file():
+            raise UsageError(f"{file} does not exist")
+    return project, files
+
+
+def project_root(project: Path, *, need_conf: bool) -> Path:
+    from peach_cli.project.loader import find_conf_files
+
+    if not need_conf and not project.exists():
+        raise UsageError(f"{project} does not exist")
+    try:
+        return find_conf_files(project)[0]
+    except UsageError:
+        if need_conf:
+            raise
+        return project if project.is_dir() else project.parent
+
+
+def select(files: list[CaseFile], keyword: str | None) -> list[CaseFile]:
+    if not keyword:
+        return files
+    for case_file in files:
+        case_file.cases = [c for c in case_file.cases if keyword in c.case.name]
+    return [f for f in files if f.cases]
+
+
+def load_selected(
+    root: Path, files: list[Path], keyword: str | None, urls: list[str] | None
+) -> list[CaseFile]:
+    """The case files' cases selected by ``keyword``; ``ProjectInvalid`` on errors,
+    ``UsageError`` when no case is found."""
+    from peach_cli.commands.loading import invalid
+    from peach_cli.project.diagnostics import has_errors, sort_key
+    from peach_cli.testing.cases import SUFFIX, check_urls, load_cases
+
+    loaded, diagnostics = load_cases(root, files or None)
+    if urls is not None:
+        diagnostics += check_urls(loaded, urls)
+    if has_errors(diagnostics):
+        diagnostics.sort(key=sort_key)
+        error = invalid(root, diagnostics, "testing")
+        error.exit_code = EXIT_USAGE
+        raise error
+    selected = select(loaded, keyword)
+    if not any(f.cases for f in selected):
+        where = ", ".join(str(f) for f in files) if files else str(root)
+        raise UsageError(
+            f"no case found in {where}" + (f" whose name contains {keyword!r}" if keyword else ""),
+            hint=f"write cases in a file ending in {SUFFIX} (see `peach schema --tests`)",
+        )
+    return selected
+
+
+@contextmanager
+def _host(root: Path, url: str | None, plan: object) -> Iterator[str]:
+    if url is not None:
+        yield url
+        return
+    from peach_cli.testing.host import local_host
+
+    with local_host(root, plan=plan) as served:
+        yield served
+
+
+def run_test(
+    paths: Sequence[Path] = (),
+    *,
+    url: str | None = None,
+    keyword: str | None = None,
+    output_format: str = "text",
+    timeout_s: float = 60.0,
+) -> int:
+    """Run the selected cases; print one line per case (or JSON, or JUnit XML)."""
+    if output_format not in FORMATS:
+        raise UsageError(
+            f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+        )
+    began = time.perf_counter()
+    project, files = split_paths(paths)
+    root = project_root(project, need_conf=url is None)
+    plan = None
+    urls: list[str] | None = None
+    if url is not None:
+        from peach_cli.client.items import check_url
+
+        check_url(url if "://" in url else "http://" + url, what="--url")
+    else:
+        from peach_cli.commands.loading import load_plan
+        from peach_cli.errors import ProjectInvalid
+
+        try:
+            plan = load_plan(project, doing="testing", warnings="hide")
+        except ProjectInvalid as error:
+            error.exit_code = EXIT_USAGE  # nothing was tested
+            raise
+        urls = [e.url for e in plan.endpoints.values()]
+    selected = load_selected(root, files, keyword, urls)
+    from peach_cli.testing.run import DEFAULT_TIMEOUT_S
+
+    outcomes = run_cases(selected, url, plan, root, output_format, timeout_s or DEFAULT_TIMEOUT_S)
+    seconds = time.perf_counter() - began
+    from peach_cli.testing.report import summary_counts, to_json, to_junit
+
+    passed, failed = summary_counts(outcomes)
+    if output_format == "json":
+        from peach_cli.views.console import print_json
+
+        print_json(to_json(outcomes, seconds))
+    elif output_format == "junit":
+        sys.stdout.write(to_junit(outcomes, seconds))
+        sys.stdout.flush()
+    else:
+        from peach_cli.views.testing import print_test_summary
+
+        print_test_summary(passed, failed, seconds)
+    return 1 if failed else 0
+
+
+def run_cases(
+    selected: list[CaseFile],
+    url: str | None,
+    plan: object,
+    root: Path,
+    output_format: str,
+    timeout_s: float,
+) -> list[Outcome]:
+    from peach_cli.client.send import Client
+    from peach_cli.testing.report import Outcome
+    from peach_cli.testing.run import compare, observe
+
+    text = output_format == "text"
+    if text:
+        from peach_cli.views.testing import print_file, print_outcome
+    outcomes: list[Outcome] = []
+    with _host(root, url, plan) as base:
+        with Client(timeout_s, tls=base.startswith("https:")) as client:
+            for case_file in selected:
+                if text:
+                    print_file(case_file.name)
+                for loaded in case_file.cases:
+                    observed = observe(client, base, loaded.case, timeout_s)
+                    outcome = Outcome(
+                        case_file.name, loaded, observed, compare(loaded.case.expect, observed)
+                    )
+                    outcomes.append(outcome)
+                    if text:
+                        print_outcome(outcome)
+    return outcomes

@@ -1,0 +1,286 @@
+"""The pytest plugin peach registers (entry point ``pytest11: peach``).
+
+- Every ``*.peach-test.yaml`` file is collected; each of its cases is a test item, run as
+  `peach test` runs it, its failure shown as expected against observed.
+- The ``peach`` fixture (session scope) talks to the simulator of the project at the rootdir
+  (or ``--peach-project``), started once for the session, or to the host at
+  ``--peach-url``::
+
+      def test_greets(peach):
+          reply = peach.ask("/greet", name="Ada", lang="fr")
+          assert reply.status == 200 and reply.result["greeting"] == "Bonjour, Ada!"
+
+      def test_story(peach):
+          stream = peach.stream("/story", topic="a fig")
+          assert "fig" in "".join(stream)
+          assert not stream.cut
+
+Importing this module costs nothing: peach's own modules load when a case file is
+collected or the fixture is used, so other test suites are not slowed down.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from peach_cli.client.send import Client
+    from peach_cli.testing.cases import LoadedCase
+
+SUFFIX = ".peach-test.yaml"
+CONF_NAMES = ("peach.yaml", "peach.yml", "peach.conf")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("peach", "peach endpoint tests")
+    group.addoption(
+        "--peach-project",
+        default=None,
+        help="The peach project whose simulator the tests use (default: the rootdir, or the "
+        "project holding each case file).",
+    )
+    group.addoption(
+        "--peach-url",
+        default=None,
+        help="Run against this host (a peach dev, or a deployed app with its route prefix) "
+        "instead of starting the project's simulator.",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_HOSTS] = _Hosts(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    hosts = config.stash.get(_HOSTS, None)
+    if hosts is not None:
+        hosts.close()
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
+    if file_path.name.endswith(SUFFIX):
+        return CaseFileCollector.from_parent(parent, path=file_path)
+    return None
+
+
+# --------------------------------------------------------------------------- hosts
+
+
+class _Hosts:
+    """The hosts of one pytest session: one simulator per project, started when first used."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.stack = ExitStack()
+        self.urls: dict[Path, str] = {}
+        self.client: Client | None = None
+
+    def url_for(self, project: Path) -> str:
+        given = self.config.getoption("--peach-url")
+        if given:
+            return str(given)
+        project = project.resolve()
+        if project not in self.urls:
+            from peach_cli.testing.host import local_host
+
+            self.urls[project] = self.stack.enter_context(local_host(project))
+        return self.urls[project]
+
+    def http(self) -> Client:
+        if self.client is None:
+            from peach_cli.client.send import Client
+
+            self.client = self.stack.enter_context(Client(60.0))
+        return self.client
+
+    def project_of(self, path: Path | None) -> Path:
+        given = self.config.getoption("--peach-project")
+        if given:
+            return Path(given)
+        root = Path(self.config.rootpath)
+        if path is not None:
+            for folder in [path.parent, *path.parent.parents]:
+                if any((folder / name).exists() for name in CONF_NAMES):
+                    return folder
+                if folder == root:
+                    break
+        return root
+
+    def close(self) -> None:
+        self.stack.close()
+
+
+_HOSTS = pytest.StashKey[_Hosts]()
+
+
+# --------------------------------------------------------------------------- case files
+
+
+class CaseFileCollector(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        from peach_cli.testing.cases import read_case_file
+
+        hosts = self.config.stash[_HOSTS]
+        project = hosts.project_of(self.path)
+        diagnostics: list[Any] = []
+        case_file = read_case_file(project, self.path, diagnostics)
+        errors = [d for d in diagnostics if d.severity == "error"]
+        if errors:
+            raise self.CollectError("\n".join(_diagnostic_text(d) for d in errors))
+        assert case_file is not None
+        for loaded in case_file.cases:
+            yield CaseItem.from_parent(self, name=loaded.case.name, loaded=loaded, project=project)
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, loaded: LoadedCase, project: Path, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.loaded = loaded
+        self.project = project
+        self.details = ""
+
+    def runtest(self) -> None:
+        from peach_cli.testing.run import compare, observe
+
+        hosts = self.config.stash[_HOSTS]
+        base = hosts.url_for(self.project)
+        observed = observe(hosts.http(), base, self.loaded.case)
+        mismatches = compare(self.loaded.case.expect, observed)
+        if mismatches:
+            lines: list[str] = []
+            for mismatch in mismatches:
+                lines.append(f"{mismatch.key}: {mismatch.message}")
+                lines += [f"  {line}" for line in mismatch.diff]
+            self.details = "\n".join(lines)
+            raise CaseFailed(self.details)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, CaseFailed):
+            where = self.loaded.position
+            return f"{where.file}:{where.line}: case '{self.name}' failed\n{excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, self.loaded.position.line - 1, f"case: {self.name}"
+
+
+class CaseFailed(AssertionError):
+    """A case whose answer did not meet its expectations (the message holds the diffs)."""
+
+
+def _diagnostic_text(diagnostic: Any) -> str:
+    hint = f" ({diagnostic.hint})" if diagnostic.hint else ""
+    return f"{diagnostic}{hint}"
+
+
+# --------------------------------------------------------------------------- the fixture
+
+
+@dataclass
+class Reply:
+    """One answer: what a test asserts on."""
+
+    status: int
+    result: Any
+    error_code: str | None
+    component: str | None
+    replica: str | None
+    headers: dict[str, str]
+    elapsed_ms: float
+
+
+@dataclass
+class StreamReply:
+    """A stream: iterate it for its chunks (text, as they arrive); ``cut`` afterwards."""
+
+    _open: Any
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    chunks: list[str] = field(default_factory=list)
+    cut: bool = False
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._open(self)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
+
+    @property
+    def component(self) -> str | None:
+        return self.headers.get("x-peach-component")
+
+
+class Peach:
+    """The ``peach`` fixture: ``ask`` and ``stream`` against the session's host."""
+
+    def __init__(self, hosts: _Hosts, project: Path) -> None:
+        self._hosts = hosts
+        self._project = project
+
+    @property
+    def url(self) -> str:
+        """The host's base URL (the simulator's, or ``--peach-url``)."""
+        return self._hosts.url_for(self._project)
+
+    def _request(self, url: str, params: dict[str, Any], stream: bool) -> Any:
+        from peach_cli.client.items import build_request
+
+        items = [f"{key}:={json.dumps(value)}" for key, value in params.items()]
+        return build_request(url, items, base=self.url, get=True, stream=stream)
+
+    def ask(self, url: str, **params: Any) -> Reply:
+        """GET ``url`` with ``params`` as the query string; the whole answer."""
+        from peach_cli.testing.run import MISSING, observe_request
+
+        observed = observe_request(self._hosts.http(), self._request(url, params, False))
+        if observed.failure is not None:
+            raise ConnectionError(observed.failure)
+        return Reply(
+            status=observed.status,
+            result=None if observed.result is MISSING else observed.result,
+            error_code=observed.error_code,
+            component=observed.component,
+            replica=observed.replica,
+            headers=observed.headers,
+            elapsed_ms=observed.elapsed_ms,
+        )
+
+    def stream(self, url: str, **params: Any) -> StreamReply:
+        """GET ``url`` with ``stream=true``: iterate the reply for its chunks."""
+        request = self._request(url, params, True)
+        client = self._hosts.http()
+
+        def chunks(reply: StreamReply) -> Iterator[str]:
+            import codecs
+
+            from peach_cli.client.send import ResponseCut
+
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            with client.stream(request) as response:
+                reply.status, reply.headers = response.status, dict(response.headers)
+                try:
+                    for chunk in response.chunks():
+                        text = decoder.decode(chunk)
+                        if text:
+                            reply.chunks.append(text)
+                            yield text
+                except ResponseCut:
+                    reply.cut = True
+
+        return StreamReply(chunks)
+
+
+@pytest.fixture(scope="session")
+def peach(request: pytest.FixtureRequest) -> Peach:
+    """The simulator of the project at the rootdir (or ``--peach-project``), or the host at
+    ``--peach-url``; started at first use, stopped at the end of the session."""
+    hosts = request.config.stash[_HOSTS]
+    return Peach(hosts, hosts.project_of(None))

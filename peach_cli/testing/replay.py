@@ -1,0 +1,253 @@
+"""`peach replay`: send recorded requests again and compare the answers (SPEC §8).
+
+A recording is what ``peach dev --record FILE`` wrote (``simulator.record``): one JSON line
+per request. Each request is sent, in order, to host A; its answer is compared with the
+recorded one, or with host B's answer to the same request (``--against``)::
+
+    entries = read_recording(Path("traffic.jsonl"))
+    outcomes = replay(entries, url="http://cluster:8000/shop", ignore=["$.result.generated_at"])
+
+What is compared is the answer's ``status``, ``error_code``, ``component``, ``result`` (JSON
+equality) and a stream's ``text``, as one JSON object; ``--ignore`` paths are removed from
+it first (``$.result.generated_at``, ``$.result.items[*].score``, ``$.component``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qsl
+
+from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.client.send import Client
+    from peach_cli.testing.run import Observed
+
+Verdict = Literal["same", "differ", "failed"]
+_STEP = re.compile(r"\.([A-Za-z_][\w-]*)|\[(\d+)\]|\[\*\]|\.\*|\['([^']*)'\]|\[\"([^\"]*)\"\]")
+WILDCARD = object()
+
+
+@dataclass(frozen=True)
+class Entry:
+    line: int
+    data: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        query = self.data.get("query") or ""
+        return f"{self.data.get('method', 'GET')} {self.data.get('url', '/')}" + (
+            f"?{query}" if query else ""
+        )
+
+
+@dataclass
+class ReplayOutcome:
+    entry: Entry
+    verdict: Verdict
+    expected: dict[str, Any] | None = None
+    observed: dict[str, Any] | None = None
+    error: str | None = None
+    diff: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "line": self.entry.line,
+            "request": self.entry.label,
+            "outcome": self.verdict,
+            "error": self.error,
+            "diff": list(self.diff),
+        }
+
+
+def read_recording(path: Path) -> list[Entry]:
+    """The recorded requests of ``path``; ``UsageError`` for a file that is not one."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a recording (not UTF-8 text)") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError:
+            raise UsageError(
+                f"{path}:{number}: not a JSON line",
+                hint="a recording is what peach dev --record writes",
+            ) from None
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            raise UsageError(f"{path}:{number}: not a recorded request (no url)")
+        entries.append(Entry(number, data))
+    if not entries:
+        raise UsageError(f"{path} holds no recorded request")
+    return entries
+
+
+def parse_path(path: str) -> list[Any]:
+    """``$.result.items[*].score`` → ``["result", "items", WILDCARD, "score"]``."""
+    text = path.strip()
+    if not text.startswith("$"):
+        raise UsageError(f"--ignore {path!r}: a JSONPath starts with $, like $.result.generated_at")
+    steps: list[Any] = []
+    index = 1
+    while index < len(text):
+        match = _STEP.match(text, index)
+        if match is None:
+            raise UsageError(f"--ignore {path!r}: cannot read it from {text[index:]!r}")
+        name, number, quoted, double = match.groups()
+        if name is not None:
+            steps.append(name)
+        elif number is not None:
+            steps.append(int(number))
+        elif quoted is not None or double is not None:
+            steps.append(quoted if quoted is not None else double)
+        else:
+            steps.append(WILDCARD)
+        index = match.end()
+    if not steps:
+        raise UsageError(f"--ignore {path!r}: it names the whole answer")
+    return steps
+
+
+def drop(value: Any, steps: list[Any]) -> None:
+    """Remove what ``steps`` names from ``value`` (in place); a missing step is no error."""
+    step, rest = steps[0], steps[1:]
+    if isinstance(value, dict):
+        keys = list(value) if step is WILDCARD else [step] if step in value else []
+        for key in keys:
+            if rest:
+                drop(value[key], rest)
+            else:
+                del value[key]
+    elif isinstance(value, list):
+        if step is WILDCARD:
+            indexes = list(range(len(value)))
+        elif isinstance(step, int) and step < len(value):
+            indexes = [step]
+        else:
+            indexes = []
+        for position in reversed(indexes):
+            if rest:
+                drop(value[position], rest)
+            else:
+                del value[position]
+
+
+def recorded_answer(data: dict[str, Any]) -> dict[str, Any]:
+    """What is compared of a recorded answer."""
+    answer: dict[str, Any] = {
+        "status": data.get("status"),
+        "error_code": (data.get("error") or {}).get("code")
+        if isinstance(data.get("error"), dict)
+        else None,
+        "component": data.get("component"),
+    }
+    if "result" in data:
+        answer["result"] = data["result"]
+    if "text" in data:
+        answer["text"] = data["text"]
+    return answer
+
+
+def observed_answer(observed: Observed) -> dict[str, Any]:
+    """What is compared of an answer just received."""
+    from peach_cli.testing.run import MISSING
+
+    answer: dict[str, Any] = {
+        "status": observed.status,
+        "error_code": observed.error_code,
+        "component": observed.component,
+    }
+    if observed.result is not MISSING:
+        answer["result"] = observed.result
+    text = observed.raw_text if observed.stream else observed.text
+    if text is not None:
+        answer["text"] = text
+    return answer
+
+
+def request_of(entry: Entry, base: str | None, timeout_s: float) -> Any:
+    from peach_cli.client.items import USER_AGENT, AskRequest, resolve_url
+
+    data = entry.data
+    stream = bool(data.get("stream"))
+    headers = [("User-Agent", USER_AGENT)]
+    if stream:
+        headers.append(("Accept-Encoding", "identity"))
+    body = data.get("body")
+    return AskRequest(
+        method=str(data.get("method") or "GET"),
+        url=resolve_url(str(data["url"]), base),
+        params=tuple(parse_qsl(str(data.get("query") or ""), keep_blank_values=True)),
+        body=body if isinstance(body, dict) else None,
+        headers=tuple(headers),
+        timeout_s=timeout_s,
+        stream=stream,
+    )
+
+
+def replay(
+    entries: list[Entry],
+    *,
+    url: str | None,
+    against: str | None = None,
+    ignore: list[str] | None = None,
+    timeout_s: float = 60.0,
+) -> list[ReplayOutcome]:
+    """Send every entry to ``url`` (and ``against``) in order; compare each answer."""
+    from peach_cli.client.send import Client
+    from peach_cli.testing.run import json_diff, json_equal
+
+    paths = [parse_path(p) for p in ignore or []]
+    names = ("recorded", "replayed") if against is None else (url or "A", against)
+    outcomes = []
+    with Client(timeout_s) as client:
+        for entry in entries:
+            if "body_omitted" in entry.data:
+                outcomes.append(
+                    ReplayOutcome(entry, "failed", error="its body (over 1 MiB) was not recorded")
+                )
+                continue
+            first, error = _answer(client, entry, url, timeout_s)
+            expected: dict[str, Any] | None
+            if against is None:
+                expected, observed = recorded_answer(entry.data), first
+            else:
+                expected = first
+                observed, other_error = _answer(client, entry, against, timeout_s)
+                error = error or other_error
+            if error is not None or expected is None or observed is None:
+                outcomes.append(ReplayOutcome(entry, "failed", error=error))
+                continue
+            for steps in paths:
+                drop(expected, steps)
+                drop(observed, steps)
+            if json_equal(expected, observed):
+                outcomes.append(ReplayOutcome(entry, "same", expected, observed))
+            else:
+                diff = json_diff(expected, observed, names=names)
+                outcomes.append(ReplayOutcome(entry, "differ", expected, observed, diff=diff))
+    return outcomes
+
+
+def _answer(
+    client: Client, entry: Entry, base: str | None, timeout_s: float
+) -> tuple[dict[str, Any] | None, str | None]:
+    from peach_cli.testing.run import observe_request
+
+    observed = observe_request(client, request_of(entry, base, timeout_s))
+    if observed.failure is not None:
+        return None, observed.failure
+    return observed_answer(observed), None
+
+
+def counts(outcomes: list[ReplayOutcome]) -> dict[str, int]:
+    return {v: sum(o.verdict == v for o in outcomes) for v in ("same", "differ", "failed")}

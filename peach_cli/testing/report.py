@@ -1,0 +1,121 @@
+"""Outcomes of a `peach test` run, and their machine-readable forms: JSON and JUnit XML.
+
+JUnit XML is what CI systems read: one ``<testsuite>`` per case file, one ``<testcase>``
+per case (``classname`` the file, ``time`` in seconds), a ``<failure>`` with the message
+and the diffs for each failing case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from peach_cli.testing.cases import LoadedCase
+    from peach_cli.testing.run import Mismatch, Observed
+
+
+@dataclass
+class Outcome:
+    """One case run: what was observed and the expect keys it did not meet."""
+
+    file: str
+    loaded: LoadedCase
+    observed: Observed
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.loaded.case.name
+
+    @property
+    def passed(self) -> bool:
+        return not self.mismatches
+
+    @property
+    def ms(self) -> float:
+        return self.observed.total_ms
+
+    def message(self) -> str:
+        return "; ".join(m.message for m in self.mismatches)
+
+    def details(self) -> str:
+        """Every mismatch with its diff, as plain text."""
+        lines: list[str] = []
+        for mismatch in self.mismatches:
+            lines.append(f"{mismatch.key}: {mismatch.message}")
+            lines += [f"  {line}" for line in mismatch.diff]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "name": self.name,
+            "line": self.loaded.position.line,
+            "passed": self.passed,
+            "ms": round(self.ms, 1),
+            "status": self.observed.status,
+            "component": self.observed.component,
+            "failures": [
+                {"key": m.key, "message": m.message, "diff": list(m.diff)} for m in self.mismatches
+            ],
+        }
+
+
+def summary_counts(outcomes: list[Outcome]) -> tuple[int, int]:
+    passed = sum(o.passed for o in outcomes)
+    return passed, len(outcomes) - passed
+
+
+def to_json(outcomes: list[Outcome], seconds: float) -> dict[str, Any]:
+    passed, failed = summary_counts(outcomes)
+    return {
+        "passed": passed,
+        "failed": failed,
+        "seconds": round(seconds, 3),
+        "cases": [o.to_dict() for o in outcomes],
+    }
+
+
+def to_junit(outcomes: list[Outcome], seconds: float) -> str:
+    """JUnit XML: one testsuite per case file, one testcase per case."""
+    import xml.etree.ElementTree as ET
+
+    suites = ET.Element("testsuites", name="peach test", time=f"{seconds:.3f}")
+    by_file: dict[str, list[Outcome]] = {}
+    for outcome in outcomes:
+        by_file.setdefault(outcome.file, []).append(outcome)
+    total_failed = 0
+    for file, cases in by_file.items():
+        failed = sum(not o.passed for o in cases)
+        total_failed += failed
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name=file,
+            tests=str(len(cases)),
+            failures=str(failed),
+            errors="0",
+            skipped="0",
+            time=f"{sum(o.ms for o in cases) / 1000:.3f}",
+        )
+        for outcome in cases:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                name=outcome.name,
+                classname=file,
+                file=file,
+                line=str(outcome.loaded.position.line),
+                time=f"{outcome.ms / 1000:.3f}",
+            )
+            if not outcome.passed:
+                failure = ET.SubElement(case, "failure", message=outcome.message(), type="mismatch")
+                failure.text = outcome.details()
+    suites.set("tests", str(len(outcomes)))
+    suites.set("failures", str(total_failed))
+    suites.set("errors", "0")
+    ET.indent(suites)
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    )

@@ -1,0 +1,318 @@
+"""Running a case: send its request as `peach ask` would, observe the answer, compare.
+
+The request is built by ``peach_cli.client.items.build_request`` and sent by
+``peach_cli.client.send.Client``; a stream is decoded with ``peach_cli.client.framing`` and
+a connection closed before the end is ``ResponseCut``: the same code as `peach ask`::
+
+    with Client(timeout_s=30) as client:
+        observed = observe(client, "http://127.0.0.1:8000", case)
+        mismatches = compare(case.expect, observed)       # [] when the case passes
+
+Nothing here prints; ``peach_cli.views.testing`` renders outcomes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from peach_cli.errors import ClientError
+
+if TYPE_CHECKING:
+    from peach_cli.client.send import Client, Reply, Stream
+    from peach_cli.testing.cases import Case, Expect
+
+MISSING: Any = object()
+DEFAULT_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Observed:
+    """What came back for one request."""
+
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    result: Any = MISSING
+    """The envelope's result (or the whole JSON body when it is no envelope)."""
+    error_code: str | None = None
+    error_message: str | None = None
+    stream: bool = False
+    """The answer was a stream (chunks), not one document."""
+    text: str | None = None
+    raw_text: str | None = None
+    """A stream's bytes as they came, as UTF-8 (``text`` is what its frames say)."""
+    chunks: int = 0
+    cut: bool = False
+    elapsed_ms: float = 0.0
+    """Until the answer (or the first chunk of a stream)."""
+    total_ms: float = 0.0
+    failure: str | None = None
+    """Why no answer came (cannot connect, timed out, ...)."""
+
+    @property
+    def component(self) -> str | None:
+        return self.headers.get("x-peach-component")
+
+    @property
+    def replica(self) -> str | None:
+        return self.headers.get("x-peach-replica")
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One expect key the answer did not meet, with the diff to show."""
+
+    key: str
+    message: str
+    diff: tuple[str, ...] = ()
+
+
+def request_for(case: Case, base: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
+    """The ``AskRequest`` of a case: GET params as the query string, POST as the JSON body."""
+    from peach_cli.client.items import build_request
+
+    if case.method == "POST":
+        return build_request(
+            case.url,
+            base=base,
+            stream=case.stream,
+            json_body=json.dumps(case.params),
+            timeout_s=timeout_s,
+        )
+    items = [f"{key}:={json.dumps(value)}" for key, value in case.params.items()]
+    return build_request(
+        case.url, items, base=base, stream=case.stream, get=True, timeout_s=timeout_s
+    )
+
+
+def observe(
+    client: Client, base: str, case: Case, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Observed:
+    """Send the case's request to the host at ``base`` and read the answer."""
+    return observe_request(client, request_for(case, base, timeout_s))
+
+
+def observe_request(client: Client, request: Any) -> Observed:
+    observed = Observed()
+    started = time.perf_counter()
+    try:
+        with client.stream(request) as response:
+            observed.status = response.status
+            observed.headers = dict(response.headers)
+            if request.stream and response.status < 300 and response.is_stream:
+                _read_stream(response, observed)
+            else:
+                _read_answer(response.read_all(), observed)
+    except ClientError as error:
+        if observed.status and observed.stream:
+            observed.cut = True  # ResponseCut, or a stall: the stream did not end cleanly
+        else:
+            observed.failure = error.message
+    observed.total_ms = (time.perf_counter() - started) * 1000
+    if not observed.elapsed_ms:
+        observed.elapsed_ms = observed.total_ms
+    return observed
+
+
+def _read_answer(reply: Reply, observed: Observed) -> None:
+    from peach_cli.client.send import envelope_error, is_ok_envelope
+
+    observed.elapsed_ms = reply.latency_s * 1000
+    is_json, value = reply.json()
+    if not is_json:
+        observed.text = reply.body.decode("utf-8", "replace")
+        return
+    envelope = envelope_error(value)
+    if envelope is not None:
+        observed.error_code, observed.error_message = envelope
+    elif is_ok_envelope(value):
+        observed.result = value["result"]
+    else:
+        observed.result = value
+
+
+def _read_stream(response: Stream, observed: Observed) -> None:
+    from peach_cli.client import framing
+
+    observed.stream = True
+    decoder: framing.FrameDecoder | None = None
+    head = b""
+    texts: list[str] = []
+    raw: list[bytes] = []
+    frames = 0
+    raw_chunks = 0
+
+    def take(found: list[framing.Frame]) -> None:
+        nonlocal frames
+        for frame in found:
+            if frame.done:
+                continue
+            frames += 1
+            texts.append(frame.text if frame.text is not None else frame.data)
+
+    try:
+        for chunk in response.chunks():
+            raw_chunks += 1
+            raw.append(chunk)
+            if decoder is None:
+                head += chunk
+                kind = framing.detect_framing(response.content_type, head)
+                if kind is None:
+                    continue
+                decoder = framing.make_decoder(kind)
+                chunk, head = head, b""
+            take(decoder.feed(chunk))
+    finally:
+        if decoder is None:
+            kind = framing.detect_framing(response.content_type, head, final=True) or "text"
+            decoder = framing.make_decoder(kind)
+            take(decoder.feed(head))
+        take(decoder.close())
+        stats = response.stats
+        if stats.first_chunk is not None:
+            observed.elapsed_ms = (stats.first_chunk - stats.started) * 1000
+        plain = decoder.framing == framing.PLAIN
+        observed.chunks = raw_chunks if plain else frames
+        observed.text = "".join(texts)
+        observed.raw_text = b"".join(raw).decode("utf-8", "replace")
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Equal as JSON: ``1 == 1.0`` but ``True != 1``, and lists in order."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def contains(observed: Any, expected: Any) -> bool:
+    """Every key given equal (recursively); for lists, the items given, in order."""
+    if isinstance(expected, dict):
+        return isinstance(observed, dict) and all(
+            key in observed and contains(observed[key], value) for key, value in expected.items()
+        )
+    if isinstance(expected, list):
+        if not isinstance(observed, list):
+            return False
+        items = iter(observed)
+        return all(any(contains(item, wanted) for item in items) for wanted in expected)
+    return json_equal(observed, expected)
+
+
+def json_text(value: Any) -> str:
+    if value is MISSING:
+        return "(no result)"
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def json_diff(
+    expected: Any, observed: Any, *, names: tuple[str, str] = ("expected", "observed")
+) -> tuple[str, ...]:
+    """A unified diff of two JSON values, each as indented, key-sorted JSON."""
+    lines = difflib.unified_diff(
+        json_text(expected).splitlines(),
+        json_text(observed).splitlines(),
+        fromfile=names[0],
+        tofile=names[1],
+        lineterm="",
+        n=3,
+    )
+    return tuple(lines)
+
+
+def _scalar_diff(expected: Any, observed: Any) -> tuple[str, ...]:
+    return ("--- expected", "+++ observed", f"-{_short(expected)}", f"+{_short(observed)}")
+
+
+def _short(value: Any) -> str:
+    if value is MISSING or value is None:
+        return "(none)"
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def compare(expect: Expect, observed: Observed) -> list[Mismatch]:
+    """The expect keys ``observed`` does not meet (none: the case passes)."""
+    if observed.failure is not None:
+        return [Mismatch("answer", f"no answer: {observed.failure}")]
+    problems: list[Mismatch] = []
+
+    def fail(key: str, message: str, expected: Any, got: Any, as_json: bool = False) -> None:
+        diff = json_diff(expected, got) if as_json else _scalar_diff(expected, got)
+        problems.append(Mismatch(key, message, diff))
+
+    status = expect.expected_status()
+    if status is not None and observed.status != status:
+        detail = (
+            f" ({observed.error_code}: {observed.error_message})" if observed.error_code else ""
+        )
+        fail(
+            "status",
+            f"status {observed.status}, expected {status}{detail}",
+            status,
+            observed.status,
+        )
+    given = set(expect.given())
+    if "component" in given and observed.component != expect.component:
+        fail("component", "another component answered", expect.component, observed.component)
+    if "result" in given and (
+        observed.result is MISSING or not json_equal(observed.result, expect.result)
+    ):
+        fail("result", "the result differs", expect.result, observed.result, as_json=True)
+    if "result_contains" in given and (
+        observed.result is MISSING or not contains(observed.result, expect.result_contains)
+    ):
+        fail(
+            "result_contains",
+            "the result does not contain what is expected",
+            expect.result_contains,
+            observed.result,
+            as_json=True,
+        )
+    if "error_code" in given and observed.error_code != expect.error_code:
+        fail("error_code", "another error code", expect.error_code, observed.error_code)
+    if "text_contains" in given:
+        assert expect.text_contains is not None
+        if observed.text is None or expect.text_contains not in observed.text:
+            fail(
+                "text_contains",
+                f"the text does not contain {expect.text_contains!r}",
+                expect.text_contains,
+                observed.text,
+            )
+    if "chunks_min" in given:
+        assert expect.chunks_min is not None
+        if observed.chunks < expect.chunks_min:
+            fail(
+                "chunks_min",
+                f"{observed.chunks} chunks, expected at least {expect.chunks_min}",
+                expect.chunks_min,
+                observed.chunks,
+            )
+    if "cut" in given and observed.cut != expect.cut:
+        fail(
+            "cut",
+            "the stream was cut" if observed.cut else "the stream was not cut",
+            expect.cut,
+            observed.cut,
+        )
+    if "max_ms" in given:
+        assert expect.max_ms is not None
+        if observed.elapsed_ms > expect.max_ms:
+            fail(
+                "max_ms",
+                f"answered in {observed.elapsed_ms:.0f} ms, more than {expect.max_ms:g} ms",
+                expect.max_ms,
+                round(observed.elapsed_ms, 1),
+            )
+    return problems

@@ -1,0 +1,94 @@
+"""`peach test` and `peach replay` on a terminal: one line per case, diffs, a summary."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from peach_cli.views.console import stdout
+
+if TYPE_CHECKING:
+    from peach_cli.testing.report import Outcome
+
+
+def print_file(name: str) -> None:
+    from rich.markup import escape
+
+    stdout().print(f"[bold]{escape(name)}[/]", soft_wrap=True)
+
+
+def print_outcome(outcome: Outcome) -> None:
+    """``✓ name  12 ms``; a failure adds each unmet key and its diff."""
+    from rich.markup import escape
+
+    out = stdout()
+    mark = "[bold green]✓[/]" if outcome.passed else "[bold red]✗[/]"
+    out.print(f"  {mark} {escape(outcome.name)}  [dim]{outcome.ms:.0f} ms[/]", soft_wrap=True)
+    for mismatch in outcome.mismatches:
+        out.print(
+            f"      [red]{escape(mismatch.key)}[/]: {escape(mismatch.message)}", soft_wrap=True
+        )
+        print_diff(mismatch.diff, indent=8)
+
+
+def print_diff(lines: tuple[str, ...] | list[str], *, indent: int = 2) -> None:
+    from rich.markup import escape
+
+    out = stdout()
+    pad = " " * indent
+    for line in lines:
+        style = (
+            "bold"
+            if line.startswith(("---", "+++"))
+            else "red"
+            if line.startswith("-")
+            else "green"
+            if line.startswith("+")
+            else "cyan"
+            if line.startswith("@@")
+            else "dim"
+        )
+        out.print(f"{pad}[{style}]{escape(line)}[/]", soft_wrap=True)
+
+
+def print_test_summary(passed: int, failed: int, seconds: float) -> None:
+    from peach_cli.views.console import print_summary
+    from peach_cli.wording import count
+
+    parts = ([f"{failed} failed"] if failed else []) + [f"{passed} passed"]
+    text = f"{', '.join(parts)} in {seconds:.2f} s" if passed + failed else "no case ran"
+    if not failed:
+        text = f"{count(passed, 'case')} passed in {seconds:.2f} s"
+    stdout().print()
+    print_summary(text, ok=not failed)
+
+
+def print_replay(outcomes: list, found: dict[str, int], seconds: float, *, shown: int) -> None:
+    """The first differences (and failures) in full, then ``10 same, 1 differ, 0 failed``."""
+    from rich.markup import escape
+
+    from peach_cli.views.console import print_summary
+
+    out = stdout()
+    listed = 0
+    for outcome in outcomes:
+        if outcome.verdict == "same":
+            continue
+        if listed == shown:
+            rest = sum(o.verdict != "same" for o in outcomes) - shown
+            out.print(f"[dim]… and {rest} more (--format json lists every one)[/]")
+            break
+        listed += 1
+        mark = "[bold red]✗[/]"
+        out.print(
+            f"{mark} {outcome.verdict}: {escape(outcome.entry.label)} [dim](line {outcome.entry.line})[/]",
+            soft_wrap=True,
+        )
+        if outcome.error:
+            out.print(f"    {escape(outcome.error)}", soft_wrap=True)
+        print_diff(outcome.diff, indent=4)
+    total = len(outcomes)
+    text = (
+        f"{total} request{'s' if total != 1 else ''} in {seconds:.2f} s: {found['same']} same, "
+        f"{found['differ']} differ, {found['failed']} failed"
+    )
+    print_summary(text, ok=not (found["differ"] or found["failed"]))
