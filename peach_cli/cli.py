@@ -441,6 +441,118 @@ def replay(
     )
 
 
+@app.command()
+def bench(
+    target: Annotated[
+        Optional[str],
+        typer.Argument(
+            help="An endpoint path like /greet (joined to --url), or a full URL.",
+            show_default=False,
+            autocompletion=complete_target,
+        ),
+    ] = None,
+    items: Annotated[
+        Optional[list[str]],
+        typer.Argument(help="Parameters, as `peach ask` takes them.", show_default=False),
+    ] = None,
+    url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url",
+            help="Base URL for paths. Default: env PEACH_URL, else http://127.0.0.1:8000.",
+            show_default=False,
+        ),
+    ] = None,
+    rate: Annotated[
+        Optional[float],
+        typer.Option(
+            "--rate",
+            help="Open loop: start this many requests a second, whatever the answers;"
+            " latency counts from each request's scheduled start.",
+            show_default=False,
+        ),
+    ] = None,
+    concurrency: Annotated[
+        Optional[int],
+        typer.Option(
+            "--concurrency",
+            "-c",
+            help="Closed loop: keep this many requests in flight (default 8).",
+            show_default=False,
+        ),
+    ] = None,
+    duration: Annotated[
+        Optional[float],
+        typer.Option(
+            "--duration",
+            "-d",
+            help="Seconds to load, after the warm-up (default 10, unless --requests).",
+            show_default=False,
+        ),
+    ] = None,
+    requests: Annotated[
+        Optional[int],
+        typer.Option("--requests", "-n", help="Stop after this many requests.", show_default=False),
+    ] = None,
+    warmup: Annotated[
+        float,
+        typer.Option("--warmup", help="Seconds of load sent first and not measured."),
+    ] = 0.0,
+    stream: Annotated[
+        bool, typer.Option("--stream", "-s", help="Ask for streams and measure their chunks.")
+    ] = False,
+    record_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--from",
+            help="Send the requests of a `peach dev --record` file, in turn.",
+            show_default=False,
+        ),
+    ] = None,
+    header: Annotated[
+        Optional[list[str]],
+        typer.Option("--header", "-H", help="An extra header NAME:VALUE (repeatable)."),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", help="Seconds a request may go without an answer."),
+    ] = 60.0,
+    format: FormatOption = "text",
+    compare_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--compare",
+            help="An earlier `--format json` output: show each figure against it.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Load an endpoint and report latency, throughput, status and error counts, the fallback's share, each replica's share, stream figures and, against `peach dev`, each replica's peak memory and CPU.
+
+    [bold]Exit codes[/]: 0 the run finished · 2 bad command line · 3 no request got an answer · 130 interrupted (Ctrl-C; the figures measured so far are printed).
+    """
+    from peach_cli.commands.bench import run_bench
+
+    raise typer.Exit(
+        run_bench(
+            target,
+            items or [],
+            url=url,
+            rate=rate,
+            concurrency=concurrency,
+            duration_s=duration,
+            requests=requests,
+            warmup_s=warmup,
+            stream=stream,
+            record_file=record_file,
+            headers=header or [],
+            timeout_s=timeout,
+            output=format,
+            compare_file=compare_file,
+        )
+    )
+
+
 AddressOption = Annotated[
     Optional[str],
     typer.Option(

@@ -8,8 +8,9 @@ client that goes away closes the user's generator in the replica. The routing ta
 replaced as a whole by a reload; requests that began on the old table finish on it.
 
 ``GET /_peach/routes`` lists the endpoints (``peach ask`` uses it after a 404), with each
-A/B test's split and requests per arm, ``GET /_peach/health`` the replicas and their
-states, and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
+A/B test's split and requests per arm, ``GET /_peach/health`` the replicas, their states
+and their component's ``memory`` and ``cpus``, ``GET /_peach/metrics`` the Prometheus
+figures (``simulator.metrics``), and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
 re-runs ``init``. The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
 """
 
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
 from peach_cli.addresses import is_loopback
@@ -44,6 +45,8 @@ from peach_cli.runtime.contract import (
 from peach_cli.runtime.plan import EndpointSpec, url_key
 from simulator import debug
 from simulator.events import Event, ReplicaState, RequestLogged
+from simulator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from simulator.metrics import DevMetrics
 from simulator.pool import ReplicaPool, Unavailable
 from simulator.replica import ReplicaGone
 from simulator.routing import Route, RoutingTable
@@ -75,6 +78,8 @@ class DevGateway:
         self.max_body_bytes = max_body_bytes
         self.flow = Flow(max_body_bytes=max_body_bytes)
         """SPEC §2 for every request to an endpoint; its A/B counts are kept across reloads."""
+        self.metrics = DevMetrics(lambda: self.table.pools(), lambda: self.table.codops)
+        """What ``GET /_peach/metrics`` shows (every answered request is counted)."""
         self.reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
         self.recorder: Recorder | None = None
@@ -83,6 +88,7 @@ class DevGateway:
             routes=[
                 StarletteRoute("/_peach/routes", self._list_routes, methods=["GET"]),
                 StarletteRoute("/_peach/health", self._health, methods=["GET"]),
+                StarletteRoute("/_peach/metrics", self._metrics, methods=["GET"]),
                 StarletteRoute("/_peach/reinit/{endpoint}", self._reinit, methods=["POST"]),
                 StarletteRoute(
                     "/_peach/reinit/{endpoint}/{component}", self._reinit, methods=["POST"]
@@ -151,6 +157,16 @@ class DevGateway:
     def _log(
         self, scope: dict[str, Any], endpoint: EndpointSpec | None, reply: HttpReply, started: float
     ) -> None:
+        elapsed = time.perf_counter() - started
+        self.metrics.observe(
+            scope["method"],
+            endpoint.url if endpoint else "",
+            reply.status,
+            elapsed,
+            endpoint.name if endpoint else None,
+            reply.component,
+            reply.replica,
+        )
         if self.on_event is not None:
             self.on_event(
                 RequestLogged(
@@ -160,7 +176,7 @@ class DevGateway:
                     endpoint.name if endpoint else None,
                     reply.component,
                     reply.replica,
-                    time.perf_counter() - started,
+                    elapsed,
                     stream=reply.stream,
                     error=reply.error,
                     arm=reply.arm,
@@ -201,6 +217,9 @@ class DevGateway:
                 endpoints[-1]["ab"] = ab
         return JSONResponse({"codops": table.codops, "endpoints": endpoints})
 
+    async def _metrics(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
     async def _health(self, request: Request) -> JSONResponse:
         components = []
         ready = True
@@ -222,7 +241,14 @@ class DevGateway:
                         "error": replica.error,
                     }
                 )
-            components.append({"component": pool.key, "replicas": replicas})
+            components.append(
+                {
+                    "component": pool.key,
+                    "memory": pool.spec.memory,
+                    "cpus": pool.spec.cpus,
+                    "replicas": replicas,
+                }
+            )
         status = "ok" if healthy else ("starting" if not ready else "degraded")
         return JSONResponse(
             {

@@ -1,0 +1,211 @@
+"""`peach bench`: load an endpoint and report latency, throughput and capacity (SPEC §9).
+
+The requests are `peach ask`'s (the same items, ``--stream``), or those of a ``peach dev
+--record`` file (``--from``); ``peach_cli.bench.loadgen`` sends them, open loop with
+``--rate`` or closed loop with ``--concurrency``; ``peach_cli.views.bench`` renders the
+figures, or ``--format json`` prints them under the keys ``peach_cli.bench.summary``
+documents. Against a `peach dev` on this machine every replica's peak memory and CPU are
+sampled during the run and set against its component's ``memory`` and ``cpus``.
+
+Exit codes: 0 the run finished (whatever the endpoint answered) · 2 bad command line ·
+3 no request got an answer (nothing listens there?) · 130 Ctrl-C (what was measured is
+printed first).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from peach_cli.client.items import DEFAULT_TIMEOUT_S, AskRequest, build_request, resolve_url
+from peach_cli.errors import UsageError
+
+EXIT_INTERRUPTED = 130
+EXIT_NO_ANSWER = 3
+DEFAULT_CONCURRENCY = 8
+DEFAULT_DURATION_S = 10.0
+MAX_RECORDED_REQUESTS = 100_000
+
+
+def run_bench(
+    target: str | None,
+    items: Sequence[str] = (),
+    *,
+    url: str | None = None,
+    rate: float | None = None,
+    concurrency: int | None = None,
+    duration_s: float | None = None,
+    requests: int | None = None,
+    warmup_s: float = 0.0,
+    stream: bool = False,
+    record_file: Path | None = None,
+    headers: Sequence[str] = (),
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    output: str = "text",
+    compare_file: Path | None = None,
+) -> int:
+    """Run `peach bench`; return the exit code (usage mistakes raise ``UsageError``)."""
+    from peach_cli.bench.capacity import CapacitySampler
+    from peach_cli.bench.loadgen import LoadPlan, address_of, encode, run_load
+    from peach_cli.bench.summary import Recorder, compare
+
+    if output not in ("text", "json"):
+        raise UsageError(f"--format must be text or json, not {output!r}")
+    if rate is not None and concurrency is not None:
+        raise UsageError(
+            "--rate and --concurrency are two ways to load: give one",
+            hint="--rate R sends R requests a second whatever the answers (open loop);"
+            " --concurrency C keeps C requests in flight (closed loop)",
+        )
+    if rate is not None and rate <= 0:
+        raise UsageError(f"--rate must be more than 0, not {rate:g}")
+    if concurrency is not None and concurrency < 1:
+        raise UsageError(f"--concurrency must be at least 1, not {concurrency}")
+    if requests is not None and requests < 1:
+        raise UsageError(f"--requests must be at least 1, not {requests}")
+    if duration_s is not None and duration_s <= 0:
+        raise UsageError(f"--duration must be more than 0 seconds, not {duration_s:g}")
+    if warmup_s < 0:
+        raise UsageError(f"--warmup cannot be negative ({warmup_s:g})")
+    if duration_s is None and requests is None:
+        duration_s = DEFAULT_DURATION_S
+    earlier = _read_compare(compare_file) if compare_file is not None else None
+
+    if record_file is not None:
+        if target is not None:
+            raise UsageError("give TARGET or --from, not both")
+        asked = read_record_file(record_file, url, timeout_s)
+        label = f"{len(asked)} recorded requests from {record_file}"
+    else:
+        if target is None:
+            raise UsageError("give TARGET (an endpoint like /greet) or --from RECORD_FILE")
+        asked = [
+            build_request(
+                target, items, base=url, stream=stream, headers=headers, timeout_s=timeout_s
+            )
+        ]
+        label = f"{asked[0].method} {asked[0].url}"
+    addresses = {address_of(request.url) for request in asked}
+    if len(addresses) > 1:
+        raise UsageError("every request of one run must go to one host and port")
+    (address,) = addresses
+    plan = LoadPlan(
+        [encode(request) for request in asked],
+        address,
+        rate=rate,
+        concurrency=concurrency or DEFAULT_CONCURRENCY,
+        duration_s=duration_s,
+        requests=requests,
+        warmup_s=warmup_s,
+        timeout_s=timeout_s,
+    )
+    from peach_cli.views.bench import Progress, render_compare, render_summary
+
+    sampler = CapacitySampler.for_dev(address.origin)
+    recorder = Recorder()
+    progress = Progress(recorder, plan) if sys.stderr.isatty() and output == "text" else None
+    if sampler is not None:
+        sampler.start()
+    try:
+        interrupted = run_load(plan, recorder, on_tick=progress.tick if progress else None)
+    finally:
+        capacity = sampler.stop() if sampler is not None else None
+        if progress is not None:
+            progress.clear()
+    figures = recorder.summary(
+        target=label,
+        mode="open" if rate is not None else "closed",
+        rate=rate,
+        concurrency=None if rate is not None else plan.concurrency,
+        warmup_s=warmup_s,
+        interrupted=interrupted,
+    )
+    figures["capacity"] = capacity
+    rows = compare(figures, earlier) if earlier is not None else None
+    if output == "json":
+        if rows is not None:
+            figures["compare"] = rows
+        sys.stdout.write(json.dumps(figures, indent=2) + "\n")
+    else:
+        render_summary(figures)
+        if rows is not None:
+            render_compare(rows, compare_file)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_NO_ANSWER if recorder.answered == 0 else 0
+
+
+def _read_compare(path: Path) -> dict[str, Any]:
+    try:
+        figures = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise UsageError(f"--compare {path}: cannot read it ({error.strerror})") from None
+    except ValueError as error:
+        raise UsageError(
+            f"--compare {path}: not JSON ({error})",
+            hint="give the output of an earlier `peach bench --format json`",
+        ) from None
+    if not isinstance(figures, dict) or "latency_ms" not in figures:
+        raise UsageError(
+            f"--compare {path} is not a `peach bench --format json` output",
+            hint="save one with: peach bench ... --format json > before.json",
+        )
+    return figures
+
+
+def read_record_file(path: Path, base: str | None, timeout_s: float) -> list[AskRequest]:
+    """The requests of a ``peach dev --record`` file (one JSON object a line: method, url,
+    query, body, stream), sent to ``base`` (default: `peach ask`'s)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"--from {path}: cannot read it ({error.strerror})") from None
+    requests: list[AskRequest] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError as error:
+            raise UsageError(f"--from {path}, line {number}: not JSON ({error})") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
+            raise UsageError(f"--from {path}, line {number}: not a recorded request (no url)")
+        if entry.get("body") == "omitted":
+            continue  # a body too large to record cannot be sent again
+        query = entry.get("query") or ()
+        if isinstance(query, dict):
+            pairs = [
+                (str(k), str(v))
+                for k, values in query.items()
+                for v in (values if isinstance(values, list) else [values])
+            ]
+        elif isinstance(query, str):
+            from urllib.parse import parse_qsl
+
+            pairs = parse_qsl(query, keep_blank_values=True)
+        else:
+            pairs = [(str(k), str(v)) for k, v in query]
+        body = entry.get("body")
+        stream = bool(entry.get("stream"))
+        requests.append(
+            AskRequest(
+                method=str(entry.get("method") or ("POST" if body is not None else "GET")),
+                url=resolve_url(entry["url"], base),
+                params=tuple(pairs),
+                body=body if isinstance(body, dict) else None,
+                headers=(("Accept-Encoding", "identity"),) if stream else (),
+                timeout_s=timeout_s,
+                stream=stream,
+            )
+        )
+        if len(requests) >= MAX_RECORDED_REQUESTS:
+            break
+    if not requests:
+        raise UsageError(f"--from {path}: no recorded request to send")
+    return requests
+
+
+__all__ = ["run_bench"]
