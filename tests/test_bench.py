@@ -25,8 +25,15 @@ BENCH = PROJECTS / "bench"
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
-    process = start_peach_dev(BENCH, tmp_path_factory.mktemp("bench") / "dev.log")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bench-record") / "traffic.jsonl"
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory, recording: Path) -> Iterator[DevProcess]:
+    process = start_peach_dev(
+        BENCH, tmp_path_factory.mktemp("bench") / "dev.log", "--record", str(recording)
+    )
     try:
         process.wait_ready()
         yield process
@@ -246,3 +253,29 @@ def test_metrics_page_parses_and_counts_what_was_served(dev: DevProcess) -> None
     assert {b.labels["le"] for b in buckets} >= {"1.0", "50.0", "600000.0", "+Inf"}
     rss = [s.value for s in families["peach_replica_rss_bytes"].samples]
     assert rss and all(value > 1024 * 1024 for value in rss)
+
+
+def test_from_sends_the_requests_of_a_record_file(
+    dev: DevProcess, recording: Path, tmp_path: Path
+) -> None:
+    for name in ("Ada", "Grace"):
+        assert httpx.get(f"{dev.url}/pair", params={"who": name}, timeout=10).status_code == 200
+    assert httpx.get(f"{dev.url}/flaky", timeout=10).status_code == 200
+    deadline = time.monotonic() + 10
+    while True:  # `peach dev --record` writes in the background
+        lines = [
+            line
+            for line in recording.read_text().splitlines()
+            if json.loads(line)["query"].startswith("who=") or json.loads(line)["url"] == "/flaky"
+        ]
+        if len(lines) >= 3:
+            break
+        assert time.monotonic() < deadline, "peach dev --record wrote nothing"
+        time.sleep(0.05)
+    recorded = tmp_path / "three.jsonl"
+    recorded.write_text("\n".join(lines[-3:]) + "\n")
+    result = figures("--from", str(recorded), "--url", dev.url, "--requests", "30", "-c", "1")
+    assert result["requests"]["answered"] == 30
+    assert result["status"] == {"200": 30}
+    assert result["components"]["main"] >= 10  # /pair answers from main; /flaky from either
+    assert result["target"] == f"3 recorded requests from {recorded}"

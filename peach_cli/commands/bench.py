@@ -173,7 +173,7 @@ def read_record_file(path: Path, base: str | None, timeout_s: float) -> list[Ask
             raise UsageError(f"--from {path}, line {number}: not JSON ({error})") from None
         if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
             raise UsageError(f"--from {path}, line {number}: not a recorded request (no url)")
-        if entry.get("body") == "omitted":
+        if "body_omitted" in entry:
             continue  # a body too large to record cannot be sent again
         query = entry.get("query") or ()
         if isinstance(query, dict):
