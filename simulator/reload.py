@@ -251,6 +251,7 @@ class Reloader:
             seconds=time.perf_counter() - detected,
             init_seconds=result.seconds,
             failed={k: v for k, v in failed.items() if k in self.served.fingerprints},
+            unstarted=tuple(result.unstarted),
             plan=plan,
         )
         if event.applied or not failed:  # a refused restart alone was reported above

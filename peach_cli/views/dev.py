@@ -121,6 +121,8 @@ class DevView:
         self.builds: dict[str, tuple[EnvProgress, float]] = {}
         """Envs being built: the last step and when (monotonic) it was reported."""
         self.tasks = TasksTable()
+        self.env_errors: dict[str, str] = {}
+        """A py_env build's error → the env: printed once, replicas then refer to it."""
 
     # -- plan and lifecycle --------------------------------------------------------------
 
@@ -264,6 +266,7 @@ class DevView:
             self._on_env(event)
         elif isinstance(event, EnvFailed):
             self.builds.pop(event.env, None)
+            self.env_errors[event.error] = event.env
             self.line(Text(f"error: {event.message}", style="bold red"))
             self._dirty = True
         elif isinstance(event, RELOAD_EVENTS):
@@ -407,9 +410,12 @@ class DevView:
         text = Text.assemble((event.replica, "bold"), " ", (event.state.value, style))
         if event.pid and event.state is ReplicaState.HEALTHY:
             text.append(f" (pid {event.pid})", "dim")
-        if event.message:
+        failed_env = self.env_errors.get(event.error or event.message or "")
+        if failed_env is not None:  # the build's error is the line above: not said twice
+            text.append(f": py_env '{failed_env}' could not be built (the error above)")
+        elif event.message:
             text.append(f": {event.message}")
-        if event.error and event.error not in (event.message or ""):  # not said twice
+        if failed_env is None and event.error and event.error not in (event.message or ""):
             if event.state in (ReplicaState.UNHEALTHY, ReplicaState.RESTARTING):
                 text.append(f": {event.error}", "red")
             else:
