@@ -322,9 +322,15 @@ class ReloadSkipped:
     files: tuple[str, ...]
     recovered: bool = False
     """The previous save was rejected and this one is back to what is served."""
+    tasks: tuple[str, ...] = ()
+    """Tasks whose code or config the save changed: they take it from their next run."""
 
     @property
     def message(self) -> str:
+        if self.tasks:
+            names = ", ".join(self.tasks)
+            which = "task" if len(self.tasks) == 1 else "tasks"
+            return f"{_files(self.files)} changed: {which} {names} will use it from the next run"
         if self.recovered:
             return f"{_files(self.files)} changed: the project is valid again, nothing to reload"
         return f"{_files(self.files)} changed: nothing to reload"

@@ -42,3 +42,40 @@ def test_a_reload_whose_env_cannot_be_built_does_not_say_started(tmp_path, peach
     done = next(i for i, line in enumerate(lines) if "did not start" in line)
     assert unhealthy < done
     assert dev.process.poll() is None  # still serving /e
+
+
+WITH_TASK = ONE + "tasks:\n  retrain: {notebook: t.ipynb, method: retrain}\n"
+TASK_CELLS = ["def retrain():\n    return {'done': True}\n"]
+
+
+def test_editing_a_task_notebook_says_it_applies_from_the_next_run(tmp_path, peach_dev):
+    write_project(tmp_path, WITH_TASK, {"nb.ipynb": BASE_CELLS, "t.ipynb": TASK_CELLS})
+    dev = peach_dev(tmp_path, "--tasks", "--task-interval", "3600", reload=True)
+    dev.wait_for_output(r"1/1 replicas healthy in")
+    dev.mark()
+    changed = ["def retrain():\n    return {'done': 2}\n"]
+    write_project(tmp_path, None, {"t.ipynb": changed})
+    dev.wait_for_output(r"t\.ipynb changed: task retrain will use it from the next run")
+    assert "nothing to reload" not in dev.output_since_mark()
+
+
+def test_outside_a_project_dev_and_validate_hint_at_peach_init(tmp_path):
+    from cli_support import run_peach
+
+    for command in ("dev", "validate"):
+        result = run_peach(command, cwd=tmp_path, timeout=30)
+        assert result.returncode == 2, result.stderr
+        assert "hint: create one here with `peach init`" in result.stderr
+        assert "examples/quickstart" not in result.stderr
+
+
+def test_a_component_without_init_slow_to_load_says_its_code_is_loading(
+    tmp_path, peach_dev, monkeypatch
+):
+    monkeypatch.setenv("PEACH_INIT_STUCK_S", "0.3")
+    cells = ["import time\n\ndef ask(q: str = ''):\n    return [q]\n\ntime.sleep(30)\n"]
+    write_project(tmp_path, ONE, {"nb.ipynb": cells})
+    dev = peach_dev(tmp_path)
+    line = dev.wait_for_output(r"e/main#1 starting: .*")
+    assert "its code is still loading after 0.3 s" in line.group(0)
+    assert "init" not in line.group(0)
