@@ -13,10 +13,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from peach_cli.commands import fasthelp
+from peach_cli.commands import fasthelp, metavars
 from peach_cli.errors import PeachError
 
 fasthelp.install()  # `peach --help` without markdown-it and pygments
+metavars.install()  # TEXT and PATH in `--help`, not <str> and <path>; nothing beside a flag
 
 app = typer.Typer(
     name="peach",

@@ -186,7 +186,7 @@ def test_offline_reports_the_cache_instead_of_contacting_the_index(project, tmp_
     result = doctor_json("--offline", cwd=project, index=index, cache=cache)
     check = checks_of(result)["index"]
     assert result.returncode == 1  # orjson was never built into this cache
-    assert check["status"] == "fail" and "base are not built in the cache" in check["summary"]
+    assert check["status"] == "fail" and "env base is not built in the cache" in check["summary"]
     assert check["details"]["envs"] == {"base": False}
     assert check["details"]["cache"] == {"entries": 1, "bytes": 2000}
 
@@ -200,8 +200,20 @@ def test_offline_is_ready_when_every_env_is_built(project, small_env, env_cache)
     result = doctor_json("--offline", cwd=project, index=index, cache=env_cache)
     check = checks_of(result)["index"]
     assert check["status"] == "ok", check
-    assert "every env of the project is built" in check["summary"]
+    assert "py_env base is built in the cache" in check["summary"]
     assert check["details"]["envs"] == {"base": True}
+
+
+def test_offline_with_no_package_to_fetch_does_not_claim_a_built_env(project, tmp_path):
+    write_project(project, GOOD)  # base declares no dependency
+    index = f"http://127.0.0.1:{closed_port()}/simple/"
+    result = doctor_json("--offline", cwd=project, index=index, cache=tmp_path / "none-yet")
+    checks = checks_of(result)
+    assert "does not exist yet" in checks["cache"]["summary"]
+    assert checks["index"]["status"] == "ok"
+    assert checks["index"]["summary"] == (
+        "--offline ready: py_env base needs no package, so nothing is fetched"
+    )
 
 
 def test_the_cache_folder_is_reported_with_its_size(project, tmp_path, index_url):
