@@ -18,7 +18,6 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from peach_cli.views.task import TasksTable, prefixed, run_line
@@ -443,41 +442,26 @@ class DevView:
     # -- the table -----------------------------------------------------------------------
 
     def render(self) -> Group:
-        table = Table(box=None, pad_edge=False, header_style="bold dim", expand=False)
-        for column in ("endpoint", "component", "replica", "state", "reqs", "p50", "memory"):
-            table.add_column(
-                column, no_wrap=True, justify="right" if column in ("reqs", "p50") else "left"
-            )
-        table.add_column("last error", overflow="ellipsis", no_wrap=True, max_width=60)
+        from peach_cli.views.dev_table import EndpointRows, render_endpoints
+
         by_component: dict[str, list[ReplicaRow]] = {}
         for row in self.replicas.values():
             by_component.setdefault(row.component, []).append(row)
+        endpoints = []
         for name, url, components in self.endpoints:
-            first_endpoint = True
             split = self.splits.get(name)
+            shown = []
             for key in components:
+                component = key.split("/", 1)[1]
                 rows = by_component.get(key) or [ReplicaRow("-", key)]
-                label = self._component_label(name, key.split("/", 1)[1], split)
-                first_component = True
-                for row in rows:
-                    memory = Text("")
-                    if row.rss:
-                        over = row.limit is not None and row.rss > row.limit
-                        memory = Text(human_size(row.rss), style="bold red" if over else "")
-                        if row.limit:
-                            memory.append(f"/{human_size(row.limit)}", "dim")
-                    endpoint_label = f"{name} {url}" + (f" (A/B by {split[0]})" if split else "")
-                    table.add_row(
-                        Text(endpoint_label) if first_endpoint else "",
-                        label if first_component else "",
-                        Text(row.id, style="dim"),
-                        Text(row.state.value, style=_STATE_STYLE.get(row.state, "")),
-                        str(row.requests),
-                        format_latency(row.p50) if row.p50 is not None else "-",
-                        memory,
-                        Text(row.last_error or "", style="red"),
-                    )
-                    first_endpoint = first_component = False
+                shown.append((component, self._component_label(name, component, split), rows))
+            endpoints.append(EndpointRows(name, url, split[0] if split else None, shown))
+        table = render_endpoints(
+            endpoints,
+            self.console.width,
+            state_style=lambda row: _STATE_STYLE.get(row.state, ""),
+            latency=format_latency,
+        )
         tasks = self.tasks.render()
         tail = [table] if tasks is None else [table, Text(""), tasks]
         if not self.builds:
