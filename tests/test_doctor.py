@@ -338,3 +338,43 @@ def test_uv_missing_or_broken_fails(tmp_path):
     not_executable = tmp_path / "plain"
     not_executable.write_text("")
     assert "cannot run" in machine.check_uv(str(not_executable)).summary
+
+
+def test_the_network_checks_run_at_the_same_time(project, tmp_path):
+    """The index answers only once the dashboard has been asked: checks run one after the
+    other would see the index time out (3 s) first."""
+    asked = threading.Event()
+
+    class Dashboard(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            asked.set()
+            body = b'{"ray_version": "2.60.0", "version": "4"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class WaitingIndex(_Index):
+        def do_HEAD(self) -> None:  # noqa: N802
+            asked.wait(10)
+            super().do_HEAD()
+
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), h) for h in (WaitingIndex, Dashboard)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        index = f"http://127.0.0.1:{servers[0].server_address[1]}/simple/"
+        address = f"http://127.0.0.1:{servers[1].server_address[1]}"
+        result = doctor_json("--address", address, cwd=project, index=index, cache=tmp_path)
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    checks = checks_of(result)
+    assert checks["index"]["status"] == "ok", checks["index"]
+    assert checks["dashboard"]["status"] == "ok", checks["dashboard"]
+    assert [c["name"] for c in json.loads(result.stdout)["checks"]][:6] == CHECKS[:6]

@@ -70,7 +70,18 @@ def offline_ready(environments: dict[str, tuple[str, ...]]) -> str:
     return text
 
 
-def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: bool = False) -> Check:
+def reach_index() -> _Answer:
+    """``HEAD`` the index uv would use (bounded by ``INDEX_TIMEOUT_S``), for ``check_index``:
+    started by ``run_checks`` before anything else, as it waits on the network."""
+    return _head(index_url()[0])
+
+
+def check_index(
+    environments: dict[str, tuple[str, ...]] | None,
+    *,
+    offline: bool = False,
+    reached: _Answer | None = None,
+) -> Check:
     """The package index reachable, or (``offline``, or when it is not) what the cache holds.
 
     ``environments`` maps each py_env the project uses to its requirements (``None``: no
@@ -110,7 +121,8 @@ def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: boo
             advice="build them once while online: peach env build",
             details=details,
         )
-    reached = _head(url)
+    if reached is None:
+        reached = _head(url)
     details.update(status_code=reached.status_code, elapsed_ms=reached.elapsed_ms)
     if reached.status_code is not None and reached.status_code < 400:
         return Check(
