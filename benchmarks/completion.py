@@ -14,9 +14,10 @@ machine does not inflate the way it inflates wall time) of:
 
 Each command runs ``--runs`` times after one warm-up; the median and the minimum are
 reported, with the ratios of the minimum (the run least disturbed by other work) to
-``peach --help`` and to Typer's own completion. Target: reading the project adds at most
-0.05 s of CPU to Typer's own completion. (Typer imports pydantic to convert parameter values
-on every command, completion included; that is in both figures.)
+``peach --help`` and to Typer's own completion. Target: a <TAB> on `peach ask` takes at most
+1.5× `peach --help` (issue 21). It is answered before Typer is imported
+(``completion.answer_fast``); Typer's own completion (the option case) imports pydantic to
+convert parameter values, which is why it costs more than `--help`.
 
 Usage::
 
@@ -39,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli_startup import generate_project, peach_command  # noqa: E402
 
-TARGET_EXTRA_S = 0.05
+TARGET_X_HELP = 1.5
 AS_PEACH = "import sys; sys.argv[0] = 'peach'; from peach_cli.cli import main; main()"
 
 
@@ -133,9 +134,8 @@ def main() -> int:
     for name, least in minima.items():
         verdict = ""
         if name.startswith("complete `peach ask"):
-            extra = least - typer_s
-            ok = extra <= TARGET_EXTRA_S
-            verdict = f"  +{extra:.3f} s ≤ {TARGET_EXTRA_S} s {'ok' if ok else 'MISSED'}"
+            ok = least / help_s <= TARGET_X_HELP
+            verdict = f"  ≤ {TARGET_X_HELP}x --help {'ok' if ok else 'MISSED'}"
         print(
             f"{name:42} {medians[name]:7.3f}s {least:7.3f}s "
             f"{least / help_s:6.2f}x {least / typer_s:6.2f}x{verdict}"

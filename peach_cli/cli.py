@@ -7,16 +7,24 @@ that turns a ``PeachError`` into a message and an exit code.
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
-from typing import Annotated, Optional
 
-import typer
+if "_PEACH_COMPLETE" in os.environ:  # a <TAB>: the common ones are answered before Typer loads
+    from peach_cli.commands.completion import answer_fast
 
-from peach_cli.commands import fasthelp
+    answer_fast()
+
+from pathlib import Path  # noqa: E402
+from typing import Annotated, Optional  # noqa: E402
+
+import typer  # noqa: E402
+
+from peach_cli.commands import fasthelp, metavars
 from peach_cli.errors import PeachError
 
 fasthelp.install()  # `peach --help` without markdown-it and pygments
+metavars.install()  # TEXT and PATH in `--help`, not <str> and <path>; nothing beside a flag
 
 app = typer.Typer(
     name="peach",

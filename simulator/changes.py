@@ -304,6 +304,9 @@ class PlanChange:
     failed: dict[str, str] = field(default_factory=dict)
     """Changed components whose new replicas could not start, with the error: their
     previous replicas keep serving."""
+    unstarted: list[str] = field(default_factory=list)
+    """Components whose new replicas did not start, with no previous version serving:
+    they are unhealthy (their error is shown)."""
     patched: list[str] = field(default_factory=list)
     """Components whose running replicas took the new code and kept their state."""
     patch_failed: dict[str, str] = field(default_factory=dict)

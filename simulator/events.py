@@ -249,6 +249,8 @@ class Reloaded:
     """Spent starting the new replicas (process, code, ``init``) while the old ones served."""
     failed: dict[str, str] = field(default_factory=dict)
     """Components whose new replicas did not start (the previous version still serves)."""
+    unstarted: tuple[str, ...] = ()
+    """Components whose new replicas did not start, none serving (their error is shown)."""
     plan: ProjectPlan | None = field(default=None, compare=False, repr=False)
     """The plan now served."""
 
@@ -268,8 +270,10 @@ class Reloaded:
     @property
     def message(self) -> str:
         changes = self.changes
-        restarted = [k for k in changes.restarted if k not in self.failed]
-        started = [k for k in changes.started if k not in self.failed]
+        restarted = [
+            k for k in changes.restarted if k not in self.failed and k not in self.unstarted
+        ]
+        started = [k for k in changes.started if k not in self.failed and k not in self.unstarted]
         parts: list[str] = []
         if changes.patched:
             parts.append("patched " + ", ".join(self._patched(k) for k in changes.patched))
@@ -282,6 +286,8 @@ class Reloaded:
             )
         if started:
             parts.append("started " + ", ".join(started))
+        if self.unstarted:
+            parts.append(", ".join(self.unstarted) + " did not start (unhealthy, see above)")
         if changes.stopped:
             parts.append("stopped " + ", ".join(changes.stopped))
         for name, old, new in changes.urls_changed:
@@ -316,9 +322,15 @@ class ReloadSkipped:
     files: tuple[str, ...]
     recovered: bool = False
     """The previous save was rejected and this one is back to what is served."""
+    tasks: tuple[str, ...] = ()
+    """Tasks whose code or config the save changed: they take it from their next run."""
 
     @property
     def message(self) -> str:
+        if self.tasks:
+            names = ", ".join(self.tasks)
+            which = "task" if len(self.tasks) == 1 else "tasks"
+            return f"{_files(self.files)} changed: {which} {names} will use it from the next run"
         if self.recovered:
             return f"{_files(self.files)} changed: the project is valid again, nothing to reload"
         return f"{_files(self.files)} changed: nothing to reload"

@@ -231,8 +231,10 @@ class Reloader:
             changes = replace(changes, timeout_changed=None)  # --timeout-s wins: nothing changes
         self.filter.use_plan(plan)
         if changes.empty:
+            before = self.served.plan.tasks
+            tasks = tuple(n for n, spec in plan.tasks.items() if before.get(n) != spec)
             self.served = snapshot
-            event = ReloadSkipped(changed, recovered)
+            event = ReloadSkipped(changed, recovered, tasks)
             self.emit(event)
             return event
         self.emit(ReloadStarted(changed, tuple(changes.needs_new_replicas), tuple(changes.patched)))
@@ -251,6 +253,7 @@ class Reloader:
             seconds=time.perf_counter() - detected,
             init_seconds=result.seconds,
             failed={k: v for k, v in failed.items() if k in self.served.fingerprints},
+            unstarted=tuple(result.unstarted),
             plan=plan,
         )
         if event.applied or not failed:  # a refused restart alone was reported above

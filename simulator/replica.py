@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -70,8 +71,9 @@ RESTART_PAUSES_S = (0.0, 0.5, 1.0, 2.0, 5.0)
 """Pause before each successive restart of a replica that keeps dying soon after start."""
 STABLE_AFTER_S = 10.0
 """A replica that ran this long resets its restart pause."""
-INIT_STUCK_S = 10.0
-"""An init still running after this long is reported (the replica keeps waiting for it)."""
+INIT_STUCK_S = float(os.environ.get("PEACH_INIT_STUCK_S", "10"))
+"""An init (or code) still running after this long is reported (the replica keeps waiting
+for it); ``PEACH_INIT_STUCK_S`` sets it (tests say it sooner)."""
 OUTPUT_LINES_PER_S = 100
 """Lines of a replica's output shown per second; the others are counted, then summarised."""
 OUTPUT_LINE_BYTES = 4096
@@ -249,7 +251,12 @@ class Replica:
             await asyncio.wait_for(asyncio.shield(self._started), INIT_STUCK_S)
         except TimeoutError:
             if self.state is ReplicaState.STARTING and process is self._process:
-                stuck = f"init has not returned after {INIT_STUCK_S:g} s; still waiting for it"
+                stuck = (
+                    f"init has not returned after {INIT_STUCK_S:g} s; still waiting for it"
+                    if self.spec.init
+                    else f"its code is still loading after {INIT_STUCK_S:g} s (the cells that "
+                    "define the method are still running); still waiting for it"
+                )
                 self._set_state(ReplicaState.STARTING, message=stuck)
                 self.error = stuck
             await asyncio.shield(self._started)

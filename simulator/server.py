@@ -366,6 +366,7 @@ class DevServer:
             # platform the new replicas would stay unhealthy; the caller says so).
             existing = old_pools.get(pool.key)
             if existing is None or not any(r.serving for r in existing.replicas):
+                change.unstarted.append(pool.key)  # unhealthy, and nothing to keep serving
                 continue
             pools[pool.key] = existing
             self._fingerprints[pool.key] = old_fingerprints[pool.key]

@@ -91,7 +91,7 @@ def test_the_live_view_shows_each_arms_share_and_requests(project: Path) -> None
         )
     console.print(view.render())
     table = console.file.getvalue()
-    assert "reco /reco (A/B by user)" in table
+    assert "reco /reco · A/B by user" in table
     assert "main 80% · 2 routed" in table and "diverse 20% · 1 routed" in table
 
 

@@ -118,3 +118,25 @@ def test_the_completers_import_no_model_and_no_network_code(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=project, timeout=60
     )
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_a_tab_on_ask_and_task_run_is_answered_before_typer_is_imported(tmp_path):
+    project = new_project(tmp_path)
+    environment = {**os.environ, "_PEACH_COMPLETE": "complete_bash"}
+    environment.pop("PEACH_URL", None)
+    cases = [("peach ask /", "2", ["/greet", "/story"]), ("peach task run ", "3", [])]
+    for words, cword, expected in cases:
+        result = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", AS_PEACH],
+            capture_output=True,
+            text=True,
+            cwd=project,
+            env={**environment, "COMP_WORDS": words, "COMP_CWORD": cword},
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == expected
+        imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()}
+        assert not {"typer", "click", "pydantic", "peach_cli.project.loader"} & imported
+    # an option still goes through Typer's own completion
+    assert "--format" in complete("peach validate --fo", project).stdout

@@ -76,7 +76,7 @@ def test_deploy_waits_until_running_then_answers_and_shows_status(cluster):
         "--http-port", str(cluster.http_port),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "deploy-basic is running: 4 replica(s)" in result.stderr
+    assert "deploy-basic is running: 4 replicas" in result.stderr
     assert f"/hello  {cluster.serve_url}/hello" in result.stdout
 
     response = httpx.get(f"{cluster.serve_url}/hello", params={"name": "ray"}, timeout=10)

@@ -153,9 +153,20 @@ def test_dry_run_lists_the_files_and_their_size_and_keeps_stdout_the_config(tmp_
     result = run_peach("deploy", str(project), "--dry-run", "--route-prefix", "/team")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["applications"][0]["route_prefix"] == "/team"
-    assert "2 file(s), 14 B uploaded with each component" in result.stderr
+    assert "2 files, 14 B uploaded with each component" in result.stderr
     assert "  data/table.csv  8 B" in result.stderr and "  helpers.py  6 B" in result.stderr
     assert ".env" not in result.stderr.replace("dot-files", "")
+
+
+def test_a_dry_run_with_no_other_file_says_so_without_a_dangling_colon(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    result = run_peach("deploy", str(project), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "uploaded with each" in line]
+    assert line.startswith("no other file, 0 B uploaded with each component")
+    assert not line.endswith(":")
+    assert "file(s)" not in result.stderr
 
 
 def test_a_too_large_project_fails_the_dry_run_too_with_exit_1(tmp_path):

@@ -89,7 +89,7 @@ def test_assistant_whole_drift_loop_with_tasks(peach_dev, tmp_path):
     project = tmp_path / "assistant"
     shutil.copytree(EXAMPLES / "assistant", project)
     dev = peach_dev(project, "--tasks", "--task-interval", "10")
-    dev.wait_for_output(r"task retrain run retrain#1 ok in [\d.]+ s: returned '2'")
+    dev.wait_for_output(r'task retrain run retrain#1 ok in [\d.]+ s: returned "2"')
     assert "retrain | retraining (scheduled): knowledge version 1 -> 2" in dev.output()
     dev.wait_ready()
     with httpx.Client(base_url=dev.url, timeout=30) as client:
@@ -98,7 +98,7 @@ def test_assistant_whole_drift_loop_with_tasks(peach_dev, tmp_path):
         dev.wait_for_output(r"facts/main#1 healthy \(pid \d+\): re-init done")
         run_id = client.get("/retrain", params={"reason": "new facts"}).json()["result"]["run_id"]
         version = dev.wait_for_output(
-            rf"task retrain triggered run {run_id} ok in [\d.]+ s: returned '(\d+)'"
+            rf'task retrain triggered run {run_id} ok in [\d.]+ s: returned "(\d+)"'
         ).group(1)
         assert (
             f"retrain | retraining (new facts): knowledge version {int(version) - 1} -> {version}"

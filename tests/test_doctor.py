@@ -186,7 +186,7 @@ def test_offline_reports_the_cache_instead_of_contacting_the_index(project, tmp_
     result = doctor_json("--offline", cwd=project, index=index, cache=cache)
     check = checks_of(result)["index"]
     assert result.returncode == 1  # orjson was never built into this cache
-    assert check["status"] == "fail" and "base are not built in the cache" in check["summary"]
+    assert check["status"] == "fail" and "env base is not built in the cache" in check["summary"]
     assert check["details"]["envs"] == {"base": False}
     assert check["details"]["cache"] == {"entries": 1, "bytes": 2000}
 
@@ -200,8 +200,20 @@ def test_offline_is_ready_when_every_env_is_built(project, small_env, env_cache)
     result = doctor_json("--offline", cwd=project, index=index, cache=env_cache)
     check = checks_of(result)["index"]
     assert check["status"] == "ok", check
-    assert "every env of the project is built" in check["summary"]
+    assert "py_env base is built in the cache" in check["summary"]
     assert check["details"]["envs"] == {"base": True}
+
+
+def test_offline_with_no_package_to_fetch_does_not_claim_a_built_env(project, tmp_path):
+    write_project(project, GOOD)  # base declares no dependency
+    index = f"http://127.0.0.1:{closed_port()}/simple/"
+    result = doctor_json("--offline", cwd=project, index=index, cache=tmp_path / "none-yet")
+    checks = checks_of(result)
+    assert "does not exist yet" in checks["cache"]["summary"]
+    assert checks["index"]["status"] == "ok"
+    assert checks["index"]["summary"] == (
+        "--offline ready: py_env base needs no package, so nothing is fetched"
+    )
 
 
 def test_the_cache_folder_is_reported_with_its_size(project, tmp_path, index_url):
@@ -326,3 +338,43 @@ def test_uv_missing_or_broken_fails(tmp_path):
     not_executable = tmp_path / "plain"
     not_executable.write_text("")
     assert "cannot run" in machine.check_uv(str(not_executable)).summary
+
+
+def test_the_network_checks_run_at_the_same_time(project, tmp_path):
+    """The index answers only once the dashboard has been asked: checks run one after the
+    other would see the index time out (3 s) first."""
+    asked = threading.Event()
+
+    class Dashboard(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            asked.set()
+            body = b'{"ray_version": "2.60.0", "version": "4"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class WaitingIndex(_Index):
+        def do_HEAD(self) -> None:  # noqa: N802
+            asked.wait(10)
+            super().do_HEAD()
+
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), h) for h in (WaitingIndex, Dashboard)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        index = f"http://127.0.0.1:{servers[0].server_address[1]}/simple/"
+        address = f"http://127.0.0.1:{servers[1].server_address[1]}"
+        result = doctor_json("--address", address, cwd=project, index=index, cache=tmp_path)
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    checks = checks_of(result)
+    assert checks["index"]["status"] == "ok", checks["index"]
+    assert checks["dashboard"]["status"] == "ok", checks["dashboard"]
+    assert [c["name"] for c in json.loads(result.stdout)["checks"]][:6] == CHECKS[:6]

@@ -331,7 +331,9 @@ def test_generator_without_stream_is_stream_required(client):
     # `stream: true` in the component's args is never seen: the caller must send it.
     response = client.get("/stream")
     message = error(response, 400, "stream_required")
-    assert "cannot pickle 'async_generator' object" in message
+    # What to send comes first (it does not read like a crash); the platform's words follow.
+    assert message.startswith("send stream=true: '/stream?stream=true'")
+    assert message.index("stream=true") < message.index("cannot pickle 'async_generator' object")
     assert "?stream=true" in message and '"stream": "true"' in message
 
 

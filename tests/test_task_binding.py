@@ -32,6 +32,7 @@ tasks:
   quits: {notebook: Tasks.ipynb, method: quits}
   exits3: {notebook: Tasks.ipynb, method: exits3}
   bad_init: {notebook: Tasks.ipynb, method: bare, init: broken}
+  raw: {notebook: Tasks.ipynb, method: raw}
 """
 CELLS = [
     ("markdown", "# Tasks"),
@@ -43,18 +44,20 @@ CELLS = [
     "def quits():\n    print('bye')\n    raise SystemExit(0)\n",  # cell 7
     "def exits3():\n    raise SystemExit(3)\n",  # cell 8
     "def broken():\n    x = 1\n    raise ValueError(f'no state {x}')\n",  # cell 9
+    "def raw():\n    return bytearray(b'garbage')\n",  # cell 10
 ]
 
 CASES = [
     # (task, payload JSON or None, exit code, a line of what it prints)
-    ("train", '{"a": 1}', 0, "returned ({'a': 1}, {'w': 2}, 0.5)"),
-    ("train", None, 0, "returned (None, {'w': 2}, 0.5)"),
-    ("bare", '"ignored"', 0, "returned 'no payload'"),
-    ("later", "[1, 2]", 0, "returned ['awaited', [1, 2]]"),
-    ("starred", "7", 0, "returned ((7,), True, [])"),
+    ("train", '{"a": 1}', 0, 'returned [{"a": 1}, {"w": 2}, 0.5]'),
+    ("train", None, 0, 'returned [null, {"w": 2}, 0.5]'),
+    ("bare", '"ignored"', 0, 'returned "no payload"'),
+    ("later", "[1, 2]", 0, 'returned ["awaited", [1, 2]]'),
+    ("starred", "7", 0, "returned [[7], true, []]"),
     ("quits", None, 0, "task quits returned in"),
     ("exits3", None, 1, "SystemExit: 3"),
     ("bad_init", None, 1, "ValueError: no state 1"),
+    ("raw", None, 0, 'returned "garbage" (7 bytes)'),  # never a repr: bytearray(b'...')
 ]
 
 

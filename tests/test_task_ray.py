@@ -86,7 +86,7 @@ def test_a_ray_job_past_its_timeout_is_stopped(head: RayHead, project: Path) -> 
     assert result.returncode == 1
     child = re.search(r"hang \| started child (\d+)", result.stdout)
     assert child, result.stdout
-    assert "timed out after 8 s (timeout_s): the job was stopped" in result.stderr
+    assert "timed out after 8 s (--timeout-s): the job was stopped" in result.stderr
     deadline = time.monotonic() + 20  # Ray stops the job's process group
     while psutil.pid_exists(int(child.group(1))):
         try:

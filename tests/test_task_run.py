@@ -58,7 +58,7 @@ def test_a_run_with_a_payload_streams_its_lines_with_the_task_name(project: Path
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ['record | recorded {"value": 1}']
     assert "task record run record#1 ok in" in result.stderr
-    assert "returned {'value': 1}" in result.stderr
+    assert 'returned {"value": 1}' in result.stderr
     (run,) = runs(project)
     assert run["payload"] == {"value": 1}
     assert Path(run["cwd"]).resolve() == project.resolve()  # the project folder
@@ -75,7 +75,7 @@ def test_a_run_without_a_payload(project: Path) -> None:
     result = peach("task", "run", "greet", str(project))  # a function taking none
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["greet | hello from greet v1"]
-    assert "returned 'greeted'" in result.stderr
+    assert 'returned "greeted"' in result.stderr
 
 
 def test_the_payload_from_a_file_and_bad_payloads(project: Path, tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ def test_a_task_past_its_timeout_is_killed_with_its_children(project: Path) -> N
 
     result = peach("task", "run", "hang", str(project), "--timeout-s", "1")
     assert result.returncode == 1
-    assert "timed out after 1 s" in result.stderr
+    assert "timed out after 1 s (--timeout-s): killed its process tree" in result.stderr
     second = started_child(result)  # this run's child, not the file the first one left
     assert second != first
     assert_gone(second)

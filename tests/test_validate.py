@@ -56,6 +56,17 @@ CASES = [
         "imp.ipynb:cell 1:line 1",
         "add 'pyyaml' to py_environments.base.dependencies",
     ),
+    (
+        "PC209",
+        HEAD + endpoint(notebook="mg.ipynb", method="f"),
+        {
+            "mg.ipynb": notebook_json(
+                ["def f(q=''):\n    return q\n", "d = 2\ne = 3\n", "f = d * e\n"]
+            )
+        },
+        "mg.ipynb:cell 3:line 1",
+        "cell 3 rebinds 'f' (`f = d * e`)",
+    ),
     ("PC001", "codops: shop\nendpoints: a: b\n", {}, "peach.yaml:2:13", "YAML syntax"),
     (
         "PC801",

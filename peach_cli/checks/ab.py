@@ -5,14 +5,15 @@ Two kinds of problem, both reported at the YAML node they are about:
 * what the conf model refuses inside ``ab:`` (``peach_cli.project.ab_errors``: PC117
   instead of the generic PC103);
 * what needs the endpoint's components (``check_ab``): a split naming a component the
-  endpoint does not have, or the fallback (PC117), and a non-fallback component that is
+  endpoint does not have, or the fallback, and percentages that do not sum to 100 (PC117,
+  all of them in one run), and a non-fallback component that is
   neither ``main`` nor in the split, which can never answer (warning PC309) — with or
   without an A/B test.
 """
 
 from __future__ import annotations
 
-from peach_cli.project.ab_errors import Locate
+from peach_cli.project.ab_errors import PERCENT_HINT, Locate
 from peach_cli.project.conf import Endpoint
 from peach_cli.project.diagnostics import Diagnostic, did_you_mean
 from peach_cli.runtime.plan import FALLBACK, PRIMARY, ABSpec
@@ -53,6 +54,16 @@ def check_ab(
                     did_you_mean(arm, arms) or f"add a component named {arm}",
                 )
             )
+    total = sum(split.values())
+    if ab is not None and total != 100:
+        problems.append(
+            Diagnostic(
+                "PC117",
+                f"invalid endpoints.{name}.ab.split: the percentages sum to {total}, not 100",
+                locate(("endpoints", name, "ab", "split")),
+                PERCENT_HINT,
+            )
+        )
     if problems:  # a wrong split: those errors say what to fix
         return problems, None
     if len(arms) > 1 or ab is not None:

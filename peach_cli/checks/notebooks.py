@@ -179,6 +179,20 @@ class NotebookChecks:
                     f"this cell seems to redefine {name}; until it parses, the {name} of "
                     f"cell {definition.cell.number} is the one used",
                 )
+            rebound = notebook.rebinding(name)
+            if rebound is not None:
+                function, statement = rebound
+                text = (definition.cell.line(statement.lineno) or "").strip()
+                self.out.report(
+                    "PC209",
+                    f"{role} '{name}' is defined in cell {function.cell.number}, but cell "
+                    f"{definition.cell.number} rebinds '{name}' (`{text}`): the notebook's last "
+                    f"binding wins, so {notebook.path} does not define a function '{name}'",
+                    self.out.in_cell(notebook, definition.cell, definition.line, definition.column),
+                    f"rename the variable in cell {definition.cell.number}, or the function "
+                    "(and the conf's name for it)",
+                )
+                return None
             return definition
         hint = did_you_mean(name, notebook.functions())
         broken = notebook.broken_cells()

@@ -8,7 +8,9 @@ works on a laptop that happens to have the package. Found by parsing only:
 - when the env is built (``peach env build`` or a ``peach dev`` run), its installed
   distributions' metadata say which modules it provides;
 - otherwise the requirement names do, through the table of usual mismatches
-  (``yaml`` ← ``pyyaml``, ``sklearn`` ← ``scikit-learn``...) and name normalisation.
+  (``yaml`` ← ``pyyaml``, ``sklearn`` ← ``scikit-learn``...) and name normalisation, and
+  the extras peach knows (``uvicorn[standard]`` → ``uvloop``...); with an extra it does not
+  know, the warning says it cannot tell until the env is built.
 
 Imports inside ``try: ... except ImportError`` (or ``ModuleNotFoundError``, or a bare
 ``except``) are optional by design and not reported.
@@ -17,6 +19,7 @@ Imports inside ``try: ... except ImportError`` (or ``ModuleNotFoundError``, or a
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,19 +67,53 @@ def guarded_imports(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom
         stack += [(child, guarded) for child in ast.iter_child_nodes(node)]
 
 
+KNOWN_EXTRAS: dict[tuple[str, str], frozenset[str]] = {
+    ("uvicorn", "standard"): frozenset(
+        {"uvloop", "httptools", "watchfiles", "websockets", "dotenv", "yaml"}
+    ),
+    ("httpx", "http2"): frozenset({"h2"}),
+    ("httpx", "socks"): frozenset({"socksio"}),
+    ("httpx", "brotli"): frozenset({"brotli"}),
+    ("fastapi", "standard"): frozenset(
+        {"uvicorn", "httpx", "jinja2", "multipart", "email_validator"}
+    ),
+    ("pydantic", "email"): frozenset({"email_validator"}),
+    ("requests", "socks"): frozenset({"socks"}),
+}
+"""(distribution, extra) → modules the extra is known to add, for envs not built yet."""
+
+_EXTRAS = re.compile(r"^\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*\[([^\]]*)\]")
+
+
+def requirement_extras(requirement: str) -> list[str]:
+    """The extras a PEP 508 string asks for: ``uvicorn[standard]>=0.30`` → ``['standard']``."""
+    match = _EXTRAS.match(requirement)
+    if match is None:
+        return []
+    return [extra.strip().lower() for extra in match.group(1).split(",") if extra.strip()]
+
+
 class _Provided:
-    """What each env provides, worked out once per env and validation run."""
+    """What each env provides, worked out once per env and validation run; and, for an env
+    not built yet, its requirements with extras peach does not know (what they add is
+    known only once the env is built)."""
 
     def __init__(self, project: Project) -> None:
         self.project = project
-        self.cache: dict[str, set[str]] = {}
+        self.cache: dict[str, tuple[set[str], list[str]]] = {}
 
     def modules(self, env: str) -> set[str]:
+        return self._of(env)[0]
+
+    def unknown_extras(self, env: str) -> list[str]:
+        return self._of(env)[1]
+
+    def _of(self, env: str) -> tuple[set[str], list[str]]:
         if env not in self.cache:
             self.cache[env] = self._compute(env)
         return self.cache[env]
 
-    def _compute(self, env: str) -> set[str]:
+    def _compute(self, env: str) -> tuple[set[str], list[str]]:
         from peach_cli.envs.builder import find_built
         from peach_cli.envs.missing import modules_of
         from peach_cli.envs.provides import installed_modules
@@ -86,8 +123,19 @@ class _Provided:
         built = find_built(EnvSpec(env, requirements))
         site = built.site_packages() if built is not None else None
         if site is not None:
-            return {m for modules in installed_modules(site).values() for m in modules}
-        return {m for r in requirements for m in modules_of(requirement_name(r))}
+            return {m for modules in installed_modules(site).values() for m in modules}, []
+        modules: set[str] = set()
+        unknown: list[str] = []
+        for requirement in requirements:
+            name = requirement_name(requirement)
+            modules |= modules_of(name)
+            for extra in requirement_extras(requirement):
+                known = KNOWN_EXTRAS.get((name, extra))
+                if known is None:
+                    unknown.append(requirement.strip())
+                else:
+                    modules |= known
+        return modules, list(dict.fromkeys(unknown))
 
 
 def _project_module(root: Path, folders: list[Path], name: str, seen: dict) -> bool:
@@ -132,7 +180,11 @@ def undeclared_imports(project: Project, runs: list[Run]) -> list[Diagnostic]:
                 if module not in provided.modules(env) and not _project_module(
                     root, folders, module, seen
                 ):
-                    found.append(_diagnostic(module, env, notebook, cell, line, column))
+                    found.append(
+                        _diagnostic(
+                            module, env, notebook, cell, line, column, provided.unknown_extras(env)
+                        )
+                    )
     return found
 
 
@@ -162,15 +214,33 @@ def _imported(node: ast.Import | ast.ImportFrom, cell: nb.Cell) -> Iterator[tupl
 
 
 def _diagnostic(
-    module: str, env: str, notebook: nb.Notebook, cell: nb.Cell, line: int, column: int
+    module: str,
+    env: str,
+    notebook: nb.Notebook,
+    cell: nb.Cell,
+    line: int,
+    column: int,
+    unknown_extras: list[str],
 ) -> Diagnostic:
     from peach_cli.envs.missing import distribution_for
 
     distribution = distribution_for(module)
+    where = Position(notebook.path, line, column, cell.number, cell.line(line))
+    if unknown_extras:
+        listed = ", ".join(f"'{r}'" for r in unknown_extras)
+        return Diagnostic(
+            "PC308",
+            f"'{module}' is imported, and no dependency of py_env '{env}' provides it by "
+            f"name; {listed} asks for extras, which may: peach cannot tell until the env is "
+            "built",
+            where,
+            f"run `peach env build` to find out, or add '{distribution}' to "
+            f"py_environments.{env}.dependencies",
+        )
     return Diagnostic(
         "PC308",
         f"'{module}' is imported, but py_env '{env}' does not provide it: on the platform "
         "this raises ModuleNotFoundError",
-        Position(notebook.path, line, column, cell.number, cell.line(line)),
+        where,
         f"add '{distribution}' to py_environments.{env}.dependencies",
     )

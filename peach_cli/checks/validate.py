@@ -157,7 +157,7 @@ class _Checker:
                 "PC306",
                 "the project defines no endpoint",
                 self.out.at(()),
-                "add one under endpoints: (see examples/quickstart/peach.yaml)",
+                "add one under endpoints: (`peach init` writes a project with one)",
             )
         from peach_cli.checks.undeclared import undeclared_imports
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +24,33 @@ URL_ENV = "PEACH_URL"
 _MAX_FILE_BYTES = 4 * 1024 * 1024
 
 
+def conf_files(folder: Path) -> list[Path]:
+    """The conf files of the project folder ``folder``, in merge order, found as
+    ``peach_cli.project.loader.find_conf_files`` finds them (not imported: a <TAB> would pay
+    for the loader's imports)."""
+    try:
+        files = [folder / name for name in ("peach.yaml", "peach.yml") if (folder / name).is_file()]
+        conf_dir = folder / "peach.conf"
+        if conf_dir.is_dir():
+            files += sorted(
+                (p for p in conf_dir.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()),
+                key=lambda p: p.name,
+            )
+        elif conf_dir.is_file():
+            files.append(conf_dir)
+    except OSError:
+        return []
+    return files
+
+
 def read_confs(folder: Path) -> list[dict[str, Any]]:
     """The top-level mapping of each conf file of the project at ``folder`` (unreadable
     files and files that are not a mapping are left out)."""
     import yaml
 
-    from peach_cli.errors import PeachError
-    from peach_cli.project.loader import find_conf_files
-
-    try:
-        _root, files = find_conf_files(folder)
-    except PeachError:
-        return []
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     confs = []
-    for path in files:
+    for path in conf_files(folder):
         try:
             if path.stat().st_size > _MAX_FILE_BYTES:
                 continue
@@ -139,3 +152,35 @@ def complete_target(incomplete: str) -> list[tuple[str, str]]:
 def complete_task(incomplete: str) -> list[tuple[str, str]]:
     """A task NAME (for `peach task run`): the project's tasks."""
     return [(name, where) for name, where in task_names(Path.cwd()) if name.startswith(incomplete)]
+
+
+def answer_fast() -> None:
+    """Answer a bash <TAB> on `peach ask TARGET` or `peach task run NAME` and exit, before
+    Typer is imported (Typer would import pydantic and build every command to get there);
+    anything else returns, and Typer's own completion answers.
+
+    The shell protocol is Typer's for bash: ``_PEACH_COMPLETE=complete_bash``, the words in
+    ``COMP_WORDS``, the cursor's word in ``COMP_CWORD``; one completion a line.
+    """
+    if os.environ.get("_PEACH_COMPLETE") != "complete_bash":
+        return
+    import shlex
+
+    try:
+        words = shlex.split(os.environ["COMP_WORDS"])
+        cword = int(os.environ["COMP_CWORD"])
+    except (KeyError, ValueError):
+        return
+    args = words[1:cword]
+    incomplete = words[cword] if cword < len(words) else ""
+    if incomplete.startswith("-"):
+        return
+    if args == ["ask"]:
+        found = complete_target(incomplete)
+    elif args == ["task", "run"]:
+        found = complete_task(incomplete)
+    else:
+        return
+    sys.stdout.write("\n".join(value for value, _ in found))
+    sys.stdout.flush()
+    sys.exit(0)

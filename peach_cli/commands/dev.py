@@ -56,6 +56,8 @@ def run_dev(
         raise UsageError(f"--port must be between 0 and 65535, not {port}")
     if record is not None and (record.is_dir() or not record.parent.is_dir()):
         raise UsageError(f"--record {record}: not a file in an existing folder")
+    if port:
+        check_port_free(host, port)
     from peach_cli.commands.loading import load_plan
     from peach_cli.runtime import aio
     from peach_cli.views import console
@@ -94,6 +96,17 @@ def run_dev(
     view = DevView(out, live=out.is_terminal)
     view.set_plan(plan)
     return aio.run(serve(config, view))
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise ``PeachError`` (one line, and what to do) when ``host:port`` cannot be listened
+    on: checked before anything starts, so nothing has to be stopped again."""
+    from peach_cli.doctor.machine import check_port
+    from peach_cli.errors import PeachError
+
+    check = check_port(host, port)
+    if check.status == "fail":
+        raise PeachError(f"peach dev cannot start: {check.summary}", hint=check.advice)
 
 
 async def serve(config: SessionConfig, view: DevView) -> int:

@@ -249,7 +249,8 @@ def run_task_on_ray(
         return 0
     if outcome.status == "TIMED_OUT":
         view.note(
-            f"task {name} {job} {outcome.message} (timeout_s): the job was stopped "
+            f"task {name} {job} {outcome.message} "
+            f"({'timeout_s' if timeout_s is None else '--timeout-s'}): the job was stopped "
             "(Ray kills its process group)"
         )
         return 1

@@ -48,6 +48,7 @@ from peach_cli.deploy.resources import (
 from peach_cli.deploy.variables import deployed_secrets
 from peach_cli.errors import DeployError
 from peach_cli.runtime.plan import ProjectPlan
+from peach_cli.wording import count
 
 if TYPE_CHECKING:
     from peach_cli.deploy.uploads import Selection
@@ -170,7 +171,8 @@ def deploy(
         _check_resources(dashboard, bundle, details, reporter)
         uploaded, reused = _upload(dashboard, bundle)
         reporter.note(
-            f"code: {len(uploaded)} package(s) uploaded, {len(reused)} already on the cluster"
+            f"code: {count(len(uploaded), 'package')} uploaded, {len(reused)} already on the "
+            "cluster"
         )
         current = (details.get("applications") or {}).get(bundle.app_name)
         replaced = starting_errors(read_application(bundle.app_name, current)) if current else {}

@@ -37,6 +37,7 @@ from peach_cli.deploy.variables import component_env_vars
 from peach_cli.errors import DeployError
 from peach_cli.runtime.plan import ProjectPlan, TaskSpec
 from peach_cli.runtime.triggers import PAYLOAD_ENV
+from peach_cli.wording import count
 
 TASK_FILE = ".peach/task.json"
 ENTRYPOINT = f"python -m peach_cli.runtime.task {TASK_FILE}"
@@ -221,7 +222,7 @@ def run_task_job(
         uploaded = dashboard.upload_missing(job.packages)
         on_note(
             f"connected to Ray {version.get('ray_version', '?')} at {dashboard.shown}; "
-            f"code: {len(uploaded)} package(s) uploaded, "
+            f"code: {count(len(uploaded), 'package')} uploaded, "
             f"{len(job.packages) - len(uploaded)} already on the cluster"
         )
         submission_id = dashboard.submit_job(job.body)

@@ -71,18 +71,34 @@ def run_checks(
     port: int = 8000,
     offline: bool = False,
 ) -> Report:
-    """Run every check; ``address`` (or env ``PEACH_RAY_ADDRESS``) adds the cluster's."""
+    """Run every check; ``address`` (or env ``PEACH_RAY_ADDRESS``) adds the cluster's.
+
+    What waits on something else runs at once, each bounded by its own timeout: the package
+    index's ``HEAD``, ``uv --version`` and the cluster's requests run in threads while the
+    project is validated, so the whole takes about the slowest of them, not their sum. The
+    report keeps the order below whatever finishes first.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from peach_cli.doctor import cluster, envs, machine, project_checks
 
-    checked = project_checks.check_project(project, explicit=explicit_project)
-    checks = [
-        machine.check_python(),
-        machine.check_uv(machine.locate_uv()),
-        envs.check_index(checked.environments, offline=offline),
-        envs.check_cache(),
-        machine.check_port("127.0.0.1", port),
-        checked.check,
-        *([checked.secrets] if checked.secrets is not None else []),
-        *cluster.check_cluster(address, checked.plan),
-    ]
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="peach-doctor") as pool:
+        reached = None if offline else pool.submit(envs.reach_index)
+        uv = pool.submit(lambda: machine.check_uv(machine.locate_uv()))
+        checked = project_checks.check_project(project, explicit=explicit_project)
+        on_cluster = pool.submit(cluster.check_cluster, address, checked.plan)
+        checks = [
+            machine.check_python(),
+            uv.result(),
+            envs.check_index(
+                checked.environments,
+                offline=offline,
+                reached=reached.result() if reached is not None else None,
+            ),
+            envs.check_cache(),
+            machine.check_port("127.0.0.1", port),
+            checked.check,
+            *([checked.secrets] if checked.secrets is not None else []),
+            *on_cluster.result(),
+        ]
     return Report(tuple(checks))

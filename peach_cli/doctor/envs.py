@@ -45,7 +45,43 @@ def cached_envs(environments: dict[str, tuple[str, ...]]) -> dict[str, bool]:
     }
 
 
-def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: bool = False) -> Check:
+def offline_ready(environments: dict[str, tuple[str, ...]]) -> str:
+    """What ``--offline`` has when nothing is missing: envs built in the cache, and envs
+    that need no package at all (those are never "built in the cache").
+
+    >>> offline_ready({"base": ()})
+    '--offline ready: py_env base needs no package, so nothing is fetched'
+    >>> offline_ready({"base": (), "llm": ("numpy",)})
+    '--offline ready: py_env llm is built in the cache; base needs no package'
+    """
+    built = sorted(name for name, requirements in environments.items() if requirements)
+    empty = sorted(name for name, requirements in environments.items() if not requirements)
+    if not built:
+        names = ", ".join(empty)
+        return (
+            f"--offline ready: py_env {names} need no package, so nothing is fetched"
+            if len(empty) > 1
+            else f"--offline ready: py_env {names} needs no package, so nothing is fetched"
+        )
+    verb = "is" if len(built) == 1 else "are"
+    text = f"--offline ready: py_env {', '.join(built)} {verb} built in the cache"
+    if empty:
+        text += f"; {', '.join(empty)} {'needs' if len(empty) == 1 else 'need'} no package"
+    return text
+
+
+def reach_index() -> _Answer:
+    """``HEAD`` the index uv would use (bounded by ``INDEX_TIMEOUT_S``), for ``check_index``:
+    started by ``run_checks`` before anything else, as it waits on the network."""
+    return _head(index_url()[0])
+
+
+def check_index(
+    environments: dict[str, tuple[str, ...]] | None,
+    *,
+    offline: bool = False,
+    reached: _Answer | None = None,
+) -> Check:
     """The package index reachable, or (``offline``, or when it is not) what the cache holds.
 
     ``environments`` maps each py_env the project uses to its requirements (``None``: no
@@ -76,20 +112,17 @@ def check_index(environments: dict[str, tuple[str, ...]] | None, *, offline: boo
                 details=details,
             )
         if ready:
-            return Check(
-                "index",
-                "ok",
-                "--offline ready: every env of the project is built in the cache",
-                details=details,
-            )
+            return Check("index", "ok", offline_ready(environments), details=details)
         return Check(
             "index",
             "fail",
-            f"--offline: env(s) {', '.join(missing)} are not built in the cache",
+            f"--offline: {'env' if len(missing) == 1 else 'envs'} {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not built in the cache",
             advice="build them once while online: peach env build",
             details=details,
         )
-    reached = _head(url)
+    if reached is None:
+        reached = _head(url)
     details.update(status_code=reached.status_code, elapsed_ms=reached.elapsed_ms)
     if reached.status_code is not None and reached.status_code < 400:
         return Check(

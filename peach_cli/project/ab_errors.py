@@ -1,7 +1,7 @@
 """What the conf model refuses inside an endpoint's ``ab:`` (an unknown ``by``, a percentage
-that is not a whole number from 0 to 100, percentages that do not sum to 100), as PC117 at
-its YAML node instead of the generic PC103. The checks that need the endpoint's components
-are ``peach_cli.checks.ab``."""
+that is not a whole number from 0 to 100), as PC117 at its YAML node instead of the generic
+PC103. The checks that need the endpoint's components (and the sum of the split) are
+``peach_cli.checks.ab``."""
 
 from __future__ import annotations
 

@@ -50,6 +50,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC206": ("error", "invalid Python in a code cell"),
     "PC207": ("error", "non-literal @endpoint argument"),
     "PC208": ("error", "invalid @endpoint call"),
+    "PC209": ("error", "function rebound after its def"),
     "PC301": ("warning", "init state never received"),
     "PC302": ("warning", "stream in args"),
     "PC303": ("warning", "drift from a generator"),
@@ -125,6 +126,11 @@ MEANINGS: dict[str, str] = {
     "PC208": (
         "an invalid `@endpoint(...)` call (no url, url twice, unknown keyword, extra "
         "argument, `endpoint` not imported above it)"
+    ),
+    "PC209": (
+        "a function named by the conf is defined with `def`, then a later cell rebinds its "
+        "name to a value that is not a function (`f = d * e`): the last binding wins, as when "
+        "the notebook runs, so the replica would find no function"
     ),
     "PC301": "a component with `init` whose method declares no `model`/`init_state`",
     "PC302": "`stream` in `args`: the gateway decides before defaults apply",

@@ -105,7 +105,7 @@ def find_conf_files(path: Path) -> tuple[Path, list[Path]]:
     if not files:
         raise UsageError(
             f"{path} is not a peach project: it has no peach.yaml and no peach.conf/ folder",
-            hint="create peach.yaml (see examples/quickstart) or give the project folder",
+            hint="create one here with `peach init`, or give the project folder",
         )
     return path, files
 

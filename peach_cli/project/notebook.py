@@ -25,6 +25,23 @@ _CELL_MAGICS_KEEPING_BODY = {"time", "timeit", "capture", "prun"}
 _MAGIC_ASSIGNMENT = re.compile(r"^\s*[A-Za-z_][\w.,\s]*=\s*[!%]")
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+_NOT_CALLABLE = (
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.Constant,
+    ast.JoinedStr,
+    ast.List,
+    ast.Tuple,
+    ast.Dict,
+    ast.Set,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
+"""Expressions whose value is never a function (``f = d * e``, ``f = [1, 2]``)."""
 
 
 class NotebookError(Exception):
@@ -116,6 +133,37 @@ class Notebook:
             ):
                 return True
         return False
+
+    def rebinding(self, name: str) -> tuple[Definition, ast.stmt] | None:
+        """When ``name``'s last binding is an assignment of a value that cannot be a function
+        (``f = d * e``, a literal) after a ``def name``: (that def, the assignment)."""
+        last = self.definitions.get(name)
+        if last is None or last.node is not None or last.cell.tree is None:
+            return None
+        statement = next(
+            (
+                node
+                for node in last.cell.tree.body
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                and node.lineno == last.line
+            ),
+            None,
+        )
+        if statement is None or (
+            isinstance(statement, (ast.Assign, ast.AnnAssign))
+            and not isinstance(statement.value, _NOT_CALLABLE)
+        ):
+            return None
+        earlier = None
+        for cell in self.cells:
+            if cell.number > last.cell.number:
+                break
+            if cell.tree is not None:
+                for definition in _top_level_bindings(cell):
+                    if definition.name == name and definition.node is not None:
+                        if cell.number < last.cell.number or definition.line < last.line:
+                            earlier = definition
+        return (earlier, statement) if earlier is not None else None
 
     def functions(self) -> list[str]:
         """Names of the top-level functions (for "did you mean")."""

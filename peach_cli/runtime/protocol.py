@@ -335,7 +335,7 @@ class RunTask(NamedTuple):
 
 @message(Kind.TASK_RETURNED)
 class TaskReturned(NamedTuple):
-    """The task's function returned: the repr of its value (None for None)."""
+    """The task's function returned: its value as shown (JSON; ``result_text``), None for None."""
 
     result: str | None
     seconds: float

@@ -4,7 +4,7 @@
 extracted notebook code in a fresh module (``execute_code``, as a replica's), ``init`` (if
 any), then the task's function bound by ``bind_task_call`` — the payload as first positional
 argument when it takes one, else none; ``args`` and the state as ``model`` by name — and
-says how it went: ``TaskReturned`` (the repr of what it returned) or ``TaskFailed`` (the
+says how it went: ``TaskReturned`` (the JSON of what it returned) or ``TaskFailed`` (the
 user's traceback with notebook cells and lines). Locally the task process
 (``peach_cli.runtime.task_worker``) calls it; on Ray it is a job's entrypoint::
 
@@ -77,6 +77,29 @@ def _finish(value: Any) -> Any:
     return asyncio.run(wait())
 
 
+def result_text(result: Any) -> str:
+    """How a task's return value is shown: as JSON when it is JSON (what a user would send or
+    store); bytes as their text; anything else as its type and ``str()``, never a repr.
+
+    >>> result_text({"done": True}), result_text(("a", 1)), result_text(bytearray(b"garbage"))
+    ('{"done": true}', '["a", 1]', '"garbage" (7 bytes)')
+    >>> result_text(range(2))
+    'a range (not JSON): range(0, 2)'
+    """
+    from peach_cli.runtime.contract.errors import ResultNotJSON
+    from peach_cli.runtime.contract.results import to_json_value
+
+    try:
+        return json.dumps(to_json_value(result), ensure_ascii=False)
+    except (ResultNotJSON, TypeError, ValueError, RecursionError):
+        pass
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        data = bytes(result)
+        text = data.decode("utf-8", "replace")
+        return f"{json.dumps(text, ensure_ascii=False)} ({len(data)} bytes)"
+    return f"a {type(result).__qualname__} (not JSON): {result}"
+
+
 def run_outcome(spec: TaskSpec, root: str, payload: Any) -> TaskReturned | TaskFailed:
     """Run the task once and say how it went; never raises for what the task does."""
     began = time.perf_counter()
@@ -92,7 +115,7 @@ def run_outcome(spec: TaskSpec, root: str, payload: Any) -> TaskReturned | TaskF
         return TaskFailed(describe_exception(error), user_traceback(error, spec))
     except BaseException as error:  # noqa: BLE001 - every failure is the run's outcome
         return TaskFailed(describe_exception(error), user_traceback(error, spec))
-    text = repr(result)
+    text = result_text(result)
     if len(text) > MAX_RESULT_CHARS:
         text = text[:MAX_RESULT_CHARS] + f"… ({len(text)} characters)"
     return TaskReturned(None if result is None else text, time.perf_counter() - began)

@@ -9,7 +9,7 @@ the project folder, the payload as JSON text, the run id).
 
 It runs the task (``peach_cli.runtime.task``: the extracted notebook code in a fresh module,
 ``init`` if any, the function with the payload as first positional argument when it takes
-one) and answers with one message before exiting: ``TaskReturned`` (the repr of the return
+one) and answers with one message before exiting: ``TaskReturned`` (the JSON of the return
 value, the seconds it took) or ``TaskFailed`` (``TypeName: text``, the traceback with
 notebook cells and lines). Messages and framing are ``peach_cli.runtime.protocol``'s.
 

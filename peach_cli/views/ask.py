@@ -401,8 +401,7 @@ def _summary(
     chunks = count(stats.chunks, "chunk")
     parts.append(f"cut after {chunks}" if outcome == "cut" else chunks)
     if frames is not None and framing in (SSE, JSON_LINES):
-        noun = "events" if framing == SSE else "lines"
-        parts.append(f"{frames} {noun}")
+        parts.append(count(frames, "event" if framing == SSE else "line"))
     parts.append(human_size(stats.bytes))
     parts.append(f"total {_duration(end - stats.started)}")
     parts.append(f"largest gap {_duration(stats.largest_gap)}")

@@ -7,6 +7,7 @@ the views decide how it looks. ``NO_COLOR`` is honoured by Rich itself.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -126,41 +127,97 @@ def print_json(data: object) -> None:
 # --- peach env --------------------------------------------------------------------------------
 
 
+def break_path(path: str, width: int) -> list[str]:
+    """``path`` in lines of at most ``width`` characters, broken after a ``/`` (a folder name
+    longer than the width alone is cut).
+
+    >>> break_path("/tmp/a-long-folder/envs/env-1be4", 18)
+    ['/tmp/', 'a-long-folder/', 'envs/env-1be4']
+    >>> break_path("/short", 20)
+    ['/short']
+    """
+    width = max(width, 1)
+    lines: list[str] = []
+    current = ""
+    for part in re.split(r"(?<=/)", path):
+        while len(part) > width:  # one name longer than the width
+            if current:
+                lines.append(current)
+                current = ""
+            lines.append(part[:width])
+            part = part[width:]
+        if len(current) + len(part) > width and current:
+            lines.append(current)
+            current = ""
+        current += part
+    if current or not lines:
+        lines.append(current)
+    return lines
+
+
 def print_env_list(rows: list[dict], *, cache: str) -> None:
-    """``peach env list``: a table on a terminal, one plain line per env otherwise."""
+    """``peach env list``: a table on a terminal, one plain line per env otherwise. A path
+    is never folded inside a name: it breaks after a ``/``, in its column when there is room
+    for one, else on lines of its own under the table."""
     from rich.markup import escape
 
     out = stdout()
     if out.is_terminal:
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(box=None, header_style="bold", pad_edge=False)
-        for column in ("py_env", "requirements", "used by", "built", "size", "path"):
-            table.add_column(column, overflow="fold")
-        for row in rows:
-            table.add_row(
-                escape(row["name"]),
-                escape(", ".join(row["requirements"]) or "(none)"),
-                escape(", ".join(row["used_by"]) or "-"),
-                ("[green]yes[/], in use" if row["in_use"] else "[green]yes[/]")
-                if row["built"]
-                else "[yellow]no[/]",
-                human_size(row["size_bytes"]),
-                escape(row["path"] or "-"),
-            )
-        out.print(table)
-    else:
-        for row in rows:
-            out.print(
-                escape(
-                    f"{row['name']}\trequirements: {', '.join(row['requirements']) or '(none)'}"
-                    f"\tused by: {', '.join(row['used_by']) or '-'}"
-                    f"\tbuilt: {'yes' if row['built'] else 'no'}"
-                    f"{', in use' if row['in_use'] else ''}"
-                    f"\tsize: {human_size(row['size_bytes'])}\tpath: {row['path'] or '-'}"
+        cells = [
+            [
+                Text(row["name"]),
+                Text(", ".join(row["requirements"]) or "(none)"),
+                Text(", ".join(row["used_by"]) or "-"),
+                Text.from_markup(
+                    ("[green]yes[/], in use" if row["in_use"] else "[green]yes[/]")
+                    if row["built"]
+                    else "[yellow]no[/]"
                 ),
-                soft_wrap=True,
-            )
+                Text(human_size(row["size_bytes"])),
+            ]
+            for row in rows
+        ]
+        titles = ("py_env", "requirements", "used by", "built", "size")
+        widths = [
+            max([len(title), *(len(c[i].plain) for c in cells)]) for i, title in enumerate(titles)
+        ]
+        room = out.width - sum(widths) - 2 * len(titles)
+        paths = [row["path"] or "-" for row in rows]
+        in_column = room >= min(30, max(map(len, paths), default=1))
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for title in titles:
+            table.add_column(title, overflow="fold")
+        if in_column:
+            table.add_column("path", no_wrap=True)
+        for row_cells, path in zip(cells, paths, strict=True):
+            extra = [Text("\n".join(break_path(path, room)))] if in_column else []
+            table.add_row(*row_cells, *extra)
+        out.print(table)
+        if not in_column:
+            for row, path in zip(rows, paths, strict=True):
+                lines = break_path(path, out.width - len(row["name"]) - 7)
+                indent = " " * (len(row["name"]) + 7)
+                out.print(
+                    Text(f"{row['name']} path: " + f"\n{indent}".join(lines), style="dim"),
+                    soft_wrap=True,
+                )
+        lines = break_path(cache, out.width - 7)
+        out.print(Text("cache: " + "\n       ".join(lines), style="dim"), soft_wrap=True)
+        return
+    for row in rows:
+        out.print(
+            escape(
+                f"{row['name']}\trequirements: {', '.join(row['requirements']) or '(none)'}"
+                f"\tused by: {', '.join(row['used_by']) or '-'}"
+                f"\tbuilt: {'yes' if row['built'] else 'no'}"
+                f"{', in use' if row['in_use'] else ''}"
+                f"\tsize: {human_size(row['size_bytes'])}\tpath: {row['path'] or '-'}"
+            ),
+            soft_wrap=True,
+        )
     out.print(f"[dim]cache: {escape(cache)}[/]", soft_wrap=True)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.views import console
-from peach_cli.wording import human_size
+from peach_cli.wording import count, human_size
 
 if TYPE_CHECKING:
     from peach_cli.deploy.deployer import DeployResult
@@ -25,8 +25,8 @@ def print_deployed(plan: ProjectPlan, result: DeployResult) -> None:
 
     replicas = sum(d.running for d in result.app.deployments)
     console.stderr().print(
-        f"[bold green]✓[/] {escape(result.app.name)} is running: {replicas} replica(s) in "
-        f"{len(result.app.deployments)} deployment(s), {result.elapsed_s:.1f} s",
+        f"[bold green]✓[/] {escape(result.app.name)} is running: {count(replicas, 'replica')} in "
+        f"{count(len(result.app.deployments), 'deployment')}, {result.elapsed_s:.1f} s",
         soft_wrap=True,
     )
     for endpoint in plan.endpoints.values():
@@ -44,11 +44,20 @@ def print_uploads(selection: Selection) -> None:
     from rich.markup import escape
 
     err = console.stderr()
-    count = len(selection.files)
+    files = count(len(selection.files), "file")
+    left_out = (
+        "notebooks, conf, dot-files, .gitignore/.rayignore matches, virtualenvs and caches left out"
+    )
+    if not selection.files:  # nothing to list after a colon
+        err.print(
+            f"[bold]no other file, 0 B[/] uploaded with each component ({left_out}): the "
+            "extracted code and peach's runtime are all it needs",
+            soft_wrap=True,
+        )
+        return
     err.print(
-        f"[bold]{count} file(s), {human_size(selection.total_bytes)}[/] uploaded with each "
-        "component (notebooks, conf, dot-files, .gitignore/.rayignore matches, virtualenvs "
-        "and caches left out):",
+        f"[bold]{files}, {human_size(selection.total_bytes)}[/] uploaded with each "
+        f"component ({left_out}):",
         soft_wrap=True,
     )
     for item in selection.files:

@@ -18,7 +18,6 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from peach_cli.printable import printable, printable_lines
@@ -125,6 +124,8 @@ class DevView:
         self.tasks = TasksTable()
         self._paused = False
         """A pdb session holds the terminal: lines wait, the table is off."""
+        self.env_errors: dict[str, str] = {}
+        """A py_env build's error → the env: printed once, replicas then refer to it."""
 
     # -- plan and lifecycle --------------------------------------------------------------
 
@@ -275,6 +276,7 @@ class DevView:
             self._on_env(event)
         elif isinstance(event, EnvFailed):
             self.builds.pop(event.env, None)
+            self.env_errors[event.error] = event.env
             self.line(Text(f"error: {event.message}", style="bold red"))
             self._dirty = True
         elif isinstance(event, RELOAD_EVENTS):
@@ -437,9 +439,12 @@ class DevView:
         text = Text.assemble((event.replica, "bold"), " ", (event.state.value, style))
         if event.pid and event.state is ReplicaState.HEALTHY:
             text.append(f" (pid {event.pid})", "dim")
-        if event.message:
+        failed_env = self.env_errors.get(event.error or event.message or "")
+        if failed_env is not None:  # the build's error is the line above: not said twice
+            text.append(f": py_env '{failed_env}' could not be built (the error above)")
+        elif event.message:
             text.append(f": {event.message}")
-        if event.error and event.error not in (event.message or ""):  # not said twice
+        if failed_env is None and event.error and event.error not in (event.message or ""):
             if event.state in (ReplicaState.UNHEALTHY, ReplicaState.RESTARTING):
                 text.append(f": {event.error}", "red")
             else:
@@ -467,41 +472,26 @@ class DevView:
     # -- the table -----------------------------------------------------------------------
 
     def render(self) -> Group:
-        table = Table(box=None, pad_edge=False, header_style="bold dim", expand=False)
-        for column in ("endpoint", "component", "replica", "state", "reqs", "p50", "memory"):
-            table.add_column(
-                column, no_wrap=True, justify="right" if column in ("reqs", "p50") else "left"
-            )
-        table.add_column("last error", overflow="ellipsis", no_wrap=True, max_width=60)
+        from peach_cli.views.dev_table import EndpointRows, render_endpoints
+
         by_component: dict[str, list[ReplicaRow]] = {}
         for row in self.replicas.values():
             by_component.setdefault(row.component, []).append(row)
+        endpoints = []
         for name, url, components in self.endpoints:
-            first_endpoint = True
             split = self.splits.get(name)
+            shown = []
             for key in components:
+                component = key.split("/", 1)[1]
                 rows = by_component.get(key) or [ReplicaRow("-", key)]
-                label = self._component_label(name, key.split("/", 1)[1], split)
-                first_component = True
-                for row in rows:
-                    memory = Text("")
-                    if row.rss:
-                        over = row.limit is not None and row.rss > row.limit
-                        memory = Text(human_size(row.rss), style="bold red" if over else "")
-                        if row.limit:
-                            memory.append(f"/{human_size(row.limit)}", "dim")
-                    endpoint_label = f"{name} {url}" + (f" (A/B by {split[0]})" if split else "")
-                    table.add_row(
-                        Text(endpoint_label) if first_endpoint else "",
-                        label if first_component else "",
-                        Text(row.id, style="dim"),
-                        Text(row.state.value, style=_STATE_STYLE.get(row.state, "")),
-                        str(row.requests),
-                        format_latency(row.p50) if row.p50 is not None else "-",
-                        memory,
-                        Text(printable(row.last_error or ""), style="red"),
-                    )
-                    first_endpoint = first_component = False
+                shown.append((component, self._component_label(name, component, split), rows))
+            endpoints.append(EndpointRows(name, url, split[0] if split else None, shown))
+        table = render_endpoints(
+            endpoints,
+            self.console.width,
+            state_style=lambda row: _STATE_STYLE.get(row.state, ""),
+            latency=format_latency,
+        )
         tasks = self.tasks.render()
         tail = [table] if tasks is None else [table, Text(""), tasks]
         if not self.builds:

@@ -57,13 +57,15 @@ class TaskRunEnded:
     status: RunStatus
     seconds: float
     result: str | None = None
-    """The repr of the return value (None when it returned None)."""
+    """The return value as shown: its JSON (None when it returned None)."""
     error: str | None = None
     """``TypeName: text``, or what went wrong outside the task's code."""
     traceback: str | None = None
     """The user's traceback, with notebook cells and lines."""
     triggered: bool = False
     timeout_s: float | None = None
+    timeout_from: str = "timeout_s"
+    """Where the bound came from: the task's ``timeout_s``, or ``--timeout-s``."""
     killed: int = 0
     """Processes killed with the run (timed out or stopped)."""
 
@@ -81,7 +83,7 @@ class TaskRunEnded:
         if self.status is RunStatus.TIMED_OUT:
             return (
                 f"task {self.task} {how} {self.run_id} timed out after {self.timeout_s:g} s "
-                f"(timeout_s): killed its process tree ({_processes(self.killed)})"
+                f"({self.timeout_from}): killed its process tree ({_processes(self.killed)})"
             )
         if self.status is RunStatus.STOPPED:
             return (

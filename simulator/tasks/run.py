@@ -200,6 +200,7 @@ async def execute_task(
             error=f"timed out after {limit:g} s",
             triggered=triggered,
             timeout_s=limit,
+            timeout_from="timeout_s" if timeout_s is None else "--timeout-s",
             killed=killed,
         )
     match outcome:

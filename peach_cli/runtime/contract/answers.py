@@ -58,11 +58,18 @@ def not_found_answer(path: str, urls: Iterable[str]) -> Answer:
 
 
 def stream_required_message(url: str, kind: str = "async_generator") -> str:
-    """What a generator method called without ``stream`` says (as the platform does)."""
+    """What a generator method called without ``stream`` says: first what to send, then the
+    platform's own words (``cannot pickle 'async_generator' object``, which users search for).
+
+    >>> print(stream_required_message("/chat"))  # doctest: +NORMALIZE_WHITESPACE
+    send stream=true: '/chat?stream=true', or "stream": "true" in the JSON body. /chat
+    streams (its method is a generator), and without stream=true the platform answers:
+    cannot pickle 'async_generator' object
+    """
     return (
-        f"cannot pickle '{kind}' object: {url} is a streaming endpoint (its method "
-        "is a generator) and the request did not ask for a stream. Send stream=true: "
-        f'\'{url}?stream=true\', or "stream": "true" in the JSON body.'
+        f'send stream=true: \'{url}?stream=true\', or "stream": "true" in the JSON body. '
+        f"{url} streams (its method is a generator), and without stream=true the platform "
+        f"answers: cannot pickle '{kind}' object"
     )
 
 

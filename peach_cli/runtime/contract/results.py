@@ -5,11 +5,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import traceback
 from typing import Any
 
 from peach_cli.runtime.contract.errors import ResultNotJSON
 from peach_cli.runtime.plan import NotebookCode
+
+_RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+"""peach's replica runtime (``peach_cli/runtime/``): its frames are not the user's."""
 
 
 def split_drift(value: Any) -> tuple[Any, bool]:
@@ -146,13 +150,16 @@ def notebook_position(spec: NotebookCode, line: int) -> str:
 def user_traceback(error: BaseException, spec: NotebookCode) -> str:
     """The traceback from the first frame in the user's code on, for the server log.
 
-    Frames in the extracted notebook code name the notebook cell and line.
+    Frames in the extracted notebook code name the notebook cell and line; peach's own
+    runtime frames (``trigger_task_with_event`` raising its ``ValueError``) are left out.
     """
     filename = code_filename(spec)
     frames = traceback.extract_tb(error.__traceback__)
     start = next((i for i, f in enumerate(frames) if f.filename == filename), 0)
     lines = ["Traceback (most recent call last):\n"]
     for frame in frames[start:]:
+        if frame.filename.startswith(_RUNTIME_DIR):  # trigger_task_with_event raising, ...
+            continue
         if frame.filename == filename and frame.lineno is not None:
             where = f"{spec.source_name}, {notebook_position(spec, frame.lineno)}"
         else:

@@ -1,0 +1,123 @@
+"""The live table of ``peach dev``: endpoints, their components and replicas, readable at 80
+columns.
+
+Each endpoint is a heading (its name, url and A/B test) over the rows of its components'
+replicas: component, replica, state, requests, p50, memory; a replica's last error is a line
+of its own under the endpoint, cut to the width. Names and states are never cut: what gives
+way is the replica id (shown as ``#2``, the endpoint and component being on the row), an A/B
+arm's routed count (on a second line when the terminal is narrow) and the last error. Every
+endpoint's table has the same column widths, so the columns line up down the screen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from peach_cli.printable import printable
+from peach_cli.wording import human_size
+
+if TYPE_CHECKING:
+    from peach_cli.views.dev import ReplicaRow
+
+WIDE = 100
+"""From this width on, an A/B arm's share and routed count stay on the component's line."""
+COLUMNS = ("component", "replica", "state", "reqs", "p50", "memory")
+
+
+@dataclass(frozen=True)
+class EndpointRows:
+    """One endpoint as the table shows it."""
+
+    name: str
+    url: str
+    by: str | None
+    """The A/B test's ``by`` (None: no A/B test)."""
+    components: Sequence[tuple[str, Text, Sequence[ReplicaRow]]]
+    """(component name, its label, its replicas) in plan order."""
+
+
+def short_id(replica_id: str) -> str:
+    """``reco/main#2`` → ``#2`` (the row names the endpoint and component already).
+
+    >>> short_id("recommend/main#12"), short_id("-")
+    ('#12', '-')
+    """
+    return replica_id[replica_id.rfind("#") :] if "#" in replica_id else replica_id
+
+
+def render_endpoints(
+    endpoints: Sequence[EndpointRows],
+    width: int,
+    *,
+    state_style: Callable[[ReplicaRow], str],
+    latency: Callable[[float], str],
+) -> RenderableType:
+    """The endpoints' tables for a terminal ``width`` columns wide."""
+    rows: list[tuple[int, list[Text]]] = []
+    errors: dict[int, list[Text]] = {}
+    for index, endpoint in enumerate(endpoints):
+        for name, label, replicas in endpoint.components:
+            first = True
+            for row in replicas:
+                cells = [
+                    _component_cell(label, width) if first else Text(""),
+                    Text(short_id(row.id), style="dim"),
+                    Text(row.state.value, style=state_style(row)),
+                    Text(str(row.requests), justify="right"),
+                    Text(latency(row.p50) if row.p50 is not None else "-", justify="right"),
+                    _memory(row),
+                ]
+                rows.append((index, cells))
+                if row.last_error:
+                    where = f"  {name} {short_id(row.id)}: "
+                    error = Text.assemble((where, "dim"), (printable(row.last_error), "red"))
+                    error.no_wrap, error.overflow = True, "ellipsis"
+                    errors.setdefault(index, []).append(error)
+                first = False
+    widths = [len(c) for c in COLUMNS]
+    for _, cells in rows:
+        for column, cell in enumerate(cells):
+            widths[column] = max(widths[column], max(map(len, cell.plain.split("\n"))))
+    parts: list[RenderableType] = []
+    for index, endpoint in enumerate(endpoints):
+        heading = Text.assemble((endpoint.name, "bold"), " ", endpoint.url)
+        if endpoint.by:
+            heading.append(f" · A/B by {endpoint.by}", "cyan")
+        table = Table(box=None, pad_edge=False, header_style="bold dim", expand=False)
+        for column, title in enumerate(COLUMNS):
+            table.add_column(
+                title,
+                no_wrap=True,
+                min_width=widths[column],
+                justify="right" if title in ("reqs", "p50") else "left",
+            )
+        for _, cells in (r for r in rows if r[0] == index):
+            table.add_row(*cells)
+        parts += [heading, table, *errors.get(index, [])]
+    return Group(*parts)
+
+
+def _component_cell(label: Text, width: int) -> Text:
+    """The component's label; in a narrow terminal its A/B share and count below it."""
+    if width >= WIDE or " " not in label.plain:
+        return label
+    head, _, rest = label.plain.partition(" ")
+    cell = label.copy()
+    cell.plain = f"{head}\n{rest}"  # the same styles, a line break where the space was
+    return cell
+
+
+def _memory(row: ReplicaRow) -> Text:
+    if not row.rss:
+        return Text("")
+    over = row.limit is not None and row.rss > row.limit
+    memory = Text(human_size(row.rss), style="bold red" if over else "")
+    if row.limit:
+        memory.append(f"/{human_size(row.limit)}", "dim")
+    return memory
