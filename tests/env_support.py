@@ -111,6 +111,42 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 """
 
 
+def serve_sdist(folder: Path, name: str, files: dict[str, str]) -> str:
+    """Serve an sdist of ``name`` 0.1 built by its own in-tree backend (``backend.py`` in
+    ``files``) over HTTP on loopback, from a daemon thread that lives as long as the test
+    process: a conf may not name a local path or ``file:`` url (SPEC §1). Its URL."""
+    import functools
+    import io
+    import tarfile
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    folder.mkdir(parents=True)
+    stem = name.replace("-", "_")
+    files = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+        f'backend-path = ["."]\n\n[project]\nname = "{name}"\nversion = "0.1"\n',
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+        **files,
+    }
+    sdist = folder / f"{stem}-0.1.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for path, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{stem}-0.1/{path}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(folder))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/{sdist.name}"
+
+
 @dataclass(frozen=True)
 class SlowPackage:
     """A package whose build never ends on its own: uv downloads its sdist and runs its build
@@ -123,37 +159,12 @@ class SlowPackage:
 
     @classmethod
     def write(cls, folder: Path) -> SlowPackage:
-        import functools
-        import io
-        import tarfile
-        import threading
-        from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-        served = folder / "peach-slow-pkg-index"
         started = folder / "backend-started"
-        served.mkdir(parents=True)
-        files = {
-            "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
-            'backend-path = ["."]\n\n[project]\nname = "peach-slow-pkg"\nversion = "0.1"\n',
-            "backend.py": SLOW_BACKEND.format(started=str(started)),
-            "PKG-INFO": "Metadata-Version: 2.1\nName: peach-slow-pkg\nVersion: 0.1\n",
-        }
-        sdist = served / "peach_slow_pkg-0.1.tar.gz"
-        with tarfile.open(sdist, "w:gz") as archive:
-            for name, text in files.items():
-                data = text.encode()
-                info = tarfile.TarInfo(f"peach_slow_pkg-0.1/{name}")
-                info.size = len(data)
-                archive.addfile(info, io.BytesIO(data))
-
-        class Quiet(SimpleHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-        handler = functools.partial(Quiet, directory=str(served))
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_address[1]}/{sdist.name}"
+        url = serve_sdist(
+            folder / "peach-slow-pkg-index",
+            "peach-slow-pkg",
+            {"backend.py": SLOW_BACKEND.format(started=str(started))},
+        )
         return cls(f"peach-slow-pkg @ {url}", started)
 
     def wait_building(self) -> int:

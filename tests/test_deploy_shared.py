@@ -110,7 +110,7 @@ def test_projects_share_the_cluster_under_their_own_prefixes(cluster, tmp_path):
     assert json.loads(dry.stdout)["applications"][0]["route_prefix"] == "/deploy-shared"
     listed = re.findall(r"^  (\S+)  \d", dry.stderr, re.MULTILINE)
     assert listed == UPLOADED, dry.stderr
-    assert re.search(r"3 file\(s\), [\d.]+ B", dry.stderr)
+    assert re.search(r"3 files, [\d.]+ B", dry.stderr)
 
     result = peach("deploy", str(shared), *address, "--route-prefix", "/deploy-shared")
     assert result.returncode == 0, result.stderr

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from env_support import SMALL, run_peach, start_build, start_live_build
+from env_support import SMALL, run_peach, serve_sdist, start_build, start_live_build
 
 from peach_cli.envs import (
     EnvBuildError,
@@ -465,23 +465,17 @@ def test_a_build_killed_with_sigkill_kills_uv_and_its_leftovers_are_cleaned(tmp_
 
 def test_the_build_backends_uv_runs_never_see_the_dashboard_token(tmp_path):
     """A package's build backend is someone else's code: it gets no Ray token from peach."""
-    package = tmp_path / "peach-env-pkg"
-    package.mkdir()
     seen = tmp_path / "seen.json"
-    (package / "pyproject.toml").write_text(
-        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n\n'
-        '[project]\nname = "peach-env-pkg"\nversion = "0.1"\n'
-    )
-    (package / "backend.py").write_text(
+    backend = (
         "import json, os\n\n\ndef get_requires_for_build_wheel(config_settings=None):\n"
         f"    with open({str(seen)!r}, 'w') as out:\n"
         "        json.dump(sorted(os.environ), out)\n"
         "    raise RuntimeError('recorded')\n"
     )
+    url = serve_sdist(tmp_path / "index", "peach-env-pkg", {"backend.py": backend})
     project = write_conf(
         tmp_path / "project",
-        "codops: shop\npy_environments:\n"
-        f'  base: {{dependencies: ["peach-env-pkg @ {package.as_uri()}"]}}\n',
+        f'codops: shop\npy_environments:\n  base: {{dependencies: ["peach-env-pkg @ {url}"]}}\n',
     )
     token = {"RAY_AUTH_TOKEN": "tok-never-for-backends", "RAY_AUTH_TOKEN_PATH": "/nowhere"}
     result = run_peach("env", "build", str(project), env=token)

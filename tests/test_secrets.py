@@ -30,7 +30,13 @@ SHELL = {
     "RAY_AUTH_TOKEN": "ray-token-never-passed",
 }
 MISSING = "secret NEEDY_KEY is not set: export it or add it to .env"
-PEACH_OWN = {"PYTHONPATH", "PYTHONUNBUFFERED", "VIRTUAL_ENV", "PEACH_TASKS_SOCKET"}
+PEACH_OWN = {
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "VIRTUAL_ENV",
+    "PEACH_TASKS_SOCKET",
+    "PEACH_DEBUG_SKIPPED",  # why breakpoint() does nothing there (no terminal, SPEC §7)
+}
 """What peach adds for the worker itself: the runtime's path, its env, the trigger socket."""
 
 

@@ -99,4 +99,4 @@ def test_the_docs_describe_the_commands_peach_inits_readme_lists(tmp_path, strea
     for command in commands:
         assert f"`{' '.join(command)}`" in row, (command, row)
     assert [c[1] for c in commands[:2]] == ["validate", "dev"]
-    assert {c[1] for c in commands[2:]} == {"ask"} and len(commands) > 2
+    assert {c[1] for c in commands[2:]} == {"ask", "test"} and len(commands) > 3

@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from peach_cli.errors import ProjectInvalid
 from peach_cli.wording import count
 
 if TYPE_CHECKING:
@@ -33,19 +32,16 @@ def load_plan(project: Path, *, doing: str, warnings: Warnings = "hide") -> Proj
     the summary says ``not serving`` on errors, ``serving anyway`` over warnings. Raises
     ``ProjectInvalid`` when the project has errors.
     """
-    from peach_cli.checks.validate import build_plan
-    from peach_cli.project.diagnostics import has_errors, sort_key
+    from peach_cli.checks.validate import checked_plan
 
-    plan, diagnostics = build_plan(project)
-    diagnostics.sort(key=sort_key)
-    if plan is None or has_errors(diagnostics):
-        raise invalid(project, diagnostics, doing)
-    show_warnings(project, [d for d in diagnostics if d.severity == "warning"], doing, warnings)
+    plan, found = checked_plan(project, doing)
+    show_warnings(project, found, doing, warnings)
     return plan
 
 
 def load_conf(project: Path) -> PeachConf:
     """The project's conf alone (no notebook read); raises ``ProjectInvalid`` on errors."""
+    from peach_cli.checks.validate import invalid
     from peach_cli.project.diagnostics import has_errors, sort_key
     from peach_cli.project.loader import load_project
 
@@ -54,15 +50,6 @@ def load_conf(project: Path) -> PeachConf:
     if loaded is None or has_errors(diagnostics):
         raise invalid(project, diagnostics)
     return loaded.conf
-
-
-def invalid(
-    project: Path, diagnostics: list[Diagnostic], doing: str | None = None
-) -> ProjectInvalid:
-    """The error for a project with errors: ``2 errors in examples/bad: not serving``."""
-    errors = sum(d.severity == "error" for d in diagnostics)
-    summary = f"{count(errors, 'error')} in {project}"
-    return ProjectInvalid(f"{summary}: not {doing}" if doing else summary, diagnostics)
 
 
 def show_warnings(

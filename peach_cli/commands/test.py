@@ -67,7 +67,7 @@ def load_selected(
 ) -> list[CaseFile]:
     """The case files' cases selected by ``keyword``; ``ProjectInvalid`` on errors,
     ``UsageError`` when no case is found."""
-    from peach_cli.commands.loading import invalid
+    from peach_cli.checks.validate import invalid
     from peach_cli.project.diagnostics import has_errors, sort_key
     from peach_cli.testing.cases import SUFFIX, check_urls, load_cases
 

@@ -14,7 +14,7 @@ URL, which uv installs), never an option line, a local path, or text with a line
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from peach_cli.printable import printable
@@ -22,7 +22,18 @@ from peach_cli.project.conf import RESERVED_URL_PREFIX
 from peach_cli.project.diagnostics import Diagnostic
 
 if TYPE_CHECKING:
-    from peach_cli.project.loader import Project
+    from peach_cli.project.conf import PeachConf
+    from peach_cli.project.diagnostics import Position
+
+
+class Project(Protocol):
+    """What the rules read of a loaded project (``loader.Project``): the conf, and where
+    each of its values was written."""
+
+    conf: PeachConf
+
+    def position(self, path: tuple[Any, ...], *, key: bool = False) -> Position: ...
+
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _URL = re.compile(r"/[A-Za-z0-9._~/-]*")

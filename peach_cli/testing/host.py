@@ -79,9 +79,9 @@ def local_host(project: Path, *, plan: Any = None) -> Iterator[str]:
     """Serve ``project`` (its plan, built and checked as `peach dev` does, unless given)
     and yield the server's URL; ``ProjectInvalid`` when the project has errors."""
     if plan is None:
-        from peach_cli.commands.loading import load_plan
+        from peach_cli.checks.validate import checked_plan
 
-        plan = load_plan(project, doing="testing", warnings="hide")
+        plan, _ = checked_plan(project, "testing")
     runner = _Runner(plan, project)
     runner.thread.start()
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -23,7 +23,22 @@ from peach_cli.printable import printable
 from peach_cli.wording import human_size
 
 if TYPE_CHECKING:
-    from peach_cli.views.dev import ReplicaRow
+    from simulator.events import ReplicaState
+
+
+class ReplicaRow(Protocol):
+    """What the table shows of a replica (``views.dev.ReplicaRow``)."""
+
+    id: str
+    state: ReplicaState
+    requests: int
+    rss: int | None
+    limit: int | None
+    last_error: str | None
+
+    @property
+    def p50(self) -> float | None: ...
+
 
 WIDE = 100
 """From this width on, an A/B arm's share and routed count stay on the component's line."""
