@@ -259,6 +259,20 @@ def dev(
     )
 
 
+BaseUrlOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--url",
+        help="Base URL for paths. Default: env PEACH_URL, else http://127.0.0.1:8000.",
+        show_default=False,
+    ),
+]
+HeaderOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--header", "-H", help="An extra header NAME:VALUE (repeatable)."),
+]
+
+
 @app.command(no_args_is_help=True)
 def ask(
     target: Annotated[
@@ -283,14 +297,7 @@ def ask(
     stream: Annotated[
         bool, typer.Option("--stream", "-s", help="Ask for a stream (sends stream=true).")
     ] = False,
-    url: Annotated[
-        Optional[str],
-        typer.Option(
-            "--url",
-            help="Base URL for paths. Default: env PEACH_URL, else http://127.0.0.1:8000.",
-            show_default=False,
-        ),
-    ] = None,
+    url: BaseUrlOption = None,
     raw: Annotated[
         bool, typer.Option("--raw", help="Print the response body exactly as received.")
     ] = False,
@@ -308,10 +315,7 @@ def ask(
             show_default=False,
         ),
     ] = None,
-    header: Annotated[
-        Optional[list[str]],
-        typer.Option("--header", "-H", help="An extra header NAME:VALUE (repeatable)."),
-    ] = None,
+    header: HeaderOption = None,
     timeout: Annotated[
         float,
         typer.Option(
@@ -463,14 +467,7 @@ def bench(
         Optional[list[str]],
         typer.Argument(help="Parameters, as `peach ask` takes them.", show_default=False),
     ] = None,
-    url: Annotated[
-        Optional[str],
-        typer.Option(
-            "--url",
-            help="Base URL for paths. Default: env PEACH_URL, else http://127.0.0.1:8000.",
-            show_default=False,
-        ),
-    ] = None,
+    url: BaseUrlOption = None,
     rate: Annotated[
         Optional[float],
         typer.Option(
@@ -517,10 +514,7 @@ def bench(
             show_default=False,
         ),
     ] = None,
-    header: Annotated[
-        Optional[list[str]],
-        typer.Option("--header", "-H", help="An extra header NAME:VALUE (repeatable)."),
-    ] = None,
+    header: HeaderOption = None,
     timeout: Annotated[
         float,
         typer.Option("--timeout", help="Seconds a request may go without an answer."),
