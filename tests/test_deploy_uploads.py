@@ -182,3 +182,18 @@ def test_a_too_large_project_fails_the_dry_run_too_with_exit_1(tmp_path):
 
 def test_format_size():
     assert [human_size(n) for n in (5, 2048, 3 * 1024 * 1024)] == ["5 B", "2.0 KiB", "3.0 MiB"]
+
+
+def test_link_loops_in_the_project_are_skipped_without_a_traceback(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    write(project, {"helpers.py": "X = 1\n"})
+    (project / "a").symlink_to("b")
+    (project / "b").symlink_to("a")  # a loop of two links
+    (project / "data").mkdir()
+    (project / "data" / "again").symlink_to("..")  # a folder that contains itself
+    assert selected(project, ("peach.yaml",)) == ["helpers.py"]
+    result = run_peach("deploy", str(project), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "a  skipped: a link that does not resolve" in result.stderr
