@@ -126,6 +126,21 @@ class TaskStatus:
 # -- the scheduler -------------------------------------------------------------------------
 
 
+async def _discard_rest(reader: asyncio.StreamReader) -> None:
+    """Read and drop what a client still sends after a refused trigger (a lingering close,
+    as HTTP servers do), so that it reads the answer instead of a broken pipe; bounded by
+    ``LINGER_S`` and ``LINGER_BYTES``."""
+    left = LINGER_BYTES
+    with contextlib.suppress(TimeoutError, OSError):
+        async with asyncio.timeout(LINGER_S):
+            while left > 0 and (chunk := await reader.read(min(left, 1 << 16))):
+                left -= len(chunk)
+
+
+LINGER_S = 5.0
+LINGER_BYTES = 64 * 1024 * 1024
+
+
 class TaskScheduler:
     """One queue of task runs for a project, fed by triggers and (optionally) the loop."""
 
@@ -247,6 +262,8 @@ class TaskScheduler:
                 reply = await self._answer(line)
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()
+            if not line:
+                await _discard_rest(reader)  # the client may still be sending: let it finish
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
