@@ -37,10 +37,9 @@ if TYPE_CHECKING:
     from peach_cli.bench.summary import Recorder
     from peach_cli.client.items import AskRequest
 
-USER_AGENT = b"peach-bench"
+USER_AGENT = "peach-bench"
 _COMPONENT = b"x-peach-component"
 _REPLICA = b"x-peach-replica"
-_CONTENT_TYPE = b"content-type"
 _CONTENT_LENGTH = b"content-length"
 _MAX_ERROR_BODY = 64 * 1024  # enough of an error answer to read its envelope's code
 _SWEEP_S = 0.1
@@ -54,8 +53,6 @@ class Shot:
 
     raw: bytes
     stream: bool
-    label: str
-    """``METHOD /path`` for messages."""
 
 
 @dataclass(frozen=True)
@@ -86,14 +83,14 @@ def encode(request: AskRequest) -> Shot:
     lines = [f"{request.method} {target} HTTP/1.1", f"Host: {host}", "Accept: */*"]
     names = {name.lower() for name, _ in request.headers}
     if "user-agent" not in names:
-        lines.append("User-Agent: peach-bench")
+        lines.append(f"User-Agent: {USER_AGENT}")
     lines += [f"{name}: {value}" for name, value in request.headers if name.lower() != "host"]
     body = b""
     if request.body is not None:
         body = json.dumps(request.body, separators=(",", ":"), ensure_ascii=False).encode()
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
-    return Shot(head + body, request.stream, f"{request.method} {parts.path or '/'}")
+    return Shot(head + body, request.stream)
 
 
 class _Exchange:
@@ -104,7 +101,6 @@ class _Exchange:
         "chunks",
         "component",
         "content_length",
-        "content_type",
         "first_chunk",
         "last",
         "previous",
@@ -126,7 +122,6 @@ class _Exchange:
         self.status = 0
         self.component: str | None = None
         self.replica: str | None = None
-        self.content_type = b""
         self.content_length = False
         self.body: list[bytes] | None = None
         self.chunks = 0
@@ -184,8 +179,6 @@ class _Connection(asyncio.Protocol):
             exchange.component = value.decode("latin-1")
         elif name == _REPLICA:
             exchange.replica = value.decode("latin-1")
-        elif name == _CONTENT_TYPE:
-            exchange.content_type = value
         elif name == _CONTENT_LENGTH:
             exchange.content_length = True
 
@@ -240,7 +233,6 @@ class _Connection(asyncio.Protocol):
             error_code = _error_code(b"".join(exchange.body))
         streamed = exchange.shot.stream and exchange.status == 200 and not exchange.content_length
         self.recorder.record_answer(
-            exchange.shot.label,
             now - exchange.scheduled,
             exchange.status,
             exchange.component,
@@ -262,7 +254,7 @@ class _Connection(asyncio.Protocol):
         if exchange is None:
             return
         self.exchange = None
-        self.recorder.record_failure(exchange.shot.label, reason, exchange.recorded)
+        self.recorder.record_failure(reason, exchange.recorded)
         self.close()
         if not exchange.waiter.done():
             exchange.waiter.set_result(False)
@@ -427,7 +419,7 @@ class LoadGenerator:
                 if candidate.open and candidate.exchange is None:
                     connection = candidate
         if connection is None:
-            connection = await self._connect(shot, recorded)
+            connection = await self._connect(recorded)
             if connection is None:
                 return
         keep = await connection.send(shot, scheduled, recorded)
@@ -436,7 +428,7 @@ class LoadGenerator:
         else:
             self._connections.discard(connection)
 
-    async def _connect(self, shot: Shot, recorded: bool) -> _Connection | None:
+    async def _connect(self, recorded: bool) -> _Connection | None:
         address = self.plan.address
         loop = asyncio.get_running_loop()
         try:
@@ -451,7 +443,7 @@ class LoadGenerator:
                 timeout=min(self.plan.timeout_s, 10.0),
             )
         except (OSError, TimeoutError, ssl.SSLError) as error:
-            self.recorder.record_failure(shot.label, _connect_reason(error, address), recorded)
+            self.recorder.record_failure(_connect_reason(error, address), recorded)
             return None
         self._connections.add(protocol)
         return protocol
@@ -478,7 +470,7 @@ class LoadGenerator:
             if recorded:
                 self.recorder.note_sent(scheduled)
             if connection is None or not connection.open:
-                connection = await self._connect(shot, recorded)
+                connection = await self._connect(recorded)
                 if connection is None:
                     await asyncio.sleep(0.01)  # refused: do not spin
                     continue

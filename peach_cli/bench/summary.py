@@ -68,7 +68,6 @@ class Recorder:
 
     def record_answer(
         self,
-        label: str,
         seconds: float,
         status: int,
         component: str | None,
@@ -98,7 +97,7 @@ class Recorder:
             if cut:
                 self.cut += 1
 
-    def record_failure(self, label: str, reason: str, recorded: bool) -> None:
+    def record_failure(self, reason: str, recorded: bool) -> None:
         if recorded:
             self.failed += 1
             self.failures[reason] += 1
