@@ -30,6 +30,7 @@ from peach_cli.deploy.config import (
 from peach_cli.deploy.dashboard import DashboardClient, resolve_address
 from peach_cli.deploy.packaging import (
     COMPONENT_FILE,
+    SPEC_PACKAGE,
     build_zip,
     project_files,
     runtime_modules,
@@ -203,19 +204,31 @@ def test_zips_are_reproducible_and_named_by_content():
     assert build_zip([("a", b"1")]) != build_zip([("a", b"2")])
 
 
-def test_component_zips_hold_project_files_and_spec_but_no_notebooks_or_conf(tmp_path):
+def test_components_share_one_project_package_and_each_has_its_own_small_spec(tmp_path):
     plan = plan_of(SEMANTICS)
     names = [name for name, _ in project_files(plan.root, excluded=plan.watched_files)]
     assert "helpers.py" in names
     assert not any(n.endswith(".ipynb") or n == "peach.yaml" for n in names)
     bundle = build_bundle(plan)
-    deployment = next(d for d in bundle.application["deployments"] if d["name"] == "loud.main")
-    uri = deployment["ray_actor_options"]["runtime_env"]["working_dir"]
-    package = next(p for p in bundle.packages if p.uri == uri)
-    with zipfile.ZipFile(io.BytesIO(package.data)) as archive:
-        assert "helpers.py" in archive.namelist()
-        spec = component_from_json(json.loads(archive.read(COMPONENT_FILE)))
+    by_uri = {p.uri: p for p in bundle.packages}
+    components = [d for d in bundle.application["deployments"] if d["name"] != GATEWAY]
+    working_dirs = {d["ray_actor_options"]["runtime_env"]["working_dir"] for d in components}
+    (project,) = working_dirs  # one project package for every component
+    assert project.startswith("gcs://_ray_pkg_")
+    with zipfile.ZipFile(io.BytesIO(by_uri[project].data)) as archive:
+        assert sorted(archive.namelist()) == sorted(names)  # the project's files, no spec
+    own = {}
+    for deployment in components:
+        runtime, spec_uri = deployment["ray_actor_options"]["runtime_env"]["py_modules"]
+        assert runtime == bundle.application["runtime_env"]["py_modules"][0]
+        assert len(by_uri[spec_uri].data) <= 64 * 1024
+        own[deployment["name"]] = spec_uri
+    assert len(set(own.values())) == len(components)
+    with zipfile.ZipFile(io.BytesIO(by_uri[own["loud.main"]].data)) as archive:
+        assert not set(archive.namelist()) & set(names)
+        spec = component_from_json(json.loads(archive.read(f"{SPEC_PACKAGE}/{COMPONENT_FILE}")))
     assert spec == next(c for c in plan.components() if c.key == "loud/main")
+    assert len(bundle.packages) == len(components) + 3  # + project, runtime, gateway
 
 
 def test_changing_one_component_changes_only_its_deployment(tmp_path):
@@ -283,6 +296,32 @@ def test_the_runtime_package_is_importable_on_its_own(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
+def test_a_task_job_runs_from_the_packages_laid_out_as_ray_lays_them_out(tmp_path):
+    """Ray unzips the working_dir into the job's cwd and each py_modules zip into a folder on
+    PYTHONPATH; the job's entrypoint then finds its spec in its own small package."""
+    from peach_cli.deploy.jobs import task_job
+
+    plan = plan_of(PROJECTS / "tasks")
+    job = task_job(plan, plan.tasks["record"], '{"value": 3}', secrets={})
+    runtime_env = job.body["runtime_env"]
+    by_uri = {p.uri: p for p in job.packages}
+    folders = []
+    for index, uri in enumerate([runtime_env["working_dir"], *runtime_env["py_modules"]]):
+        folder = tmp_path / f"unpacked{index}"
+        folder.mkdir()  # as Ray does, even for an empty zip (this project has no other file)
+        with zipfile.ZipFile(io.BytesIO(by_uri[uri].data)) as archive:
+            archive.extractall(folder)
+        folders.append(str(folder))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(folders), **runtime_env["env_vars"])
+    result = subprocess.run(
+        job.body["entrypoint"], shell=True, env=env, capture_output=True, text=True,
+        cwd=folders[0], timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert 'recorded {"value": 3}' in result.stdout
+    assert "task record returned in" in result.stdout
+
+
 # -- the Serve config -----------------------------------------------------------------------
 
 
@@ -310,8 +349,9 @@ def test_component_deployments_carry_replicas_cpus_memory():
     assert hello["ray_actor_options"]["memory"] == 64 * 1024 * 1024
     assert "memory" not in deployments["count.main"]["ray_actor_options"]
     # no dependencies: nothing to install, so the deploy needs no network
+    assert set(deployments.pop(GATEWAY)["ray_actor_options"]["runtime_env"]) == {"working_dir"}
     for deployment in deployments.values():
-        assert set(deployment["ray_actor_options"]["runtime_env"]) == {"working_dir"}
+        assert set(deployment["ray_actor_options"]["runtime_env"]) == {"working_dir", "py_modules"}
     # Serve's request_timeout_s is never set: the gateway enforces timeout_s itself
     assert "request_timeout_s" not in json.dumps(build_bundle(plan).config)
 
@@ -552,16 +592,16 @@ def test_the_first_replica_start_failure_is_found_with_the_users_error_only():
 
 
 def test_a_redeploy_does_not_stop_at_the_failure_of_the_version_it_replaces():
-    def failing(status: str, working_dir: str):
+    def failing(status: str, spec: str):
+        # the project package is the same: the component's own spec package changed
+        runtime_env = {"working_dir": "gcs://_ray_pkg_1.zip", "py_modules": ["gcs://r.zip", spec]}
         raw = app_details(
             {
                 "broken.main": {
                     "status": status,
                     "message": RAY_FAILURE,
                     "replicas": [{"replica_id": "a", "state": "STARTING"}],
-                    "deployment_config": {
-                        "ray_actor_options": {"runtime_env": {"working_dir": working_dir}}
-                    },
+                    "deployment_config": {"ray_actor_options": {"runtime_env": runtime_env}},
                 }
             }
         )
@@ -569,7 +609,7 @@ def test_a_redeploy_does_not_stop_at_the_failure_of_the_version_it_replaces():
 
     replaced = starting_errors(failing("UPDATING", "gcs://old.zip"))
     assert "no weights" in replaced["broken.main"]
-    code = {"broken.main": "gcs://new.zip"}
+    code = {"broken.main": "gcs://_ray_pkg_1.zip gcs://r.zip gcs://new.zip"}
     # Serve has not picked up the new code yet, or an old replica's failure is still shown
     assert startup_failure(failing("DEPLOY_FAILED", "gcs://old.zip"), code, replaced) is None
     assert startup_failure(failing("UPDATING", "gcs://new.zip"), code, replaced) is None

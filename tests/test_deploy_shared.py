@@ -4,8 +4,10 @@ gateway's `/_peach/health`, a redeploy under load, and the dashboard token."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -64,9 +66,29 @@ def with_private_files(project: Path) -> None:
     (project / "sub" / ".gitignore").write_text("*.tmp\n")
     (project / "sub" / "scratch.tmp").write_text("")
     (project / "sub" / "notes.txt").write_text("uploaded\n")
+    # a data file every component reads: incompressible, so it weighs what it says
+    (project / "model.bin").write_bytes(random.Random(28).randbytes(DATA_BYTES))
 
 
-UPLOADED = ["helpers.py", "keep.log", "sub/notes.txt"]
+DATA_BYTES = 1024 * 1024
+UPLOADED = ["helpers.py", "keep.log", "model.bin", "sub/notes.txt"]
+
+
+def digests(project: Path) -> dict[str, str]:
+    return {name: hashlib.sha256((project / name).read_bytes()).hexdigest() for name in UPLOADED}
+
+
+def replicas_answering(url: str, count: int) -> dict[str, object]:
+    """Replica → its answer at ``url``, once ``count`` different replicas have answered."""
+    answers: dict[str, object] = {}
+
+    def ask() -> dict[str, object] | None:
+        response = httpx.get(url, timeout=10)
+        assert response.status_code == 200, response.text
+        answers[response.headers["x-peach-replica"]] = response.json()["result"]
+        return answers if len(answers) >= count else None
+
+    return poll(ask, f"{count} replicas never answered {url}", interval_s=0.05)
 
 
 def nodes(head: RayHead) -> tuple[str, set[str]]:
@@ -110,15 +132,35 @@ def test_projects_share_the_cluster_under_their_own_prefixes(cluster, tmp_path):
     assert json.loads(dry.stdout)["applications"][0]["route_prefix"] == "/deploy-shared"
     listed = re.findall(r"^  (\S+)  \d", dry.stderr, re.MULTILINE)
     assert listed == UPLOADED, dry.stderr
-    assert re.search(r"3 files, [\d.]+ B", dry.stderr)
+    assert re.search(r"4 files, [\d.]+ MiB in the project package", dry.stderr)
+    # one project package and a small one per component, not the data once per component
+    packages = re.findall(r"^  - (\S+)  ", dry.stderr, re.MULTILINE)
+    assert len(packages) == 4 + 3 and sum(p.startswith("_ray_pkg_") for p in packages) == 1
+    total = re.search(r"^([\d.]+) MiB in 7 packages sent by a deploy", dry.stderr, re.M)
+    assert total and float(total.group(1)) < DATA_BYTES / 2**20 + 0.2, dry.stderr
 
     result = peach("deploy", str(shared), *address, "--route-prefix", "/deploy-shared")
     assert result.returncode == 0, result.stderr
     assert f"/talk  {serve}/deploy-shared/talk" in result.stdout
     assert f"--url {serve}/deploy-shared" in result.stderr
-    # the replicas got exactly the files the listing promised, on the worker node
-    files = httpx.get(f"{serve}/deploy-shared/files", timeout=10).json()["result"]
-    assert files == UPLOADED
+    # the data once (peach's runtime may be there already, from the other project)
+    assert re.search(r"code: [67] packages uploaded \(1\.\d MiB\)", result.stderr), result.stderr
+    # the replicas got exactly the files the listing promised, on the worker node: every
+    # replica of every component the same files, from the one project package
+    expected = digests(shared)
+    assert httpx.get(f"{serve}/deploy-shared/files", timeout=10).json()["result"] == expected
+    again = replicas_answering(f"{serve}/deploy-shared/files_again", 2)
+    assert list(again.values()) == [expected, expected]
+    details = httpx.get(f"{cluster.dashboard_url}/api/serve/applications/", timeout=10).json()
+    components = {
+        name: deployment["deployment_config"]["ray_actor_options"]["runtime_env"]
+        for name, deployment in details["applications"]["deploy-shared"]["deployments"].items()
+        if name != "gateway"
+    }
+    assert len(components) == 4
+    (working_dir,) = {env["working_dir"] for env in components.values()}
+    assert working_dir.startswith("gcs://_ray_pkg_")
+    assert len({env["py_modules"][-1] for env in components.values()}) == 4  # their specs
     head_id, placed = nodes(cluster)
     assert placed and head_id not in placed
 
@@ -154,7 +196,7 @@ def test_projects_share_the_cluster_under_their_own_prefixes(cluster, tmp_path):
     assert talk.json()["result"] == {"echo": "still"}
     routes = httpx.get(f"{serve}/deploy-shared/_peach/routes", timeout=10).json()
     assert routes["codops"] == "deploy-shared"
-    assert [e["url"] for e in routes["endpoints"]] == ["/drift", "/files", "/talk"]
+    assert [e["url"] for e in routes["endpoints"]] == ["/drift", "/files", "/files_again", "/talk"]
 
 
 def log_lines(head: RayHead, *args: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -102,7 +103,7 @@ def test_a_deeper_gitignore_can_re_include_what_a_parent_ignores(tmp_path):
     assert selected(tmp_path) == ["lookup/codes.csv"]
 
 
-def test_component_zips_hold_only_the_selected_files(tmp_path):
+def test_the_project_package_holds_only_the_selected_files(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(BASIC, project)
     write(project, {".env": "DB_PASSWORD=hunter2", ".gitignore": "data/\n", "data/x.csv": ""})
@@ -110,12 +111,17 @@ def test_component_zips_hold_only_the_selected_files(tmp_path):
     plan, diagnostics = build_plan(project)
     assert plan is not None, diagnostics
     bundle = build_bundle(plan)
-    components = [p for p in bundle.packages if p.name.startswith("peach_component_")]
-    assert len(components) == 2  # hello.main and count.main
-    for package in components:
+    (project,) = [p for p in bundle.packages if p.kind == "project"]
+    with zipfile.ZipFile(io.BytesIO(project.data)) as archive:
+        assert archive.namelist() == ["helpers.py"]
+    components = [p for p in bundle.packages if p.kind == "component"]
+    assert sorted(p.about for p in components) == [
+        "the spec of count.main",
+        "the spec of hello.main",
+    ]
+    for package in components:  # their specs only
         with zipfile.ZipFile(io.BytesIO(package.data)) as archive:
-            names = sorted(n for n in archive.namelist() if not n.startswith(".peach/"))
-        assert names == ["helpers.py"]
+            assert all(n.startswith("_peach_spec/") for n in archive.namelist())
 
 
 def test_a_project_over_rays_limit_fails_naming_the_largest_files(tmp_path):
@@ -153,8 +159,15 @@ def test_dry_run_lists_the_files_and_their_size_and_keeps_stdout_the_config(tmp_
     result = run_peach("deploy", str(project), "--dry-run", "--route-prefix", "/team")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["applications"][0]["route_prefix"] == "/team"
-    assert "2 files, 14 B uploaded with each component" in result.stderr
+    assert "2 files, 14 B in the project package, uploaded once and shared" in result.stderr
     assert "  data/table.csv  8 B" in result.stderr and "  helpers.py  6 B" in result.stderr
+    # every package a deploy sends, and their total: one project package, one spec each
+    listed = re.findall(r"^  - (\S+)  ([\d.]+ K?i?B), (.*)$", result.stderr, re.MULTILINE)
+    kinds = [name.split("_")[1] if name.startswith("peach_") else "project" for name, *_ in listed]
+    assert sorted(kinds) == ["component", "component", "gateway", "project", "runtime"]
+    assert "uploaded with each" not in result.stderr
+    (total,) = re.findall(r"^([\d.]+ K?i?B) in 5 packages sent by a deploy", result.stderr, re.M)
+    assert total.endswith("KiB")
     assert ".env" not in result.stderr.replace("dot-files", "")
 
 
@@ -163,8 +176,8 @@ def test_a_dry_run_with_no_other_file_says_so_without_a_dangling_colon(tmp_path)
     shutil.copytree(BASIC, project)
     result = run_peach("deploy", str(project), "--dry-run")
     assert result.returncode == 0, result.stderr
-    (line,) = [line for line in result.stderr.splitlines() if "uploaded with each" in line]
-    assert line.startswith("no other file, 0 B uploaded with each component")
+    (line,) = [line for line in result.stderr.splitlines() if "project package" in line]
+    assert line.startswith("no other file, 0 B in the project package")
     assert not line.endswith(":")
     assert "file(s)" not in result.stderr
 

@@ -62,7 +62,9 @@ def test_a_ray_job_run_streams_its_logs_and_exits_0(head: RayHead, project: Path
     assert f"task record Ray job {submitted.group(1)} ok in" in result.stderr
     status = httpx.get(f"{head.dashboard_url}/api/jobs/{submitted.group(1)}", timeout=10).json()
     assert status["status"] == "SUCCEEDED"
-    assert status["runtime_env"]["working_dir"].startswith("gcs://peach_task_")
+    # the project package every component and task shares, and the task's own spec
+    assert status["runtime_env"]["working_dir"].startswith("gcs://_ray_pkg_")
+    assert status["runtime_env"]["py_modules"][-1].startswith("gcs://peach_task_")
 
 
 def test_a_failing_ray_job_exits_1_with_the_notebook_traceback(
@@ -127,6 +129,10 @@ def test_a_trigger_in_a_deployed_replica_runs_the_task_on_the_cluster(
     logs = httpx.get(f"{head.dashboard_url}/api/jobs/{run_id}/logs", timeout=10).json()["logs"]
     assert status["status"] == "SUCCEEDED", logs
     assert 'recorded {"value": 5}' in logs
+    deployed = httpx.get(f"{head.dashboard_url}/api/serve/applications/", timeout=10).json()
+    kick = deployed["applications"]["tasks"]["deployments"]["kick.main"]
+    shared = kick["deployment_config"]["ray_actor_options"]["runtime_env"]["working_dir"]
+    assert status["runtime_env"]["working_dir"] == shared  # the one project package
 
 
 def test_ctrl_c_stops_the_ray_job_and_exits_130(head: RayHead, project: Path) -> None:

@@ -56,19 +56,20 @@ def run_deploy(
     # --dry-run: stdout holds the config, so warnings go to stderr, one line each
     plan = load_plan(project, doing="deploying", warnings="lines" if dry_run else "show")
     if dry_run:
-        from peach_cli.deploy.deployer import Reporter, dry_run_config, upload_selection
+        from peach_cli.deploy.deployer import Reporter, dry_run_bundle, upload_selection
         from peach_cli.views.deploy import print_config, print_uploads, warn
 
-        print_uploads(upload_selection(plan))
+        selection = upload_selection(plan)
         _warn_missing_secrets(plan)
-        config = dry_run_config(
+        bundle = dry_run_bundle(
             plan,
             http_host=http_host,
             http_port=http_port,
             route_prefix=route_prefix,
             reporter=Reporter(warn=warn),
         )
-        print_config(config, output_format)
+        print_uploads(selection, bundle.packages)
+        print_config(bundle.config, output_format)
         return 0
     from peach_cli.deploy.deployer import deploy
     from peach_cli.views.deploy import ProgressView, print_deployed

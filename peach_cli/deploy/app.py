@@ -16,7 +16,9 @@
   to start is answered with 503 and the user's init error, as under `peach dev` — and so
   is a call already waiting for a replica of it when that is found.
 
-Each deployment reads what it runs from the ``.peach/`` folder of its own working_dir.
+A component reads what it runs from its own spec package (``_peach_spec`` in its
+``py_modules``; its working_dir, the cwd, is the project package every component shares);
+the gateway reads its routes from the ``.peach/`` folder of its own working_dir.
 The application may serve under a route prefix (Serve's ``root_path``): the gateway routes
 the path below it. It also answers ``GET /_peach/routes`` and ``GET /_peach/health`` as
 ``peach dev`` does, the latter from what each replica reports (``reports``).
@@ -39,7 +41,7 @@ from starlette.responses import Response, StreamingResponse
 
 from peach_cli.deploy import INIT_FAILED_MARKER, reports
 from peach_cli.deploy.config import component_from_json, endpoints_from_json
-from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE, TASKS_FILE
+from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE, TASKS_FILE, spec_file
 from peach_cli.deploy.progress import still_failing_to_start
 from peach_cli.runtime import contract
 from peach_cli.runtime.plan import EndpointSpec, url_key
@@ -72,7 +74,8 @@ def _use_ray_tasks() -> None:
     from peach_cli.runtime.triggers import install_task_helpers, use_ray_jobs
 
     install_task_helpers()
-    if Path(TASKS_FILE).is_file():
+    tasks = spec_file(TASKS_FILE)
+    if tasks is not None:
         dashboard = None
         try:  # where the cluster's dashboard says it listens (the GCS knows)
             from ray._private.services import get_webui_url_from_internal_kv
@@ -81,7 +84,7 @@ def _use_ray_tasks() -> None:
         except Exception:  # noqa: BLE001 - the default dashboard address then
             pass
         dashboard = dashboard or "127.0.0.1:8265"
-        use_ray_jobs(TASKS_FILE, dashboard)
+        use_ray_jobs(str(tasks), dashboard)
 
 
 def _replica_place() -> tuple[str, str, str] | None:
@@ -98,7 +101,10 @@ class ServeComponent:
     """One replica of one component: a ``ComponentRunner`` behind a handle."""
 
     async def __init__(self) -> None:  # type: ignore[misc]  # Serve awaits it
-        spec = component_from_json(json.loads(Path(COMPONENT_FILE).read_text()))
+        found = spec_file(COMPONENT_FILE)
+        if found is None:
+            raise PeachInitFailed("this replica has no component spec (its py_modules lack it)")
+        spec = component_from_json(json.loads(found.read_text()))
         _use_ray_tasks()
         self.runner = contract.ComponentRunner(
             spec, Path.cwd(), replica_id=f"{spec.key}#{_replica_suffix()}"

@@ -3,8 +3,9 @@
 The application's ``import_path`` is the builder in ``peach_cli.deploy.app``; its ``args``
 name the deployments only, so the application's code version (a hash of import path,
 runtime_env and args) changes only when endpoints or components are added or removed.
-Everything a deployment runs travels in its own ``working_dir`` zip, named by content
-hash: change one notebook cell and only the components built from it get new replicas.
+Every component's ``working_dir`` is the one project package; what it runs travels in its
+own small spec package (``py_modules``), named by content hash: change one notebook cell
+and only the components built from it get new replicas (see ``packaging``).
 
 Nothing here imports Ray, except ``validate_config`` (Ray's own schema, when Ray is installed).
 """
@@ -26,7 +27,9 @@ from peach_cli.deploy.packaging import (
     json_bytes,
     package,
     project_files,
+    project_package,
     runtime_package,
+    spec_package,
 )
 from peach_cli.deploy.variables import component_env_vars
 from peach_cli.errors import DeployError, UsageError
@@ -83,12 +86,21 @@ class Bundle:
         return self.config["applications"][0]
 
     @property
-    def working_dirs(self) -> dict[str, str]:
-        """Deployment name → the ``gcs://`` working_dir of its code."""
+    def codes(self) -> dict[str, str]:
+        """Deployment name → the code it runs (``progress.code_of`` its runtime_env, over
+        the application's as Serve merges them: the deployment's fields win)."""
+        from peach_cli.deploy.progress import code_of
+
+        inherited = self.application.get("runtime_env") or {}
         return {
-            d["name"]: d["ray_actor_options"]["runtime_env"]["working_dir"]
+            d["name"]: code_of({**inherited, **d["ray_actor_options"]["runtime_env"]})
             for d in self.application["deployments"]
         }
+
+    @property
+    def upload_bytes(self) -> int:
+        """What a deploy sends to a cluster that has none of the packages."""
+        return sum(len(p.data) for p in self.packages)
 
 
 # -- plan <-> JSON (the replica side rebuilds the specs from its zip) -------------------
@@ -184,9 +196,11 @@ def build_bundle(
     from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
 
     runtime = runtime_package()
-    files = project_files(plan.root, excluded=plan.watched_files)
-    gateway_package = package("gateway", [(GATEWAY_FILE, json_bytes(gateway_to_json(plan)))])
-    packages = {runtime.name: runtime, gateway_package.name: gateway_package}
+    project = project_package(project_files(plan.root, excluded=plan.watched_files))
+    gateway_package = package(
+        "gateway", [(GATEWAY_FILE, json_bytes(gateway_to_json(plan)))], "the gateway's routes"
+    )
+    packages = {p.name: p for p in (project, runtime, gateway_package)}
     deployments: list[dict[str, Any]] = [
         {
             "name": GATEWAY,
@@ -201,21 +215,24 @@ def build_bundle(
             },
         }
     ]
-    tasks: list[tuple[str, bytes]] = []
+    tasks: dict[str, bytes] = {}
     if plan.tasks:  # trigger_task_with_event in a replica submits them as Ray jobs
         from peach_cli.deploy.jobs import tasks_file
 
-        listing, task_packages = tasks_file(plan, files)
-        tasks = [(TASKS_FILE, listing)]
+        listing, task_packages = tasks_file(plan, project)
+        tasks = {TASKS_FILE: listing}
         packages.update((item.name, item) for item in task_packages)
     for spec in sorted(plan.components(), key=deployment_name):
-        component_package = package(
+        name = deployment_name(spec)
+        own = spec_package(
             "component",
-            [*files, *tasks, (COMPONENT_FILE, json_bytes(component_to_json(spec)))],
+            {**tasks, COMPONENT_FILE: json_bytes(component_to_json(spec))},
+            f"the spec of {name}",
         )
-        packages[component_package.name] = component_package
+        packages[own.name] = own
         runtime_env: dict[str, Any] = {
-            "working_dir": component_package.uri,
+            "working_dir": project.uri,  # the same for every component: uploaded once
+            "py_modules": [runtime.uri, own.uri],  # replaces the application's
             **requirements_runtime_env(spec.dependencies),  # base + its py_env's own
         }
         env_vars = component_env_vars(spec, secrets)
@@ -227,7 +244,7 @@ def build_bundle(
         actor_options["runtime_env"] = runtime_env
         deployments.append(
             {
-                "name": deployment_name(spec),
+                "name": name,
                 "num_replicas": spec.replicas,
                 "max_ongoing_requests": COMPONENT_MAX_ONGOING,
                 "ray_actor_options": actor_options,

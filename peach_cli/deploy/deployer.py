@@ -1,7 +1,8 @@
 """The steps of `peach deploy`, `peach status` and `peach delete` against a dashboard.
 
 ``deploy``: build the bundle → connect → check resources → upload the zips the cluster
-lacks → PUT our application alongside the cluster's other ones → poll until every replica
+lacks (one project package whatever the component count, a small spec package per
+component: see ``packaging``) → PUT our application alongside the cluster's other ones → poll until every replica
 runs (or the first replica start failure, or the timeout). Progress goes to a ``Reporter``;
 failures are raised (``DeployError`` and subclasses); nothing here prints.
 
@@ -48,7 +49,7 @@ from peach_cli.deploy.resources import (
 from peach_cli.deploy.variables import deployed_secrets
 from peach_cli.errors import DeployError
 from peach_cli.runtime.plan import ProjectPlan
-from peach_cli.wording import count
+from peach_cli.wording import count, human_size
 
 if TYPE_CHECKING:
     from peach_cli.deploy.uploads import Selection
@@ -91,18 +92,20 @@ class DeployResult:
     elapsed_s: float
     uploaded: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
+    uploaded_bytes: int = 0
 
 
-def dry_run_config(
+def dry_run_bundle(
     plan: ProjectPlan,
     *,
     http_host: str | None = None,
     http_port: int | None = None,
     route_prefix: str = ROUTE_PREFIX,
     reporter: Reporter | None = None,
-) -> dict[str, Any]:
+) -> Bundle:
     """The exact Serve config a deploy of ``plan`` would send (checked by Ray's schema
-    when Ray is installed here; ``reporter`` is warned when it is not)."""
+    when Ray is installed here; ``reporter`` is warned when it is not) and the packages it
+    would upload to a cluster that has none of them (``Bundle.upload_bytes``)."""
     bundle = build_bundle(
         plan,
         http_host=http_host or DEFAULT_HTTP_HOST,
@@ -111,11 +114,11 @@ def dry_run_config(
     )
     if not validate_config(bundle.config) and reporter is not None:
         reporter.warn(SCHEMA_SKIPPED)
-    return bundle.config
+    return bundle
 
 
 def upload_selection(plan: ProjectPlan) -> Selection:
-    """The project files a deploy of ``plan`` uploads with each component."""
+    """The project files a deploy of ``plan`` uploads, once, in the project package."""
     from peach_cli.deploy.uploads import select_files
 
     return select_files(plan.root, plan.watched_files)
@@ -170,9 +173,10 @@ def deploy(
         validate_config(config)
         _check_resources(dashboard, bundle, details, reporter)
         uploaded, reused = _upload(dashboard, bundle)
+        sent = sum(len(p.data) for p in bundle.packages if p.name in uploaded)
         reporter.note(
-            f"code: {count(len(uploaded), 'package')} uploaded, {len(reused)} already on the "
-            "cluster"
+            f"code: {count(len(uploaded), 'package')} uploaded ({human_size(sent)}), "
+            f"{len(reused)} already on the cluster"
         )
         current = (details.get("applications") or {}).get(bundle.app_name)
         replaced = starting_errors(read_application(bundle.app_name, current)) if current else {}
@@ -185,7 +189,7 @@ def deploy(
             reporter=reporter,
             started=started,
             poll_interval_s=poll_interval_s,
-            code=bundle.working_dirs,
+            code=bundle.codes,
             replaced=replaced,
         )
         url = http_url(config, "" if route_prefix == ROUTE_PREFIX else route_prefix)
@@ -196,6 +200,7 @@ def deploy(
         elapsed_s=time.monotonic() - started,
         uploaded=uploaded,
         reused=reused,
+        uploaded_bytes=sent,
     )
 
 

@@ -1,10 +1,11 @@
 """A task on a Ray cluster: one Ray job, through the dashboard's Jobs REST API.
 
-The job runs the same code ``peach deploy`` uploads for a component: the project's files in
-a content-hashed ``working_dir`` zip (with the task's spec as ``.peach/task.json``), peach's
-runtime in ``py_modules``, the py_env's requirements (``base`` + its own) installed by the
-cluster; its entrypoint is ``python -m peach_cli.runtime.task .peach/task.json``, the payload
-in ``PEACH_TASK_PAYLOAD``::
+The job runs the same code ``peach deploy`` uploads for a component: the project package as
+its ``working_dir`` (the one every component of the project shares), peach's runtime and the
+task's own small spec package in ``py_modules``, the py_env's requirements (``base`` + its
+own) installed by the cluster; its entrypoint is ``python -m _peach_spec`` (the spec
+package's ``__main__``, which runs ``peach_cli.runtime.task`` on its ``task.json``), the
+payload in ``PEACH_TASK_PAYLOAD``::
 
     POST /api/jobs/                      submit (a submission id of ours)
     GET  /api/jobs/<id>                  status: PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED
@@ -27,11 +28,14 @@ from typing import Any
 
 from peach_cli.deploy.dashboard import DashboardClient, resolve_address
 from peach_cli.deploy.packaging import (
+    TASK_ENTRYPOINT,
+    TASK_FILE,
     Package,
     json_bytes,
-    package,
     project_files,
+    project_package,
     runtime_package,
+    spec_package,
 )
 from peach_cli.deploy.variables import component_env_vars
 from peach_cli.errors import DeployError
@@ -39,8 +43,7 @@ from peach_cli.runtime.plan import ProjectPlan, TaskSpec
 from peach_cli.runtime.triggers import PAYLOAD_ENV
 from peach_cli.wording import count
 
-TASK_FILE = ".peach/task.json"
-ENTRYPOINT = f"python -m peach_cli.runtime.task {TASK_FILE}"
+ENTRYPOINT = TASK_ENTRYPOINT
 JOBS_PATH = "/api/jobs/"
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 POLL_INTERVAL_S = 0.5
@@ -55,19 +58,20 @@ class TaskJob:
     packages: tuple[Package, ...]
 
 
-def job_template(
-    plan: ProjectPlan, spec: TaskSpec, files: list[tuple[str, bytes]] | None = None
-) -> TaskJob:
-    """The job request for any run of ``spec``: no submission id, no payload yet."""
+def job_template(plan: ProjectPlan, spec: TaskSpec, project: Package | None = None) -> TaskJob:
+    """The job request for any run of ``spec``: no submission id, no payload yet.
+    ``project``: the project package (default: built from the project's files)."""
     from peach_cli.deploy.requirements import requirements_runtime_env
 
     runtime = runtime_package()
-    if files is None:
-        files = project_files(plan.root, excluded=plan.watched_files)
-    code = package("task", [*files, (TASK_FILE, json_bytes(dataclasses.asdict(spec)))])
+    if project is None:
+        project = project_package(project_files(plan.root, excluded=plan.watched_files))
+    own = spec_package(
+        "task", {TASK_FILE: json_bytes(dataclasses.asdict(spec))}, f"the spec of task {spec.name}"
+    )
     runtime_env: dict[str, Any] = {
-        "working_dir": code.uri,
-        "py_modules": [runtime.uri],
+        "working_dir": project.uri,
+        "py_modules": [runtime.uri, own.uri],
         **requirements_runtime_env(spec.dependencies),
     }
     env_vars = component_env_vars(spec, None)
@@ -80,7 +84,7 @@ def job_template(
         "runtime_env": runtime_env,
         "metadata": {"peach_codops": plan.codops, "peach_task": spec.name},
     }
-    return TaskJob(body, (runtime, code))
+    return TaskJob(body, (project, runtime, own))
 
 
 def task_job(
@@ -107,13 +111,13 @@ def task_job(
     return TaskJob(body, template.packages)
 
 
-def tasks_file(plan: ProjectPlan, files: list[tuple[str, bytes]]) -> tuple[bytes, list[Package]]:
-    """``.peach/tasks.json`` for a component's package: every task's job request; and the
-    packages those requests name (uploaded with the deploy)."""
+def tasks_file(plan: ProjectPlan, project: Package) -> tuple[bytes, list[Package]]:
+    """``tasks.json`` for a component's spec package: every task's job request; and the
+    packages those requests name (uploaded with the deploy; ``project`` among them)."""
     templates: dict[str, Any] = {}
     packages: list[Package] = []
     for name, spec in plan.tasks.items():
-        template = job_template(plan, spec, files)
+        template = job_template(plan, spec, project)
         templates[name] = template.body
         packages += template.packages
     listing = {"codops": plan.codops, "names": list(plan.tasks), "tasks": templates}

@@ -1,11 +1,27 @@
 """The code a cluster runs, as zips named by their content hash.
 
-Each deployment gets its own ``working_dir`` zip: the gateway's holds the routing plan, a
-component's holds the project's files (those ``uploads.select_files`` picks: no notebooks,
-conf, dot-files, ignored files, virtualenvs or caches) plus its spec. The tool's own
-package goes in one more zip, for ``py_modules``. Zips are byte-for-byte reproducible (sorted entries, fixed
-timestamps), so an unchanged component keeps the same ``gcs://`` URI, its deployment's
-options do not change, and a redeploy leaves its replicas running.
+A deploy sends:
+
+* **the project package** (``_ray_pkg_<sha1 of the zip>.zip``, named as Ray's own client
+  names a package): the project's files (those ``uploads.select_files`` picks: no notebooks,
+  conf, dot-files, ignored files, virtualenvs or caches). It is the ``working_dir`` of every
+  component deployment and of every task's Ray job, so it is uploaded once whatever the
+  component count, and every replica reads the very same files;
+* **one small spec package per component** (``peach_component_<hash>.zip``) in its
+  ``py_modules``: a ``_peach_spec`` folder holding the component's spec (its extracted
+  notebook code, method, init, options) and, when the project has tasks, their job requests.
+  A task's job gets one too (``peach_task_<hash>.zip``: its spec, and ``__main__.py``, the
+  job's entrypoint). The env's requirements are in the ``runtime_env`` itself (``uv``);
+* the gateway's package (its ``working_dir``: the routing plan) and peach's runtime (the
+  ``py_modules`` of every deployment and job).
+
+What counts as a change for a component is what it runs: its own spec package, the project
+package and its ``runtime_env``. A component whose notebook, spec and env did not change
+keeps an identical deployment config, so Serve leaves its replicas running; a change to a
+project file (a data file, a helper module) restarts every component, since each reads
+those files. Zips are byte-for-byte reproducible (sorted entries, fixed timestamps), so an
+unchanged project has the same names, and a deploy uploads only the packages the cluster
+lacks (``GET /api/packages/gcs/<name>`` first, as Ray's client does): none at all.
 """
 
 from __future__ import annotations
@@ -23,9 +39,14 @@ from peach_cli.errors import DeployError
 
 SPEC_DIR = ".peach"
 GATEWAY_FILE = f"{SPEC_DIR}/gateway.json"
-COMPONENT_FILE = f"{SPEC_DIR}/component.json"
-TASKS_FILE = f"{SPEC_DIR}/tasks.json"
+"""The routing plan, in the gateway's own ``working_dir``."""
+SPEC_PACKAGE = "_peach_spec"
+"""The folder of a deployment's or job's spec package: Ray puts it on ``sys.path``."""
+COMPONENT_FILE = "component.json"
+TASKS_FILE = "tasks.json"
 """The project's tasks as Ray job requests, for ``trigger_task_with_event`` in a replica."""
+TASK_FILE = "task.json"
+RAY_PACKAGE_PREFIX = "_ray_pkg_"
 
 MAX_PACKAGE_BYTES = 500 * 1024 * 1024
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -37,6 +58,10 @@ class Package:
 
     name: str
     data: bytes
+    kind: str = ""
+    """``project``, ``component``, ``task``, ``gateway`` or ``runtime``."""
+    about: str = ""
+    """What it is for, in a few words (``--dry-run`` lists it)."""
 
     @property
     def uri(self) -> str:
@@ -60,8 +85,53 @@ def build_zip(entries: Iterable[tuple[str, bytes]]) -> bytes:
     return buffer.getvalue()
 
 
-def package(kind: str, entries: Iterable[tuple[str, bytes]]) -> Package:
+def package(kind: str, entries: Iterable[tuple[str, bytes]], about: str = "") -> Package:
     """Zip ``entries`` into a package named ``peach_<kind>_<content hash>.zip``."""
+    data = _checked_zip(kind, entries)
+    digest = hashlib.sha256(data).hexdigest()[:20]
+    return Package(f"peach_{kind}_{digest}.zip", data, kind, about)
+
+
+def project_package(files: Iterable[tuple[str, bytes]]) -> Package:
+    """The project's files, named as Ray names a package: ``_ray_pkg_<sha1 of the zip>.zip``."""
+    data = _checked_zip("project", files)
+    name = f"{RAY_PACKAGE_PREFIX}{hashlib.sha1(data).hexdigest()}.zip"
+    return Package(name, data, "project", "the project's files, for every component and task")
+
+
+_SPEC_INIT = b'"""What this deployment or job runs (written by peach deploy)."""\n'
+_TASK_MAIN = (
+    b"from pathlib import Path\n\n"
+    b"from peach_cli.runtime.task import main\n\n"
+    b'main([str(Path(__file__).with_name("task.json"))])\n'
+)
+TASK_ENTRYPOINT = f"python -m {SPEC_PACKAGE}"
+"""A task job's entrypoint: its spec package's ``__main__`` runs ``peach_cli.runtime.task``."""
+
+
+def spec_package(kind: str, files: dict[str, bytes], about: str = "") -> Package:
+    """A small package for ``py_modules``: ``files`` in the ``_peach_spec`` folder (a task's
+    gets the ``__main__`` its job runs)."""
+    entries = {f"{SPEC_PACKAGE}/__init__.py": _SPEC_INIT}
+    if TASK_FILE in files:
+        entries[f"{SPEC_PACKAGE}/__main__.py"] = _TASK_MAIN
+    entries.update((f"{SPEC_PACKAGE}/{name}", data) for name, data in files.items())
+    return package(kind, entries.items(), about)
+
+
+def spec_file(name: str) -> Path | None:
+    """On the cluster: the file ``name`` of this deployment's spec package (None: there is
+    none, or it does not hold ``name``)."""
+    import importlib.util
+
+    found = importlib.util.find_spec(SPEC_PACKAGE)
+    if found is None or not found.origin:
+        return None
+    path = Path(found.origin).with_name(name)
+    return path if path.is_file() else None
+
+
+def _checked_zip(kind: str, entries: Iterable[tuple[str, bytes]]) -> bytes:
     data = build_zip(entries)
     if len(data) > MAX_PACKAGE_BYTES:
         raise DeployError(
@@ -69,8 +139,7 @@ def package(kind: str, entries: Iterable[tuple[str, bytes]]) -> Package:
             f"limit of {MAX_PACKAGE_BYTES // (1024 * 1024)} MiB",
             hint="move large data out of the project folder and load it in init",
         )
-    digest = hashlib.sha256(data).hexdigest()[:20]
-    return Package(f"peach_{kind}_{digest}.zip", data)
+    return data
 
 
 def project_files(root: Path, excluded: Iterable[str] = ()) -> list[tuple[str, bytes]]:
@@ -114,7 +183,7 @@ def runtime_package() -> Package:
     from peach_cli.envs.runtime import SOURCE_ROOT
 
     entries = [(name, (SOURCE_ROOT / name).read_bytes()) for name in runtime_modules()]
-    return package("runtime", entries)
+    return package("runtime", entries, "peach's runtime")
 
 
 def json_bytes(data: Any) -> bytes:

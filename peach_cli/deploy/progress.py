@@ -46,8 +46,8 @@ class DeploymentState:
     message: str
     target: int | None
     replicas: tuple[ServeReplica, ...] = ()
-    working_dir: str | None = None
-    """The code the deployment is at (its ``runtime_env`` working_dir), when reported."""
+    code: str | None = None
+    """The code the deployment is at (``code_of`` its ``runtime_env``), when reported."""
 
     @property
     def running(self) -> int:
@@ -132,7 +132,7 @@ def read_application(name: str, app: dict[str, Any]) -> ApplicationState:
             for replica in deployment.get("replicas") or []
         )
         options = (deployment.get("deployment_config") or {}).get("ray_actor_options") or {}
-        working_dir = (options.get("runtime_env") or {}).get("working_dir")
+        code = code_of(options.get("runtime_env") or {})
         deployments.append(
             DeploymentState(
                 name=deployment_name,
@@ -140,7 +140,7 @@ def read_application(name: str, app: dict[str, Any]) -> ApplicationState:
                 message=strip_ansi(deployment.get("message") or ""),
                 target=target,
                 replicas=replicas,
-                working_dir=working_dir if isinstance(working_dir, str) else None,
+                code=code or None,
             )
         )
     return ApplicationState(
@@ -183,6 +183,17 @@ class StartupFailure:
     error: str
 
 
+def code_of(runtime_env: dict[str, Any]) -> str:
+    """What identifies a deployment's code: its ``working_dir`` (the project package, the
+    same for every component) and its ``py_modules`` (its own spec package among them).
+
+    >>> code_of({"working_dir": "gcs://p.zip", "py_modules": ["gcs://r.zip", "gcs://s.zip"]})
+    'gcs://p.zip gcs://r.zip gcs://s.zip'
+    """
+    parts = [runtime_env.get("working_dir"), *(runtime_env.get("py_modules") or ())]
+    return " ".join(part for part in parts if isinstance(part, str))
+
+
 def startup_failure(
     app: ApplicationState,
     code: dict[str, str] | None = None,
@@ -191,14 +202,14 @@ def startup_failure(
     """The first deployment reporting a replica start failure (or the app failing).
 
     A redeploy must not stop at a failure of the version it replaces, which Serve keeps
-    reporting for a moment: ``code`` maps deployment names to the working_dir just
+    reporting for a moment: ``code`` maps deployment names to the code just
     deployed (a deployment still at other code is skipped), and ``replaced`` to the errors
     the old version failed with (``starting_errors`` before the deploy) — one of those
     counts only once Serve gives the new version up (``DEPLOY_FAILED``).
     """
     for deployment in app.deployments:
         wanted = (code or {}).get(deployment.name)
-        if wanted and deployment.working_dir and deployment.working_dir != wanted:
+        if wanted and deployment.code and deployment.code != wanted:
             continue
         failed = deployment.status == "DEPLOY_FAILED"
         if is_start_failure(deployment.status, deployment.message):

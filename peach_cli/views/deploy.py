@@ -6,6 +6,7 @@ otherwise); what a script reads — the Serve config, the endpoint URLs, log lin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.views import console
@@ -14,6 +15,7 @@ from peach_cli.wording import count, human_size
 if TYPE_CHECKING:
     from peach_cli.deploy.deployer import DeployResult
     from peach_cli.deploy.logs import LogLine
+    from peach_cli.deploy.packaging import Package
     from peach_cli.deploy.progress import ApplicationState
     from peach_cli.deploy.uploads import Selection
     from peach_cli.runtime.plan import ProjectPlan
@@ -39,8 +41,9 @@ def print_deployed(plan: ProjectPlan, result: DeployResult) -> None:
         )
 
 
-def print_uploads(selection: Selection) -> None:
-    """The files a deploy uploads with each component, on stderr (stdout holds the config)."""
+def print_uploads(selection: Selection, packages: Sequence[Package]) -> None:
+    """``--dry-run``, on stderr (stdout holds the config): the project's files, which go once
+    in the project package, then every package a deploy sends and their total."""
     from rich.markup import escape
 
     err = console.stderr()
@@ -48,24 +51,33 @@ def print_uploads(selection: Selection) -> None:
     left_out = (
         "notebooks, conf, dot-files, .gitignore/.rayignore matches, virtualenvs and caches left out"
     )
+    shared = "in the project package, uploaded once and shared by every component and task"
     if not selection.files:  # nothing to list after a colon
         err.print(
-            f"[bold]no other file, 0 B[/] uploaded with each component ({left_out}): the "
-            "extracted code and peach's runtime are all it needs",
+            f"[bold]no other file, 0 B[/] {shared} ({left_out}): the extracted code and "
+            "peach's runtime are all it needs",
             soft_wrap=True,
         )
-        return
-    err.print(
-        f"[bold]{files}, {human_size(selection.total_bytes)}[/] uploaded with each "
-        f"component ({left_out}):",
-        soft_wrap=True,
-    )
+    else:
+        err.print(
+            f"[bold]{files}, {human_size(selection.total_bytes)}[/] {shared} ({left_out}):",
+            soft_wrap=True,
+        )
     for item in selection.files:
         err.print(f"  {escape(item.path)}  [dim]{human_size(item.size)}[/]", soft_wrap=True)
     if selection.skipped:
         err.print(f"[bold]{len(selection.skipped)} skipped[/] (never uploaded):", soft_wrap=True)
     for path, why in selection.skipped:
         err.print(f"  {escape(path)}  [yellow]skipped: {escape(why)}[/]", soft_wrap=True)
+    total = sum(len(p.data) for p in packages)
+    err.print(
+        f"[bold]{human_size(total)} in {count(len(packages), 'package')}[/] sent by a deploy "
+        "to a cluster that has none of them (those already there are not sent again):",
+        soft_wrap=True,
+    )
+    for sent in packages:
+        size = human_size(len(sent.data))
+        err.print(f"  - {escape(sent.name)}  [dim]{size}, {escape(sent.about)}[/]", soft_wrap=True)
 
 
 def print_config(config: dict[str, Any], output_format: str) -> None:

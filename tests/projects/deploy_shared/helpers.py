@@ -1,1 +1,1 @@
-# a project module, uploaded with each component
+# a project module, in the project package every component shares
