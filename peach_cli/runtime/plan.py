@@ -176,7 +176,7 @@ class TaskSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TaskSpec:
-        """The spec ``dataclasses.asdict`` wrote as JSON (a Ray job's ``.peach/task.json``).
+        """The spec ``dataclasses.asdict`` wrote as JSON (a Ray job's ``task.json``).
 
         >>> spec = TaskSpec("t", "T.ipynb", "def t(): pass", "T.ipynb", "t", line_map=((1, 2, 1),))
         >>> TaskSpec.from_dict(json.loads(json.dumps(asdict(spec)))) == spec

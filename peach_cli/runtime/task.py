@@ -8,7 +8,10 @@ says how it went: ``TaskReturned`` (the JSON of what it returned) or ``TaskFaile
 user's traceback with notebook cells and lines). Locally the task process
 (``peach_cli.runtime.task_worker``) calls it; on Ray it is a job's entrypoint::
 
-    python -m peach_cli.runtime.task .peach/task.json      # payload in PEACH_TASK_PAYLOAD
+    python -m peach_cli.runtime.task TASK_JSON      # payload in PEACH_TASK_PAYLOAD
+
+(``peach deploy``'s jobs run ``python -m _peach_spec``, whose ``__main__`` calls ``main``
+on the ``task.json`` beside it, in the job's spec package).
 
 which prints what the task prints, then its traceback on failure, and exits 0 (returned)
 or 1 (raised). Standard library only: it runs in every user environment.
