@@ -23,7 +23,9 @@ from ray_cluster import RayHead
 from test_deploy_cluster import cluster, plan_of, replica_ids  # noqa: F401 - fixtures
 from waiting import poll as poll_until
 
+from peach_cli.deploy.config import build_bundle
 from peach_cli.deploy.deployer import deploy
+from peach_cli.deploy.progress import read_application
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]  # the first test starts the cluster
 
@@ -161,6 +163,11 @@ def test_projects_share_the_cluster_under_their_own_prefixes(cluster, tmp_path):
     (working_dir,) = {env["working_dir"] for env in components.values()}
     assert working_dir.startswith("gcs://_ray_pkg_")
     assert len({env["py_modules"][-1] for env in components.values()}) == 4  # their specs
+    # what Serve runs is the code the deploy waited for, the gateway's included (a failure
+    # of another version is told apart by it)
+    app = read_application("deploy-shared", details["applications"]["deploy-shared"])
+    bundle = build_bundle(plan_of(shared), route_prefix="/deploy-shared")
+    assert {d.name: d.code for d in app.deployments} == bundle.codes
     head_id, placed = nodes(cluster)
     assert placed and head_id not in placed
 
