@@ -101,10 +101,10 @@ def project_package(files: Iterable[tuple[str, bytes]]) -> Package:
 
 _SPEC_INIT = b'"""What this deployment or job runs (written by peach deploy)."""\n'
 _TASK_MAIN = (
-    b"from pathlib import Path\n\n"
-    b"from peach_cli.runtime.task import main\n\n"
-    b'main([str(Path(__file__).with_name("task.json"))])\n'
-)
+    "from pathlib import Path\n\n"
+    "from peach_cli.runtime.task import main\n\n"
+    f"main([str(Path(__file__).with_name({TASK_FILE!r}))])\n"
+).encode()
 TASK_ENTRYPOINT = f"python -m {SPEC_PACKAGE}"
 """A task job's entrypoint: its spec package's ``__main__`` runs ``peach_cli.runtime.task``."""
 
