@@ -63,7 +63,7 @@ from simulator.events import (
     ReplicaMemory,
     ReplicaState,
 )
-from simulator.spawn import Spawner, WorkerLaunch
+from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
 
 HEALTH_INTERVAL_S = 1.0
 STOP_TIMEOUT_S = 3.0
@@ -206,7 +206,7 @@ class Replica:
         self.rss = 0
         self.method_kind: str | None = None
         self.outstanding = 0
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: WorkerProcess | None = None
         self._channel: MessageChannel | None = None
         self._calls: dict[int, asyncio.Future[CallResult]] = {}
         self._streams: dict[int, asyncio.Queue[StreamEvent]] = {}
@@ -511,7 +511,7 @@ class Replica:
         if self._started is not None and not self._started.done():
             self._started.set_result(None)
 
-    def _on_lost(self, process: asyncio.subprocess.Process, error: Exception | None) -> None:
+    def _on_lost(self, process: WorkerProcess, error: Exception | None) -> None:
         if process is not self._process:
             return
         if isinstance(error, ProtocolError):
@@ -519,7 +519,7 @@ class Replica:
         self._channel = None
         self._background(self._after_exit(process))
 
-    async def _after_exit(self, process: asyncio.subprocess.Process) -> None:
+    async def _after_exit(self, process: WorkerProcess) -> None:
         try:
             returncode: int | None = await asyncio.wait_for(process.wait(), 2.0)
         except TimeoutError:
@@ -577,7 +577,7 @@ class Replica:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _pump_output(self, process: asyncio.subprocess.Process) -> None:
+    async def _pump_output(self, process: WorkerProcess) -> None:
         """Forward what the replica prints (the user's prints, crashes) as log events.
 
         A replica printing without pause must not starve the gateway: long lines are cut
