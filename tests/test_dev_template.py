@@ -18,7 +18,7 @@ import httpx
 import psutil
 import pytest
 from conftest import DevProcess, start_peach_dev
-from projectkit import write_project
+from projectkit import many_endpoints_conf, write_project
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -53,17 +53,6 @@ endpoints:
 SECRETS = {"ALPHA_KEY": "alpha-secret-value", "BETA_KEY": "beta-secret-value"}
 
 
-def many_conf(count: int) -> str:
-    lines = ["codops: many", "endpoints:"]
-    for i in range(count):
-        lines += [
-            f"  e{i}:",
-            f"    url: /e{i}",
-            "    components: {main: {notebook: nb.ipynb, init: load, method: answer, cpus: 0.01}}",
-        ]
-    return "\n".join(lines) + "\n"
-
-
 def replicas(dev: DevProcess) -> list[dict]:
     health = httpx.get(f"{dev.url}/_peach/health", timeout=10).json()
     return [r for c in health["components"] for r in c["replicas"]]
@@ -93,7 +82,11 @@ def all_healthy(dev: DevProcess, old: frozenset[int] | set[int] = frozenset()) -
 
 @pytest.fixture(scope="module")
 def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
-    root = write_project(tmp_path_factory.mktemp("many"), many_conf(MANY), NOTEBOOK)
+    root = write_project(
+        tmp_path_factory.mktemp("many"),
+        many_endpoints_conf(MANY, "{notebook: nb.ipynb, init: load, method: answer, cpus: 0.01}"),
+        NOTEBOOK,
+    )
     dev = start_peach_dev(root, root / "peach-dev.log")
     try:
         yield dev
