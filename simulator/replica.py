@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from peach_cli.procmem import Memory, process_memory
 from peach_cli.runtime.contract import CallResult, ContractError, RequestParams, StreamCut
 from peach_cli.runtime.contract.answers import CALL_DEADLINE
 from peach_cli.runtime.plan import ComponentSpec
@@ -80,10 +81,11 @@ OUTPUT_LINE_BYTES = 4096
 """Longer lines of a replica's output are cut (the size of the rest is shown)."""
 
 
-def resident_memory(pid: int) -> int | None:
-    """The resident set size of process ``pid`` in bytes (psutil: Linux, macOS, Windows)."""
+def resident_memory(pid: int) -> Memory | None:
+    """Process ``pid``'s RSS and PSS in bytes (psutil: Linux, macOS, Windows; PSS is the
+    RSS where the system does not say); None when it is gone."""
     try:
-        return int(psutil.Process(pid).memory_info().rss)
+        return process_memory(psutil.Process(pid))
     except psutil.Error:
         return None
 
@@ -204,6 +206,9 @@ class Replica:
         self.error: str | None = None
         self.pid: int | None = None
         self.rss = 0
+        self.pss = 0
+        """Its memory as last sampled: RSS (what the ``memory`` request is checked against:
+        a replica of its own on the platform) and PSS (shared pages counted once)."""
         self.method_kind: str | None = None
         self.outstanding = 0
         self._process: WorkerProcess | None = None
@@ -605,11 +610,11 @@ class Replica:
         process = self._process
         while process is self._process and process is not None and process.returncode is None:
             info = await self.ping()
-            rss = resident_memory(process.pid) if info is not None else None
-            if rss is not None:
-                self.rss = rss
+            memory = resident_memory(process.pid) if info is not None else None
+            if memory is not None:
+                self.rss, self.pss = memory
                 limit = self.spec.memory
-                self.on_event(ReplicaMemory(self.spec.key, self.id, self.rss, limit))
+                self.on_event(ReplicaMemory(self.spec.key, self.id, self.rss, limit, self.pss))
                 over = limit is not None and self.rss > limit
                 if over and not self._over_limit:
                     assert limit is not None

@@ -123,6 +123,10 @@ def test_forty_endpoints_start_each_replica_its_own_process_with_its_own_init(ma
     assert pids == {r["pid"] for r in found}  # 40 distinct processes, as the health says
     (template,) = templates(many)
     assert {psutil.Process(pid).ppid() for pid in pids} == {template.pid}  # forked from it
+    sampled = poll(lambda: all(r["pss"] > 0 for r in replicas(many)), "PSS for every replica")
+    assert sampled
+    for replica in replicas(many):
+        assert 0 < replica["pss"] <= replica["rss"]  # shared pages counted once
 
 
 def test_a_replica_killed_is_reported_with_its_exit_and_restarted(pair):

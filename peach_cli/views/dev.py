@@ -91,8 +91,11 @@ class ReplicaRow:
     pid: int | None = None
     requests: int = 0
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
-    rss: int | None = None
+    memory: int | None = None
+    """Its PSS (shared pages counted once; its RSS where the system has no PSS)."""
     limit: int | None = None
+    over_limit: bool = False
+    """Its RSS passed ``limit`` (what a replica of its own would hold on the platform)."""
     last_error: str | None = None
 
     @property
@@ -253,7 +256,8 @@ class DevView:
             self._on_request(event)
         elif isinstance(event, ReplicaMemory):
             row = self._row(event.replica, event.component)
-            row.rss, row.limit = event.rss, event.limit
+            row.memory, row.limit = event.pss or event.rss, event.limit
+            row.over_limit = event.limit is not None and event.rss > event.limit
             self._dirty = True
         elif isinstance(event, ReplicaChanged):
             self._on_replica(event)

@@ -32,8 +32,9 @@ class ReplicaRow(Protocol):
     id: str
     state: ReplicaState
     requests: int
-    rss: int | None
+    memory: int | None
     limit: int | None
+    over_limit: bool
     last_error: str | None
 
     @property
@@ -129,10 +130,9 @@ def _component_cell(label: Text, width: int) -> Text:
 
 
 def _memory(row: ReplicaRow) -> Text:
-    if not row.rss:
+    if not row.memory:
         return Text("")
-    over = row.limit is not None and row.rss > row.limit
-    memory = Text(human_size(row.rss), style="bold red" if over else "")
+    memory = Text(human_size(row.memory), style="bold red" if row.over_limit else "")
     if row.limit:
         memory.append(f"/{human_size(row.limit)}", "dim")
     return memory
