@@ -21,10 +21,15 @@ class Memory(NamedTuple):
     """The proportional set size; the RSS where the system does not say (not Linux)."""
 
 
-def process_memory(process: psutil.Process) -> Memory:
-    """``process``'s RSS and PSS in bytes; raises ``psutil.Error`` when it is gone."""
+def process_memory(process: psutil.Process, *, pss: bool = True) -> Memory:
+    """``process``'s RSS and PSS in bytes; raises ``psutil.Error`` when it is gone.
+
+    ``pss=False`` reads the RSS alone (PSS 0): many times cheaper on Linux, where PSS means
+    the kernel walking the process's memory map (0.04 ms against 0.7 ms for peach itself)."""
     import psutil
 
+    if not pss:
+        return Memory(int(process.memory_info().rss), 0)
     try:
         full = process.memory_full_info()
     except (psutil.AccessDenied, AttributeError, NotImplementedError):
