@@ -199,3 +199,19 @@ def test_without_templates_each_replica_is_spawned(tmp_path: Path, monkeypatch):
         assert beta["inits"] == 1 and beta["seen"]["BETA_KEY"] == SECRETS["BETA_KEY"]
     finally:
         dev.stop()
+
+
+def test_neither_template_nor_replicas_outlive_peach_dev_killed(peach_dev, tmp_path: Path):
+    root = write_project(
+        tmp_path / "one",
+        many_endpoints_conf(2, "{notebook: nb.ipynb, method: answer, init: load}"),
+        NOTEBOOK,
+    )
+    dev = peach_dev(root)
+    dev.wait_ready()
+    found = poll(lambda: all_healthy(dev), "healthy replicas")
+    (template,) = templates(dev)
+    left = {template.pid, *(r["pid"] for r in found)}
+    dev.process.kill()  # SIGKILL: peach cannot stop anything itself
+    dev.process.wait()
+    poll(lambda: not any(psutil.pid_exists(pid) for pid in left), "exit of every process", 10)

@@ -94,9 +94,13 @@ def _fork(
     channel, output = fds
     sys.stdout.flush()
     sys.stderr.flush()
+    template = os.getpid()
     pid = os.fork()
     if pid == 0:  # the replica
         try:
+            die_with_parent()
+            if os.getppid() != template:  # the template died before the line above
+                os._exit(0)
             _become_replica(control, channel, output, wake)
         finally:
             os._exit(1)
