@@ -164,9 +164,7 @@ class Template:
         return process, parent_end
 
     def _read(self) -> None:
-        control = self._control
-        assert control is not None
-        while True:
+        while (control := self._control) is not None:  # ``_on_packet`` may close it
             try:
                 packet = control.recv(64)
             except BlockingIOError:

@@ -215,3 +215,20 @@ def test_neither_template_nor_replicas_outlive_peach_dev_killed(peach_dev, tmp_p
     dev.process.kill()  # SIGKILL: peach cannot stop anything itself
     dev.process.wait()
     poll(lambda: not any(psutil.pid_exists(pid) for pid in left), "exit of every process", 10)
+
+
+def test_a_template_that_cannot_start_leaves_the_replicas_to_spawns(tmp_path: Path):
+    import asyncio
+
+    from simulator.spawn import Interpreter, WorkerLaunch
+    from simulator.template import Templates
+
+    async def scenario() -> tuple[object, object]:
+        templates = Templates()
+        launch = WorkerLaunch(tmp_path, Interpreter(python="/bin/false"))  # exits at once
+        first = await templates.fork(launch)
+        again = await templates.fork(launch)
+        await templates.close()
+        return first, again
+
+    assert asyncio.run(scenario()) == (None, None)
