@@ -232,3 +232,31 @@ def test_a_template_that_cannot_start_leaves_the_replicas_to_spawns(tmp_path: Pa
         return first, again
 
     assert asyncio.run(scenario()) == (None, None)
+
+
+def test_the_staged_runtime_is_byte_compiled_even_without_bytecode_writing(tmp_path, monkeypatch):
+    import importlib.util
+    import subprocess
+    import sys
+
+    from peach_cli.envs import runtime
+
+    monkeypatch.setenv("PEACH_ENV_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(runtime, "_staged", {})
+    folder = runtime.stage_runtime()
+    for name in runtime.REPLICA_RUNTIME:
+        assert Path(importlib.util.cache_from_source(str(folder / name))).is_file(), name
+    # a worker that may not write bytecode reads it: no module compiled from its source
+    probe = (
+        "import sys, importlib.machinery as m\n"
+        "compiled = []\n"
+        "original = m.SourceFileLoader.source_to_code\n"
+        "m.SourceFileLoader.source_to_code = lambda self, *a, **k: (compiled.append(self.name), original(self, *a, **k))[1]\n"
+        "import peach_cli.runtime.replica_worker\n"
+        "print([n for n in compiled if n.startswith('peach_cli')])\n"
+    )
+    env = {"PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1", "PATH": os.environ["PATH"]}
+    seen = subprocess.run(
+        [sys.executable, "-P", "-c", probe], env=env, capture_output=True, text=True
+    )
+    assert seen.stdout.strip() == "[]", seen.stdout + seen.stderr
