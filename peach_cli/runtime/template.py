@@ -126,7 +126,7 @@ def _become_replica(
     os.dup2(output, 2)
     os.close(output)
     sys.argv = [replica_worker.__file__, "--fd", str(channel)]
-    replica_worker.main(["--fd", str(channel)])  # pdeathsig, signals, serve; never returns
+    replica_worker.run_replica(channel)  # pdeathsig, signals, serve; never returns
 
 
 def _reap(control: socket.socket | None, children: set[int]) -> None:
