@@ -16,6 +16,8 @@ Three sections, each measured against a baseline in the same run:
 The env is built once, before measuring, in a temporary cache (``PEACH_ENV_CACHE``) unless
 one is set.
 
+Exits 1 when a section misses a target (``gateway.py`` exits 1 on its own targets).
+
     python benchmarks/scale.py                       # every section
     python benchmarks/scale.py --only startup --counts 1,10,40,100 --rounds 1
 """
