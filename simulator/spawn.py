@@ -18,6 +18,9 @@ costs only the user's code and ``init``. A spare is replaced a moment after it i
 
 A spare that is never used exits with the server: its socket closes, and on Linux its
 parent's death kills it.
+
+A session's ``Spawner(templates=Templates())`` forks a replica that no spare waits for from
+its launch's warm template (``simulator.template``, Linux), and spawns it where it cannot.
 """
 
 from __future__ import annotations
