@@ -61,12 +61,14 @@ class ReplicaLog:
 
 @dataclass(frozen=True)
 class ReplicaMemory:
-    """A replica's resident memory, sampled about once a second."""
+    """A replica's resident memory, sampled about once a second: its RSS and its PSS
+    (shared pages counted once: what the view shows)."""
 
     component: str
     replica: str
     rss: int
     limit: int | None
+    pss: int = 0
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,7 @@ class DevGateway:
                         "pid": replica.pid,
                         "outstanding": replica.outstanding,
                         "rss": replica.rss,
+                        "pss": replica.pss,
                         "error": replica.error,
                     }
                 )

@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from peach_cli.procmem import Memory, process_memory
 from peach_cli.runtime.contract import CallResult, ContractError, RequestParams, StreamCut
 from peach_cli.runtime.contract.answers import CALL_DEADLINE
 from peach_cli.runtime.plan import ComponentSpec
@@ -63,9 +64,12 @@ from simulator.events import (
     ReplicaMemory,
     ReplicaState,
 )
-from simulator.spawn import Spawner, WorkerLaunch
+from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
 
 HEALTH_INTERVAL_S = 1.0
+PSS_EVERY = 5
+"""The RSS is sampled every ``HEALTH_INTERVAL_S``, the PSS (costlier: each second, for a
+hundred replicas, it would cost the gateway about 7 % of a core) the first time and every 5th after."""
 STOP_TIMEOUT_S = 3.0
 RESTART_PAUSES_S = (0.0, 0.5, 1.0, 2.0, 5.0)
 """Pause before each successive restart of a replica that keeps dying soon after start."""
@@ -80,10 +84,11 @@ OUTPUT_LINE_BYTES = 4096
 """Longer lines of a replica's output are cut (the size of the rest is shown)."""
 
 
-def resident_memory(pid: int) -> int | None:
-    """The resident set size of process ``pid`` in bytes (psutil: Linux, macOS, Windows)."""
+def resident_memory(pid: int, *, pss: bool = True) -> Memory | None:
+    """Process ``pid``'s RSS and PSS in bytes (psutil: Linux, macOS, Windows; PSS is the
+    RSS where the system does not say; 0 with ``pss=False``); None when it is gone."""
     try:
-        return int(psutil.Process(pid).memory_info().rss)
+        return process_memory(psutil.Process(pid), pss=pss)
     except psutil.Error:
         return None
 
@@ -204,9 +209,12 @@ class Replica:
         self.error: str | None = None
         self.pid: int | None = None
         self.rss = 0
+        self.pss = 0
+        """Its memory as last sampled: RSS (what the ``memory`` request is checked against:
+        a replica of its own on the platform) and PSS (shared pages counted once)."""
         self.method_kind: str | None = None
         self.outstanding = 0
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: WorkerProcess | None = None
         self._channel: MessageChannel | None = None
         self._calls: dict[int, asyncio.Future[CallResult]] = {}
         self._streams: dict[int, asyncio.Queue[StreamEvent]] = {}
@@ -511,7 +519,7 @@ class Replica:
         if self._started is not None and not self._started.done():
             self._started.set_result(None)
 
-    def _on_lost(self, process: asyncio.subprocess.Process, error: Exception | None) -> None:
+    def _on_lost(self, process: WorkerProcess, error: Exception | None) -> None:
         if process is not self._process:
             return
         if isinstance(error, ProtocolError):
@@ -519,7 +527,7 @@ class Replica:
         self._channel = None
         self._background(self._after_exit(process))
 
-    async def _after_exit(self, process: asyncio.subprocess.Process) -> None:
+    async def _after_exit(self, process: WorkerProcess) -> None:
         try:
             returncode: int | None = await asyncio.wait_for(process.wait(), 2.0)
         except TimeoutError:
@@ -577,7 +585,7 @@ class Replica:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _pump_output(self, process: asyncio.subprocess.Process) -> None:
+    async def _pump_output(self, process: WorkerProcess) -> None:
         """Forward what the replica prints (the user's prints, crashes) as log events.
 
         A replica printing without pause must not starve the gateway: long lines are cut
@@ -603,13 +611,16 @@ class Replica:
     async def _monitor(self) -> None:
         """Sample memory about once a second; warn once each time it crosses the limit."""
         process = self._process
+        samples = 0
         while process is self._process and process is not None and process.returncode is None:
             info = await self.ping()
-            rss = resident_memory(process.pid) if info is not None else None
-            if rss is not None:
-                self.rss = rss
+            pss = samples % PSS_EVERY == 0
+            memory = resident_memory(process.pid, pss=pss) if info is not None else None
+            if memory is not None:
+                samples += 1
+                self.rss, self.pss = memory.rss, memory.pss if pss else self.pss
                 limit = self.spec.memory
-                self.on_event(ReplicaMemory(self.spec.key, self.id, self.rss, limit))
+                self.on_event(ReplicaMemory(self.spec.key, self.id, self.rss, limit, self.pss))
                 over = limit is not None and self.rss > limit
                 if over and not self._over_limit:
                     assert limit is not None

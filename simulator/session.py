@@ -37,6 +37,7 @@ from simulator.events import ReplicasStarted, Serving
 from simulator.server import DevServer
 from simulator.spawn import Spawner
 from simulator.tasks.scheduler import DEFAULT_INTERVAL_S, TaskScheduler, TriggerSocket
+from simulator.template import Templates
 
 if TYPE_CHECKING:
     from peach_cli.runtime.plan import ProjectPlan
@@ -100,8 +101,9 @@ class DevSession:
         plan = config.plan
         on_event = skipped_once(on_event)  # "breakpoint() skipped": once per component
         self.on_event = on_event
-        self.spawner = Spawner()
-        """Starts every worker process of the session and keeps its spares."""
+        self.spawner = Spawner(templates=Templates())
+        """Starts every worker process of the session (replicas forked from a warm template
+        per env where it can) and keeps its spares."""
         trigger = TriggerSocket()
         self.debugger: DebugRelay | None = None
         """Relays breakpoints to the terminal (``config.debug``)."""

@@ -18,6 +18,9 @@ costs only the user's code and ``init``. A spare is replaced a moment after it i
 
 A spare that is never used exits with the server: its socket closes, and on Linux its
 parent's death kills it.
+
+A session's ``Spawner(templates=Templates())`` forks a replica that no spare waits for from
+its launch's warm template (``simulator.template``, Linux), and spawns it where it cannot.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Protocol
 
 REFILL_DELAY_S = 0.5
 """How long after a spare is taken its replacement starts (not to slow the new replica)."""
@@ -97,23 +101,61 @@ class WorkerLaunch:
         return env
 
 
-Worker = tuple[asyncio.subprocess.Process, socket.socket]
+class WorkerProcess(Protocol):
+    """What the gateway uses of a worker's process: an ``asyncio.subprocess.Process``, or
+    a replica forked from a template (``simulator.template.ForkedProcess``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    stdout: asyncio.StreamReader | None
+
+    async def wait(self) -> int: ...
+
+    def kill(self) -> None: ...
+
+    def terminate(self) -> None: ...
+
+
+Worker = tuple[WorkerProcess, socket.socket]
 """A started worker: its process and the parent's end of its socket."""
+
+
+class Forker(Protocol):
+    """Starts replicas by forking a warm process (``simulator.template.Templates``)."""
+
+    async def fork(self, launch: WorkerLaunch) -> Worker | None:
+        """A worker of ``launch``, or None: spawn it instead."""
+
+    async def close(self) -> None: ...
+
+
+async def start_process(
+    launch: WorkerLaunch, command: list[str], fd: int, *, output: int | IO[bytes] | None
+) -> asyncio.subprocess.Process:
+    """Start ``command`` as a worker of ``launch`` (its cwd and environment), passing it
+    file descriptor ``fd``; what it prints goes to ``output`` (``subprocess.PIPE``: read
+    it from ``process.stdout``)."""
+    return await asyncio.create_subprocess_exec(
+        *command,
+        pass_fds=(fd,),
+        cwd=str(launch.root),
+        env=launch.environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+    )
 
 
 async def spawn_worker(launch: WorkerLaunch) -> Worker:
     """Start a worker that waits on its socket for what to run; raises OSError."""
     parent_end, child_end = socket.socketpair()
+    fd = child_end.fileno()
     try:
-        process = await asyncio.create_subprocess_exec(
-            *launch.command(child_end.fileno()),
-            pass_fds=(child_end.fileno(),),
-            cwd=str(launch.root),
-            env=launch.environment(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
+        process = await start_process(launch, launch.command(fd), fd, output=subprocess.PIPE)
     except OSError:
         parent_end.close()
         raise
@@ -181,12 +223,17 @@ class SpareWorkers:
         for spare in spares:
             _discard(spare)
         for process, _ in spares:
-            try:
-                await asyncio.wait_for(process.wait(), 3.0)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
+            await wait_or_kill(process, 3.0)
+
+
+async def wait_or_kill(process: WorkerProcess, timeout_s: float) -> int:
+    """Wait for ``process`` to exit, SIGKILL it past ``timeout_s``; its exit code."""
+    try:
+        return await asyncio.wait_for(process.wait(), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        return await process.wait()
 
 
 def _discard(spare: Worker) -> None:
@@ -201,17 +248,26 @@ class Spawner:
     """Starts the worker processes of one session, taking a waiting spare when one is kept.
 
     Spares are kept only for the launches ``keep`` names; ``close`` stops every spare (a
-    session's last step). A ``Spawner()`` that keeps none just starts workers.
+    session's last step). A ``Spawner()`` that keeps none just starts workers. With
+    ``templates`` (``simulator.template.Templates``), a replica no spare waits for is
+    forked from its launch's warm template where it can be, else spawned.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, templates: Forker | None = None) -> None:
         self._kept: dict[WorkerLaunch, SpareWorkers] = {}
+        self.templates = templates
 
     async def worker(self, launch: WorkerLaunch) -> Worker:
         """A waiting spare of ``launch``, else a new worker; raises OSError."""
         spares = self._kept.get(launch)
         spare = spares.take() if spares is not None else None
-        return spare or await spawn_worker(launch)
+        if spare is not None:
+            return spare
+        if self.templates is not None and launch.module == REPLICA_MODULE:
+            forked = await self.templates.fork(launch)
+            if forked is not None:
+                return forked
+        return await spawn_worker(launch)
 
     def keep(self, launch: WorkerLaunch, *, count: int = 1) -> SpareWorkers:
         """Keep spares of ``launch`` from now on (call ``fill`` to start them)."""
@@ -229,10 +285,13 @@ class Spawner:
                 await spares.close()
 
     async def close(self) -> None:
-        """Stop every spare, of every launch."""
+        """Stop every spare, of every launch; templates fork no more (each exits once the
+        replicas it forked have stopped)."""
         while self._kept:
             _, spares = self._kept.popitem()
             await spares.close()
+        if self.templates is not None:
+            await self.templates.close()
 
     def spare_pids(self) -> list[int]:
         """The pids of the waiting spares (for tests)."""
@@ -240,10 +299,13 @@ class Spawner:
 
 
 __all__ = [
+    "Forker",
     "Interpreter",
     "SpareWorkers",
     "Worker",
     "WorkerLaunch",
     "Spawner",
     "spawn_worker",
+    "start_process",
+    "wait_or_kill",
 ]

@@ -67,3 +67,12 @@ def diagnose(path: Path) -> list[Diagnostic]:
         diagnostics += result.diagnostics
         diagnostics += check_case_files(project.root, [e.url for e in result.endpoints.values()])
     return diagnostics
+
+
+def many_endpoints_conf(count: int, component: str, codops: str = "many") -> str:
+    """A peach.yaml of ``count`` endpoints ``/e0`` … each with one component, written as
+    ``component`` (a flow mapping: ``{notebook: nb.ipynb, method: answer}``)."""
+    lines = [f"codops: {codops}", "endpoints:"]
+    for i in range(count):
+        lines += [f"  e{i}:", f"    url: /e{i}", f"    components: {{main: {component}}}"]
+    return "\n".join(lines) + "\n"

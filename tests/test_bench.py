@@ -122,6 +122,7 @@ def test_a_replica_past_its_memory_request_is_reported(dev: DevProcess) -> None:
     (use,) = [u for u in result["capacity"] if u["component"] == "hungry/main"]
     assert use["memory_request_bytes"] == 48 * 1024 * 1024
     assert use["peak_rss_bytes"] > 96 * 1024 * 1024
+    assert 0 < use["peak_pss_bytes"] <= use["peak_rss_bytes"]  # shared pages counted once
     assert use["over_memory"] is True
     assert use["cpus"] == 1.0
     others = [u for u in result["capacity"] if u["component"] == "pair/main"]

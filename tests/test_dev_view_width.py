@@ -175,3 +175,28 @@ def test_env_list_never_breaks_a_path_mid_word(tmp_path, small_env):
         words = set(re.findall(r"[\w.-]+", text))
         for part in [*deep.parts[1:], small_env.path.name]:
             assert part in words, (part, text)  # whole, on one line
+
+
+def test_a_table_taller_than_the_terminal_draws_only_what_fits(tmp_path):
+    from projectkit import many_endpoints_conf
+
+    from simulator.events import ReplicaChanged, ReplicaState
+
+    conf = many_endpoints_conf(30, "{notebook: nb.ipynb, method: ask}")
+    plan, diagnostics = build_plan(write_project(tmp_path / "many", conf, {"nb.ipynb": LONG_CELLS}))
+    assert plan is not None, diagnostics
+    console = Console80()
+    view = DevView(console, live=False)
+    view.set_plan(plan)
+    for component in plan.components():
+        view.handle(ReplicaChanged(component.key, f"{component.key}#1", ReplicaState.HEALTHY))
+    view.flush()
+    console.file = io.StringIO()  # the table alone, as the live view shows it
+    console.print(view.render(console.height))
+    lines = console.file.getvalue().splitlines()
+    assert len(lines) <= 24, lines
+    shown = [line.split()[0] for line in lines if re.match(r"^e\d+ /e\d+$", line)]
+    assert shown == [f"e{i}" for i in range(len(shown))] and shown
+    assert (
+        lines[-1] == f"… {30 - len(shown)} more endpoints not shown (a taller terminal shows more)"
+    )

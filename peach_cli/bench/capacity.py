@@ -25,6 +25,7 @@ class ReplicaUse:
     memory: int | None
     cpus: float | None
     peak_rss: int = 0
+    peak_pss: int = 0
     cpu_first: float | None = None
     cpu_last: float = 0.0
     seen_first: float = 0.0
@@ -40,6 +41,7 @@ class ReplicaUse:
             "replica": self.replica,
             "pid": self.pid,
             "peak_rss_bytes": self.peak_rss,
+            "peak_pss_bytes": self.peak_pss,
             "memory_request_bytes": self.memory,
             "over_memory": self.memory is not None and self.peak_rss > self.memory,
             "cpu_percent_mean": round(100.0 * used / span, 1) if span > 0 else None,
@@ -117,6 +119,8 @@ class CapacitySampler:
     def _sample(self) -> None:
         import psutil
 
+        from peach_cli.procmem import process_memory
+
         now = time.monotonic()
         for use in self.replicas.values():
             try:
@@ -124,12 +128,13 @@ class CapacitySampler:
                 if process is None:
                     process = self._processes[use.pid] = psutil.Process(use.pid)
                 with process.oneshot():
-                    rss = process.memory_info().rss
+                    rss, pss = process_memory(process)
                     times = process.cpu_times()
             except (psutil.Error, OSError):
                 continue
             cpu = times.user + times.system
             use.peak_rss = max(use.peak_rss, rss)
+            use.peak_pss = max(use.peak_pss, pss)
             if use.cpu_first is None:
                 use.cpu_first, use.seen_first = cpu, now
             elif use._previous is not None and now > use._previous[0]:

@@ -71,7 +71,24 @@ def stage_runtime() -> Path:
                     raise
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    compile_runtime(folder)
     with contextlib.suppress(OSError):  # when it was last used: `peach env prune` reads it
         os.utime(folder)
     _staged[root] = folder
     return folder
+
+
+def compile_runtime(folder: Path) -> None:
+    """Byte-compile the staged runtime for this Python, once: a worker of an env on the
+    same version then reads it instead of compiling each module at every start (which
+    it does where ``PYTHONDONTWRITEBYTECODE`` keeps it from caching what it compiled:
+    0.07 to 0.2 s per replica measured on a busy 2-core machine)."""
+    import importlib.util
+    import py_compile
+
+    sources = [folder / name for name in REPLICA_RUNTIME]
+    if all(Path(importlib.util.cache_from_source(str(s))).is_file() for s in sources):
+        return
+    for source in sources:  # each written atomically: a peach doing the same meanwhile is fine
+        with contextlib.suppress(OSError, py_compile.PyCompileError):
+            py_compile.compile(str(source), doraise=True)

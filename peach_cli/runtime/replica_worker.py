@@ -365,6 +365,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m peach_cli.runtime.replica_worker")
     parser.add_argument("--fd", type=int, required=True, help="the socket to the gateway")
     options = parser.parse_args(argv)
+    run_replica(options.fd)
+
+
+def run_replica(fd: int) -> None:
+    """Serve the gateway on socket ``fd`` until it stops this replica; never returns (a
+    replica forked by ``peach_cli.runtime.template`` starts here, without parsing argv)."""
     # Ctrl-C in the terminal, a closed terminal (SIGHUP) and `kill -- -PGID` or `timeout`
     # (SIGTERM) reach the whole process group: the gateway decides when replicas stop (it
     # closes their streams first), so the replica ignores them. It still exits when the
@@ -373,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(number, signal.SIG_IGN)
     die_with_parent()
     try:
-        run(serve(options.fd))
+        run(serve(fd))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -135,7 +135,10 @@ def render_summary(figures: dict[str, Any]) -> None:
     warnings = []
     for use in figures.get("capacity") or []:
         request = use["memory_request_bytes"]
-        memory = f"peak {human_size(use['peak_rss_bytes'])}"
+        memory = f"peak {human_size(use['peak_rss_bytes'])} RSS"
+        pss = use.get("peak_pss_bytes")
+        if pss and pss != use["peak_rss_bytes"]:
+            memory += f", {human_size(pss)} PSS"
         memory += f" of {human_size(request)} requested" if request else " (no memory request)"
         cpu = (
             f"CPU {use['cpu_percent_mean']:.0f} % (peak {use['cpu_percent_peak']:.0f} %)"

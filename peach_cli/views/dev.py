@@ -12,6 +12,7 @@ not a terminal there is no live table and every line is plain text, flushed at o
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 
 REFRESH_S = 0.25
 LOG_FLUSH_S = 0.05
+REFRESH_COST_FACTOR = 5.0
+"""The table waits at least this many times as long as its last redraw took."""
 LATENCY_WINDOW = 200
 MAX_LINES_PER_FLUSH = 25
 
@@ -91,8 +94,11 @@ class ReplicaRow:
     pid: int | None = None
     requests: int = 0
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
-    rss: int | None = None
+    memory: int | None = None
+    """Its PSS (shared pages counted once; its RSS where the system has no PSS)."""
     limit: int | None = None
+    over_limit: bool = False
+    """Its RSS passed ``limit`` (what a replica of its own would hold on the platform)."""
     last_error: str | None = None
 
     @property
@@ -173,16 +179,20 @@ class DevView:
 
     async def _tick(self) -> None:
         since_refresh = 0.0
+        pause = REFRESH_S
         while True:
             await asyncio.sleep(LOG_FLUSH_S)
             since_refresh += LOG_FLUSH_S
             self.flush()
             if self._paused:
                 continue
-            if self._live is not None and self._dirty and since_refresh >= REFRESH_S:
+            if self._live is not None and self._dirty and since_refresh >= pause:
                 since_refresh = 0.0
                 self._dirty = False
-                self._live.update(self.render(), refresh=True)
+                began = time.perf_counter()
+                self._live.update(self.render(self.console.height), refresh=True)
+                # a slow terminal or a large table never takes more than a sixth of the loop
+                pause = max(REFRESH_S, REFRESH_COST_FACTOR * (time.perf_counter() - began))
 
     # -- lines ---------------------------------------------------------------------------
 
@@ -253,7 +263,8 @@ class DevView:
             self._on_request(event)
         elif isinstance(event, ReplicaMemory):
             row = self._row(event.replica, event.component)
-            row.rss, row.limit = event.rss, event.limit
+            row.memory, row.limit = event.pss or event.rss, event.limit
+            row.over_limit = event.limit is not None and event.rss > event.limit
             self._dirty = True
         elif isinstance(event, ReplicaChanged):
             self._on_replica(event)
@@ -471,7 +482,8 @@ class DevView:
 
     # -- the table -----------------------------------------------------------------------
 
-    def render(self) -> Group:
+    def render(self, height: int | None = None) -> Group:
+        """The live table; with ``height``, only the endpoints that fit in it."""
         from peach_cli.views.dev_table import EndpointRows, render_endpoints
 
         by_component: dict[str, list[ReplicaRow]] = {}
@@ -491,6 +503,7 @@ class DevView:
             self.console.width,
             state_style=lambda row: _STATE_STYLE.get(row.state, ""),
             latency=format_latency,
+            height=height,
         )
         tasks = self.tasks.render()
         tail = [table] if tasks is None else [table, Text(""), tasks]

@@ -32,8 +32,9 @@ class ReplicaRow(Protocol):
     id: str
     state: ReplicaState
     requests: int
-    rss: int | None
+    memory: int | None
     limit: int | None
+    over_limit: bool
     last_error: str | None
 
     @property
@@ -72,8 +73,11 @@ def render_endpoints(
     *,
     state_style: Callable[[ReplicaRow], str],
     latency: Callable[[float], str],
+    height: int | None = None,
 ) -> RenderableType:
-    """The endpoints' tables for a terminal ``width`` columns wide."""
+    """The endpoints' tables for a terminal ``width`` columns wide; with ``height``, only
+    the endpoints that fit in that many lines, then a line saying how many more there are
+    (the terminal would cut them anyway: what is drawn costs the same whatever the count)."""
     rows: list[tuple[int, list[Text]]] = []
     errors: dict[int, list[Text]] = {}
     for index, endpoint in enumerate(endpoints):
@@ -100,7 +104,20 @@ def render_endpoints(
         for column, cell in enumerate(cells):
             widths[column] = max(widths[column], max(map(len, cell.plain.split("\n"))))
     parts: list[RenderableType] = []
+    lines = 0
     for index, endpoint in enumerate(endpoints):
+        shown = [cells for at, cells in rows if at == index]
+        lines += 2 + sum(cells[0].plain.count("\n") + 1 for cells in shown)
+        lines += len(errors.get(index, []))
+        if height is not None and lines > height - 1 and index:
+            more = len(endpoints) - index
+            parts.append(
+                Text(
+                    f"… {more} more endpoint{'s' if more > 1 else ''} not shown (a taller terminal shows more)",
+                    style="dim",
+                )
+            )
+            break
         heading = Text.assemble((endpoint.name, "bold"), " ", endpoint.url)
         if endpoint.by:
             heading.append(f" · A/B by {endpoint.by}", "cyan")
@@ -112,7 +129,7 @@ def render_endpoints(
                 min_width=widths[column],
                 justify="right" if title in ("reqs", "p50") else "left",
             )
-        for _, cells in (r for r in rows if r[0] == index):
+        for cells in shown:
             table.add_row(*cells)
         parts += [heading, table, *errors.get(index, [])]
     return Group(*parts)
@@ -129,10 +146,9 @@ def _component_cell(label: Text, width: int) -> Text:
 
 
 def _memory(row: ReplicaRow) -> Text:
-    if not row.rss:
+    if not row.memory:
         return Text("")
-    over = row.limit is not None and row.rss > row.limit
-    memory = Text(human_size(row.rss), style="bold red" if over else "")
+    memory = Text(human_size(row.memory), style="bold red" if row.over_limit else "")
     if row.limit:
         memory.append(f"/{human_size(row.limit)}", "dim")
     return memory

@@ -29,7 +29,7 @@ from peach_cli.runtime.protocol import (
     TaskReturned,
 )
 from simulator import debug
-from simulator.spawn import Spawner, WorkerLaunch
+from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
 from simulator.tasks.events import RunStatus, TaskRunEnded
 
 MAX_LINE_BYTES = 4096
@@ -230,9 +230,7 @@ async def execute_task(
     )
 
 
-async def _finish(
-    process: asyncio.subprocess.Process, reading: asyncio.Task[None], victims: set[int]
-) -> None:
+async def _finish(process: WorkerProcess, reading: asyncio.Task[None], victims: set[int]) -> None:
     """Let the worker exit, kill what it left running, and read the rest of its output."""
     try:
         await asyncio.wait_for(asyncio.shield(process.wait()), EXIT_GRACE_S)
