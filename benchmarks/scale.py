@@ -25,7 +25,6 @@ Exits 1 when a section misses a target (``gateway.py`` exits 1 on its own target
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import signal
@@ -193,27 +192,21 @@ def startup_section(options: argparse.Namespace) -> bool:
 
 
 def upload_section(_options: argparse.Namespace) -> bool:
-    """``benchmarks/upload_bytes.py``'s ``measure(n)`` for 1, 10 and 30 components."""
-    print("## upload: deploy bytes against component count\n")
-    path = BENCHMARKS / "upload_bytes.py"
-    if not path.exists():
-        print("skipped: benchmarks/upload_bytes.py is not here yet\n")
-        return True
-    spec = importlib.util.spec_from_file_location("upload_bytes", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for n in (1, 10, 30):
-        print(f"{n} components: {module.measure(n)}")
-    print()
-    return True
+    """``benchmarks/upload_bytes.py``: deploy bytes for 1, 10 and 30 components."""
+    print("## upload: `benchmarks/upload_bytes.py` (deploy bytes against component count)\n")
+    return _run_script("upload_bytes.py")
 
 
 def gateway_section(_options: argparse.Namespace) -> bool:
     """``benchmarks/gateway.py --requests 1000 --seconds 2``: its ratios."""
     print("## gateway: `benchmarks/gateway.py --requests 1000 --seconds 2`\n")
+    return _run_script("gateway.py", "--requests", "1000", "--seconds", "2")
+
+
+def _run_script(name: str, *args: str) -> bool:
+    """Run another benchmark of this folder, print what it printed; True if it passed."""
     run = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "gateway.py"), "--requests", "1000", "--seconds", "2"],
+        [sys.executable, str(BENCHMARKS / name), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
