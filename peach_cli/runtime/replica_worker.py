@@ -19,13 +19,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import signal
 import socket
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Coroutine
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,9 @@ from peach_cli.runtime.protocol import (
     die_with_parent,
     encode,
 )
+
+_EAGER = sys.version_info >= (3, 12)
+"""Calls start as eager tasks (``asyncio.Task(eager_start=True)`` is new in 3.12)."""
 
 THREADS = 64
 """Threads for sync methods: a few slow calls must not starve the replica."""
@@ -132,6 +138,8 @@ class Worker:
         self.channel = MessageChannel(self.on_message, self.on_lost)
         self.runner: ComponentRunner | None = None
         self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.threads: dict[int, Future[None]] = {}
+        """Calls of a ``def`` method running on the runner's threads (``_call_in_thread``)."""
         self.windows: dict[int, StreamWindow] = {}
         self.patches: dict[int, LoadedCode] = {}
         """New code executed by ``Patch`` messages, waiting for their ``CommitPatch``."""
@@ -160,7 +168,9 @@ class Worker:
     def on_message(self, message: Message) -> None:
         match message:
             case Call(request_id, query, body):
-                self._spawn(request_id, self.handle_call(request_id, RequestParams(query, body)))
+                self._start_call(
+                    request_id, self.handle_call(request_id, RequestParams(query, body))
+                )
             case OpenStream(request_id, query, body):
                 params = RequestParams(query, body)
                 self._spawn(request_id, self.handle_stream(request_id, params))
@@ -169,6 +179,10 @@ class Worker:
                 if window is not None:
                     window.refund(chunks, nbytes)
             case Cancel(request_id):
+                work = self.threads.pop(request_id, None)
+                if work is not None and self.runner is not None:
+                    self.runner.abandon(work)
+                    self._check_threads(work)
                 task = self.tasks.get(request_id)
                 if task is not None:
                     task.cancel()
@@ -197,10 +211,71 @@ class Worker:
     def on_lost(self, exc: Exception | None) -> None:
         self.closed.set()
 
-    def _spawn(self, request_id: int, coroutine: Any) -> None:
+    def _spawn(self, request_id: int, coroutine: Coroutine[Any, Any, None]) -> None:
         task = self.loop.create_task(coroutine)
         self.tasks[request_id] = task
         task.add_done_callback(lambda _: self.tasks.pop(request_id, None))
+
+    def _start_call(self, request_id: int, coroutine: Coroutine[Any, Any, None]) -> None:
+        """A call's task, which forgets itself when it ends (no done callback: one turn of
+        the loop less per call). From Python 3.12 it starts at once (an eager task): a call
+        that never waits is answered before this returns, without a turn of the loop."""
+        if _EAGER:
+            task = asyncio.Task(coroutine, loop=self.loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+            if task.done():
+                return
+        else:
+            task = self.loop.create_task(coroutine)
+        self.tasks[request_id] = task
+
+    def _call_in_thread(
+        self, runner: ComponentRunner, request_id: int, params: RequestParams
+    ) -> None:
+        """A call of a ``def`` method, straight onto one of the runner's threads: the thread
+        runs it, encodes the ``Result`` and hands the frame to the loop, which writes it
+        (no task, no asyncio future, two turns of the loop fewer than ``handle_call``).
+        The same answers as ``ComponentRunner.call``; ``Cancel`` abandons the thread."""
+        try:
+            kwargs = runner.prepare_call(params)
+        except Exception as error:  # noqa: BLE001 - the gateway must get an answer
+            kwargs = _failure(error, runner)
+        if isinstance(kwargs, CallResult):
+            self.channel.write(self._result_frame(request_id, kwargs, runner.spec.method))
+            return
+        context = contextvars.copy_context()
+        context.run(debug.REQUEST.set, request_id)  # a breakpoint's banner names the request
+        method = runner.spec.method
+        loop = self.loop
+
+        def work() -> None:
+            try:
+                result = runner.call_here(kwargs)
+            except Exception as error:  # noqa: BLE001 - the gateway must get an answer
+                result = _failure(error, runner)
+            except BaseException as error:  # SystemExit: the replica exits, as from a task
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_reraise, error)
+                raise
+            frame = self._result_frame(request_id, result, method)
+            with contextlib.suppress(RuntimeError):  # the loop closed: the replica stops
+                loop.call_soon_threadsafe(self._answered, request_id, frame, result.drift)
+
+        self.threads[request_id] = runner.submit(partial(context.run, work))
+
+    def _answered(self, request_id: int, frame: bytes, drift: bool) -> None:
+        if self.threads.pop(request_id, None) is None:
+            return  # cancelled: nobody waits for it
+        self.channel.write(frame)
+        runner = self.runner
+        if drift and runner is not None:
+            runner.schedule_reinit()
+            if runner.reinitializing:
+                self._spawn(request_id, self._report_reinit(runner))
+
+    async def _report_reinit(self, runner: ComponentRunner) -> None:
+        self.channel.send(ReinitState(True, None))
+        await runner.wait_reinit()
+        self.channel.send(ReinitState(False, runner.last_reinit_error))
 
     # -- work ----------------------------------------------------------------------------
 
@@ -275,19 +350,19 @@ class Worker:
         assert runner is not None
         debug.REQUEST.set(request_id)  # a breakpoint's banner names the request
         try:
-            result: CallResult = await runner.call(params)
-        except Exception as error:  # noqa: BLE001 - the gateway must get an answer
-            result = CallResult.failure(
-                "method_error", f"{type(error).__name__}: {error}", runner.replica_id
-            )
-        self._send_result(request_id, result, runner.spec.method)
-        if result.drift and runner.reinitializing:
-            self.channel.send(ReinitState(True, None))
-            await runner.wait_reinit()
-            self.channel.send(ReinitState(False, runner.last_reinit_error))
+            try:
+                result: CallResult = await runner.call(params)
+            except Exception as error:  # noqa: BLE001 - the gateway must get an answer
+                result = _failure(error, runner)
+            self.channel.write(self._result_frame(request_id, result, runner.spec.method))
+            if result.drift and runner.reinitializing:
+                await self._report_reinit(runner)
+        finally:
+            self.tasks.pop(request_id, None)
 
-    def _send_result(self, request_id: int, result: CallResult, method: str) -> None:
-        """Send a call's result, or a clear error when it is too large to relay."""
+    @staticmethod
+    def _result_frame(request_id: int, result: CallResult, method: str) -> bytes:
+        """A call's ``Result`` frame, or a clear error when it is too large to relay."""
         try:
             frame = encode(Result.of(request_id, result))
             size = len(frame)
@@ -301,7 +376,7 @@ class Worker:
                 result.replica,
             )
             frame = encode(Result.of(request_id, too_large))
-        self.channel.write(frame)
+        return frame
 
     async def handle_stream(self, request_id: int, params: RequestParams) -> None:
         runner = self.runner
@@ -341,11 +416,22 @@ class Worker:
 
     async def close_all(self) -> None:
         """Cancel every call and stream, letting generators run their ``finally``."""
+        for work in self.threads.values():
+            work.cancel()  # those not started; running ones cannot be stopped
         tasks = list(self.tasks.values())
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_GRACE_S)
+
+
+def _failure(error: Exception, runner: ComponentRunner) -> CallResult:
+    """The answer to a call that failed in the replica itself (not in the user's code)."""
+    return CallResult.failure("method_error", f"{type(error).__name__}: {error}", runner.replica_id)
+
+
+def _reraise(error: BaseException) -> None:
+    raise error
 
 
 async def serve(fd: int) -> None:
