@@ -1,11 +1,9 @@
-"""`def` methods run on the replica's call threads, each answer going back by itself.
+"""`def` methods on a replica's call threads, as the trimmed request path must keep them.
 
-A replica hands a call of a ``def`` method straight to one of its threads, which runs it,
-encodes the answer and gives it to the replica's loop to send (no task per call). What a
-user sees must not change: calls run side by side up to the thread limit, each gets its own
-answer, a call past ``timeout_s`` is answered ``timeout`` while the replica keeps serving
-(and the late answer never reaches anyone), and a ``sys.exit()`` in a method restarts the
-replica as it did.
+Calls run side by side (up to the thread limit), each gets its own answer, a call past
+``timeout_s`` is answered ``timeout`` while the replica keeps serving (and its late answer
+never reaches anyone), a binding error is a ``bad_request``, a ``sys.exit()`` in a method
+restarts its replica, and a drift answer re-runs ``init`` for the calls after it.
 """
 
 from __future__ import annotations
@@ -41,9 +39,11 @@ endpoints:
 """
 CELLS = [  # a cell's imports with its function: each component runs its own cells
     "import threading, time\n\n"
-    "def echo(i: int, wait: float = 0.0):\n"
-    "    time.sleep(wait)\n"
-    "    return {'i': i, 'thread': threading.current_thread().name}\n",
+    "MEETING = threading.Barrier(12)\n\n"
+    "def echo(i: int, meet: bool = False):\n"
+    "    if meet:  # returns only once 12 calls are running at the same time\n"
+    "        MEETING.wait(timeout=60)\n"
+    "    return {'i': i}\n",
     "import time\n\ndef slow(i: int, wait: float = 0.0):\n    time.sleep(wait)\n    return {'i': i}\n",
     "import sys\n\ndef leave():\n    sys.exit(3)\n",
     "LOADS = []\n\n"
@@ -58,32 +58,34 @@ def health(url: str) -> dict[str, dict]:
     return {entry["component"]: entry["replicas"][0] for entry in entries}
 
 
-@pytest.fixture
-def dev(peach_dev, tmp_path):
+def start(peach_dev, tmp_path, timeout_s: str):
     project = write_project(tmp_path / "threads", CONF, {"nb.ipynb": CELLS})
-    process = peach_dev(project, "--timeout-s", "1")
+    process = peach_dev(project, "--timeout-s", timeout_s)
     process.wait_ready()  # every replica healthy: timeout_s bounds the calls, not start-up
     return process
 
 
-def test_calls_run_side_by_side_and_each_gets_its_own_answer(dev):
-    count = 12
-    with httpx.Client(base_url=dev.url, timeout=30) as client:
-        assert client.get("/echo", params={"i": -1}).status_code == 200  # warm
-        began = time.monotonic()
+@pytest.fixture
+def dev(peach_dev, tmp_path):
+    return start(peach_dev, tmp_path, "1")
+
+
+@pytest.fixture
+def patient(peach_dev, tmp_path):
+    return start(peach_dev, tmp_path, "90")
+
+
+def test_calls_run_side_by_side_and_each_gets_its_own_answer(patient):
+    count = 12  # the barrier's parties: each call returns once all are running
+    with httpx.Client(base_url=patient.url, timeout=90) as client:
         with concurrent.futures.ThreadPoolExecutor(count) as pool:
             answers = list(
                 pool.map(
-                    lambda i: client.get("/echo", params={"i": i, "wait": 0.5}),
-                    range(count),
+                    lambda i: client.get("/echo", params={"i": i, "meet": "true"}), range(count)
                 )
             )
-        took = time.monotonic() - began
     assert [a.status_code for a in answers] == [200] * count, [a.text for a in answers]
-    assert [a.json()["result"]["i"] for a in answers] == list(range(count))
-    threads = {a.json()["result"]["thread"] for a in answers}
-    assert len(threads) == count  # one thread each: none waited for another
-    assert took < count * 0.5 / 2, took  # side by side, not one after the other
+    assert [a.json()["result"] for a in answers] == [{"i": i} for i in range(count)]
 
 
 def test_a_call_past_timeout_s_is_a_timeout_and_its_late_answer_reaches_nobody(dev):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
 import signal
@@ -27,8 +26,7 @@ import socket
 import sys
 import threading
 from collections.abc import Coroutine
-from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +136,6 @@ class Worker:
         self.channel = MessageChannel(self.on_message, self.on_lost)
         self.runner: ComponentRunner | None = None
         self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.threads: dict[int, Future[None]] = {}
-        """Calls of a ``def`` method running on the runner's threads (``_call_in_thread``)."""
         self.windows: dict[int, StreamWindow] = {}
         self.patches: dict[int, LoadedCode] = {}
         """New code executed by ``Patch`` messages, waiting for their ``CommitPatch``."""
@@ -179,10 +175,6 @@ class Worker:
                 if window is not None:
                     window.refund(chunks, nbytes)
             case Cancel(request_id):
-                work = self.threads.pop(request_id, None)
-                if work is not None and self.runner is not None:
-                    self.runner.abandon(work)
-                    self._check_threads(work)
                 task = self.tasks.get(request_id)
                 if task is not None:
                     task.cancel()
@@ -227,55 +219,6 @@ class Worker:
         else:
             task = self.loop.create_task(coroutine)
         self.tasks[request_id] = task
-
-    def _call_in_thread(
-        self, runner: ComponentRunner, request_id: int, params: RequestParams
-    ) -> None:
-        """A call of a ``def`` method, straight onto one of the runner's threads: the thread
-        runs it, encodes the ``Result`` and hands the frame to the loop, which writes it
-        (no task, no asyncio future, two turns of the loop fewer than ``handle_call``).
-        The same answers as ``ComponentRunner.call``; ``Cancel`` abandons the thread."""
-        try:
-            kwargs = runner.prepare_call(params)
-        except Exception as error:  # noqa: BLE001 - the gateway must get an answer
-            kwargs = _failure(error, runner)
-        if isinstance(kwargs, CallResult):
-            self.channel.write(self._result_frame(request_id, kwargs, runner.spec.method))
-            return
-        context = contextvars.copy_context()
-        context.run(debug.REQUEST.set, request_id)  # a breakpoint's banner names the request
-        method = runner.spec.method
-        loop = self.loop
-
-        def work() -> None:
-            try:
-                result = runner.call_here(kwargs)
-            except Exception as error:  # noqa: BLE001 - the gateway must get an answer
-                result = _failure(error, runner)
-            except BaseException as error:  # SystemExit: the replica exits, as from a task
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_reraise, error)
-                raise
-            frame = self._result_frame(request_id, result, method)
-            with contextlib.suppress(RuntimeError):  # the loop closed: the replica stops
-                loop.call_soon_threadsafe(self._answered, request_id, frame, result.drift)
-
-        self.threads[request_id] = runner.submit(partial(context.run, work))
-
-    def _answered(self, request_id: int, frame: bytes, drift: bool) -> None:
-        if self.threads.pop(request_id, None) is None:
-            return  # cancelled: nobody waits for it
-        self.channel.write(frame)
-        runner = self.runner
-        if drift and runner is not None:
-            runner.schedule_reinit()
-            if runner.reinitializing:
-                self._spawn(request_id, self._report_reinit(runner))
-
-    async def _report_reinit(self, runner: ComponentRunner) -> None:
-        self.channel.send(ReinitState(True, None))
-        await runner.wait_reinit()
-        self.channel.send(ReinitState(False, runner.last_reinit_error))
 
     # -- work ----------------------------------------------------------------------------
 
@@ -353,16 +296,19 @@ class Worker:
             try:
                 result: CallResult = await runner.call(params)
             except Exception as error:  # noqa: BLE001 - the gateway must get an answer
-                result = _failure(error, runner)
-            self.channel.write(self._result_frame(request_id, result, runner.spec.method))
+                result = CallResult.failure(
+                    "method_error", f"{type(error).__name__}: {error}", runner.replica_id
+                )
+            self._send_result(request_id, result, runner.spec.method)
             if result.drift and runner.reinitializing:
-                await self._report_reinit(runner)
+                self.channel.send(ReinitState(True, None))
+                await runner.wait_reinit()
+                self.channel.send(ReinitState(False, runner.last_reinit_error))
         finally:
-            self.tasks.pop(request_id, None)
+            self.tasks.pop(request_id, None)  # instead of a done callback (see _start_call)
 
-    @staticmethod
-    def _result_frame(request_id: int, result: CallResult, method: str) -> bytes:
-        """A call's ``Result`` frame, or a clear error when it is too large to relay."""
+    def _send_result(self, request_id: int, result: CallResult, method: str) -> None:
+        """Send a call's result, or a clear error when it is too large to relay."""
         try:
             frame = encode(Result.of(request_id, result))
             size = len(frame)
@@ -376,7 +322,7 @@ class Worker:
                 result.replica,
             )
             frame = encode(Result.of(request_id, too_large))
-        return frame
+        self.channel.write(frame)
 
     async def handle_stream(self, request_id: int, params: RequestParams) -> None:
         runner = self.runner
@@ -416,22 +362,11 @@ class Worker:
 
     async def close_all(self) -> None:
         """Cancel every call and stream, letting generators run their ``finally``."""
-        for work in self.threads.values():
-            work.cancel()  # those not started; running ones cannot be stopped
         tasks = list(self.tasks.values())
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_GRACE_S)
-
-
-def _failure(error: Exception, runner: ComponentRunner) -> CallResult:
-    """The answer to a call that failed in the replica itself (not in the user's code)."""
-    return CallResult.failure("method_error", f"{type(error).__name__}: {error}", runner.replica_id)
-
-
-def _reraise(error: BaseException) -> None:
-    raise error
 
 
 async def serve(fd: int) -> None:

@@ -18,7 +18,7 @@ import sys
 import threading
 import types
 from collections.abc import AsyncGenerator, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -153,18 +153,11 @@ class ComponentRunner:
         try:
             return await asyncio.wrap_future(work, loop=loop)
         except asyncio.CancelledError:
-            self.abandon(work)
+            if not work.cancelled():  # already running: a thread cannot be stopped, so
+                # count it as abandoned until the function returns on its own, if ever
+                self.abandoned_threads += 1
+                work.add_done_callback(lambda _: loop.call_soon_threadsafe(self._thread_returned))
             raise
-
-    def abandon(self, work: Future[Any]) -> None:
-        """Nobody waits for ``work`` (a call on the runner's threads) any more: it never
-        runs if it has not started; a thread cannot be stopped, so one already running
-        counts as abandoned until the function returns on its own, if ever."""
-        if work.cancel():
-            return
-        loop = asyncio.get_running_loop()
-        self.abandoned_threads += 1
-        work.add_done_callback(lambda _: loop.call_soon_threadsafe(self._thread_returned))
 
     def _thread_returned(self) -> None:
         self.abandoned_threads -= 1
@@ -262,9 +255,16 @@ class ComponentRunner:
         """
         assert self.method is not None, "start() first"
         await self._ready.wait()
-        kwargs = self.prepare_call(params)
-        if isinstance(kwargs, CallResult):
-            return kwargs
+        if self.streams:
+            return CallResult.failure(
+                "stream_required",
+                stream_required_message(self.spec.url, self.method_kind),
+                self.replica_id,
+            )
+        try:
+            kwargs = self._bind(params)
+        except ContractError as error:
+            return CallResult.failure(error.code, error.message, self.replica_id)
         try:
             if self.method_kind == "coroutine":
                 try:
@@ -275,66 +275,17 @@ class ComponentRunner:
                 raw = await self._in_thread(self.method, **kwargs)
         except Exception as error:
             await self._post_mortem(error)
-            return self._raised(error)
-        result = self._returned(raw)
-        if result.drift:
-            self._schedule_reinit()
-        return result
-
-    def prepare_call(self, params: RequestParams) -> dict[str, Any] | CallResult:
-        """The method's arguments for a call, or the call's answer when it cannot run (the
-        method streams, the parameters do not bind)."""
-        if self.streams:
+            logger.error(
+                "%s: %s() raised\n%s",
+                self.replica_id,
+                self.spec.method,
+                user_traceback(error, self.spec),
+            )
             return CallResult.failure(
-                "stream_required",
-                stream_required_message(self.spec.url, self.method_kind),
+                "method_error",
+                f"{self.spec.method}() raised {describe_exception(error)}",
                 self.replica_id,
             )
-        try:
-            return self._bind(params)
-        except ContractError as error:
-            return CallResult.failure(error.code, error.message, self.replica_id)
-
-    def call_here(self, kwargs: dict[str, Any]) -> CallResult:
-        """Run a ``def`` method on the calling thread (a host's call thread) with the
-        arguments ``prepare_call`` gave, as ``call`` runs it in the runner's threads: the
-        debugger session it opened ends here, ``--pdb`` opens at the frame that raised.
-        A drift answer's re-init is the caller's to start (``schedule_reinit``, on the
-        loop)."""
-        assert self.method is not None, "start() first"
-        try:
-            try:
-                raw = self.method(**kwargs)
-            finally:
-                debug.finish()
-        except Exception as error:
-            if debug.post_mortem_wanted():
-                debug.post_mortem(error)
-            return self._raised(error)
-        return self._returned(raw)
-
-    def submit(self, work: Callable[[], Any]) -> Future[Any]:
-        """Run ``work`` on one of the runner's threads (those ``call`` runs ``def`` in)."""
-        return self._executor.submit(work)
-
-    def schedule_reinit(self) -> None:
-        """Start the re-init a drift answer asks for (on the loop; once at a time)."""
-        self._schedule_reinit()
-
-    def _raised(self, error: Exception) -> CallResult:
-        logger.error(
-            "%s: %s() raised\n%s",
-            self.replica_id,
-            self.spec.method,
-            user_traceback(error, self.spec),
-        )
-        return CallResult.failure(
-            "method_error",
-            f"{self.spec.method}() raised {describe_exception(error)}",
-            self.replica_id,
-        )
-
-    def _returned(self, raw: Any) -> CallResult:
         value, drift = split_drift(raw)
         try:
             result = to_json_value(value)
@@ -344,6 +295,8 @@ class ComponentRunner:
                 f"{self.spec.method}() returned a result that is not JSON: {error}",
                 self.replica_id,
             )
+        if drift:
+            self._schedule_reinit()
         return CallResult(
             ok=True, result=result, empty=is_empty(value), drift=drift, replica=self.replica_id
         )
