@@ -44,8 +44,9 @@ if TYPE_CHECKING:
     from peach_cli.runtime.plan import ComponentSpec, TaskSpec
 
 HEADER_BYTES = 4
-RECEIVE_BYTES = 256 * 1024
-"""What one read of a channel's socket takes at most (asyncio's own read size)."""
+RECEIVE_BYTES = 64 * 1024
+"""What one read of a channel's socket takes at most: each channel keeps this much for its
+life (the gateway one per replica), so it stays small; a larger message takes more reads."""
 STREAM_WINDOW_CHUNKS = 256
 STREAM_WINDOW_BYTES = 1 << 20
 """Flow control: a replica sends at most this much of one stream before the gateway has
