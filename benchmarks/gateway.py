@@ -16,10 +16,18 @@ is measured, on the same uvicorn settings (httptools, uvloop when installed):
 Usage::
 
     python benchmarks/gateway.py                 # prints a table and the ratios
-    python benchmarks/gateway.py --requests 500 --seconds 2   # quicker
+    python benchmarks/gateway.py --requests 1000 --seconds 2   # quicker
+    python benchmarks/gateway.py --json          # the figures, ratios and checks as JSON
+    python benchmarks/gateway.py --repo /tmp/before   # peach dev from another checkout
+
+From Python (``benchmarks/scale.py``)::
+
+    from gateway import run
+    ratios = run(requests=1000, seconds=2)   # {"def_median": 1.1, "async_rps": 0.95, ...}
 
 Targets (issue 3): median ≤ 2× bare; ≥ 1,000 req/s with 16 clients; first chunk ≤ 5 ms
-after the yield; no merged yields.
+after the yield; no merged yields. Issue 28: median ≤ 1.25× bare and throughput ≥ 0.9×
+bare, for ``def`` and ``async def``.
 """
 
 from __future__ import annotations
@@ -207,7 +215,7 @@ def start_bare(folder: Path) -> Server:
     return Server("bare", [sys.executable, "-c", runner], folder, folder / "bare.log")
 
 
-def start_peach(folder: Path, *extra: str) -> Server:
+def start_peach(folder: Path, *extra: str, repo: Path = REPO) -> Server:
     project = folder / "project"
     project.mkdir()
     (project / "peach.yaml").write_text(CONF)
@@ -223,7 +231,7 @@ def start_peach(folder: Path, *extra: str) -> Server:
         "--no-reload",
         *extra,
     ]
-    return Server("peach dev", command, REPO, folder / "peach.log")
+    return Server("peach dev", command, repo, folder / "peach.log")
 
 
 # -- measurements -------------------------------------------------------------------------
@@ -316,9 +324,10 @@ def run_all(options: argparse.Namespace) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="peach-bench-") as tmp:
         folder = Path(tmp)
         peach_args = ("--shared-env",) if options.shared_env else ()
+        repo = Path(options.repo).resolve()
 
         def start_peach_dev(folder: Path) -> Server:
-            return start_peach(folder, *peach_args)
+            return start_peach(folder, *peach_args, repo=repo)
 
         starters = (("bare", start_bare), ("peach dev", start_peach_dev))
         for name, start in starters:
@@ -356,57 +365,126 @@ def run_all(options: argparse.Namespace) -> dict[str, dict[str, float]]:
     return results
 
 
+ROWS = [
+    # label, figure, unit, ratio name
+    ("def: median latency", "median_ms", "ms", "def_median"),
+    ("def: p99 latency", "p99_ms", "ms", "def_p99"),
+    ("def: throughput ({clients} clients)", "rps", "req/s", "def_rps"),
+    ("def: median, bare calling it inline", "inline_median_ms", "ms", "def_inline_median"),
+    ("async def: median latency", "async_median_ms", "ms", "async_median"),
+    ("async def: p99 latency", "async_p99_ms", "ms", "async_p99"),
+    ("async def: throughput ({clients} clients)", "async_rps", "req/s", "async_rps"),
+    ("chunk yield→receive median", "chunk_median_ms", "ms", "chunk_median"),
+    ("chunk yield→receive p99", "chunk_p99_ms", "ms", "chunk_p99"),
+]
+
+
+def ratios_of(results: dict[str, dict[str, float]]) -> dict[str, float]:
+    """peach dev / bare for every row (``def_median``, ``async_rps``, …)."""
+    bare, peach = results["bare"], results["peach dev"]
+    return {name: peach[key] / bare[key] if bare[key] else float("inf") for _, key, _, name in ROWS}
+
+
+def checks_of(results: dict[str, dict[str, float]], clients: int) -> dict[str, bool]:
+    """Every target, by what it says: met or not."""
+    peach = results["peach dev"]
+    ratios = ratios_of(results)
+    return {
+        "def: median ≤ 2× bare": ratios["def_median"] <= 2,
+        "async def: median ≤ 2× bare": ratios["async_median"] <= 2,
+        f"def: ≥ 1,000 req/s with {clients} clients": peach["rps"] >= 1000,
+        "first chunk ≤ 5 ms after the yield (median)": peach["chunk_median_ms"] <= 5,
+        "no two yields merged": peach["merged"] == 0,
+        "def: median ≤ 1.25× bare": ratios["def_median"] <= 1.25,
+        "async def: median ≤ 1.25× bare": ratios["async_median"] <= 1.25,
+        f"def: throughput ≥ 0.9× bare ({clients} clients)": ratios["def_rps"] >= 0.9,
+        f"async def: throughput ≥ 0.9× bare ({clients} clients)": ratios["async_rps"] >= 0.9,
+    }
+
+
 def report(results: dict[str, dict[str, float]], clients: int) -> bool:
     bare, peach = results["bare"], results["peach dev"]
-    rows = [
-        ("def: median latency", "median_ms", "ms"),
-        ("def: p99 latency", "p99_ms", "ms"),
-        (f"def: throughput ({clients} clients)", "rps", "req/s"),
-        ("def: median, bare calling it inline", "inline_median_ms", "ms"),
-        ("async def: median latency", "async_median_ms", "ms"),
-        ("async def: p99 latency", "async_p99_ms", "ms"),
-        (f"async def: throughput ({clients} clients)", "async_rps", "req/s"),
-        ("chunk yield→receive median", "chunk_median_ms", "ms"),
-        ("chunk yield→receive p99", "chunk_p99_ms", "ms"),
-    ]
+    ratios = ratios_of(results)
     print(f"{'':38} {'bare':>12} {'peach dev':>12} {'ratio':>8}")
-    for label, key, unit in rows:
-        ratio = peach[key] / bare[key] if bare[key] else float("inf")
-        print(f"{label:38} {bare[key]:>9.2f} {unit:<2} {peach[key]:>9.2f} {unit:<2} {ratio:>7.2f}×")
+    for label, key, unit, name in ROWS:
+        label = label.format(clients=clients)
+        print(
+            f"{label:38} {bare[key]:>9.2f} {unit:<2} {peach[key]:>9.2f} {unit:<2}"
+            f" {ratios[name]:>7.2f}×"
+        )
     print(
         f"{'chunks received / reads merged':38} {bare['chunks']:>6.0f}/{bare['merged']:<5.0f}"
         f" {peach['chunks']:>6.0f}/{peach['merged']:<5.0f}"
     )
-    checks = [
-        ("def: median ≤ 2× bare", peach["median_ms"] <= 2 * bare["median_ms"]),
-        ("async def: median ≤ 2× bare", peach["async_median_ms"] <= 2 * bare["async_median_ms"]),
-        (f"def: ≥ 1,000 req/s with {clients} clients", peach["rps"] >= 1000),
-        ("first chunk ≤ 5 ms after the yield (median)", peach["chunk_median_ms"] <= 5),
-        ("no two yields merged", peach["merged"] == 0),
-    ]
+    checks = checks_of(results, clients)
     print()
-    for label, passed in checks:
-        print(f"{'PASS' if passed else 'MISS'}  {label}")
-    return all(passed for _, passed in checks)
+    for label, passed in checks.items():
+        print(f"{'PASS' if passed else 'FAIL'}  {label}")
+    missed = [label for label, passed in checks.items() if not passed]
+    print("targets met" if not missed else "TARGETS MISSED: " + "; ".join(missed))
+    return not missed
 
 
-def main() -> int:
+def _options(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="sequential requests")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients")
     parser.add_argument("--seconds", type=float, default=3.0, help="throughput duration")
     parser.add_argument("--stream-rounds", type=int, default=5, help="streams of 20 chunks")
-    parser.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="print the figures, ratios and checks as JSON only"
+    )
+    parser.add_argument(
+        "--repo",
+        default=str(REPO),
+        help="the checkout whose peach dev is measured (default: the one holding this script)",
+    )
     parser.add_argument(
         "--shared-env",
         action="store_true",
         help="peach dev --shared-env: replicas in peach's own interpreter (uvloop when installed)"
         " instead of the project's isolated env (asyncio's loop: the runtime is stdlib only)",
     )
-    options = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def run(
+    requests: int = 1000,
+    seconds: float = 2.0,
+    *,
+    clients: int = 16,
+    stream_rounds: int = 3,
+    shared_env: bool = False,
+    repo: Path = REPO,
+) -> dict[str, float]:
+    """One run of both servers; peach dev / bare for every row (``def_median``,
+    ``def_rps``, ``async_median``, ``async_rps``, ``chunk_median``, …)."""
+    options = _options(
+        [
+            f"--requests={requests}",
+            f"--seconds={seconds}",
+            f"--clients={clients}",
+            f"--stream-rounds={stream_rounds}",
+            f"--repo={repo}",
+            *(["--shared-env"] if shared_env else []),
+        ]
+    )
+    return ratios_of(run_all(options))
+
+
+def main() -> int:
+    options = _options()
     results = run_all(options)
     if options.json:
-        print(json.dumps(results, indent=2))
+        checks = checks_of(results, options.clients)
+        print(
+            json.dumps(
+                {**results, "ratios": ratios_of(results), "checks": checks},
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
+        return 0 if all(checks.values()) else 1
     return 0 if report(results, options.clients) else 1  # a missed target fails the run
 
 

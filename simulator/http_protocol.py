@@ -12,6 +12,11 @@ for ever (SPEC §6: slow clients are cut). This protocol closes a connection who
 not complete ``HEAD_TIMEOUT_S`` after its first byte came (a client that sends a byte now
 and then does not extend it), answering ``408 Request Timeout``, and one that sends nothing
 at all that long after it opened.
+
+A response leaves in one send: uvicorn writes its head and its body separately, which wakes
+the client twice (it reads the head, then waits for the body); each request's writes go
+through ``HeadWithBody``, which holds the head until the body follows in the same turn of
+the loop (or sends it alone at the end of that turn: a stream's first chunk may take longer).
 """
 
 from __future__ import annotations
@@ -98,7 +103,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if size > MAX_HEAD_BYTES:
             self._refuse_head()
             return
+        previous = self.cycle
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle is not previous:  # its task has not run yet
+            cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:
@@ -124,6 +133,67 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             b"connection: close\r\n\r\n" + message.encode()
         )
         self.transport.close()
+
+
+class HeadWithBody:
+    """One response's view of the connection: its first write (the head) is held until the
+    second (the body, or a stream's first chunk) and both go in one send; a head with
+    nothing after it in the same turn of the loop goes alone at the end of that turn.
+    Later writes go straight through. Everything else is the connection's own."""
+
+    __slots__ = ("_transport", "_loop", "_held", "_flush_handle", "_writes")
+
+    JOIN_BYTES = 64 * 1024
+    """A body this large goes in its own send (joining it would copy it)."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._flush_handle: asyncio.Handle | None = None
+        self._writes = 0
+
+    def write(self, data: bytes) -> None:
+        self._writes += 1
+        if self._writes == 1:
+            self._held = bytes(data)
+            self._flush_handle = self._loop.call_soon(self._flush)
+            return
+        held = self._held
+        if held is None:
+            self._transport.write(data)
+            return
+        self._cancel_flush()
+        self._held = None
+        if len(data) < self.JOIN_BYTES:
+            self._transport.write(held + data)
+        else:
+            self._transport.write(held)
+            self._transport.write(data)
+
+    def _cancel_flush(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        held, self._held = self._held, None
+        if held is not None:
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._cancel_flush()
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._cancel_flush()
+        self._held = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def protocol_with(head_timeout_s: float | None) -> type[BoundedHttpToolsProtocol]:

@@ -90,17 +90,20 @@ class LocalService:
 
     def refusal(self, scope: dict[str, Any]) -> tuple[str, str] | None:
         """``(code, message)`` of why this request is refused, or None."""
-        headers: dict[bytes, str] = {}
+        host = origin = None  # the first of each (only these two are read)
         for name, value in scope.get("headers", ()):
-            headers.setdefault(name.lower(), value.decode("latin-1"))
-        host = headers.get(b"host")
+            if len(name) in (4, 6):
+                name = name.lower()
+                if name == b"host" and host is None:
+                    host = value.decode("latin-1")
+                elif name == b"origin" and origin is None:
+                    origin = value.decode("latin-1")
         if not self.host_allowed(host):
             shown = "no Host header" if host is None else f"Host {host!r}"
             return "forbidden_host", (
                 f"{shown} is not an address of this server (start peach dev with "
                 "--allow-host NAME to accept it)"
             )
-        origin = headers.get(b"origin")
         if origin is not None and not self.origin_allowed(origin):
             return "forbidden_origin", (
                 f"requests from the web origin {origin!r} are refused (start peach dev with "

@@ -93,6 +93,10 @@ class DevMetrics:
             registry=registry,
         )
         registry.register(_ReplicaCollector(pools, codops))
+        self._series: dict[
+            tuple[Any, ...], tuple[tuple[Callable[[], None], ...], Callable[[float], None]]
+        ] = {}
+        """Request kind → what it counts (``_series_of``)."""
 
     def observe(
         self,
@@ -105,19 +109,46 @@ class DevMetrics:
         replica: str | None,
     ) -> None:
         """One answered request (called as the gateway logs it)."""
-        application = self._codops()
+        key = (method, route, status, endpoint, component, replica, self._codops())
+        series = self._series.get(key)
+        if series is None:  # the first request of its kind: find its labelled series
+            series = self._series[key] = self._series_of(*key)
+        counters, latency = series
+        for increment in counters:
+            increment()
+        latency(seconds * 1000.0)
+
+    def _series_of(
+        self,
+        method: str,
+        route: str,
+        status: int,
+        endpoint: str | None,
+        component: str | None,
+        replica: str | None,
+        application: str,
+    ) -> tuple[tuple[Callable[[], None], ...], Callable[[float], None]]:
+        """What one request of this kind counts: the counters' ``inc``, the histogram's
+        ``observe`` (``labels`` is looked up once per kind, not per request)."""
         code = str(status)
-        self.requests.labels(route, method, application, code).inc()
-        self.latency.labels(method, route, application, code).observe(seconds * 1000.0)
+        counters: list[Callable[[], None]] = [
+            self.requests.labels(route, method, application, code).inc
+        ]
         deployment = deployment_name(endpoint, component) if endpoint and component else ""
         if deployment:
-            self.deployment_requests.labels(deployment, replica or "", route, application).inc()
+            counters.append(
+                self.deployment_requests.labels(deployment, replica or "", route, application).inc
+            )
         if endpoint is not None:
-            self.answered_by.labels(endpoint, component or "", code).inc()
+            counters.append(self.answered_by.labels(endpoint, component or "", code).inc)
         if status >= 400:
-            self.errors.labels(route, code, method, application).inc()
+            counters.append(self.errors.labels(route, code, method, application).inc)
             if deployment:
-                self.deployment_errors.labels(deployment, code, method, route, application).inc()
+                counters.append(
+                    self.deployment_errors.labels(deployment, code, method, route, application).inc
+                )
+        latency = self.latency.labels(method, route, application, code).observe
+        return tuple(counters), latency
 
     def render(self) -> bytes:
         from prometheus_client import generate_latest

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from peach_cli.runtime.plan import ComponentSpec, TaskSpec
 
 HEADER_BYTES = 4
+RECEIVE_BYTES = 64 * 1024
+"""What one read of a channel's socket takes at most: each channel keeps this much for its
+life (the gateway one per replica), so it stays small; a larger message takes more reads."""
 STREAM_WINDOW_CHUNKS = 256
 STREAM_WINDOW_BYTES = 1 << 20
 """Flow control: a replica sends at most this much of one stream before the gateway has
@@ -409,12 +412,18 @@ def decode(body: bytes | bytearray | memoryview) -> Message:
     return _new(cls, fields[1:])  # type: ignore[return-value]
 
 
-class MessageChannel(asyncio.Protocol):
+class MessageChannel(asyncio.BufferedProtocol):
     """An asyncio protocol that splits the byte stream into messages and hands each on.
 
     ``on_message`` is called for every message, in order; ``on_lost`` once when the
     connection closes (the other process exited or closed its end), with a
     ``ProtocolError`` when bytes arrived that are not a message (the channel closes then).
+
+    The transport reads into one receive area kept for the channel's life (a buffered
+    protocol): a message is decoded where it landed, and only the start of a message cut
+    by the end of a read is copied aside until its rest comes. (A plain protocol gets a
+    fresh bytes object per read, which for asyncio's 256 KiB reads is an mmap, a remap and
+    an unmap per message.)
     """
 
     def __init__(
@@ -424,38 +433,57 @@ class MessageChannel(asyncio.Protocol):
     ) -> None:
         self._on_message = on_message
         self._on_lost = on_lost
+        self._area = memoryview(bytearray(RECEIVE_BYTES))
         self._buffer = bytearray()
+        """The start of a message whose rest has not arrived yet."""
         self._error: ProtocolError | None = None
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._area
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._buffer:  # the rest of a message that began in an earlier read
+            self.data_received(self._area[:nbytes])
+            return
+        data = self._area[:nbytes]
+        offset = self._split(data, nbytes)
+        if offset < nbytes and self._error is None:
+            self._buffer += data[offset:]
+
+    def data_received(self, data: bytes | bytearray | memoryview) -> None:
+        """Take bytes that follow the ones received so far (any split of the stream)."""
         buffer = self._buffer
         buffer += data
+        offset = self._split(buffer, len(buffer))
+        if offset:
+            del buffer[:offset]
+
+    def _split(self, data: bytes | bytearray | memoryview, size: int) -> int:
+        """Hand on every whole message in ``data[:size]``; how many bytes they took."""
         offset = 0
-        size = len(buffer)
         try:
             while size - offset >= HEADER_BYTES:
                 end = (
                     offset
                     + HEADER_BYTES
-                    + int.from_bytes(buffer[offset : offset + HEADER_BYTES], "big")
+                    + int.from_bytes(data[offset : offset + HEADER_BYTES], "big")
                 )
                 if end > size:
                     break
-                received = decode(buffer[offset + HEADER_BYTES : end])
+                received = decode(data[offset + HEADER_BYTES : end])
                 offset = end
                 self._on_message(received)
         except ProtocolError as error:
             self._error = error
-            buffer.clear()
+            self._buffer.clear()
             if self.transport is not None:
                 self.transport.abort()
-            return
-        if offset:
-            del buffer[:offset]
+            return size
+        return offset
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None

@@ -25,6 +25,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,9 @@ from peach_cli.runtime.protocol import (
     die_with_parent,
     encode,
 )
+
+_EAGER = sys.version_info >= (3, 12)
+"""Calls start as eager tasks (``asyncio.Task(eager_start=True)`` is new in 3.12)."""
 
 THREADS = 64
 """Threads for sync methods: a few slow calls must not starve the replica."""
@@ -160,7 +164,9 @@ class Worker:
     def on_message(self, message: Message) -> None:
         match message:
             case Call(request_id, query, body):
-                self._spawn(request_id, self.handle_call(request_id, RequestParams(query, body)))
+                self._start_call(
+                    request_id, self.handle_call(request_id, RequestParams(query, body))
+                )
             case OpenStream(request_id, query, body):
                 params = RequestParams(query, body)
                 self._spawn(request_id, self.handle_stream(request_id, params))
@@ -197,10 +203,22 @@ class Worker:
     def on_lost(self, exc: Exception | None) -> None:
         self.closed.set()
 
-    def _spawn(self, request_id: int, coroutine: Any) -> None:
+    def _spawn(self, request_id: int, coroutine: Coroutine[Any, Any, None]) -> None:
         task = self.loop.create_task(coroutine)
         self.tasks[request_id] = task
         task.add_done_callback(lambda _: self.tasks.pop(request_id, None))
+
+    def _start_call(self, request_id: int, coroutine: Coroutine[Any, Any, None]) -> None:
+        """A call's task, which forgets itself when it ends (no done callback: one turn of
+        the loop less per call). From Python 3.12 it starts at once (an eager task): a call
+        that never waits is answered before this returns, without a turn of the loop."""
+        if _EAGER:
+            task = asyncio.Task(coroutine, loop=self.loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+            if task.done():
+                return
+        else:
+            task = self.loop.create_task(coroutine)
+        self.tasks[request_id] = task
 
     # -- work ----------------------------------------------------------------------------
 
@@ -275,16 +293,19 @@ class Worker:
         assert runner is not None
         debug.REQUEST.set(request_id)  # a breakpoint's banner names the request
         try:
-            result: CallResult = await runner.call(params)
-        except Exception as error:  # noqa: BLE001 - the gateway must get an answer
-            result = CallResult.failure(
-                "method_error", f"{type(error).__name__}: {error}", runner.replica_id
-            )
-        self._send_result(request_id, result, runner.spec.method)
-        if result.drift and runner.reinitializing:
-            self.channel.send(ReinitState(True, None))
-            await runner.wait_reinit()
-            self.channel.send(ReinitState(False, runner.last_reinit_error))
+            try:
+                result: CallResult = await runner.call(params)
+            except Exception as error:  # noqa: BLE001 - the gateway must get an answer
+                result = CallResult.failure(
+                    "method_error", f"{type(error).__name__}: {error}", runner.replica_id
+                )
+            self._send_result(request_id, result, runner.spec.method)
+            if result.drift and runner.reinitializing:
+                self.channel.send(ReinitState(True, None))
+                await runner.wait_reinit()
+                self.channel.send(ReinitState(False, runner.last_reinit_error))
+        finally:
+            self.tasks.pop(request_id, None)  # instead of a done callback (see _start_call)
 
     def _send_result(self, request_id: int, result: CallResult, method: str) -> None:
         """Send a call's result, or a clear error when it is too large to relay."""
