@@ -254,8 +254,49 @@ SEMANTICS_CPUS = 36  # logical: 1 per replica of the project, 4 for test_peach_t
 RAY_DEPLOY_TIMEOUT_S = 240
 
 
+class SemanticsDeploy:
+    """``tests/projects/semantics`` deployed on a cluster of its own, started on first use
+    and stopped after the last test that uses it (see ``pytest_runtest_teardown``)."""
+
+    def __init__(self) -> None:
+        self.head: Any = None
+        self.url = ""
+
+    def get(self) -> tuple[Any, str]:
+        from ray_cluster import RayHead
+
+        from peach_cli.checks.validate import build_plan
+        from peach_cli.deploy.deployer import deploy
+
+        if self.head is None:
+            plan, diagnostics = build_plan(SEMANTICS)
+            assert plan is not None, diagnostics
+            head = RayHead(num_cpus=0, worker_cpus=SEMANTICS_CPUS).start()
+            try:
+                head.start_serve()
+                result = deploy(
+                    plan,
+                    address=head.dashboard_url,
+                    http_port=head.http_port,
+                    timeout_s=RAY_DEPLOY_TIMEOUT_S,
+                )
+            except BaseException:
+                head.stop()
+                raise
+            self.head, self.url = head, result.url
+        return self.head, self.url
+
+    def stop(self) -> None:
+        if self.head is not None:
+            self.head.stop()
+            self.head = None
+
+
+_semantics = SemanticsDeploy()
+
+
 @pytest.fixture(scope="session")
-def ray_semantics_cluster() -> Iterator[tuple[Any, str]]:
+def ray_semantics_cluster() -> tuple[Any, str]:
     """`peach deploy tests/projects/semantics` on a fresh two-node cluster: the head and
     the proxy's URL.
 
@@ -263,22 +304,7 @@ def ray_semantics_cluster() -> Iterator[tuple[Any, str]]:
     cluster for the session: the parity suite, the differential test and the endpoint
     tests against a deployed app (another application, under a route prefix) share it.
     """
-    from ray_cluster import RayHead
-
-    from peach_cli.checks.validate import build_plan
-    from peach_cli.deploy.deployer import deploy
-
-    plan, diagnostics = build_plan(SEMANTICS)
-    assert plan is not None, diagnostics
-    with RayHead(num_cpus=0, worker_cpus=SEMANTICS_CPUS) as head:
-        head.start_serve()
-        result = deploy(
-            plan,
-            address=head.dashboard_url,
-            http_port=head.http_port,
-            timeout_s=RAY_DEPLOY_TIMEOUT_S,
-        )
-        yield head, result.url
+    return _semantics.get()
 
 
 @pytest.fixture(scope="session")
@@ -357,13 +383,96 @@ def pytest_runtest_call(item: pytest.Item) -> None:
             value.mark()
 
 
+# -- running the suite in parallel (pytest-xdist, `-n 4 --dist loadgroup`) -----------------
+
+RAY_FIXTURES = frozenset({"ray_cluster", "ray_semantics_cluster", "ray_semantics"})
+RAY_MODULE_NAME = re.compile(r"(^|_)(ray|cluster)(_|$)")  # test_task_ray, test_doctor_cluster
+NOT_RAY_MODULE_NAME = re.compile(r"(^|_)without_ray(_|$)")
+
+
+def _uses_ray(item: pytest.Item) -> bool:
+    """Whether ``item`` starts or uses a Ray cluster: marked ``ray``, asks for a Ray fixture,
+    lives in a module named after Ray or a cluster, or in one that uses ``ray_cluster.py``."""
+    if item.get_closest_marker("ray") or RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    module = getattr(item, "module", None)
+    if module is None:
+        return False
+    name = module.__name__.rpartition(".")[2].removeprefix("test_")
+    if RAY_MODULE_NAME.search(name) and not NOT_RAY_MODULE_NAME.search(name):
+        return True
+    return any(
+        getattr(value, "__name__", None) == "ray_cluster"
+        or getattr(value, "__module__", None) == "ray_cluster"
+        for value in vars(module).values()
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests for ``--dist loadgroup``: every test that uses Ray in one group, so
+    one worker runs them all, one cluster at a time; each other module in a group of its
+    own, so its module-scoped servers start once (in the worker that runs it)."""
+    ray = []
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = "ray" if _uses_ray(item) else item.nodeid.partition("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+        if _uses_ray(item):
+            ray.append(item)
+    # The Ray tests first (the longest group), those on the semantics deploy together, then
+    # those on the shared cluster: each cluster starts once and stops after its last test.
+    ray.sort(key=lambda item: 0 if _uses_semantics(item) else 1 if _uses_shared(item) else 2)
+    others = [item for item in items if not _uses_ray(item)]
+    items[:] = ray + others
+
+
+def _uses_semantics(item: pytest.Item) -> bool:
+    """Whether ``item`` uses ``ray_semantics_cluster`` (or is test_parity.py's "ray" case,
+    which asks for it while it runs)."""
+    if "ray_semantics_cluster" in getattr(item, "fixturenames", ()):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return (
+        item.get_closest_marker("ray") is not None
+        and callspec is not None
+        and ("ray" in callspec.params.values())
+    )
+
+
+def _uses_shared(item: pytest.Item | None) -> bool:
+    return item is not None and "ray_cluster" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Under xdist, a test marked ``serial`` (timing figures that load on the machine would
+    skew) runs while no other worker runs a test; other tests run side by side."""
+    if not hasattr(item.config, "workerinput"):
+        yield
+        return
+    from serial_lock import SerialLock
+
+    shared = Path(item.config.option.basetemp).parent  # each worker's is in the run's
+    with SerialLock(shared, alone=item.get_closest_marker("serial") is not None):
+        yield
+
+
+@pytest.hookimpl(trylast=True)  # after the fixtures the next test does not use are torn down
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if nextitem is None or "ray_cluster" not in getattr(nextitem, "fixturenames", ()):
+    if not _uses_shared(nextitem):
         _shared_ray.stop()
+    # The Ray tests of one process run in the order of pytest_collection_modifyitems unless
+    # xdist spreads them over its workers by another rule than their group (then a test
+    # later in this worker may still use the deploy: it stays up).
+    in_order = not hasattr(item.config, "workerinput") or item.config.option.loadgroup
+    if in_order and (nextitem is None or not _uses_semantics(nextitem)):
+        _semantics.stop()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     _shared_ray.stop()
+    _semantics.stop()
 
 
 def pytest_configure(config: pytest.Config) -> None:

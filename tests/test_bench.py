@@ -80,6 +80,7 @@ def test_requests_to_a_server_that_is_not_there_fail_and_exit_3() -> None:
     assert list(result["failures"]) == ["connection refused by 127.0.0.1:9"]
 
 
+@pytest.mark.serial  # timing figures
 def test_percentiles_land_where_the_known_delays_put_them(dev: DevProcess) -> None:
     # One connection: calls alternate 10 ms and 50 ms exactly.
     result = figures("/alternate", "--url", dev.url, "--requests", "40", "-c", "1")
@@ -89,6 +90,7 @@ def test_percentiles_land_where_the_known_delays_put_them(dev: DevProcess) -> No
     assert latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
 
 
+@pytest.mark.serial  # timing figures
 def test_the_open_loop_keeps_its_schedule_while_the_server_stalls(dev: DevProcess) -> None:
     result = figures("/stall", "--url", dev.url, "--rate", "100", "--duration", "1.5")
     # Every request went out on time although the replica stopped answering for 0.5 s ...

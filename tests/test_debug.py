@@ -250,6 +250,7 @@ def test_pdb_opens_post_mortem_then_the_fallback_answers(terminal: Terminal) -> 
     terminal.wait(r"File notebooks/Greet.ipynb, cell 6, line 3, in crash")  # the usual log
 
 
+@pytest.mark.serial  # its task's timeout_s is 1 s, start-up included
 def test_a_breakpoint_in_a_task_stops_peach_task_run(project: Path, tmp_path: Path) -> None:
     args = ["task", "run", "report", str(project), "--shared-env", "--payload", "[1, 2, 3]"]
     term = Terminal(args, tmp_path / "task.log")
@@ -337,6 +338,7 @@ def test_the_skip_line_comes_once_per_component(tmp_path: Path) -> None:
         term.close()
 
 
+@pytest.mark.serial  # its task's timeout_s is 1 s, start-up included
 def test_no_debug_skips_breakpoints_in_a_task_on_a_terminal(project: Path, tmp_path: Path) -> None:
     args = ["task", "run", "report", str(project), "--shared-env", "--payload", "[1]", "--no-debug"]
     term = Terminal(args, tmp_path / "task.log")

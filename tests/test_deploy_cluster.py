@@ -146,6 +146,7 @@ def test_redeploy_keeps_unchanged_replicas_and_restarts_only_changed_ones(cluste
     assert greeting == "hi world"
 
 
+@pytest.mark.serial  # its bound: 30 s
 def test_a_failing_init_fails_the_deploy_fast_with_the_users_error(cluster):
     began = time.monotonic()
     result = peach(

@@ -433,6 +433,7 @@ def test_a_200_mb_result_is_a_clear_error_and_the_gateway_stays_small(patient):
     assert small.status_code == 200 and len(small.json()["result"]) == 1_000_000
 
 
+@pytest.mark.serial  # answers must come while 100 MB are printed
 @pytest.mark.parametrize("lines", [True, False], ids=["100-byte-lines", "one-line"])
 def test_100_mb_of_prints_neither_stall_the_gateway_nor_flood_the_log(patient, lines, tmp_path):
     gateway = patient.process.pid

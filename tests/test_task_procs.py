@@ -71,6 +71,7 @@ def test_a_100_mib_line_of_output_is_cut_with_a_marker_saying_how_much(project: 
     assert len(result.stdout) < 10_000
 
 
+@pytest.mark.serial  # a 1 s timeout and a 10 s bound on the kill
 def test_a_daemon_a_task_starts_dies_at_its_timeout(project: Path) -> None:
     result = run_peach("task", "run", "escape", str(project), "--shared-env", timeout=120)
     assert result.returncode == 1, result.stderr
