@@ -288,8 +288,12 @@ class Replica:
                     process.kill()
                 await process.wait()
         self._fail_in_flight(f"the replica {self.id} was stopped")
-        for task in list(self._tasks):
+        current = asyncio.current_task()
+        pending = [task for task in self._tasks if task is not current]
+        for task in pending:
             task.cancel()
+        # awaited, so that none is left pending when the loop closes after the last stop
+        await asyncio.gather(*pending, return_exceptions=True)
         if self.state is not ReplicaState.STOPPED:
             self._set_state(ReplicaState.STOPPED)
 
