@@ -1,7 +1,7 @@
 """`peach bench` and `GET /_peach/metrics` against a real `peach dev` (SPEC §9).
 
-``tests/projects/bench`` has endpoints with known behaviour: ``alternate`` sleeps 10 ms and
-50 ms in turn, ``pair`` runs on two replicas, ``flaky`` fails every other call (the
+``tests/projects/bench`` has endpoints with known behaviour: ``alternate`` sleeps 10 ms three
+times, then 50 ms, ``pair`` runs on two replicas, ``flaky`` fails every other call (the
 fallback answers those), ``ticks`` streams five chunks 10 ms apart, ``stall`` blocks its
 replica for 0.5 s on its 10th call, ``hungry`` holds 96 MiB and asks for 48 MiB.
 """
@@ -82,11 +82,13 @@ def test_requests_to_a_server_that_is_not_there_fail_and_exit_3() -> None:
 
 @pytest.mark.serial  # timing figures
 def test_percentiles_land_where_the_known_delays_put_them(dev: DevProcess) -> None:
-    # One connection: calls alternate 10 ms and 50 ms exactly.
+    # One connection: 30 calls of 10 ms and 10 of 50 ms (every fourth). The p50 is well
+    # inside the fast ones (a few slow-downs on a busy machine do not move it past 50 ms),
+    # the p90 and p99 among the slow ones.
     result = figures("/alternate", "--url", dev.url, "--requests", "40", "-c", "1")
     latency = result["latency_ms"]
-    assert 10 <= latency["p50"] < 50, latency  # half the calls are the 10 ms ones
-    assert 50 <= latency["p99"] < 150, latency
+    assert 10 <= latency["p50"] < 50, latency
+    assert 50 <= latency["p90"] <= latency["p99"] < 150, latency
     assert latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
 
 
