@@ -349,6 +349,12 @@ def _env(extra: dict | None = None) -> dict:
     return env
 
 
+CHILD_DEADLINE_S = 30.0
+"""How long a background `peach ask` may take to print or to exit before the test fails: a
+guard against a hang, not a bound on speed (a start-up takes seconds when the suite's workers
+and a Ray cluster load both cores; 10 s was once not enough)."""
+
+
 class Child:
     """`peach ask` running in the background, its stdout read incrementally (pipe or pty)."""
 
@@ -373,7 +379,7 @@ class Child:
         self._fd = self._master if tty else self.process.stdout.fileno()
         self.output = b""
 
-    def read_until(self, needle: bytes, timeout: float = 10) -> bytes:
+    def read_until(self, needle: bytes, timeout: float = CHILD_DEADLINE_S) -> bytes:
         """Read stdout until ``needle`` appears (or fail after ``timeout`` seconds)."""
         deadline = time.monotonic() + timeout
         while needle not in self.output:
@@ -394,7 +400,7 @@ class Child:
     def interrupt(self) -> None:
         self.process.send_signal(signal.SIGINT)
 
-    def finish(self, timeout: float = 10) -> Result:
+    def finish(self, timeout: float = CHILD_DEADLINE_S) -> Result:
         """Wait for the exit; drain stdout; return the result."""
         deadline = time.monotonic() + timeout
         while True:
