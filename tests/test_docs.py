@@ -364,7 +364,7 @@ def test_python_blocks_compile_and_marked_ones_run(page):
             raise AssertionError(f"{block.where}: {error}") from error
         if "run" in block.options:  # <!-- test: run -->: a self-contained example, run as is
             ran = subprocess.run(
-                [sys.executable, "-c", block.body], capture_output=True, text=True, timeout=30
+                [sys.executable, "-c", block.body], capture_output=True, text=True, timeout=90
             )
             assert ran.returncode == 0, f"{block.where}:\n{ran.stderr}"
 
@@ -402,7 +402,7 @@ def test_the_cli_reference_is_what_help_prints(path):
         capture_output=True,
         text=True,
         env={**os.environ, "COLUMNS": str(reference.HELP_COLUMNS), "NO_COLOR": "1", "TERM": "dumb"},
-        timeout=30,
+        timeout=90,
     )
     assert printed.returncode == 0, printed.stderr
     assert reference.help_text(path, command) == reference.tidy(printed.stdout)
@@ -438,7 +438,7 @@ def test_the_conf_reference_names_every_key_of_the_schema():
         [sys.executable, "-m", "peach_cli.cli", "schema"],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=90,
     )
     assert json.loads(printed.stdout) == schema, (
         "the reference is built from what `peach schema` prints"
@@ -455,7 +455,7 @@ def test_the_site_builds_with_strict_checks(tmp_path):
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"},
-        timeout=120,
+        timeout=90,
     )
     assert built.returncode == 0, built.stderr
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
