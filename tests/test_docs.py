@@ -455,7 +455,7 @@ def test_the_site_builds_with_strict_checks(tmp_path):
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"},
-        timeout=90,
+        timeout=120,
     )
     assert built.returncode == 0, built.stderr
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
