@@ -30,7 +30,7 @@ import tempfile
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from peach_cli.runtime.debug import POST_MORTEM_ENV, SKIPPED_ENV, SOCKET_ENV
 
@@ -117,10 +117,19 @@ def terminal_reason() -> str | None:
     return None
 
 
+class Deadline(Protocol):
+    """A call's ``timeout_s`` bound as the relay suspends it: an ``asyncio.Timeout``, or the
+    fast lane's timer (``simulator.fastlane``)."""
+
+    def when(self) -> float | None: ...
+
+    def reschedule(self, when: float | None) -> None: ...
+
+
 @dataclass
 class _Call:
     line: str | None
-    deadline: asyncio.Timeout | None
+    deadline: Deadline | None
 
 
 @dataclass
@@ -194,10 +203,15 @@ class DebugRelay:
     # -- the gateway's calls ---------------------------------------------------------------
 
     def register(
-        self, replica: str, request_id: int | None, deadline: asyncio.Timeout | None
+        self,
+        replica: str,
+        request_id: int | None,
+        deadline: Deadline | None,
+        line: str | None = None,
     ) -> None:
-        """A replica's call (or, ``request_id`` None, a task's run) under way."""
-        self.calls[(replica, request_id)] = _Call(REQUEST_LINE.get(), deadline)
+        """A replica's call (or, ``request_id`` None, a task's run) under way; ``line`` is
+        its request line (default: ``REQUEST_LINE``, set by the gateway for the request)."""
+        self.calls[(replica, request_id)] = _Call(line or REQUEST_LINE.get(), deadline)
 
     def unregister(self, replica: str, request_id: int | None) -> None:
         self.calls.pop((replica, request_id), None)

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 INTERNAL_PREFIX = "/_peach/"
 
 
-def _lookup(routes: dict[str, Route], path: str) -> Route | None:
+def lookup(routes: dict[str, Route], path: str) -> Route | None:
     """The route for a request path (the table is keyed by ``url_key``)."""
     return routes.get(path) or routes.get(url_key(path))
 
@@ -105,7 +105,7 @@ class DevGateway:
             return
         path = scope["path"]
         table = self.table
-        route = _lookup(table.routes, path)
+        route = lookup(table.routes, path)
         if route is None:
             if path.startswith(INTERNAL_PREFIX):
                 await self._internal(scope, receive, send)
@@ -157,9 +157,20 @@ class DevGateway:
     def _log(
         self, scope: dict[str, Any], endpoint: EndpointSpec | None, reply: HttpReply, started: float
     ) -> None:
+        self.log(scope["method"], scope["path"], endpoint, reply, started)
+
+    def log(
+        self,
+        method: str,
+        path: str,
+        endpoint: EndpointSpec | None,
+        reply: HttpReply,
+        started: float,
+    ) -> None:
+        """Count an answered request (``/_peach/metrics``) and log it (the dev view)."""
         elapsed = time.perf_counter() - started
         self.metrics.observe(
-            scope["method"],
+            method,
             endpoint.url if endpoint else "",
             reply.status,
             elapsed,
@@ -170,8 +181,8 @@ class DevGateway:
         if self.on_event is not None:
             self.on_event(
                 RequestLogged(
-                    scope["method"],
-                    scope["path"],
+                    method,
+                    path,
                     reply.status,
                     endpoint.name if endpoint else None,
                     reply.component,

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+if TYPE_CHECKING:
+    from simulator.fastlane import FastCall, FastLane
 
 MAX_HEAD_BYTES = 64 * 1024
 """Request line plus headers; browsers and proxies stay well under 16 KiB."""
@@ -42,6 +45,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     never ends is cut early); once it is complete, its exact size (url and headers).
     """
 
+    fast_lane: FastLane | None = None
+    """Takes plain calls without an ASGI cycle (``simulator.fastlane``); set per server."""
+    _fast: FastCall | None = None
+    """The request whose body the fast lane is reading."""
     _reading_head = True
     _head_bytes = 0
     _refused = False
@@ -103,6 +110,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if size > MAX_HEAD_BYTES:
             self._refuse_head()
             return
+        lane = self.fast_lane
+        if lane is not None and not self.pipeline:
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:
+                fast = lane.claim(self)
+                if fast is not None:
+                    self._fast = fast
+                    self.cycle = fast  # type: ignore[assignment]
+                    return
+        self._start_cycle()
+
+    def _start_cycle(self) -> None:
+        """uvicorn's own: the request cycle and its ASGI task (the general path)."""
         previous = self.cycle
         super().on_headers_complete()
         cycle = self.cycle
@@ -110,12 +130,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
-        if not self._refused:
+        fast = self._fast
+        if fast is not None:
+            fast.body += body
+        elif not self._refused:
             super().on_body(body)
 
     def on_message_complete(self) -> None:
         if self._refused:
             return
+        fast = self._fast
+        if fast is not None:
+            self._fast = None
+            self._reading_head = True
+            if fast.start():
+                return
+            # the general path takes it, with the body already read
+            self.cycle = None  # type: ignore[assignment]
+            self._start_cycle()
+            self.cycle.body += fast.body
         super().on_message_complete()
         self._reading_head = True  # the next request on this connection starts its head
 
@@ -196,18 +229,17 @@ class HeadWithBody:
         return getattr(self._transport, name)
 
 
-def protocol_with(head_timeout_s: float | None) -> type[BoundedHttpToolsProtocol]:
+def protocol_with(
+    head_timeout_s: float | None, fast_lane: FastLane | None = None
+) -> type[BoundedHttpToolsProtocol]:
     """The protocol class, with its head timeout changed when ``head_timeout_s`` is given
-    (else when ``PEACH_HEAD_TIMEOUT_S`` is set)."""
+    (else when ``PEACH_HEAD_TIMEOUT_S`` is set), and plain calls taken by ``fast_lane``."""
+    settings: dict[str, Any] = {"fast_lane": fast_lane}
     if head_timeout_s is None:
         try:
             head_timeout_s = float(os.environ.get(HEAD_TIMEOUT_VARIABLE, ""))
         except ValueError:
-            return BoundedHttpToolsProtocol
-        if not head_timeout_s > 0:
-            return BoundedHttpToolsProtocol
-    return type(
-        "BoundedHttpToolsProtocol",
-        (BoundedHttpToolsProtocol,),
-        {"head_timeout_s": float(head_timeout_s)},
-    )
+            head_timeout_s = None
+    if head_timeout_s is not None and head_timeout_s > 0:
+        settings["head_timeout_s"] = float(head_timeout_s)
+    return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), settings)

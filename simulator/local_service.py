@@ -98,6 +98,14 @@ class LocalService:
                     host = value.decode("latin-1")
                 elif name == b"origin" and origin is None:
                     origin = value.decode("latin-1")
+        client = scope.get("client")
+        return self.refusal_of(host, origin, scope.get("path", ""), client[0] if client else None)
+
+    def refusal_of(
+        self, host: str | None, origin: str | None, path: str, client: str | None
+    ) -> tuple[str, str] | None:
+        """``refusal`` from the request's first ``Host`` and ``Origin``, its path and its
+        peer's address."""
         if not self.host_allowed(host):
             shown = "no Host header" if host is None else f"Host {host!r}"
             return "forbidden_host", (
@@ -109,10 +117,8 @@ class LocalService:
                 f"requests from the web origin {origin!r} are refused (start peach dev with "
                 "--allow-origin ORIGIN to accept it)"
             )
-        path = scope.get("path", "")
         if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
-            client = scope.get("client")
-            if not is_loopback(client[0] if client else None):
+            if not is_loopback(client):
                 where = "/".join(path.split("/")[:3])
                 return "forbidden", f"{where} is for loopback clients"
         return None

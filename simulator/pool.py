@@ -26,7 +26,7 @@ STARTUP_WAIT_S = 60.0
 
 _WAITING = (ReplicaState.STARTING, ReplicaState.RESTARTING)
 _SERVING = (ReplicaState.HEALTHY, ReplicaState.RELOADING, ReplicaState.DRAINING)
-"""The states ``_pick`` takes a replica in."""
+"""The states ``pick`` takes a replica in."""
 
 
 class Unavailable(Exception):
@@ -105,7 +105,7 @@ class ReplicaPool:
                 return replica.method_kind
         return None
 
-    def _pick(self) -> Replica | None:
+    def pick(self) -> Replica | None:
         candidates = [r for r in self.replicas if r.state is ReplicaState.HEALTHY]
         if not candidates:
             candidates = [r for r in self.replicas if r.state is ReplicaState.RELOADING]
@@ -126,13 +126,13 @@ class ReplicaPool:
 
     async def acquire(self) -> Replica:
         """The replica that should serve the next request; ``Unavailable`` if none can."""
-        replica = self._pick()
+        replica = self.pick()
         if replica is not None:
             return replica
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STARTUP_WAIT_S
         while True:
-            replica = self._pick()
+            replica = self.pick()
             if replica is not None:
                 return replica
             if not any(r.state in _WAITING for r in self.replicas) or self.retired:

@@ -217,6 +217,8 @@ class Replica:
         self._process: WorkerProcess | None = None
         self._channel: MessageChannel | None = None
         self._calls: dict[int, asyncio.Future[CallResult]] = {}
+        self._answers: dict[int, Callable[[CallResult], None]] = {}
+        """Calls of the gateway's fast lane (``send_call``): answered through a callback."""
         self._streams: dict[int, asyncio.Queue[StreamEvent]] = {}
         self._pings: dict[int, asyncio.Future[Pong | None]] = {}
         self._patches: dict[int, asyncio.Future[PatchReady | PatchFailed]] = {}
@@ -357,6 +359,28 @@ class Replica:
             if relay is not None:
                 relay.unregister(self.id, request_id)
 
+    def send_call(
+        self, params: RequestParams, on_answer: Callable[[CallResult], None]
+    ) -> int | None:
+        """Send one non-streaming call whose ``CallResult`` goes to ``on_answer`` (called
+        once, from the loop, as soon as it arrives: no task, no future); its request id, or
+        None when the process is not running. ``cancel_call`` takes it back (a timeout)."""
+        channel = self._channel
+        request_id = self._new_id()
+        if channel is None or not channel.send(Call(request_id, params.query, params.body)):
+            return None
+        self._answers[request_id] = on_answer
+        self._begin()
+        return request_id
+
+    def cancel_call(self, request_id: int) -> None:
+        """Forget a ``send_call`` call and cancel it in the process (its answer is dropped)."""
+        if self._answers.pop(request_id, None) is not None:
+            self._end()
+            channel = self._channel
+            if channel is not None:
+                channel.send(Cancel(request_id))
+
     async def open_stream(self, params: RequestParams) -> ReplicaStream:
         """Start a stream; return its chunks once the replica has bound the call.
 
@@ -463,6 +487,11 @@ class Replica:
     def _on_message(self, message: Message) -> None:
         match message:
             case Result(request_id=request_id):
+                on_answer = self._answers.pop(request_id, None)
+                if on_answer is not None:
+                    self._end()
+                    on_answer(message.call_result())
+                    return
                 future = self._calls.get(request_id)
                 if future is not None and not future.done():
                     future.set_result(message.call_result())
@@ -573,6 +602,10 @@ class Replica:
         for future in list(self._calls.values()):
             if not future.done():
                 future.set_result(CallResult.failure("method_error", message, self.id))
+        answers, self._answers = self._answers, {}
+        for on_answer in answers.values():
+            self._end()
+            on_answer(CallResult.failure("method_error", message, self.id))
         for queue in list(self._streams.values()):
             queue.put_nowait(ReplicaGone(message))
         for ping in list(self._pings.values()):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -36,11 +37,15 @@ from simulator.routing import Route, RoutingTable
 from simulator.spawn import Spawner, WorkerLaunch
 
 if TYPE_CHECKING:
+    from simulator.fastlane import FastLane
     from simulator.gateway import DevGateway
     from simulator.record import Recorder
 
 DRAIN_TIMEOUT_S = 300.0
 """How long a retired component may keep serving in-flight streams after a reload."""
+NO_FAST_LANE_VARIABLE = "PEACH_NO_FAST_LANE"
+"""Set (to anything), every request takes the gateway's general path (``simulator.fastlane``
+says which ones the fast lane takes): for comparing the two."""
 UVICORN_SHUTDOWN_S = 2
 
 
@@ -111,6 +116,8 @@ class DevServer:
         self._applying = asyncio.Lock()
         """Held by ``apply_plan``: a reload and an on-demand re-init never overlap."""
         self.gateway: DevGateway | None = None
+        self.fast_lane: FastLane | None = None
+        """Answers plain calls without an ASGI cycle (unless ``PEACH_NO_FAST_LANE`` is set)."""
         self.recorder: Recorder | None = None
         """Set before ``start``: the gateway records every answered request with it."""
 
@@ -145,6 +152,7 @@ class DevServer:
         )
         import uvicorn
 
+        from simulator.fastlane import FastLane
         from simulator.gateway import DevGateway
         from simulator.http_protocol import protocol_with
         from simulator.local_service import LocalService
@@ -160,9 +168,11 @@ class DevServer:
             allow_origins=self.allow_origins,
             on_event=self._on_event,
         )
+        if not os.environ.get(NO_FAST_LANE_VARIABLE):
+            self.fast_lane = FastLane(self.gateway, app)
         config = uvicorn.Config(
             app,
-            http=protocol_with(self.head_timeout_s),
+            http=protocol_with(self.head_timeout_s, self.fast_lane),
             ws="none",
             lifespan="off",
             log_config=None,

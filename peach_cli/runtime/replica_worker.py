@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -140,6 +141,11 @@ class Worker:
         self.patches: dict[int, LoadedCode] = {}
         """New code executed by ``Patch`` messages, waiting for their ``CommitPatch``."""
         self.closed = asyncio.Event()
+        ready = getattr(self.loop, "_ready", None)
+        self._ready: collections.deque[asyncio.Handle] | None = (
+            ready if not _EAGER and isinstance(ready, collections.deque) else None
+        )
+        """asyncio's queue of handles to run (3.11, not uvloop's loop): see ``_start_call``."""
         self._started = False
         self._patching: int | None = None
         """The latest ``Patch`` whose code runs (in a thread of its own) or has run."""
@@ -210,14 +216,23 @@ class Worker:
 
     def _start_call(self, request_id: int, coroutine: Coroutine[Any, Any, None]) -> None:
         """A call's task, which forgets itself when it ends (no done callback: one turn of
-        the loop less per call). From Python 3.12 it starts at once (an eager task): a call
-        that never waits is answered before this returns, without a turn of the loop."""
+        the loop less per call). It starts at once (an eager task): a call that never waits
+        is answered before this returns, without a turn of the loop. From Python 3.12 that
+        is ``eager_start``; on 3.11, asyncio's loop, the task's first step (the handle
+        ``create_task`` has just queued) is taken off the queue and run here, in the task
+        and its context, as ``eager_start`` does."""
         if _EAGER:
             task = asyncio.Task(coroutine, loop=self.loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
             if task.done():
                 return
         else:
+            ready = self._ready
+            queued = len(ready) if ready is not None else -1
             task = self.loop.create_task(coroutine)
+            if ready is not None and len(ready) == queued + 1:
+                ready.pop()._run()
+                if task.done():
+                    return
         self.tasks[request_id] = task
 
     # -- work ----------------------------------------------------------------------------

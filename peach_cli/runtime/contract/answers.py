@@ -136,6 +136,17 @@ CALL_DEADLINE: contextvars.ContextVar[asyncio.Timeout | None] = contextvars.Cont
 stopped in the debugger (``simulator.debug``)."""
 
 
+def timed_out(endpoint: EndpointSpec, attempt: Attempt, timeout_s: float) -> CallResult:
+    """The ``timeout`` failure of an attempt that did not answer within ``timeout_s``."""
+    message = (
+        f"{endpoint.url} ({attempt.component}) did not answer within timeout_s = {timeout_s:g} s"
+    )
+    if attempt.replica is None and attempt.starting_since is not None:
+        starting = time.monotonic() - attempt.starting_since
+        message += f": its replicas are still starting ({starting:.0f} s so far)"
+    return CallResult.failure("timeout", message, attempt.replica)
+
+
 async def _attempt(
     call: ComponentCall, endpoint: EndpointSpec, component: str, timeout_s: float
 ) -> CallResult:
@@ -148,18 +159,18 @@ async def _attempt(
             finally:
                 CALL_DEADLINE.reset(token)
     except TimeoutError:
-        message = f"{endpoint.url} ({component}) did not answer within timeout_s = {timeout_s:g} s"
-        if attempt.replica is None and attempt.starting_since is not None:
-            starting = time.monotonic() - attempt.starting_since
-            message += f": its replicas are still starting ({starting:.0f} s so far)"
-        result = CallResult.failure("timeout", message, attempt.replica)
+        result = timed_out(endpoint, attempt, timeout_s)
     if result.replica is None:
         result.replica = attempt.replica
     return result
 
 
 async def answer(
-    endpoint: EndpointSpec, call: ComponentCall, timeout_s: float, arm: str | None = None
+    endpoint: EndpointSpec,
+    call: ComponentCall,
+    timeout_s: float,
+    arm: str | None = None,
+    primary: CallResult | None = None,
 ) -> Answer:
     """Answer a non-streaming call: the primary, bounded by ``timeout_s``, then the fallback.
 
@@ -167,10 +178,12 @@ async def answer(
     from ``choose_arm``; default the endpoint's primary). The fallback answers (with the
     same parameters: the host's ``call`` carries them) when it raised, timed out or
     returned nothing, whichever arm it was; caller mistakes (``bad_request``) and
-    ``unavailable`` are returned as they are.
+    ``unavailable`` are returned as they are. A host that already has the primary's
+    result (the dev gateway's fast lane) passes it as ``primary``.
     """
     name = arm or endpoint.primary
-    primary = await _attempt(call, endpoint, name, timeout_s)
+    if primary is None:
+        primary = await _attempt(call, endpoint, name, timeout_s)
     if primary.ok and not primary.empty:
         return Answer(200, ok_envelope(primary.result), name, primary.replica)
     fallback_name = endpoint.fallback
