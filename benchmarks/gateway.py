@@ -19,6 +19,7 @@ Usage::
     python benchmarks/gateway.py --requests 1000 --seconds 2   # quicker
     python benchmarks/gateway.py --json          # the figures, ratios and checks as JSON
     python benchmarks/gateway.py --repo /tmp/before   # peach dev from another checkout
+    python benchmarks/gateway.py --no-fast-lane  # every request on the general path
 
 From Python (``benchmarks/scale.py``)::
 
@@ -148,7 +149,9 @@ def notebook(*sources: str) -> str:
 
 
 class Server:
-    def __init__(self, name: str, command: list[str], cwd: Path, log: Path) -> None:
+    def __init__(
+        self, name: str, command: list[str], cwd: Path, log: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.log = log
         self.process = subprocess.Popen(
@@ -157,7 +160,7 @@ class Server:
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=dict(os.environ, NO_COLOR="1", PYTHONUNBUFFERED="1"),
+            env=dict(os.environ, NO_COLOR="1", PYTHONUNBUFFERED="1", **(env or {})),
             start_new_session=True,
         )
         self.url = self._wait_url()
@@ -215,7 +218,9 @@ def start_bare(folder: Path) -> Server:
     return Server("bare", [sys.executable, "-c", runner], folder, folder / "bare.log")
 
 
-def start_peach(folder: Path, *extra: str, repo: Path = REPO) -> Server:
+def start_peach(
+    folder: Path, *extra: str, repo: Path = REPO, env: dict[str, str] | None = None
+) -> Server:
     project = folder / "project"
     project.mkdir()
     (project / "peach.yaml").write_text(CONF)
@@ -231,7 +236,7 @@ def start_peach(folder: Path, *extra: str, repo: Path = REPO) -> Server:
         "--no-reload",
         *extra,
     ]
-    return Server("peach dev", command, repo, folder / "peach.log")
+    return Server("peach dev", command, repo, folder / "peach.log", env)
 
 
 # -- measurements -------------------------------------------------------------------------
@@ -324,10 +329,11 @@ def run_all(options: argparse.Namespace) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="peach-bench-") as tmp:
         folder = Path(tmp)
         peach_args = ("--shared-env",) if options.shared_env else ()
+        peach_env = {"PEACH_NO_FAST_LANE": "1"} if options.no_fast_lane else {}
         repo = Path(options.repo).resolve()
 
         def start_peach_dev(folder: Path) -> Server:
-            return start_peach(folder, *peach_args, repo=repo)
+            return start_peach(folder, *peach_args, repo=repo, env=peach_env)
 
         starters = (("bare", start_bare), ("peach dev", start_peach_dev))
         for name, start in starters:
@@ -440,6 +446,11 @@ def _options(argv: list[str] | None = None) -> argparse.Namespace:
         help="the checkout whose peach dev is measured (default: the one holding this script)",
     )
     parser.add_argument(
+        "--no-fast-lane",
+        action="store_true",
+        help="PEACH_NO_FAST_LANE=1: every request on the gateway's general path (ASGI cycle)",
+    )
+    parser.add_argument(
         "--shared-env",
         action="store_true",
         help="peach dev --shared-env: replicas in peach's own interpreter (uvloop when installed)"
@@ -455,6 +466,7 @@ def run(
     clients: int = 16,
     stream_rounds: int = 3,
     shared_env: bool = False,
+    no_fast_lane: bool = False,
     repo: Path = REPO,
 ) -> dict[str, float]:
     """One run of both servers; peach dev / bare for every row (``def_median``,
@@ -467,6 +479,7 @@ def run(
             f"--stream-rounds={stream_rounds}",
             f"--repo={repo}",
             *(["--shared-env"] if shared_env else []),
+            *(["--no-fast-lane"] if no_fast_lane else []),
         ]
     )
     return ratios_of(run_all(options))

@@ -82,6 +82,8 @@ class FastLane:
         self.service = service
         self.calls = 0
         """Requests the fast lane has sent on to a replica (the others took the general path)."""
+        self.answering: set[asyncio.Task[None]] = set()
+        """Answers that went on to ``contract.answer`` (a fallback, an error), until sent."""
 
     def claim(self, protocol: BoundedHttpToolsProtocol) -> FastCall | None:
         """The request whose head the protocol has just read, if the fast lane takes it."""
@@ -93,9 +95,11 @@ class FastLane:
         if method not in _METHODS or parser.get_http_version() != "1.1":
             return None
         url: bytes = protocol.url
+        if b"#" in url:  # uvicorn drops a fragment from the query: it takes those
+            return None
         mark = url.find(b"?")
         raw_path, query = (url, b"") if mark < 0 else (url[:mark], url[mark + 1 :])
-        if b"%" in raw_path or b"#" in raw_path or not raw_path.startswith(b"/"):
+        if b"%" in raw_path or not raw_path.startswith(b"/") or not raw_path.isascii():
             return None
         path = raw_path.decode("ascii")
         table = gateway.table
@@ -293,7 +297,10 @@ class FastCall:
             name = endpoint.primary
             self._reply(answer_reply(Answer(200, ok_envelope(result.result), name, result.replica)))
             return
-        asyncio.ensure_future(self._answer(result))
+        task = asyncio.ensure_future(self._answer(result))
+        answering = self.lane.answering
+        answering.add(task)
+        task.add_done_callback(answering.discard)
 
     async def _answer(self, primary: CallResult) -> None:
         route = self.route
