@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.debug import DebugRelay, skipped_env, skipped_once
 from simulator.environments import Environments
-from simulator.events import ReplicasStarted, Serving
+from simulator.events import ReplicasStarted, ServerNote, Serving
 from simulator.server import DevServer
 from simulator.spawn import Spawner
 from simulator.tasks.scheduler import DEFAULT_INTERVAL_S, TaskScheduler, TriggerSocket
@@ -101,7 +101,7 @@ class DevSession:
         plan = config.plan
         on_event = skipped_once(on_event)  # "breakpoint() skipped": once per component
         self.on_event = on_event
-        self.spawner = Spawner(templates=Templates())
+        self.spawner = Spawner(templates=Templates(on_failure=self._template_failed))
         """Starts every worker process of the session (replicas forked from a warm template
         per env where it can) and keeps its spares."""
         trigger = TriggerSocket()
@@ -182,6 +182,10 @@ class DevSession:
         # A task: ``stop`` during start-up cancels what is still starting.
         self._starting = asyncio.ensure_future(self._start())
         await self._starting
+
+    def _template_failed(self, message: str) -> None:
+        if self.on_event is not None:
+            self.on_event(ServerNote(message, "warning"))
 
     async def _start(self) -> None:
         began = time.perf_counter()

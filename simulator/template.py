@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 
 from simulator.spawn import Worker, WorkerLaunch, start_process, wait_or_kill
 
@@ -95,6 +96,8 @@ class Template:
         self._closing = False
         self.lost = False
         """The template is gone (or never started): fork no more from it."""
+        self.failure = ""
+        """Why it did not start (``start`` returned False)."""
 
     async def start(self) -> bool:
         """Start the process and wait until it is warm; whether it is."""
@@ -104,9 +107,10 @@ class Template:
         command = [self.launch.interpreter.python, "-P", "-m", TEMPLATE_MODULE, "--fd", str(fd)]
         try:  # what it prints is dropped: a template that fails to start is replaced by spawns
             self.process = await start_process(self.launch, command, fd, output=subprocess.DEVNULL)
-        except OSError:
+        except OSError as error:
             ours.close()
             self.lost = True
+            self.failure = f"could not start: {error}"
             return False
         finally:
             theirs.close()
@@ -119,9 +123,13 @@ class Template:
                 ready = await asyncio.shield(self._ready)
         except TimeoutError:
             ready = False
+            self.failure = f"was not ready within {READY_TIMEOUT_S:g} s"
         if not ready:
             await self.close()
             self.lost = True
+            if not self.failure:
+                code = self.process.returncode if self.process is not None else None
+                self.failure = "exited at start" + (f" (code {code})" if code is not None else "")
         return ready
 
     async def fork(self) -> tuple[ForkedProcess, socket.socket] | None:
@@ -290,7 +298,10 @@ def _reaped(pid: int) -> int | None:
 class Templates:
     """The templates of one session, one per launch, started on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_failure: Callable[[str], None] | None = None) -> None:
+        self.on_failure = on_failure
+        """Told, once per launch, why its template did not start (its replicas are then
+        spawned one by one, each its own interpreter)."""
         self._templates: dict[WorkerLaunch, Template] = {}
         self._starting: dict[WorkerLaunch, asyncio.Task[bool]] = {}
         self._failed: set[WorkerLaunch] = set()
@@ -308,7 +319,19 @@ class Templates:
             self._starting[launch] = starting
             starting.add_done_callback(lambda _: self._starting.pop(launch, None))
         if starting is not None and not await asyncio.shield(starting):
-            self._failed.add(launch)  # it cannot start here: spawn from now on
+            if launch not in self._failed:  # it cannot start here: spawn from now on
+                self._failed.add(launch)
+                failed = self._templates.get(launch)
+                if self.on_failure is not None and failed is not None:
+                    where = (
+                        f"py_env {launch.interpreter.name}"
+                        if launch.interpreter.name
+                        else "peach's own interpreter"
+                    )
+                    self.on_failure(
+                        f"the warm template of {where} {failed.failure}: its replicas are "
+                        "spawned one by one instead (slower to start, more memory)"
+                    )
             return None
         template = self._templates.get(launch)
         if template is None:

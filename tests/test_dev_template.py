@@ -223,15 +223,21 @@ def test_a_template_that_cannot_start_leaves_the_replicas_to_spawns(tmp_path: Pa
     from simulator.spawn import Interpreter, WorkerLaunch
     from simulator.template import Templates
 
+    said: list[str] = []
+
     async def scenario() -> tuple[object, object]:
-        templates = Templates()
-        launch = WorkerLaunch(tmp_path, Interpreter(python="/bin/false"))  # exits at once
-        first = await templates.fork(launch)
+        templates = Templates(on_failure=said.append)
+        launch = WorkerLaunch(tmp_path, Interpreter(python="/bin/false", name="base"))
+        first = await templates.fork(launch)  # /bin/false exits at once
         again = await templates.fork(launch)
         await templates.close()
         return first, again
 
     assert asyncio.run(scenario()) == (None, None)
+    assert said == [  # said once, not at each replica
+        "the warm template of py_env base exited at start (code 1): its replicas are "
+        "spawned one by one instead (slower to start, more memory)"
+    ]
 
 
 def test_the_staged_runtime_is_byte_compiled_even_without_bytecode_writing(tmp_path, monkeypatch):
