@@ -475,6 +475,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _semantics.stop()
 
 
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Without xdist (``-p no:xdist``: every test in this process) the ``--dist loadgroup``
+    of the project's ``addopts`` means nothing: take it and ignore it."""
+    if not pluginmanager.has_plugin("xdist"):
+        parser.addoption("--dist", default="no", help="(xdist is not loaded: ignored)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A SIGTERM (a CI job's timeout, ``kill``) ends the run as Ctrl-C does, so that the
     session's teardown still runs and stops its Ray clusters and `peach dev` servers
