@@ -72,6 +72,10 @@ endpoints:
     url: /dies
     components:
       main: {notebook: nb.ipynb, method: dies}
+  task_of:
+    url: /task-of
+    components:
+      main: {notebook: nb.ipynb, method: task_of}
 """
 CELLS = [
     "import asyncio, os\n\n"
@@ -81,6 +85,14 @@ CELLS = [
     '    return "done"\n\n'
     "async def words():\n    yield 'one\\n'\n    yield 'two\\n'\n\n"
     "def dies():\n    os._exit(3)\n",
+    "import asyncio, contextvars\n\nSEEN = contextvars.ContextVar('seen', default=None)\n\n"
+    "async def task_of(tag: str, wait: bool = False):\n"
+    "    before = SEEN.get()\n    SEEN.set(tag)\n"
+    "    task = asyncio.current_task()\n"
+    "    async with asyncio.timeout(5):\n"
+    "        if wait:\n            await asyncio.sleep(0.01)\n"
+    "    return {'task': task is not None and not task.done(), 'before': before,\n"
+    "            'same': asyncio.current_task() is task}\n",
 ]
 
 
@@ -329,3 +341,19 @@ def test_a_replica_that_dies_mid_call_answers_as_on_the_general_path(lane_projec
     serve(lane_project, record(False), fast_lane=False)
     assert answers[True] == answers[False]
     assert answers[True][0] == 500 and "exited with code 3" in answers[True][1]
+
+
+def test_an_async_method_runs_in_its_own_task_from_its_first_step(lane_project):
+    """A call starts eagerly in the replica (3.12's ``eager_start``; on 3.11 its task's first
+    step is run at once): from its first line it is in a task of its own, with a context of
+    its own, so ``asyncio.timeout`` and ``current_task`` work whether it waits or not."""
+
+    async def scenario(server: Any, client: httpx.AsyncClient) -> None:
+        for wait in ("false", "true", "false"):
+            answers = await asyncio.gather(
+                *(client.get(f"/task-of?tag={n}&wait={wait}") for n in range(8))
+            )
+            for response in answers:
+                assert response.json()["result"] == {"task": True, "before": None, "same": True}
+
+    serve(lane_project, scenario)
