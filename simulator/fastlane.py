@@ -47,6 +47,7 @@ from peach_cli.runtime.contract.answers import Answer, answer, ok_envelope, time
 from peach_cli.runtime.contract.flow import HttpReply, answer_reply
 from simulator import debug
 from simulator.gateway import lookup
+from simulator.local_service import INTERNAL_PREFIX
 
 if TYPE_CHECKING:
     from simulator.gateway import DevGateway
@@ -82,8 +83,19 @@ class FastLane:
         self.service = service
         self.calls = 0
         """Requests the fast lane has sent on to a replica (the others took the general path)."""
+        self._hosts: dict[bytes, bool] = {}
         self.answering: set[asyncio.Task[None]] = set()
         """Answers that went on to ``contract.answer`` (a fallback, an error), until sent."""
+
+    def _host_allowed(self, host: bytes) -> bool:
+        """``LocalService.host_allowed`` of a ``Host`` value, remembered (a few values
+        come again and again; a flood of new ones is not remembered)."""
+        allowed = self._hosts.get(host)
+        if allowed is None:
+            allowed = self.service.host_allowed(host.decode("latin-1"))
+            if len(self._hosts) < 64:
+                self._hosts[host] = allowed
+        return allowed
 
     def claim(self, protocol: BoundedHttpToolsProtocol) -> FastCall | None:
         """The request whose head the protocol has just read, if the fast lane takes it."""
@@ -131,15 +143,21 @@ class FastLane:
                     origin = value
             elif name in (b"transfer-encoding", b"expect", b"upgrade"):
                 return None
-        client = protocol.client
-        refused = self.service.refusal_of(
-            None if host is None else host.decode("latin-1"),
-            None if origin is None else origin.decode("latin-1"),
-            path,
-            client[0] if client else None,
-        )
-        if refused is not None:
-            return None
+        if (
+            origin is not None
+            or host is None
+            or not self._host_allowed(host)
+            or path.startswith(INTERNAL_PREFIX)
+        ):
+            client = protocol.client
+            refused = self.service.refusal_of(
+                None if host is None else host.decode("latin-1"),
+                None if origin is None else origin.decode("latin-1"),
+                path,
+                client[0] if client else None,
+            )
+            if refused is not None:
+                return None
         fast = FastCall(self, protocol, route, method.decode("ascii"), path, query, table.timeout_s)
         fast.keep_alive = parser.should_keep_alive()
         return fast

@@ -255,12 +255,12 @@ class DevView:
 
     def handle(self, event: Event | TaskEvent) -> None:
         """The ``on_event`` callback given to the ``DevSession`` (``simulator.session``)."""
-        if isinstance(event, TASK_EVENTS):
+        if isinstance(event, RequestLogged):  # the most frequent, by far
+            self._on_request(event)
+        elif isinstance(event, TASK_EVENTS):
             self._on_task(event)
         elif isinstance(event, DEBUG_EVENTS):
             self._on_debug(event)
-        elif isinstance(event, RequestLogged):
-            self._on_request(event)
         elif isinstance(event, ReplicaMemory):
             row = self._row(event.replica, event.component)
             row.memory, row.limit = event.pss or event.rss, event.limit
