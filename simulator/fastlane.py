@@ -14,10 +14,11 @@ own functions (``parse_request``, ``answer``, ``answer_reply``, ``timed_out``), 
 counts the request as the gateway does (``DevGateway.log``), and it gives a request back to
 the general path whenever anything is not plain:
 
-- before the head is taken: a method other than GET and POST, a path with an escape, no
-  such endpoint, an A/B test, a streaming method or one not known yet, a refused Host or
-  Origin (``LocalService``), a body over ``FAST_BODY_BYTES`` or of unknown length, an
-  ``Expect`` header, HTTP/1.0, a request pipelined behind another, ``--record``;
+- before the head is taken: a method other than GET and POST, a path with an escape or a
+  byte outside ASCII, a fragment, no such endpoint, an A/B test, a streaming method or one
+  not known yet, a refused Host or Origin (``LocalService``), a body over
+  ``FAST_BODY_BYTES`` or of unknown length, an ``Expect`` header, HTTP/1.0, a request
+  pipelined behind another, ``--record``;
 - when the body is in: a request the contract refuses (its error answer is the general
   path's), ``stream`` asked for, no replica ready (the general path waits for one).
 
