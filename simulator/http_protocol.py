@@ -89,8 +89,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True  # the first byte of a request line: its head's time starts
-        self._cancel_head_timer()
-        self._arm_head_timer()
+        self._cancel_head_timer()  # (armed at the end of this read if the head is not all in)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -100,6 +99,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
         if self._reading_head and self._head_bytes > MAX_HEAD_BYTES:
             self._refuse_head()
+        elif self._in_head and self._head_timer is None and not self._refused:
+            # a head cut by the end of this read: its time runs from its first byte (a head
+            # that came whole, the usual case, never needs the timer)
+            self._arm_head_timer()
 
     def on_headers_complete(self) -> None:
         self._reading_head = False
