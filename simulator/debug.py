@@ -117,6 +117,11 @@ def terminal_reason() -> str | None:
     return None
 
 
+def request_line(method: str, path: str, query: bytes) -> str:
+    """How a breakpoint's banner names the request: ``GET /greet?name=Ada``."""
+    return f"{method} {path}" + (f"?{query.decode('latin-1')}" if query else "")
+
+
 class Deadline(Protocol):
     """A call's ``timeout_s`` bound as the relay suspends it: an ``asyncio.Timeout``, or the
     fast lane's timer (``simulator.fastlane``)."""

@@ -18,7 +18,7 @@ the general path whenever anything is not plain:
   byte outside ASCII, a fragment, no such endpoint, an A/B test, a streaming method or one
   not known yet, a refused Host or Origin (``LocalService``), a body over
   ``FAST_BODY_BYTES`` or of unknown length, an ``Expect`` header, HTTP/1.0, a request
-  pipelined behind another, ``--record``;
+  pipelined behind another (under ``--record`` there is no fast lane);
 - when the body is in: a request the contract refuses (its error answer is the general
   path's), ``stream`` asked for, no replica ready (the general path waits for one).
 
@@ -33,7 +33,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from peach_cli.runtime.contract import (
     STREAMING_KINDS,
@@ -44,11 +46,10 @@ from peach_cli.runtime.contract import (
     parse_query_string,
     parse_request,
 )
-from peach_cli.runtime.contract.answers import Answer, answer, ok_envelope, timed_out
+from peach_cli.runtime.contract.answers import answer, succeeded, timed_out
 from peach_cli.runtime.contract.flow import HttpReply, answer_reply
 from simulator import debug
 from simulator.gateway import lookup
-from simulator.local_service import INTERNAL_PREFIX
 
 if TYPE_CHECKING:
     from simulator.gateway import DevGateway
@@ -84,25 +85,12 @@ class FastLane:
         self.service = service
         self.calls = 0
         """Requests the fast lane has sent on to a replica (the others took the general path)."""
-        self._hosts: dict[bytes, bool] = {}
         self.answering: set[asyncio.Task[None]] = set()
         """Answers that went on to ``contract.answer`` (a fallback, an error), until sent."""
-
-    def _host_allowed(self, host: bytes) -> bool:
-        """``LocalService.host_allowed`` of a ``Host`` value, remembered (a few values
-        come again and again; a flood of new ones is not remembered)."""
-        allowed = self._hosts.get(host)
-        if allowed is None:
-            allowed = self.service.host_allowed(host.decode("latin-1"))
-            if len(self._hosts) < 64:
-                self._hosts[host] = allowed
-        return allowed
 
     def claim(self, protocol: BoundedHttpToolsProtocol) -> FastCall | None:
         """The request whose head the protocol has just read, if the fast lane takes it."""
         gateway = self.gateway
-        if gateway.recorder is not None:
-            return None
         parser = protocol.parser
         method = parser.get_method()
         if method not in _METHODS or parser.get_http_version() != "1.1":
@@ -116,11 +104,9 @@ class FastLane:
             return None
         path = raw_path.decode("ascii")
         table = gateway.table
-        route = table.routes.get(path)
+        route = lookup(table.routes, path)
         if route is None:
-            route = lookup(table.routes, path)
-            if route is None:
-                return None
+            return None
         endpoint = route.endpoint
         if endpoint.ab is not None:
             return None
@@ -128,40 +114,31 @@ class FastLane:
         if kind is None or kind in STREAMING_KINDS:
             return None
         host = origin = None
-        size = 0
         for name, value in protocol.headers:
             if name == b"host":
                 if host is None:
-                    host = value
+                    host = value.decode("latin-1")
             elif name == b"content-length":
-                if not value.isdigit():
-                    return None
-                size = int(value)
-                if size > FAST_BODY_BYTES:
+                if not value.isdigit() or int(value) > FAST_BODY_BYTES:
                     return None
             elif name == b"origin":
                 if origin is None:
-                    origin = value
+                    origin = value.decode("latin-1")
             elif name in (b"transfer-encoding", b"expect", b"upgrade"):
                 return None
-        if (
-            origin is not None
-            or host is None
-            or not self._host_allowed(host)
-            or path.startswith(INTERNAL_PREFIX)
-        ):
-            client = protocol.client
-            refused = self.service.refusal_of(
-                None if host is None else host.decode("latin-1"),
-                None if origin is None else origin.decode("latin-1"),
-                path,
-                client[0] if client else None,
-            )
-            if refused is not None:
-                return None
-        fast = FastCall(self, protocol, route, method.decode("ascii"), path, query, table.timeout_s)
-        fast.keep_alive = parser.should_keep_alive()
-        return fast
+        client = protocol.client
+        if self.service.refusal_of(host, origin, path, client[0] if client else None):
+            return None
+        return FastCall(
+            self,
+            protocol,
+            route,
+            method.decode("ascii"),
+            path,
+            query,
+            table.timeout_s,
+            keep_alive=parser.should_keep_alive(),
+        )
 
 
 class FastCall:
@@ -188,7 +165,6 @@ class FastCall:
         "_request_id",
         "_timer",
         "_when",
-        "_line",
     )
 
     def __init__(
@@ -200,6 +176,8 @@ class FastCall:
         path: str,
         query: bytes,
         timeout_s: float,
+        *,
+        keep_alive: bool,
     ) -> None:
         self.lane = lane
         self.protocol = protocol
@@ -212,14 +190,14 @@ class FastCall:
         self.started = time.perf_counter()
         self.response_complete = False
         self.disconnected = False
-        self.keep_alive = True
+        self.keep_alive = keep_alive
+        """False after ``Connection: close`` (and when uvicorn shuts down meanwhile)."""
         self.message_event = _NO_EVENT
         self._params: RequestParams | None = None
         self._replica: Replica | None = None
         self._request_id = 0
         self._timer: asyncio.TimerHandle | None = None
         self._when: float | None = None
-        self._line: str | None = None
 
     def start(self) -> bool:
         """Send the call (the whole body is in); False when the general path must take the
@@ -252,11 +230,8 @@ class FastCall:
         self._timer = loop.call_at(self._when, self._timed_out)
         relay = debug.active
         if relay is not None:  # a breakpoint in this call suspends its timeout
-            query = self.query
-            self._line = f"{self.method} {self.path}" + (
-                f"?{query.decode('latin-1')}" if query else ""
-            )
-            relay.register(replica.id, request_id, self, self._line)
+            line = debug.request_line(self.method, self.path, self.query)
+            relay.register(replica.id, request_id, self, line)
         return True
 
     # -- the deadline, as the debugger relay sees it (``debug.Deadline``) ------------------
@@ -311,10 +286,9 @@ class FastCall:
             relay.unregister(replica.id, self._request_id)
         if result.replica is None:
             result.replica = replica.id
-        endpoint = self.route.endpoint
-        if result.ok and not result.empty:
-            name = endpoint.primary
-            self._reply(answer_reply(Answer(200, ok_envelope(result.result), name, result.replica)))
+        answered = succeeded(result, self.route.endpoint.primary)
+        if answered is not None:
+            self._reply(answer_reply(answered))
             return
         task = asyncio.ensure_future(self._answer(result))
         answering = self.lane.answering
@@ -337,13 +311,15 @@ class FastCall:
             self._failed()
 
     def _reply(self, reply: HttpReply) -> None:
-        """Write the reply (head and body in one write), then log and count it."""
+        """Write the reply, then log and count it. The head is written as uvicorn's cycle
+        writes one (its status line, its default headers, ``connection: close`` when the
+        connection ends), with the body in the same write: there is no cycle to send it."""
         protocol = self.protocol
         transport = protocol.transport
         self.response_complete = True
         try:
             if not transport.is_closing():
-                content = [_STATUS_LINES[reply.status]]
+                content = [STATUS_LINE[reply.status]]
                 for name, value in protocol.server_state.default_headers:
                     content += (name, b": ", value, b"\r\n")
                 for name, value in reply.headers:
@@ -358,14 +334,3 @@ class FastCall:
         finally:
             self.route.leave()
         self.lane.gateway.log(self.method, self.path, self.route.endpoint, reply, self.started)
-
-
-def _status_lines() -> dict[int, bytes]:
-    from uvicorn.protocols.http.httptools_impl import STATUS_LINE
-
-    lines: dict[int, bytes] = STATUS_LINE
-    return lines
-
-
-_STATUS_LINES: Any = _status_lines()
-"""uvicorn's status lines (``HTTP/1.1 200 OK\\r\\n``), as the general path writes them."""

@@ -123,10 +123,7 @@ class DevGateway:
     ) -> None:
         started = time.perf_counter()
         if debug.active is not None:  # a breakpoint's banner names the request
-            query = scope["query_string"]
-            line = f"{scope['method']} {scope['path']}" + (
-                f"?{query.decode('latin-1')}" if query else ""
-            )
+            line = debug.request_line(scope["method"], scope["path"], scope["query_string"])
             debug.REQUEST_LINE.set(line)
         recorder = self.recorder
         recording = recorder.begin() if recorder is not None else None
@@ -150,14 +147,9 @@ class DevGateway:
             elif not reply.gone:
                 await _send_reply(send, reply)
         finally:
-            self._log(scope, route.endpoint, reply, started)
+            self.log(scope["method"], scope["path"], route.endpoint, reply, started)
             if recorder is not None and recording is not None and not reply.gone:
                 recorder.finish(recording, scope, reply)
-
-    def _log(
-        self, scope: dict[str, Any], endpoint: EndpointSpec | None, reply: HttpReply, started: float
-    ) -> None:
-        self.log(scope["method"], scope["path"], endpoint, reply, started)
 
     def log(
         self,
@@ -205,7 +197,7 @@ class DevGateway:
         except ContractError:
             pass  # not found either way
         await _send_reply(send, reply)
-        self._log(scope, None, reply, started)
+        self.log(scope["method"], scope["path"], None, reply, started)
 
     # -- internal routes -----------------------------------------------------------------
 

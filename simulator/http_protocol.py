@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-if TYPE_CHECKING:
-    from simulator.fastlane import FastCall, FastLane
 
 MAX_HEAD_BYTES = 64 * 1024
 """Request line plus headers; browsers and proxies stay well under 16 KiB."""
@@ -38,6 +35,25 @@ HEAD_TIMEOUT_VARIABLE = "PEACH_HEAD_TIMEOUT_S"
 """Overrides ``HEAD_TIMEOUT_S`` (for the tests, which cannot wait 30 s)."""
 
 
+class TakenRequest(Protocol):
+    """A request a ``Lane`` took at its head: the connection's cycle until answered."""
+
+    body: bytes
+    response_complete: bool
+
+    def start(self) -> bool:
+        """The body is in: answer it (False: the general path must take it after all)."""
+        ...
+
+
+class Lane(Protocol):
+    """Takes requests whose answer needs no ASGI cycle (``simulator.fastlane``)."""
+
+    def claim(self, protocol: Any) -> TakenRequest | None:
+        """The request whose head ``protocol`` has just read, if the lane takes it."""
+        ...
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """``HttpToolsProtocol`` that refuses a request head over ``MAX_HEAD_BYTES``.
 
@@ -45,9 +61,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     never ends is cut early); once it is complete, its exact size (url and headers).
     """
 
-    fast_lane: FastLane | None = None
+    fast_lane: Lane | None = None
     """Takes plain calls without an ASGI cycle (``simulator.fastlane``); set per server."""
-    _fast: FastCall | None = None
+    _fast: TakenRequest | None = None
     """The request whose body the fast lane is reading."""
     _reading_head = True
     _head_bytes = 0
@@ -233,7 +249,7 @@ class HeadWithBody:
 
 
 def protocol_with(
-    head_timeout_s: float | None, fast_lane: FastLane | None = None
+    head_timeout_s: float | None, fast_lane: Lane | None = None
 ) -> type[BoundedHttpToolsProtocol]:
     """The protocol class, with its head timeout changed when ``head_timeout_s`` is given
     (else when ``PEACH_HEAD_TIMEOUT_S`` is set), and plain calls taken by ``fast_lane``."""

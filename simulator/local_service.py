@@ -72,12 +72,19 @@ class LocalService:
             hosts.add(host_name(listen_host))
         self.hosts = frozenset(hosts)
         self.origins = frozenset(origin_key(o) for o in allow_origins)
+        self._seen: dict[str, bool] = {}
+        """``Host`` values already judged by ``host_allowed``."""
 
     def host_allowed(self, value: str | None) -> bool:
         if value is None:
             return False
-        name = host_name(value)
-        return name in self.hosts or is_loopback(name)
+        allowed = self._seen.get(value)
+        if allowed is None:  # every request asks: the few values a server sees are kept
+            name = host_name(value)
+            allowed = name in self.hosts or is_loopback(name)
+            if len(self._seen) < 64:  # a flood of made-up names is not
+                self._seen[value] = allowed
+        return allowed
 
     def origin_allowed(self, value: str) -> bool:
         if origin_key(value) in self.origins:

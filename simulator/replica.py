@@ -216,9 +216,8 @@ class Replica:
         self.outstanding = 0
         self._process: WorkerProcess | None = None
         self._channel: MessageChannel | None = None
-        self._calls: dict[int, asyncio.Future[CallResult]] = {}
         self._answers: dict[int, Callable[[CallResult], None]] = {}
-        """Calls of the gateway's fast lane (``send_call``): answered through a callback."""
+        """The calls in flight (``send_call``): where each one's ``CallResult`` goes."""
         self._streams: dict[int, asyncio.Queue[StreamEvent]] = {}
         self._pings: dict[int, asyncio.Future[Pong | None]] = {}
         self._patches: dict[int, asyncio.Future[PatchReady | PatchFailed]] = {}
@@ -336,35 +335,36 @@ class Replica:
 
     async def call(self, params: RequestParams) -> CallResult:
         """One non-streaming call; cancelling it cancels the call in the replica."""
-        channel = self._channel
-        request_id = self._new_id()
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
-        if channel is None or not channel.send(Call(request_id, params.query, params.body)):
+
+        def answered(result: CallResult) -> None:
+            if not future.done():  # cancelled meanwhile (its Cancel is on its way)
+                future.set_result(result)
+
+        request_id = self.send_call(params, answered)
+        if request_id is None:
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id
             )
-        self._calls[request_id] = future
-        self._begin()
         relay = debug.active
         if relay is not None:  # a breakpoint in this call suspends its timeout
             relay.register(self.id, request_id, CALL_DEADLINE.get())
         try:
             return await future
         except asyncio.CancelledError:
-            channel.send(Cancel(request_id))
+            self.cancel_call(request_id)
             raise
         finally:
-            self._calls.pop(request_id, None)
-            self._end()
             if relay is not None:
                 relay.unregister(self.id, request_id)
 
     def send_call(
         self, params: RequestParams, on_answer: Callable[[CallResult], None]
     ) -> int | None:
-        """Send one non-streaming call whose ``CallResult`` goes to ``on_answer`` (called
-        once, from the loop, as soon as it arrives: no task, no future); its request id, or
-        None when the process is not running. ``cancel_call`` takes it back (a timeout)."""
+        """Send one non-streaming call whose ``CallResult`` goes to ``on_answer``, called
+        once, from the loop, as soon as it arrives (or fails: the process died); its
+        request id, or None when the process is not running. ``cancel_call`` takes it back.
+        ``call`` awaits one; the gateway's fast lane answers from ``on_answer`` directly."""
         channel = self._channel
         request_id = self._new_id()
         if channel is None or not channel.send(Call(request_id, params.query, params.body)):
@@ -488,13 +488,9 @@ class Replica:
         match message:
             case Result(request_id=request_id):
                 on_answer = self._answers.pop(request_id, None)
-                if on_answer is not None:
+                if on_answer is not None:  # else: cancelled, or failed when the process died
                     self._end()
                     on_answer(message.call_result())
-                    return
-                future = self._calls.get(request_id)
-                if future is not None and not future.done():
-                    future.set_result(message.call_result())
             case Chunk() | StreamEnded() | StreamCutOff() | StreamStarted() | StreamRefused():
                 queue = self._streams.get(message.request_id)
                 if queue is not None:
@@ -599,9 +595,6 @@ class Replica:
             await self._spawn()
 
     def _fail_in_flight(self, message: str) -> None:
-        for future in list(self._calls.values()):
-            if not future.done():
-                future.set_result(CallResult.failure("method_error", message, self.id))
         answers, self._answers = self._answers, {}
         for on_answer in answers.values():
             self._end()

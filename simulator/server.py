@@ -168,8 +168,8 @@ class DevServer:
             allow_origins=self.allow_origins,
             on_event=self._on_event,
         )
-        if not os.environ.get(NO_FAST_LANE_VARIABLE):
-            self.fast_lane = FastLane(self.gateway, app)
+        if not os.environ.get(NO_FAST_LANE_VARIABLE) and self.recorder is None:
+            self.fast_lane = FastLane(self.gateway, app)  # --record sees every request whole
         config = uvicorn.Config(
             app,
             http=protocol_with(self.head_timeout_s, self.fast_lane),

@@ -101,8 +101,12 @@ def lane_project(tmp_path: Path) -> Path:
     return write_project(tmp_path / "lane", CONF, {"nb.ipynb": CELLS})
 
 
-def serve(project: Path, scenario: Any, *, fast_lane: bool = True) -> None:
-    """Run ``scenario(server, client)`` against a ``DevServer`` of ``project``."""
+def serve(
+    project: Path, scenario: Any, *, fast_lane: bool = True, record: Path | None = None
+) -> None:
+    """Run ``scenario(server, client)`` against a ``DevServer`` of ``project`` (with
+    ``record``: recording its requests there, as ``peach dev --record`` does)."""
+    from simulator.record import Recorder
     from simulator.server import NO_FAST_LANE_VARIABLE, DevServer
 
     async def run() -> None:
@@ -113,6 +117,7 @@ def serve(project: Path, scenario: Any, *, fast_lane: bool = True) -> None:
             os.environ[NO_FAST_LANE_VARIABLE] = "1"
         try:
             server = DevServer(plan, port=0)
+            server.recorder = Recorder(record) if record is not None else None
             await server.start()
         finally:
             os.environ.pop(NO_FAST_LANE_VARIABLE, None)
@@ -124,6 +129,8 @@ def serve(project: Path, scenario: Any, *, fast_lane: bool = True) -> None:
                 await scenario(server, client)
         finally:
             await server.stop()
+            if server.recorder is not None:
+                server.recorder.close()
 
     aio.run(run())
 
@@ -200,6 +207,19 @@ def test_plain_calls_take_the_fast_lane_and_everything_else_the_general_path(lan
     serve(lane_project, scenario)
 
 
+def test_under_record_every_request_takes_the_general_path(lane_project, tmp_path):
+    """``--record`` writes every request whole (its body, its answer): no fast lane then."""
+
+    async def scenario(server: Any, client: httpx.AsyncClient) -> None:
+        assert server.fast_lane is None
+        response = await client.get("/hello?name=Ada")
+        assert response.json()["result"] == {"hello": "Ada"}
+
+    serve(lane_project, scenario, record=tmp_path / "requests.jsonl")
+    (line,) = (tmp_path / "requests.jsonl").read_text().splitlines()
+    assert '"/hello"' in line and "Ada" in line
+
+
 # -- what it answers: the general path's answers -------------------------------------------
 
 
@@ -229,7 +249,9 @@ def comparable(reply: Reply) -> dict[str, Any]:
 @pytest.mark.timeout(300)
 def test_the_fast_lane_answers_every_request_as_the_general_path(dev_server, general_path):
     """The differential test's requests (plus the endpoints whose answers depend on time:
-    timeouts, with and without a fallback) get the same answer from both paths."""
+    timeouts, with and without a fallback) get the same answer from both paths. That a
+    server started this way has the fast lane, and which of these requests it takes, is
+    what the first test of this file checks (its count is not visible from outside)."""
 
     @settings(
         max_examples=150,

@@ -169,6 +169,14 @@ async def _attempt(
     return result
 
 
+def succeeded(primary: CallResult, name: str) -> Answer | None:
+    """The answer when the primary's result settles it alone (a result that is not empty:
+    no fallback is asked), else None."""
+    if primary.ok and not primary.empty:
+        return Answer(200, ok_envelope(primary.result), name, primary.replica)
+    return None
+
+
 async def answer(
     endpoint: EndpointSpec,
     call: ComponentCall,
@@ -188,8 +196,9 @@ async def answer(
     name = arm or endpoint.primary
     if primary is None:
         primary = await _attempt(call, endpoint, name, timeout_s)
-    if primary.ok and not primary.empty:
-        return Answer(200, ok_envelope(primary.result), name, primary.replica)
+    answered = succeeded(primary, name)
+    if answered is not None:
+        return answered
     fallback_name = endpoint.fallback
     wants_fallback = primary.empty if primary.ok else primary.code in _FALLBACK_CODES
     if fallback_name and wants_fallback:
