@@ -265,7 +265,8 @@ class DevServer:
     async def _start_pool(self, pool: ReplicaPool) -> None:
         """Start a pool's replicas in its env's interpreter (building the env first); a
         pool whose env cannot be built is unhealthy with the builder's message."""
-        from peach_cli.project.secrets import MissingSecret, hide, secret_values, variables_of
+        from peach_cli.boundary import hide
+        from peach_cli.project.secrets import MissingSecret, secret_values, variables_of
 
         try:
             variables = variables_of(pool.spec, self.plan.root)

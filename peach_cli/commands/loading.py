@@ -36,6 +36,7 @@ def load_plan(project: Path, *, doing: str, warnings: Warnings = "hide") -> Proj
 
     plan, found = checked_plan(project, doing)
     show_warnings(project, found, doing, warnings)
+    hide_secrets(project, plan)
     return plan
 
 
@@ -49,7 +50,17 @@ def load_conf(project: Path) -> PeachConf:
     diagnostics.sort(key=sort_key)
     if loaded is None or has_errors(diagnostics):
         raise invalid(project, diagnostics)
+    hide_secrets(project, loaded.conf)
     return loaded.conf
+
+
+def hide_secrets(project: Path, conf: PeachConf | ProjectPlan) -> None:
+    """Mask the values of the secrets the conf (or plan) declares in everything this command shows
+    (those set in the environment or ``.env``; SPEC §6 "One output boundary")."""
+    from peach_cli.boundary import hide
+    from peach_cli.project.secrets import declared_names, known_values
+
+    hide(known_values(project, declared_names(conf)))
 
 
 def show_warnings(

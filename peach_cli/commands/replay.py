@@ -34,6 +34,7 @@ def run_replay(
     for path in ignore or []:
         parse_path(path)  # a bad path is a usage error before anything is sent
     entries = read_recording(file)
+    _hide_project_secrets()
     began = time.perf_counter()
     outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=timeout_s)
     seconds = time.perf_counter() - began
@@ -42,10 +43,23 @@ def run_replay(
         from peach_cli.views.console import print_json
 
         print_json(
-            {**found, "seconds": round(seconds, 3), "requests": [o.to_dict() for o in outcomes]}
+            {**found, "seconds": round(seconds, 3), "requests": [o.to_dict() for o in outcomes]},
+            channel="replay",
         )
     else:
         from peach_cli.views.testing import print_replay
 
         print_replay(outcomes, found, seconds, shown=FIRST_SHOWN)
     return 1 if found["differ"] or found["failed"] else 0
+
+
+def _hide_project_secrets() -> None:
+    """The secrets of the project in the current folder, if it is one: a recording stores
+    them as ``***``, so the answers are compared (and shown) masked."""
+    from peach_cli.commands.loading import load_conf
+    from peach_cli.errors import PeachError
+
+    try:
+        load_conf(Path("."))  # hides what it declares (commands.loading.hide_secrets)
+    except PeachError:
+        return

@@ -37,7 +37,7 @@ def run_validate(project: Path, *, output_format: str = "text", strict: bool = F
     counts = {s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")}
     failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
     if output_format == "json":
-        console.print_json([d.to_dict() for d in diagnostics])
+        console.print_json([d.to_dict() for d in diagnostics], channel="validate")
     else:
         console.print_diagnostics(
             diagnostics, summary=summarize(project, counts, endpoints, strict), ok=not failed

@@ -81,6 +81,8 @@ def to_junit(outcomes: list[Outcome], seconds: float) -> str:
     """JUnit XML: one testsuite per case file, one testcase per case."""
     import xml.etree.ElementTree as ET
 
+    from peach_cli.boundary import shown, shown_lines
+
     suites = ET.Element("testsuites", name="peach test", time=f"{seconds:.3f}")
     by_file: dict[str, list[Outcome]] = {}
     for outcome in outcomes:
@@ -92,7 +94,7 @@ def to_junit(outcomes: list[Outcome], seconds: float) -> str:
         suite = ET.SubElement(
             suites,
             "testsuite",
-            name=file,
+            name=shown(file),
             tests=str(len(cases)),
             failures=str(failed),
             errors="0",
@@ -103,15 +105,17 @@ def to_junit(outcomes: list[Outcome], seconds: float) -> str:
             case = ET.SubElement(
                 suite,
                 "testcase",
-                name=outcome.name,
-                classname=file,
-                file=file,
+                name=shown(outcome.name),
+                classname=shown(file),
+                file=shown(file),
                 line=str(outcome.loaded.position.line),
                 time=f"{outcome.ms / 1000:.3f}",
             )
             if not outcome.passed:
-                failure = ET.SubElement(case, "failure", message=outcome.message(), type="mismatch")
-                failure.text = outcome.details()
+                failure = ET.SubElement(
+                    case, "failure", message=shown(outcome.message()), type="mismatch"
+                )
+                failure.text = shown_lines(outcome.details())
     suites.set("tests", str(len(outcomes)))
     suites.set("failures", str(total_failed))
     suites.set("errors", "0")
