@@ -33,10 +33,11 @@ def load_plan(project: Path, *, doing: str, warnings: Warnings = "hide") -> Proj
     ``ProjectInvalid`` when the project has errors.
     """
     from peach_cli.checks.validate import checked_plan
+    from peach_cli.project.secrets import hide_declared
 
     plan, found = checked_plan(project, doing)
     show_warnings(project, found, doing, warnings)
-    hide_secrets(project, plan)
+    hide_declared(project, plan)  # masked in everything this command shows
     return plan
 
 
@@ -45,22 +46,14 @@ def load_conf(project: Path) -> PeachConf:
     from peach_cli.checks.validate import invalid
     from peach_cli.project.diagnostics import has_errors, sort_key
     from peach_cli.project.loader import load_project
+    from peach_cli.project.secrets import hide_declared
 
     loaded, diagnostics = load_project(project)
     diagnostics.sort(key=sort_key)
     if loaded is None or has_errors(diagnostics):
         raise invalid(project, diagnostics)
-    hide_secrets(project, loaded.conf)
+    hide_declared(project, loaded.conf)
     return loaded.conf
-
-
-def hide_secrets(project: Path, conf: PeachConf | ProjectPlan) -> None:
-    """Mask the values of the secrets the conf (or plan) declares in everything this command shows
-    (those set in the environment or ``.env``; SPEC §6 "One output boundary")."""
-    from peach_cli.boundary import hide
-    from peach_cli.project.secrets import declared_names, known_values
-
-    hide(known_values(project, declared_names(conf)))
 
 
 def show_warnings(

@@ -29,12 +29,13 @@ def run_replay(
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
+    from peach_cli.project.secrets import hide_declared
     from peach_cli.testing.replay import counts, parse_path, read_recording, replay
 
     for path in ignore or []:
         parse_path(path)  # a bad path is a usage error before anything is sent
     entries = read_recording(file)
-    _hide_project_secrets()
+    hide_declared(Path("."))  # a recording stores them as ***: compared and shown masked
     began = time.perf_counter()
     outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=timeout_s)
     seconds = time.perf_counter() - began
@@ -51,15 +52,3 @@ def run_replay(
 
         print_replay(outcomes, found, seconds, shown=FIRST_SHOWN)
     return 1 if found["differ"] or found["failed"] else 0
-
-
-def _hide_project_secrets() -> None:
-    """The secrets of the project in the current folder, if it is one: a recording stores
-    them as ``***``, so the answers are compared (and shown) masked."""
-    from peach_cli.commands.loading import load_conf
-    from peach_cli.errors import PeachError
-
-    try:
-        load_conf(Path("."))  # hides what it declares (commands.loading.hide_secrets)
-    except PeachError:
-        return

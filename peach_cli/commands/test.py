@@ -121,6 +121,9 @@ def run_test(
         from peach_cli.client.items import check_url
 
         check_url(url if "://" in url else "http://" + url, what="--url")
+        from peach_cli.project.secrets import hide_declared
+
+        hide_declared(root)  # what the host answers is shown with them masked
     else:
         from peach_cli.commands.loading import load_plan
         from peach_cli.errors import ProjectInvalid

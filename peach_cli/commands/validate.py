@@ -29,6 +29,9 @@ def run_validate(project: Path, *, output_format: str = "text", strict: bool = F
     loaded, diagnostics = load_project(project)
     endpoints = 0
     if loaded is not None:
+        from peach_cli.project.secrets import hide_declared
+
+        hide_declared(loaded.root, loaded.conf)  # a finding may quote a value: shown as ***
         result = validate_project(loaded)
         diagnostics += result.diagnostics
         endpoints = len(result.endpoints)

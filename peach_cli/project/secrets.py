@@ -146,3 +146,22 @@ def known_values(root: Path, names: Iterable[str]) -> list[str]:
     except MissingSecret as error:
         found = [name for name in names if name not in error.names]
         return list(secret_values(root, found).values()) if found else []
+
+
+def hide_declared(root: Path, conf: object | None = None) -> None:
+    """Mask, in everything this process shows from now on, the values of the secrets the
+    project declares (``conf``, or the conf read from ``root``; those set nowhere and a
+    conf that cannot be read are skipped: this only ever hides more)."""
+    from peach_cli.boundary import hide
+
+    if conf is None:
+        from peach_cli.project.loader import load_project
+
+        try:
+            loaded, _ = load_project(root)
+        except PeachError:
+            return
+        if loaded is None:
+            return
+        conf = loaded.conf
+    hide(known_values(root, declared_names(conf)))

@@ -105,7 +105,9 @@ class _Hosts:
         project = self._project_of(path)
         if project not in self.hidden:  # its secrets are masked in every report
             self.hidden.add(project)
-            _hide_secrets(project)
+            from peach_cli.project.secrets import hide_declared
+
+            hide_declared(project)
         return project
 
     def _project_of(self, path: Path | None) -> Path:
@@ -126,16 +128,6 @@ class _Hosts:
 
 
 _HOSTS = pytest.StashKey[_Hosts]()
-
-
-def _hide_secrets(project: Path) -> None:
-    from peach_cli.commands.loading import load_conf
-    from peach_cli.errors import PeachError
-
-    try:
-        load_conf(project)  # hides the values of the secrets it declares
-    except PeachError:
-        pass
 
 
 # --------------------------------------------------------------------------- case files

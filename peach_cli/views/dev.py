@@ -448,12 +448,12 @@ class DevView:
         if failed_env is not None:  # the build's error is the line above: not said twice
             text.append(f": py_env '{failed_env}' could not be built (the error above)")
         elif event.message:
-            text.append(f": {event.message}")
+            text.append(f": {shown(event.message)}")
         if failed_env is None and event.error and event.error not in (event.message or ""):
             if event.state in (ReplicaState.UNHEALTHY, ReplicaState.RESTARTING):
-                text.append(f": {event.error}", "red")
+                text.append(f": {shown(event.error)}", "red")
             else:
-                text.append(f" ({event.error})", "yellow")
+                text.append(f" ({shown(event.error)})", "yellow")
         if event.state is ReplicaState.STOPPED and previous in _RETIRED_FROM:
             self.replicas.pop(event.replica, None)  # retired or refused by a reload
         # "starting" is what the table shows; a line follows when the replica is up (or not).
