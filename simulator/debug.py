@@ -257,9 +257,10 @@ class DebugRelay:
         await session.done.wait()
 
     async def _write_now(self, text: str) -> None:
+        from peach_cli.boundary import relay, shown_lines
+
         with contextlib.suppress(OSError):
-            sys.stdout.flush()
-            os.write(sys.stdout.fileno(), text.encode())
+            relay(shown_lines(text).encode())
 
     def _describe(self, session: _Session) -> str:
         parts = [session.who]
@@ -306,15 +307,15 @@ class DebugRelay:
             loop.add_reader(terminal.fd, self._relay_input, terminal.fd, writer)
         try:
             writer.write(b"go\n")
-            out = sys.stdout
-            out.flush()
-            fd = out.fileno()
+            from peach_cli.boundary import relay
+
+            fd = sys.stdout.fileno()
             while True:
                 data = await session.reader.read(1 << 16)
                 if not data:
                     break
                 with contextlib.suppress(OSError):
-                    os.write(fd, data)
+                    relay(data, fd=fd)
         except (ConnectionError, OSError):
             pass
         finally:

@@ -12,7 +12,8 @@ JSON and writing the line happen in a writer thread, off the request path. A lin
 An error answer has ``"error": {"code", "message"}`` instead of ``result``; a stream has
 ``"text"`` (its chunks joined, as UTF-8) and ``"cut"``. A body over ``MAX_BODY_BYTES`` is
 recorded as ``"body": null, "body_omitted": SIZE``, a stream's text past it is truncated
-(``"text_truncated": true``). ``peach replay`` reads the file back. A request that one of
+(``"text_truncated": true``). Secret values are stored as ``***`` (the output boundary,
+``peach_cli.boundary``). ``peach replay`` reads the file back. A request that one of
 peach's own tools sent (it carries ``x-peach-tool``) is not recorded: replaying or benching
 against the recording server never feeds the file.
 """
@@ -28,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from peach_cli.boundary import open_lines
 from peach_cli.client.items import TOOL_HEADER
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -79,7 +81,7 @@ class Recorder:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = path.open("a", encoding="utf-8")
+        self._file = open_lines(path, channel="record")  # secret values stored as ***
         self._pending: deque[tuple[Any, ...]] = deque()
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._write, name="peach-record", daemon=True)
@@ -119,21 +121,13 @@ class Recorder:
     def _write(self) -> None:
         while True:
             closing = self._closing.wait(WRITE_INTERVAL_S)
-            lines = []
+            entries = []
             while self._pending:
-                item = self._pending.popleft()
-                try:
-                    lines.append(
-                        json.dumps(entry(*item), ensure_ascii=False, separators=(",", ":"))
-                    )
-                except (ValueError, TypeError):
-                    continue
-            if lines:
-                try:
-                    self._file.write("\n".join(lines) + "\n")
-                    self._file.flush()
-                except OSError:
-                    pass  # a full disk loses lines, never a request
+                entries.append(entry(*self._pending.popleft()))
+            try:
+                self._file.write(entries)
+            except OSError:
+                pass  # a full disk loses lines, never a request
             if closing:
                 return
 

@@ -265,10 +265,10 @@ class DevServer:
     async def _start_pool(self, pool: ReplicaPool) -> None:
         """Start a pool's replicas in its env's interpreter (building the env first); a
         pool whose env cannot be built is unhealthy with the builder's message."""
+        from peach_cli.boundary import hide
         from peach_cli.project.secrets import (
             DotenvError,
             MissingSecret,
-            hide,
             secret_values,
             variables_of,
         )

@@ -169,7 +169,7 @@ def test_a_secret_value_is_masked_in_the_forms_a_server_echoes_it_in():
     import json
     from urllib.parse import quote
 
-    from peach_cli.project.secrets import mask
+    from peach_cli.boundary import mask
 
     value = 'p@ss/w"rd+1'
     text = " ".join(

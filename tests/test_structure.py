@@ -186,6 +186,7 @@ def test_rich_is_used_by_the_views_only() -> None:
         name
         for name, path in _sources().items()
         if not name.startswith("peach_cli.views")
+        and name != "peach_cli.boundary"  # the consoles every view writes through
         and any(
             (
                 isinstance(node, ast.Import)
@@ -280,3 +281,99 @@ def test_process_figures_come_from_psutil_not_proc() -> None:
     readers = [name for name, path in _sources().items() if '"/proc/' in path.read_text()]
     # the stdlib runtime's process tree (no psutil in a user's env): Linux only, by design
     assert readers == ["peach_cli.runtime.tree"]
+
+
+_WRITERS = {
+    "print": "print()",
+    "typer.echo": "typer.echo()",
+    "os.write": "os.write()",
+    "Console": "a Rich Console",
+}
+_STD_STREAMS = {"stdout", "stderr", "__stdout__", "__stderr__"}
+_WRITE_MODES = ("w", "a", "x")
+
+UNBOUNDED_WRITES = {
+    ("peach_cli.cli", "typer.echo()"): "`peach --version`: a constant line",
+    ("peach_cli.views.ask", "sys.stdout.buffer"): (
+        "`peach ask` writes the answer's bytes as the server sent them, like curl (SPEC §6: "
+        "the HTTP answers themselves are what the platform sends); on a terminal it renders "
+        "through the boundary's console"
+    ),
+    ("peach_cli.envs.builder", "a file written"): "an env's own metadata (requirements, pins)",
+    ("peach_cli.project.scaffold", "a file written"): "`peach init`'s new project files",
+}
+"""Writes that are not output channels, each with why (SPEC §6 "One output boundary")."""
+
+
+def _unbounded_writes(tree: ast.Module) -> set[str]:
+    """What ``tree`` writes without ``peach_cli.boundary``: prints, echoes, raw writes to
+    stdout/stderr, Rich consoles made, files opened for writing."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = (
+                func.id
+                if isinstance(func, ast.Name)
+                else f"{ast.unparse(func.value)}.{func.attr}"
+                if isinstance(func, ast.Attribute)
+                else ""
+            )
+            short = name.rsplit(".", 1)[-1]
+            if name in _WRITERS or short == "Console":
+                found.add(_WRITERS.get(name) or _WRITERS["Console"])
+            if short in ("write_text", "write_bytes") or (
+                short in ("open", "fdopen")
+                and any(
+                    isinstance(arg, ast.Constant)
+                    and isinstance(arg.value, str)
+                    and arg.value[:1] in _WRITE_MODES
+                    for arg in [*node.args, *(k.value for k in node.keywords if k.arg == "mode")]
+                )
+            ):
+                found.add("a file written")
+            for keyword in node.keywords:
+                if keyword.arg == "file" and ast.unparse(keyword.value).startswith("sys.std"):
+                    found.add("print(file=sys.std…)")
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and ast.unparse(node.value.value) == "sys"
+            and node.value.attr in _STD_STREAMS
+            and node.attr in ("write", "writelines", "buffer")
+        ):
+            found.add(f"sys.{node.value.attr}.{node.attr}")
+    return found
+
+
+def test_every_channel_writes_through_the_output_boundary() -> None:
+    """Nothing peach shows or writes bypasses ``peach_cli.boundary`` (masking, escaping):
+    no print, no raw write to stdout/stderr, no Rich console or report file of its own.
+    The replica runtime is apart: its processes' output is read by peach and shown through
+    the boundary. A write that is not an output channel is listed in UNBOUNDED_WRITES."""
+    runtime = {_module_name(ROOT / path) for path in REPLICA_RUNTIME}
+    found = {
+        (name, write)
+        for name, path in _sources().items()
+        if name != "peach_cli.boundary"
+        and not name.startswith("peach_cli.runtime")
+        and name not in runtime
+        for write in _unbounded_writes(ast.parse(path.read_text()))
+    }
+    assert sorted(found - set(UNBOUNDED_WRITES)) == []
+    assert sorted(set(UNBOUNDED_WRITES) - found) == [], "stale entries in UNBOUNDED_WRITES"
+
+
+def test_every_channel_a_writer_names_is_registered() -> None:
+    """A writer names its channel (``channel="record"``); a name that is not registered in
+    ``boundary.CHANNELS`` fails here, and a registered one without a probe fails in
+    ``tests/test_boundary.py``."""
+    from peach_cli.boundary import CHANNELS
+
+    named = set()
+    for path in _sources().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "channel":
+                if isinstance(node.value, ast.Constant):
+                    named.add(node.value.value)
+    assert named and named <= set(CHANNELS), sorted(named - set(CHANNELS))

@@ -131,7 +131,9 @@ def run_bench(
     if output == "json":
         if rows is not None:
             figures["compare"] = rows
-        sys.stdout.write(json.dumps(figures, indent=2) + "\n")
+        from peach_cli.views.console import print_json
+
+        print_json(figures, channel="bench")
     else:
         render_summary(figures)
         if rows is not None:

@@ -181,6 +181,7 @@ def answer_fast() -> None:
         found = complete_task(incomplete)
     else:
         return
-    sys.stdout.write("\n".join(value for value, _ in found))
-    sys.stdout.flush()
+    from peach_cli.boundary import shown, write_report
+
+    write_report("\n".join(shown(value) for value, _ in found), channel="terminal")
     sys.exit(0)

@@ -34,10 +34,12 @@ def load_plan(project: Path, *, doing: str, warnings: Warnings = "hide") -> Proj
     secrets need cannot be read.
     """
     from peach_cli.checks.validate import checked_plan
+    from peach_cli.project.secrets import hide_declared
 
     plan, found = checked_plan(project, doing)
     show_warnings(project, found, doing, warnings)
     check_dotenv(plan)
+    hide_declared(project, plan)  # masked in everything this command shows
     return plan
 
 
@@ -57,11 +59,13 @@ def load_conf(project: Path) -> PeachConf:
     from peach_cli.checks.validate import invalid
     from peach_cli.project.diagnostics import has_errors, sort_key
     from peach_cli.project.loader import load_project
+    from peach_cli.project.secrets import hide_declared
 
     loaded, diagnostics = load_project(project)
     diagnostics.sort(key=sort_key)
     if loaded is None or has_errors(diagnostics):
         raise invalid(project, diagnostics)
+    hide_declared(project, loaded.conf)
     return loaded.conf
 
 

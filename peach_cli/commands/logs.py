@@ -23,10 +23,10 @@ def run_logs(
     """Print the replicas' logs of ``app`` (the cluster's only application by default)."""
     if tail < 0:
         raise UsageError("--tail must be 0 or more lines")
+    from peach_cli.boundary import hide
     from peach_cli.deploy.deployer import Reporter, connect
     from peach_cli.deploy.logs import find_replicas, follow_logs, read_logs
     from peach_cli.deploy.variables import deployed_secrets
-    from peach_cli.project.secrets import hide
     from peach_cli.views.deploy import print_log_line, print_note, warn
 
     with connect(address, Reporter(warn=warn)) as dashboard:

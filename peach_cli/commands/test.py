@@ -7,7 +7,6 @@ has errors, or no case was found (``UsageError`` and ``ProjectInvalid`` are rend
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -122,6 +121,9 @@ def run_test(
         from peach_cli.client.items import check_url
 
         check_url(url if "://" in url else "http://" + url, what="--url")
+        from peach_cli.project.secrets import hide_declared
+
+        hide_declared(root)  # what the host answers is shown with them masked
     else:
         from peach_cli.commands.loading import load_plan
         from peach_cli.errors import ProjectInvalid
@@ -144,10 +146,11 @@ def run_test(
     if output_format == "json":
         from peach_cli.views.console import print_json
 
-        print_json(to_json(outcomes, seconds))
+        print_json(to_json(outcomes, seconds), channel="test-json")
     elif output_format == "junit":
-        sys.stdout.write(to_junit(outcomes, seconds))
-        sys.stdout.flush()
+        from peach_cli.boundary import write_report
+
+        write_report(to_junit(outcomes, seconds), channel="test-junit")
     else:
         from peach_cli.views.testing import print_test_summary
 

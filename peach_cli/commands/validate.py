@@ -34,6 +34,9 @@ def run_validate(project: Path, *, output_format: str = "text", strict: bool = F
     loaded, diagnostics = load_project(project)
     endpoints = 0
     if loaded is not None:
+        from peach_cli.project.secrets import hide_declared
+
+        hide_declared(loaded.root, loaded.conf)  # a finding may quote a value: shown as ***
         result = validate_project(loaded)
         diagnostics += result.diagnostics
         endpoints = len(result.endpoints)
@@ -42,7 +45,7 @@ def run_validate(project: Path, *, output_format: str = "text", strict: bool = F
     counts = {s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")}
     failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
     if output_format == "json":
-        console.print_json([d.to_dict() for d in diagnostics])
+        console.print_json([d.to_dict() for d in diagnostics], channel="validate")
     else:
         console.print_diagnostics(
             diagnostics, summary=summarize(project, counts, endpoints, strict), ok=not failed

@@ -316,7 +316,7 @@ class DashboardClient:
     def _redact(self, text: str) -> str:
         """``text`` without the token or the password, as is or in the forms a server may
         echo them back in (JSON-escaped, percent-encoded, base64)."""
-        from peach_cli.project.secrets import mask
+        from peach_cli.boundary import mask
 
         text = mask(text, self._secrets)
         for secret in self._secrets:  # a short one too (``mask`` skips those)

@@ -147,7 +147,8 @@ def deploy(
     Nothing on the cluster changes before the route prefix, the config and the resources
     have been checked.
     """
-    from peach_cli.project.secrets import hide, secret_values
+    from peach_cli.boundary import hide
+    from peach_cli.project.secrets import secret_values
 
     reporter = reporter or Reporter()
     started = time.monotonic()
@@ -352,8 +353,8 @@ def _pending_hint(app: ApplicationState | None) -> str:
 def status(address: str | None = None, reporter: Reporter | None = None) -> list[ApplicationState]:
     """Every Serve application on the cluster with its deployments and replicas, and each
     replica's last error as its gateway reports it (a failed drift re-init)."""
+    from peach_cli.boundary import hide, mask_value
     from peach_cli.deploy.gateway_health import replica_errors
-    from peach_cli.project.secrets import hide, mask_value
 
     with connect(address, reporter or Reporter()) as dashboard:
         details = dashboard.serve_details()

@@ -216,7 +216,8 @@ def run_task_job(
     url, warnings = resolve_address(address)
     for warning in warnings:
         on_note(f"warning: {warning}")
-    from peach_cli.project.secrets import hide, secret_values
+    from peach_cli.boundary import hide
+    from peach_cli.project.secrets import secret_values
 
     secrets = secret_values(plan.root, spec.secrets)  # MissingSecret: exit 1, nothing sent
     hide(secrets.values())  # in its log lines and errors

@@ -110,7 +110,7 @@ class ApplicationState:
 
 def read_application(name: str, app: dict[str, Any]) -> ApplicationState:
     """One application of ``GET /api/serve/applications/`` as an ``ApplicationState``."""
-    from peach_cli.project.secrets import mask_value
+    from peach_cli.boundary import mask_value
 
     app = mask_value(app)  # secret values (hidden by the deploy or status) as ***
     targets = {}

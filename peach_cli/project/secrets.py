@@ -2,12 +2,12 @@
 
 The conf names secrets, never their values. ``secret_values`` finds each value when a
 replica, a task or a deployment needs it; a name found nowhere is ``MissingSecret``, whose
-message is the one users see on every host. ``mask`` replaces every secret value in text
-peach prints with ``***``.
+message is the one users see on every host. Masking them in what peach prints is the output
+boundary's job (``peach_cli.boundary.hide``).
 
     values = secret_values(root, ("OPENAI_API_KEY",))     # raises MissingSecret
     environment = variables_of(spec, root)                # env_vars + secrets of a component
-    print(mask(text, values.values()))
+    hide(values.values())                                 # peach_cli.boundary
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from peach_cli.errors import PeachError
 
 DOTENV = ".env"
-MASK = "***"
 MAX_DOTENV_BYTES = 1024 * 1024
 """A larger ``.env`` is refused unread (a variables file is a few lines)."""
 NOT_READ = ": no secret is read from .env until it is fixed"
@@ -166,50 +165,45 @@ def values_digest(spec: _HasVariables, root: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-_hidden: set[str] = set()
+def declared_names(conf: object) -> list[str]:
+    """Every secret name a conf (or a plan) declares: the top level's, each component's,
+    each task's."""
+    names: list[str] = list(getattr(conf, "secrets", ()))
+    for endpoint in (getattr(conf, "endpoints", None) or {}).values():
+        for component in endpoint.components.values():
+            names += component.secrets
+    for task in (getattr(conf, "tasks", None) or {}).values():
+        names += task.secrets
+    return list(dict.fromkeys(names))
 
 
-def hide(values: Iterable[str]) -> None:
-    """Mask ``values`` in everything this process prints from now on (``mask`` with no
-    ``secrets``): the catch site, JSON output and the deploy views use it."""
-    _hidden.update(v for v in values if v)
+def known_values(root: Path, names: Iterable[str]) -> list[str]:
+    """The values of ``names`` that are set (peach's environment, else ``.env``); the
+    missing ones are left out (a command that only shows output masks what it can)."""
+    names = list(names)
+    try:
+        return list(secret_values(root, names).values())
+    except MissingSecret as error:
+        found = [name for name in names if name not in error.names]
+        return list(secret_values(root, found).values()) if found else []
+    except DotenvError:  # no value is read from a broken .env: those of the environment
+        return [os.environ[name] for name in names if name in os.environ]
 
 
-def hidden() -> frozenset[str]:
-    """The secret values hidden so far (``hide``)."""
-    return frozenset(_hidden)
+def hide_declared(root: Path, conf: object | None = None) -> None:
+    """Mask, in everything this process shows from now on, the values of the secrets the
+    project declares (``conf``, or the conf read from ``root``; those set nowhere and a
+    conf that cannot be read are skipped: this only ever hides more)."""
+    from peach_cli.boundary import hide
 
+    if conf is None:
+        from peach_cli.project.loader import load_project
 
-def mask(text: str, secrets: Iterable[str] | None = None) -> str:
-    """``text`` with every secret value (default: those hidden) replaced by ``***`` (as
-    is, and in the forms a server echoes text in: JSON-escaped, percent-encoded, base64)."""
-    secrets = _hidden if secrets is None else secrets
-    for value in sorted({v for v in secrets if len(v) >= 4}, key=len, reverse=True):
-        for form in _forms(value):
-            text = text.replace(form, MASK)
-    return text
-
-
-def _forms(value: str) -> list[str]:
-    import base64
-    import json
-    from urllib.parse import quote
-
-    forms = [value, json.dumps(value)[1:-1], quote(value, safe=""), quote(value)]
-    forms.append(base64.b64encode(value.encode()).decode().rstrip("="))
-    return sorted({f for f in forms if f}, key=len, reverse=True)
-
-
-def mask_value(value: Any, secrets: Iterable[str] | None = None) -> Any:
-    """A JSON-like value with every secret (default: those hidden) in its strings replaced
-    by ``***``."""
-    secrets = [s for s in (_hidden if secrets is None else secrets) if len(s) >= 4]
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        return mask(value, secrets)
-    if isinstance(value, dict):
-        return {k: mask_value(v, secrets) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [mask_value(v, secrets) for v in value]
-    return value
+        try:
+            loaded, _ = load_project(root)
+        except PeachError:
+            return
+        if loaded is None:
+            return
+        conf = loaded.conf
+    hide(known_values(root, declared_names(conf)))

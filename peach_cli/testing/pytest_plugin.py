@@ -81,6 +81,7 @@ class _Hosts:
         self.stack = ExitStack()
         self.urls: dict[Path, str] = {}
         self.client: Client | None = None
+        self.hidden: set[Path] = set()
 
     def url_for(self, project: Path) -> str:
         given = self.config.getoption("--peach-url")
@@ -101,6 +102,15 @@ class _Hosts:
         return self.client
 
     def project_of(self, path: Path | None) -> Path:
+        project = self._project_of(path)
+        if project not in self.hidden:  # its secrets are masked in every report
+            self.hidden.add(project)
+            from peach_cli.project.secrets import hide_declared
+
+            hide_declared(project)
+        return project
+
+    def _project_of(self, path: Path | None) -> Path:
         given = self.config.getoption("--peach-project")
         if given:
             return Path(given)
@@ -133,7 +143,9 @@ class CaseFileCollector(pytest.File):
         case_file = read_case_file(project, self.path, diagnostics)
         errors = [d for d in diagnostics if d.severity == "error"]
         if errors:
-            raise self.CollectError("\n".join(_diagnostic_text(d) for d in errors))
+            from peach_cli.boundary import shown
+
+            raise self.CollectError("\n".join(shown(_diagnostic_text(d)) for d in errors))
         assert case_file is not None
         for loaded in case_file.cases:
             yield CaseItem.from_parent(self, name=loaded.case.name, loaded=loaded, project=project)
@@ -158,13 +170,18 @@ class CaseItem(pytest.Item):
             for mismatch in mismatches:
                 lines.append(f"{mismatch.key}: {mismatch.message}")
                 lines += [f"  {line}" for line in mismatch.diff]
-            self.details = "\n".join(lines)
+            from peach_cli.boundary import shown_lines
+
+            self.details = shown_lines("\n".join(lines))  # the report: no secret, no escape
             raise CaseFailed(self.details)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, CaseFailed):
+            from peach_cli.boundary import shown, shown_lines
+
             where = self.loaded.position
-            return f"{where.file}:{where.line}: case '{self.name}' failed\n{excinfo.value}"
+            head = shown(f"{where.file}:{where.line}: case '{self.name}' failed")
+            return f"{head}\n{shown_lines(str(excinfo.value))}"
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

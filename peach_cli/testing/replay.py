@@ -252,6 +252,7 @@ def replay(
     timeout_s: float = 60.0,
 ) -> list[ReplayOutcome]:
     """Send every entry to ``url`` (and ``against``) in order; compare each answer."""
+    from peach_cli.boundary import mask_value
     from peach_cli.client.send import Client
     from peach_cli.testing.run import json_diff, json_equal
 
@@ -276,6 +277,8 @@ def replay(
             if error is not None or expected is None or observed is None:
                 outcomes.append(ReplayOutcome(entry, "failed", error=error))
                 continue
+            # a recording holds secret values as ***: the answers are compared masked
+            expected, observed = mask_value(expected), mask_value(observed)
             for steps in paths:
                 drop(expected, steps)
                 drop(observed, steps)

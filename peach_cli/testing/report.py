@@ -87,6 +87,8 @@ def to_junit(outcomes: list[Outcome], seconds: float) -> str:
     """JUnit XML: one testsuite per case file, one testcase per case."""
     import xml.etree.ElementTree as ET
 
+    from peach_cli.boundary import shown, shown_lines
+
     suites = ET.Element("testsuites", name="peach test", time=f"{seconds:.3f}")
     by_file: dict[str, list[Outcome]] = {}
     for outcome in outcomes:
@@ -98,7 +100,7 @@ def to_junit(outcomes: list[Outcome], seconds: float) -> str:
         suite = ET.SubElement(
             suites,
             "testsuite",
-            name=file,
+            name=shown(file),
             tests=str(len(cases)),
             failures=str(failed),
             errors="0",
@@ -109,9 +111,9 @@ def to_junit(outcomes: list[Outcome], seconds: float) -> str:
             case = ET.SubElement(
                 suite,
                 "testcase",
-                name=outcome.name,
-                classname=file,
-                file=file,
+                name=shown(outcome.name),
+                classname=shown(file),
+                file=shown(file),
                 line=str(outcome.loaded.position.line),
                 time=f"{outcome.ms / 1000:.3f}",
             )
@@ -119,10 +121,10 @@ def to_junit(outcomes: list[Outcome], seconds: float) -> str:
                 failure = ET.SubElement(
                     case,
                     "failure",
-                    message=f"{outcome.place}: {outcome.name}: {outcome.message()}",
+                    message=shown(f"{outcome.place}: {outcome.name}: {outcome.message()}"),
                     type="mismatch",
                 )
-                failure.text = f"{outcome.place}: {outcome.name}\n{outcome.details()}"
+                failure.text = shown_lines(f"{outcome.place}: {outcome.name}\n{outcome.details()}")
     suites.set("tests", str(len(outcomes)))
     suites.set("failures", str(total_failed))
     suites.set("errors", "0")

@@ -87,11 +87,10 @@ def _status(status: int, reason: str, headers: dict[str, str]) -> list[str]:
 
 
 def _dim_line(parts: list[str]) -> None:
-    from rich.markup import escape
-
+    from peach_cli.boundary import markup
     from peach_cli.views import console
 
-    console.stderr().print(f"[dim]{escape(' · '.join(parts))}[/]", soft_wrap=True)
+    console.stderr().print(f"[dim]{markup(' · '.join(parts))}[/]", soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- streams

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.boundary import write_status
 from peach_cli.views.console import stdout
 from peach_cli.wording import count, human_size
 
@@ -52,14 +52,12 @@ class Progress:
             line += f" · p50 {_ms(p50 * 1000)} · p99 {_ms(p99 * 1000)}"
         if elapsed < self.plan.warmup_s:
             line += " (warming up)"
-        sys.stderr.write("\r\x1b[K" + line)
-        sys.stderr.flush()
+        write_status("\r\x1b[K" + line)
         self.shown = True
 
     def clear(self) -> None:
         if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+            write_status("\r\x1b[K")
 
 
 def render_summary(figures: dict[str, Any]) -> None:

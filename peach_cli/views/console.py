@@ -8,7 +8,6 @@ the views decide how it looks. ``NO_COLOR`` is honoured by Rich itself.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from peach_cli.wording import count, human_size
@@ -22,35 +21,32 @@ if TYPE_CHECKING:
     from peach_cli.project.scaffold import CreatedProject
 
 
-@lru_cache(maxsize=1)
 def stdout() -> Console:
-    from rich.console import Console
+    """The console on stdout (``peach_cli.boundary``: every write masked)."""
+    from peach_cli.boundary import console
 
-    return Console(highlight=False)
+    return console("stdout")
 
 
-@lru_cache(maxsize=1)
 def stderr() -> Console:
-    from rich.console import Console
+    """The console on stderr (``peach_cli.boundary``: every write masked)."""
+    from peach_cli.boundary import console
 
-    return Console(stderr=True, highlight=False)
+    return console("stderr")
 
 
 def print_error(error: PeachError) -> None:
     """Render a PeachError as one line (and a hint) on stderr; a ``ProjectInvalid`` as its
     diagnostics and a summary line, as ``peach validate`` shows them."""
-    from rich.markup import escape
-
+    from peach_cli.boundary import markup_lines
     from peach_cli.errors import ProjectInvalid
 
     if isinstance(error, ProjectInvalid):
         print_diagnostics(error.diagnostics, summary=error.message, ok=False)
         return
-    from peach_cli.project.secrets import mask
-
-    stderr().print(f"[bold red]error:[/] {escape(mask(error.message))}", soft_wrap=True)
+    stderr().print(f"[bold red]error:[/] {markup_lines(error.message)}", soft_wrap=True)
     if error.hint:
-        stderr().print(f"[dim]hint:[/] {escape(mask(error.hint))}", soft_wrap=True)
+        stderr().print(f"[dim]hint:[/] {markup_lines(error.hint)}", soft_wrap=True)
 
 
 # --- peach validate ---------------------------------------------------------------------------
@@ -61,33 +57,33 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 def print_diagnostics(diagnostics: list[Diagnostic], *, summary: str, ok: bool) -> None:
     """Each diagnostic as ``file:line:col: severity CODE message``, an excerpt with a caret and
     its hint; then the summary line. One problem stays one line (no wrapping) for grep."""
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     out = stdout()
     for diagnostic in diagnostics:
         style = _SEVERITY_STYLE[diagnostic.severity]
         out.print(
-            f"[bold]{escape(str(diagnostic.position))}[/]: [{style}]{diagnostic.severity} "
-            f"{diagnostic.code}[/] {escape(diagnostic.message)}",
+            f"[bold]{markup(str(diagnostic.position))}[/]: [{style}]{diagnostic.severity} "
+            f"{diagnostic.code}[/] {markup(diagnostic.message)}",
             soft_wrap=True,
         )
         for line in excerpt_lines(diagnostic):
             out.print(
-                escape(line), soft_wrap=True, style="dim" if line.lstrip()[:1] != "^" else style
+                markup(line), soft_wrap=True, style="dim" if line.lstrip()[:1] != "^" else style
             )
         if diagnostic.hint:
-            out.print(f"  [dim]hint:[/] {escape(diagnostic.hint)}", soft_wrap=True)
+            out.print(f"  [dim]hint:[/] {markup(diagnostic.hint)}", soft_wrap=True)
     mark = "[bold green]✓[/]" if ok else "[bold red]✗[/]"
-    out.print(f"{mark} {escape(summary)}", soft_wrap=True)
+    out.print(f"{mark} {markup(summary)}", soft_wrap=True)
 
 
 def print_warning_lines(warnings: list[Diagnostic]) -> None:
     """One line per warning on stderr (when stdout holds something else: a config)."""
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     for warning in warnings:
         stderr().print(
-            f"[yellow]warning[/] {escape(str(warning.position))}: {escape(warning.message)}",
+            f"[yellow]warning[/] {markup(str(warning.position))}: {markup(warning.message)}",
             soft_wrap=True,
             highlight=False,
         )
@@ -114,14 +110,11 @@ def excerpt_lines(diagnostic: Diagnostic) -> list[str]:
     return lines
 
 
-def print_json(data: object) -> None:
+def print_json(data: object, *, channel: str = "terminal") -> None:
     """Machine output: plain JSON on stdout, no styling (secret values shown as ``***``)."""
-    import json
-    import sys
+    from peach_cli.boundary import json_text, write_report
 
-    from peach_cli.project.secrets import mask_value
-
-    sys.stdout.write(json.dumps(mask_value(data), indent=2, ensure_ascii=False) + "\n")
+    write_report(json_text(data) + "\n", channel=channel)
 
 
 # --- peach env --------------------------------------------------------------------------------
@@ -159,7 +152,7 @@ def print_env_list(rows: list[dict], *, cache: str) -> None:
     """``peach env list``: a table on a terminal, one plain line per env otherwise. A path
     is never folded inside a name: it breaks after a ``/``, in its column when there is room
     for one, else on lines of its own under the table."""
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     out = stdout()
     if out.is_terminal:
@@ -209,7 +202,7 @@ def print_env_list(rows: list[dict], *, cache: str) -> None:
         return
     for row in rows:
         out.print(
-            escape(
+            markup(
                 f"{row['name']}\trequirements: {', '.join(row['requirements']) or '(none)'}"
                 f"\tused by: {', '.join(row['used_by']) or '-'}"
                 f"\tbuilt: {'yes' if row['built'] else 'no'}"
@@ -218,7 +211,7 @@ def print_env_list(rows: list[dict], *, cache: str) -> None:
             ),
             soft_wrap=True,
         )
-    out.print(f"[dim]cache: {escape(cache)}[/]", soft_wrap=True)
+    out.print(f"[dim]cache: {markup(cache)}[/]", soft_wrap=True)
 
 
 class _EnvProgress:
@@ -237,13 +230,13 @@ class _EnvProgress:
         return self
 
     def __call__(self, progress: object) -> None:
-        from rich.markup import escape
+        from peach_cli.boundary import markup
 
         line = str(progress)
         if self.status is not None:
-            self.status.update(escape(line))
+            self.status.update(markup(line))
         elif line != self.last:
-            stderr().print(escape(line), soft_wrap=True, highlight=False)
+            stderr().print(markup(line), soft_wrap=True, highlight=False)
         self.last = line
 
     def __exit__(self, *exc: object) -> None:
@@ -257,10 +250,10 @@ def env_progress() -> _EnvProgress:
 
 
 def print_env_built(name: str, path: str, packages: int) -> None:
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     stderr().print(
-        f"[green]✓[/] py_env {escape(name)}: {count(packages, 'package')} in {escape(path)}",
+        f"[green]✓[/] py_env {markup(name)}: {count(packages, 'package')} in {markup(path)}",
         soft_wrap=True,
     )
 
@@ -269,20 +262,20 @@ def print_env_removed(
     path: str, requirements: tuple[str, ...], size: int, *, kept: str | None = None
 ) -> None:
     """``removed PATH (REQUIREMENTS, SIZE)``, or with ``kept`` ``kept PATH (…): KEPT``."""
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
-    what = f"({escape(', '.join(requirements) or 'no requirements')}, {human_size(size)})"
+    what = f"({markup(', '.join(requirements) or 'no requirements')}, {human_size(size)})"
     if kept is None:
-        stdout().print(f"removed {escape(path)} {what}", soft_wrap=True)
+        stdout().print(f"removed {markup(path)} {what}", soft_wrap=True)
     else:
-        stdout().print(f"kept {escape(path)} {what}: {escape(kept)}", soft_wrap=True)
+        stdout().print(f"kept {markup(path)} {what}: {markup(kept)}", soft_wrap=True)
 
 
 def print_summary(text: str, *, ok: bool) -> None:
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     mark = "[bold green]✓[/]" if ok else "[bold red]✗[/]"
-    stderr().print(f"{mark} {escape(text)}", soft_wrap=True)
+    stderr().print(f"{mark} {markup(text)}", soft_wrap=True)
 
 
 # --- peach init -------------------------------------------------------------------------------
@@ -290,17 +283,17 @@ def print_summary(text: str, *, ok: bool) -> None:
 
 def print_created(created: CreatedProject, steps: list[str]) -> None:
     """What `peach init` wrote, then the commands to run next."""
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     out = stdout()
-    where = escape(str(created.root))
-    out.print(f"[bold green]✓[/] created {where} (codops {escape(created.codops)})", soft_wrap=True)
+    where = markup(str(created.root))
+    out.print(f"[bold green]✓[/] created {where} (codops {markup(created.codops)})", soft_wrap=True)
     for name in created.files:
         note = " [dim](overwritten)[/]" if name in created.overwritten else ""
-        out.print(f"  {escape(name)}{note}", soft_wrap=True)
+        out.print(f"  {markup(name)}{note}", soft_wrap=True)
     out.print("next:", soft_wrap=True)
     for step in steps:
-        out.print(f"  {escape(step)}", soft_wrap=True)
+        out.print(f"  {markup(step)}", soft_wrap=True)
 
 
 # --- peach doctor -----------------------------------------------------------------------------
@@ -315,17 +308,17 @@ _CHECK_MARK = {
 
 def print_checks(report: Report) -> None:
     """One line per check (mark, name, summary) and its advice; then a count."""
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     out = stdout()
     width = max(len(check.name) for check in report.checks)
     for check in report.checks:
         out.print(
-            f"{_CHECK_MARK[check.status]} {check.name:<{width}}  {escape(check.summary)}",
+            f"{_CHECK_MARK[check.status]} {check.name:<{width}}  {markup(check.summary)}",
             soft_wrap=True,
         )
         if check.advice and check.status != "ok":
-            out.print(f"  {' ' * width}  [dim]→[/] {escape(check.advice)}", soft_wrap=True)
+            out.print(f"  {' ' * width}  [dim]→[/] {markup(check.advice)}", soft_wrap=True)
     counts = {s: sum(c.status == s for c in report.checks) for s in ("fail", "warn", "skip")}
     notes = []
     if counts["warn"]:

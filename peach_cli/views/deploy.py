@@ -23,11 +23,11 @@ if TYPE_CHECKING:
 
 def print_deployed(plan: ProjectPlan, result: DeployResult) -> None:
     """The deployed application: a summary on stderr, each endpoint's URL on stdout."""
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     replicas = sum(d.running for d in result.app.deployments)
     console.stderr().print(
-        f"[bold green]✓[/] {escape(result.app.name)} is running: {count(replicas, 'replica')} in "
+        f"[bold green]✓[/] {markup(result.app.name)} is running: {count(replicas, 'replica')} in "
         f"{count(len(result.app.deployments), 'deployment')}, {result.elapsed_s:.1f} s",
         soft_wrap=True,
     )
@@ -36,7 +36,7 @@ def print_deployed(plan: ProjectPlan, result: DeployResult) -> None:
     if plan.endpoints:
         first = next(iter(plan.endpoints.values())).url
         console.stderr().print(
-            f"[dim]ask it:[/] peach ask {escape(first)} --url {escape(result.url)}",
+            f"[dim]ask it:[/] peach ask {markup(first)} --url {markup(result.url)}",
             soft_wrap=True,
         )
 
@@ -44,7 +44,7 @@ def print_deployed(plan: ProjectPlan, result: DeployResult) -> None:
 def print_uploads(selection: Selection, packages: Sequence[Package]) -> None:
     """``--dry-run``, on stderr (stdout holds the config): the project's files, which go once
     in the project package, then every package a deploy sends and their total."""
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     err = console.stderr()
     files = count(len(selection.files), "file")
@@ -64,11 +64,11 @@ def print_uploads(selection: Selection, packages: Sequence[Package]) -> None:
             soft_wrap=True,
         )
     for item in selection.files:
-        err.print(f"  {escape(item.path)}  [dim]{human_size(item.size)}[/]", soft_wrap=True)
+        err.print(f"  {markup(item.path)}  [dim]{human_size(item.size)}[/]", soft_wrap=True)
     if selection.skipped:
         err.print(f"[bold]{len(selection.skipped)} skipped[/] (never uploaded):", soft_wrap=True)
     for path, why in selection.skipped:
-        err.print(f"  {escape(path)}  [yellow]skipped: {escape(why)}[/]", soft_wrap=True)
+        err.print(f"  {markup(path)}  [yellow]skipped: {markup(why)}[/]", soft_wrap=True)
     total = sum(len(p.data) for p in packages)
     err.print(
         f"[bold]{human_size(total)} in {count(len(packages), 'package')}[/] sent by a deploy "
@@ -77,18 +77,20 @@ def print_uploads(selection: Selection, packages: Sequence[Package]) -> None:
     )
     for sent in packages:
         size = human_size(len(sent.data))
-        err.print(f"  - {escape(sent.name)}  [dim]{size}, {escape(sent.about)}[/]", soft_wrap=True)
+        err.print(f"  - {markup(sent.name)}  [dim]{size}, {markup(sent.about)}[/]", soft_wrap=True)
 
 
 def print_config(config: dict[str, Any], output_format: str) -> None:
-    import sys
-
+    """``peach deploy --dry-run``'s Serve config (secret values as ``***``)."""
     if output_format == "yaml":
         import yaml
 
-        sys.stdout.write(yaml.safe_dump(config, sort_keys=False))
+        from peach_cli.boundary import shown_value, write_report
+
+        text = yaml.safe_dump(shown_value(config), sort_keys=False)
+        write_report(text, channel="deploy-dry-run")
     else:
-        console.print_json(config)
+        console.print_json(config, channel="deploy-dry-run")
 
 
 def print_applications(applications: list[ApplicationState]) -> None:
@@ -100,11 +102,11 @@ def print_applications(applications: list[ApplicationState]) -> None:
 
 
 def print_deleted(app_name: str, remaining: list[str]) -> None:
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     left = ", ".join(remaining) if remaining else "none"
     console.stderr().print(
-        f"[bold green]✓[/] deleted {escape(app_name)} (still running: {escape(left)})",
+        f"[bold green]✓[/] deleted {markup(app_name)} (still running: {markup(left)})",
         soft_wrap=True,
     )
 
@@ -112,22 +114,14 @@ def print_deleted(app_name: str, remaining: list[str]) -> None:
 def print_log_line(line: LogLine) -> None:
     """``peach logs``: a line with its ``deployment#replica`` prefix (dim on a terminal,
     plain text when piped, so grep works)."""
-    import dataclasses
-    import sys
+    from peach_cli.boundary import markup, shown, write_report
 
-    from peach_cli.printable import printable_lines
-    from peach_cli.project.secrets import mask
-
-    line = dataclasses.replace(line, text=printable_lines(mask(line.text)))  # no escape sequences
     out = console.stdout()
     if out.is_terminal:
-        from rich.markup import escape
-
         style = "red" if line.stream == "err" else "dim"
-        out.print(f"[{style}]{escape(line.prefix)} |[/] {escape(line.text)}", soft_wrap=True)
+        out.print(f"[{style}]{markup(line.prefix)} |[/] {markup(line.text)}", soft_wrap=True)
     else:
-        sys.stdout.write(f"{line.prefix} | {line.text}\n")
-        sys.stdout.flush()
+        write_report(f"{shown(line.prefix)} | {shown(line.text)}\n", channel="cluster-logs")
 
 
 def print_note(message: str) -> None:
@@ -156,14 +150,14 @@ def _styled(state: str) -> str:
 
 def application_table(app: ApplicationState, elapsed_s: float | None = None) -> Any:
     """A Rich table: one row per deployment (replicas running/target, state, message)."""
-    from rich.markup import escape
     from rich.table import Table
 
+    from peach_cli.boundary import markup
     from peach_cli.deploy.progress import user_error
 
-    title = f"{escape(app.name)}  {_styled(app.status)}"
+    title = f"{markup(app.name)}  {_styled(app.status)}"
     if app.route_prefix:
-        title += f"  [dim]route {escape(app.route_prefix)}[/]"
+        title += f"  [dim]route {markup(app.route_prefix)}[/]"
     if elapsed_s is not None:
         title += f"  [dim]{elapsed_s:.1f} s[/]"
     table = Table(title=title, title_justify="left", expand=False, show_edge=False)
@@ -175,8 +169,8 @@ def application_table(app: ApplicationState, elapsed_s: float | None = None) -> 
     for deployment in app.deployments:
         target = "?" if deployment.target is None else str(deployment.target)
         states = ", ".join(
-            f"{escape(r.replica_id)} {_styled(r.state)}"
-            + (f" [red]({escape(r.last_error)})[/]" if r.last_error else "")
+            f"{markup(r.replica_id)} {_styled(r.state)}"
+            + (f" [red]({markup(r.last_error)})[/]" if r.last_error else "")
             for r in deployment.replicas
         )
         message = deployment.message
@@ -184,29 +178,25 @@ def application_table(app: ApplicationState, elapsed_s: float | None = None) -> 
             message = user_error(message)  # the user's exception, not Ray's retry notice
         message = message.splitlines()[0] if message else ""
         table.add_row(
-            escape(deployment.name),
+            markup(deployment.name),
             f"{deployment.running}/{target}",
             _styled(deployment.status),
             states,
-            escape(message),
+            markup(message),
         )
     return table
 
 
 def note(message: str) -> None:
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
-    from peach_cli.project.secrets import mask
-
-    console.stderr().print(f"[dim]·[/] {escape(mask(message))}", soft_wrap=True)
+    console.stderr().print(f"[dim]·[/] {markup(message)}", soft_wrap=True)
 
 
 def warn(message: str) -> None:
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
-    from peach_cli.project.secrets import mask
-
-    console.stderr().print(f"[yellow]warning:[/] {escape(mask(message))}", soft_wrap=True)
+    console.stderr().print(f"[yellow]warning:[/] {markup(message)}", soft_wrap=True)
 
 
 class ProgressView:
@@ -231,14 +221,14 @@ class ProgressView:
                 self.live.start()
             self.live.update(application_table(app, elapsed_s), refresh=True)
             return
-        from rich.markup import escape
+        from peach_cli.boundary import markup
 
         for deployment in app.deployments:
             target = "?" if deployment.target is None else deployment.target
             line = f"{deployment.name}: {deployment.running}/{target} running, {deployment.status}"
             if self.last.get(deployment.name) != line:
                 self.last[deployment.name] = line
-                self.console.print(f"[dim]{elapsed_s:5.1f}s[/] {escape(line)}", soft_wrap=True)
+                self.console.print(f"[dim]{elapsed_s:5.1f}s[/] {markup(line)}", soft_wrap=True)
 
     def stop(self) -> None:
         if self.live is not None:

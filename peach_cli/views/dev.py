@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Group
 from rich.text import Text
 
-from peach_cli.printable import printable, printable_lines
+from peach_cli.boundary import shown, shown_lines
 from peach_cli.views.task import TasksTable, prefixed, run_line
 from peach_cli.wording import human_size
 from simulator.debug import DEBUG_EVENTS, DebugEnded, DebugQueued, DebugStarted
@@ -199,15 +199,9 @@ class DevView:
     def line(self, text: Text | str, *, now: bool = False) -> None:
         """Queue a log line (printed within ``LOG_FLUSH_S``); ``now`` prints it at once.
         A secret's value in it is shown as ``***``."""
-        from peach_cli.project.secrets import hidden, mask
-
         plain = text if isinstance(text, str) else text.plain
-        if printable_lines(plain) != plain:  # no escape sequence reaches the terminal
-            text = printable_lines(plain)
-        if hidden():
-            plain = text if isinstance(text, str) else text.plain
-            if mask(plain) != plain:
-                text = mask(plain)
+        if shown_lines(plain) != plain:  # no secret, no escape sequence reaches the terminal
+            text = shown_lines(plain)
         self._pending.append(text)
         if now or self._task is None:
             self.flush()
@@ -301,7 +295,7 @@ class DevView:
             self._paused = True
             if self._live is not None:
                 self._live.stop()  # transient: the table goes away
-            self._write([Text(event.banner, style="bold magenta")])
+            self._write([Text(shown_lines(event.banner), style="bold magenta")])
         elif isinstance(event, DebugEnded):
             self._paused = False
             self._write([Text(f"debugger: {event.who} continues", style="dim")])
@@ -399,8 +393,8 @@ class DevView:
             if event.error and event.status >= 500:
                 row.last_error = event.error
             self._dirty = True
-        method, path = printable(event.method), printable(event.path)  # the client's text
-        error = printable(event.error) if event.error else None
+        method, path = shown(event.method), shown(event.path)  # the client's text
+        error = shown(event.error) if event.error else None
         if not self.live_enabled:
             text = f"{method} {path} {event.status}"
             if event.component:
@@ -454,12 +448,12 @@ class DevView:
         if failed_env is not None:  # the build's error is the line above: not said twice
             text.append(f": py_env '{failed_env}' could not be built (the error above)")
         elif event.message:
-            text.append(f": {event.message}")
+            text.append(f": {shown(event.message)}")
         if failed_env is None and event.error and event.error not in (event.message or ""):
             if event.state in (ReplicaState.UNHEALTHY, ReplicaState.RESTARTING):
-                text.append(f": {event.error}", "red")
+                text.append(f": {shown(event.error)}", "red")
             else:
-                text.append(f" ({event.error})", "yellow")
+                text.append(f" ({shown(event.error)})", "yellow")
         if event.state is ReplicaState.STOPPED and previous in _RETIRED_FROM:
             self.replicas.pop(event.replica, None)  # retired or refused by a reload
         # "starting" is what the table shows; a line follows when the replica is up (or not).

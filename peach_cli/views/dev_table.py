@@ -19,7 +19,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from peach_cli.printable import printable
+from peach_cli import boundary
 from peach_cli.wording import human_size
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def render_endpoints(
                 rows.append((index, cells))
                 if row.last_error:
                     where = f"  {name} {short_id(row.id)}: "
-                    error = Text.assemble((where, "dim"), (printable(row.last_error), "red"))
+                    error = Text.assemble((where, "dim"), (boundary.shown(row.last_error), "red"))
                     error.no_wrap, error.overflow = True, "ellipsis"
                     errors.setdefault(index, []).append(error)
                 first = False

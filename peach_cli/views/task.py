@@ -9,10 +9,9 @@ Rich is imported only by the tables.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.printable import printable, printable_lines
+from peach_cli.boundary import shown, shown_lines, stream
 from simulator.debug import DebugStarted
 from simulator.events import EnvFailed, EnvProgress, ServerNote
 from simulator.tasks.events import RunStatus, TaskChanged, TaskOutput, TaskRunEnded, TaskState
@@ -37,17 +36,15 @@ class TaskRunView:
     """Renders one ``peach task run``: the task's lines on stdout, the rest on stderr."""
 
     def __init__(self) -> None:
-        self.out = sys.stdout
-        self.err = sys.stderr
+        self.out = stream("stdout")
+        self.err = stream("stderr")
         self.closed = False
 
     def _write(self, stream: Any, text: str) -> None:
         if self.closed:
             return
-        from peach_cli.project.secrets import mask
-
         try:  # control characters escaped: no escape sequence from a task reaches the terminal
-            stream.write(printable_lines(mask(text)) + "\n")
+            stream.write(shown_lines(text) + "\n")
             stream.flush()
         except (BrokenPipeError, ValueError, OSError):  # `peach task run x | head`
             self.closed = True
@@ -136,7 +133,7 @@ class TasksTable:
                 str(row.runs_ok),
                 Text(str(row.runs_failed), style="red" if row.runs_failed else ""),
                 f"{row.last_seconds:.2f} s" if row.last_seconds is not None else "-",
-                Text(printable(row.last_error or ""), style="red"),
+                Text(shown(row.last_error or ""), style="red"),
             )
         return table
 

@@ -11,31 +11,31 @@ if TYPE_CHECKING:
 
 
 def print_file(name: str) -> None:
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
-    stdout().print(f"[bold]{escape(name)}[/]", soft_wrap=True)
+    stdout().print(f"[bold]{markup(name)}[/]", soft_wrap=True)
 
 
 def print_outcome(outcome: Outcome) -> None:
     """``✓ name  12 ms``; a failure names its place (``✗ tests/x.peach-test.yaml:12: name``)
     and adds each unmet key and its diff."""
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     out = stdout()
     if outcome.passed:
-        title = f"[bold green]✓[/] {escape(outcome.name)}"
+        title = f"[bold green]✓[/] {markup(outcome.name)}"
     else:
-        title = f"[bold red]✗[/] {escape(outcome.place)}: {escape(outcome.name)}"
+        title = f"[bold red]✗[/] {markup(outcome.place)}: {markup(outcome.name)}"
     out.print(f"  {title}  [dim]{outcome.ms:.0f} ms[/]", soft_wrap=True)
     for mismatch in outcome.mismatches:
         out.print(
-            f"      [red]{escape(mismatch.key)}[/]: {escape(mismatch.message)}", soft_wrap=True
+            f"      [red]{markup(mismatch.key)}[/]: {markup(mismatch.message)}", soft_wrap=True
         )
         print_diff(mismatch.diff, indent=8)
 
 
 def print_diff(lines: tuple[str, ...] | list[str], *, indent: int = 2) -> None:
-    from rich.markup import escape
+    from peach_cli.boundary import markup
 
     out = stdout()
     pad = " " * indent
@@ -51,7 +51,7 @@ def print_diff(lines: tuple[str, ...] | list[str], *, indent: int = 2) -> None:
             if line.startswith("@@")
             else "dim"
         )
-        out.print(f"{pad}[{style}]{escape(line)}[/]", soft_wrap=True)
+        out.print(f"{pad}[{style}]{markup(line)}[/]", soft_wrap=True)
 
 
 def print_test_summary(passed: int, failed: int, seconds: float) -> None:
@@ -68,8 +68,7 @@ def print_test_summary(passed: int, failed: int, seconds: float) -> None:
 
 def print_replay(outcomes: list, found: dict[str, int], seconds: float, *, shown: int) -> None:
     """The first differences (and failures) in full, then ``10 same, 1 differ, 0 failed``."""
-    from rich.markup import escape
-
+    from peach_cli.boundary import markup
     from peach_cli.views.console import print_summary
 
     out = stdout()
@@ -84,11 +83,11 @@ def print_replay(outcomes: list, found: dict[str, int], seconds: float, *, shown
         listed += 1
         mark = "[bold red]✗[/]"
         out.print(
-            f"{mark} {outcome.verdict}: {escape(outcome.entry.label)} [dim](line {outcome.entry.line})[/]",
+            f"{mark} {outcome.verdict}: {markup(outcome.entry.label)} [dim](line {outcome.entry.line})[/]",
             soft_wrap=True,
         )
         if outcome.error:
-            out.print(f"    {escape(outcome.error)}", soft_wrap=True)
+            out.print(f"    {markup(outcome.error)}", soft_wrap=True)
         print_diff(outcome.diff, indent=4)
     total = len(outcomes)
     text = (

@@ -400,7 +400,8 @@ class TaskScheduler:
         return ended
 
     async def _execute(self, spec: TaskSpec, run: Run) -> TaskRunEnded:
-        from peach_cli.project.secrets import DotenvError, MissingSecret, hide, variables_of
+        from peach_cli.boundary import hide
+        from peach_cli.project.secrets import DotenvError, MissingSecret, variables_of
 
         try:
             variables = variables_of(spec, self.root)

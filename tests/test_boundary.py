@@ -1,0 +1,353 @@
+"""Every output channel passes the one output boundary (SPEC §6 "One output boundary").
+
+A project whose `.env` holds a one-line secret and a multi-line one (a key block) answers,
+fails, crashes and prints with them; each channel of ``peach_cli.boundary.CHANNELS`` gets a
+probe that drives it for real where a laptop can (`peach dev` piped and on a pseudo-terminal,
+`peach test` in its three formats, the pytest plugin, `--record`, `replay`, `bench`,
+`validate`, `deploy --dry-run`) and renders the views of cluster-only channels with the same
+planted text. No probe's output may hold a secret, in clear or base64, or a raw escape
+sequence or forged line from data. A channel registered without a probe fails here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from cli_support import run_peach
+from projectkit import write_project
+
+from peach_cli.boundary import CHANNELS
+
+SECRET = "hunter2-c0ffee-5ca1ab1e"
+KEY_LINES = ("MIIBOgIBAAJBAKj34GkxFhD9", "0UGmQ7hUiBX2P1hiC2sd4EU")
+KEY = "-----BEGIN TEST KEY-----\n" + "\n".join(KEY_LINES) + "\n-----END TEST KEY-----"
+ESCAPE = "\x1b[2J"
+FORGED = "\nGET /forged 200"
+"""A line break from data must never start a line of its own."""
+
+CONF = """codops: leaky
+secrets: [API_KEY, PEM_KEY]
+endpoints:
+  leak:
+    url: /leak
+    components:
+      main: {notebook: notebooks/Leak.ipynb, method: leak}
+  crash:
+    url: /crash
+    components:
+      main: {notebook: notebooks/Leak.ipynb, method: crash}
+  shout:
+    url: /shout
+    components:
+      main: {notebook: notebooks/Leak.ipynb, method: shout}
+"""
+CELLS = [
+    "def leak():\n"  # cell 1
+    "    import base64, os\n"
+    '    key = os.environ["API_KEY"]\n'
+    '    return {"key": key, "b64": base64.b64encode(key.encode()).decode()}\n',
+    "def crash():\n"  # cell 2
+    "    import os\n"
+    '    raise RuntimeError("failed with key " + os.environ["API_KEY"] + "\\x1b[2J")\n',
+    "def shout():\n"  # cell 3
+    "    import os\n"
+    '    print("the key is", os.environ["PEM_KEY"], flush=True)\n'
+    '    print("api", os.environ["API_KEY"], "\\x1b]0;pwned\\x07", flush=True)\n'
+    '    return "shouted"\n',
+]
+CASES = """- name: leaks its key
+  url: /leak
+  expect:
+    result: {key: not-the-key}
+"""
+
+
+def leaks(text: str) -> list[str]:
+    """What of the planted secrets and escapes ``text`` shows."""
+    found = []
+    for value in (SECRET, *KEY_LINES, base64.b64encode(SECRET.encode()).decode().rstrip("=")):
+        if value in text:
+            found.append(value)
+    if "\x1b[2J" in text or "\x1b]0;" in text:  # not Rich's own styles
+        found.append("a raw escape sequence")
+    if re.search(r"^GET /?forged", text, re.MULTILINE):
+        found.append("a forged line")
+    return found
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = write_project(
+        tmp_path_factory.mktemp("boundary") / "leaky",
+        CONF,
+        {"notebooks/Leak.ipynb": CELLS},
+        {
+            ".env": f'API_KEY={SECRET}\nPEM_KEY="{KEY}"\n',
+            "tests/leak.peach-test.yaml": CASES,
+        },
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def dev(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """`peach dev --record` on the project, piped (log lines), its answers to every probe."""
+    from tests.conftest import start_peach_dev
+
+    folder = tmp_path_factory.mktemp("boundary-dev")
+    record = folder / "record.jsonl"
+    dev = start_peach_dev(project, folder / "dev.log", "--record", str(record))
+    dev.record = record  # type: ignore[attr-defined]
+    dev.wait_ready()
+    with httpx.Client(base_url=dev.url, timeout=30) as client:
+        assert client.get("/leak").json()["result"]["key"] == SECRET  # the answer is the user's
+        assert client.get("/crash").status_code == 500
+        assert client.get("/shout").status_code == 200
+        assert client.get(f"/leak?token={SECRET}", headers={"X-Note": "a"}).status_code == 200
+    dev.wait_for_output(r"GET /shout 200")
+    dev.wait_for_output(r"api \*\*\*")
+    try:
+        yield dev
+    finally:
+        dev.stop()
+
+
+# -- the probes: each returns what its channel wrote ------------------------------------------
+
+
+def probe_terminal(project: Path, dev, tmp_path: Path) -> str:
+    """An error a command prints (here: a case file that names the secret as a url)."""
+    cases = tmp_path / "bad.peach-test.yaml"
+    cases.write_text(f"- name: x\n  url: /{SECRET}{ESCAPE}\n  methd: GET\n")
+    done = run_peach("test", str(project), str(cases), "--url", dev.url, cwd=project)
+    assert done.returncode == 2, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def probe_live_view(project: Path, dev, tmp_path: Path) -> str:
+    """The live table on a terminal: a replica row's last error (the crash's message)."""
+    from peach_cli.boundary import hide, new_console
+    from peach_cli.checks.validate import build_plan
+    from peach_cli.views.dev import DevView
+    from simulator.events import ReplicaChanged, ReplicaState, RequestLogged
+
+    hide([SECRET, KEY])
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, diagnostics
+    out = tmp_path / "live.txt"
+    with out.open("w") as file:
+        console = new_console("live-view", file, force_terminal=True, width=100, height=30)
+        view = DevView(console, live=True)
+        view.set_plan(plan)
+        view.handle(
+            ReplicaChanged("crash/main", "crash/main#1", ReplicaState.HEALTHY, pid=os.getpid())
+        )
+        error = f"method_error: failed with key {SECRET}{ESCAPE}{FORGED}"
+        view.handle(
+            RequestLogged(
+                "GET", f"/crash?k={SECRET}{ESCAPE}", 500, "crash", "main", "crash/main#1", 0.01,
+                error=error,
+            )
+        )  # fmt: skip
+        view.handle(
+            ReplicaChanged("crash/main", "crash/main#1", ReplicaState.UNHEALTHY, error=error)
+        )
+        view.flush()
+        console.print(view.render(30))
+    text = out.read_text()
+    assert "crash/main" in text or "#1" in text, text
+    return text
+
+
+def probe_log_lines(project: Path, dev, tmp_path: Path) -> str:
+    """`peach dev`'s piped lines: requests, the crash's traceback, the multi-line print."""
+    output = dev.output()
+    assert "the key is" in output and "shouted" not in output.split("the key is")[0][-1:]
+    return output
+
+
+def probe_pdb(project: Path, dev, tmp_path: Path) -> str:
+    """`peach dev --pdb` on a terminal: the post-mortem header of the crash."""
+    from tests.test_debug import Terminal
+
+    args = ["dev", str(project), "--port", "0", "--pdb", "--no-reload"]
+    terminal = Terminal(args, tmp_path / "pdb.log")
+    try:
+        url = terminal.serve()
+        import threading
+
+        answers: list[int] = []
+        thread = threading.Thread(
+            target=lambda: answers.append(httpx.get(f"{url}/crash", timeout=60).status_code)
+        )
+        thread.start()
+        terminal.wait(r"post-mortem: crash/main#1")
+        terminal.wait(r"\(Pdb\) ")
+        terminal.type("c")
+        thread.join(60)
+        assert answers == [500]
+        return terminal.dev.output()
+    finally:
+        terminal.close()
+
+
+def _peach_test(project: Path, dev, fmt: str) -> str:
+    done = run_peach("test", str(project), "--url", dev.url, "--format", fmt, cwd=project)
+    assert done.returncode == 1, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def probe_test_text(project: Path, dev, tmp_path: Path) -> str:
+    return _peach_test(project, dev, "text")
+
+
+def probe_test_json(project: Path, dev, tmp_path: Path) -> str:
+    return _peach_test(project, dev, "json")
+
+
+def probe_test_junit(project: Path, dev, tmp_path: Path) -> str:
+    text = _peach_test(project, dev, "junit")
+    import xml.etree.ElementTree as ET
+
+    ET.fromstring(text[: text.rindex(">") + 1])  # still XML
+    return text
+
+
+def probe_pytest_plugin(project: Path, dev, tmp_path: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "--peach-url", dev.url, "-n", "0", "tests/leak.peach-test.yaml", "-rA"],
+        cwd=project, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert done.returncode == 1 and "leaks its key" in done.stdout, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def probe_record(project: Path, dev, tmp_path: Path) -> str:
+    text = dev.record.read_text()
+    lines = [json.loads(line) for line in text.splitlines()]
+    leak = next(line for line in lines if line["url"] == "/leak")
+    assert leak["result"] == {"key": "***", "b64": "***"}  # stored masked
+    return text
+
+
+def probe_replay(project: Path, dev, tmp_path: Path) -> str:
+    """A recording whose answer differs: the diff shows the new answer, masked."""
+    recording = tmp_path / "old.jsonl"
+    line = {"method": "GET", "url": "/leak", "query": "", "status": 200,
+            "component": "main", "result": {"key": "old"}}  # fmt: skip
+    recording.write_text(json.dumps(line) + "\n")
+    done = run_peach("replay", str(recording), "--url", dev.url, cwd=project)
+    assert done.returncode == 1 and "differ" in done.stdout, done.stdout + done.stderr
+    # the same recorded by peach dev: equal once masked
+    same = run_peach("replay", str(dev.record), "--url", dev.url, "--format", "json", cwd=project)
+    found = json.loads(same.stdout)
+    leak = [r for r in found["requests"] if r["request"].startswith("GET /leak")]
+    assert leak and all(r["outcome"] == "same" for r in leak), same.stdout
+    return done.stdout + done.stderr + same.stdout + same.stderr
+
+
+def probe_bench(project: Path, dev, tmp_path: Path) -> str:
+    text = ""
+    for args in (["/leak", f"k=={SECRET}"], ["--from", str(dev.record)]):
+        done = run_peach(
+            "bench", *args, "--url", dev.url, "--requests", "3", "--concurrency", "1",
+            cwd=project,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        text += done.stdout + done.stderr
+    return text
+
+
+def probe_validate(project: Path, dev, tmp_path: Path) -> str:
+    """A notebook path and a method name holding an escape and a line break; a conf value
+    holding the secret (warned as a credential, its line echoed)."""
+    bad = tmp_path / "bad"
+    shutil.copytree(project, bad)
+    conf = CONF.replace("method: leak}", 'method: "le\\nak\\e[2J"}').replace(
+        "notebooks/Leak.ipynb, method: crash",
+        '"notebooks/Le\\e[2Jak\\nGET /forged 200.ipynb", method: crash',
+    )
+    (bad / "peach.yaml").write_text(conf + f"env_vars: {{NOTE: '{SECRET}'}}\n")
+    text = ""
+    for fmt in ("text", "json"):
+        done = run_peach("validate", str(bad), "--format", fmt, cwd=tmp_path)
+        assert done.returncode == 1, done.stdout + done.stderr
+        text += done.stdout + done.stderr
+    assert "\\x1b[2J" in text  # shown escaped
+    return text
+
+
+def probe_deploy_dry_run(project: Path, dev, tmp_path: Path) -> str:
+    shipped = tmp_path / "shipped"
+    shutil.copytree(project, shipped)
+    (shipped / f"data{ESCAPE}\nGET forged.txt").write_text("x")
+    text = ""
+    for fmt in ("json", "yaml"):
+        done = run_peach("deploy", str(shipped), "--dry-run", "--format", fmt, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        text += done.stdout + done.stderr
+    assert "data\\x1b[2J" in text  # the file is listed, escaped
+    return text
+
+
+def probe_cluster_logs(project: Path, dev, tmp_path: Path) -> str:
+    """`peach logs`' lines (the dashboard's log API gives them; here the view alone)."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLUSTER_LOG_VIEW], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "NO_COLOR": "1", "SECRET": SECRET, "KEY": KEY},
+    )  # fmt: skip
+    assert done.returncode == 0 and "leak#1 |" in done.stdout, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+CLUSTER_LOG_VIEW = """
+import os
+from peach_cli.boundary import hide
+from peach_cli.deploy.logs import LogLine, ServeReplicaLog
+from peach_cli.views.deploy import print_log_line
+hide([os.environ["SECRET"], os.environ["KEY"]])
+text = "key " + os.environ["SECRET"] + " " + os.environ["KEY"].splitlines()[1] + "\\x1b[2J"
+replica = ServeReplicaLog("leak", "1", "actor", True)
+print_log_line(LogLine(replica, "out", text))
+"""
+
+PROBES: dict[str, Callable[..., str]] = {
+    "terminal": probe_terminal,
+    "live-view": probe_live_view,
+    "log-lines": probe_log_lines,
+    "pdb": probe_pdb,
+    "test-text": probe_test_text,
+    "test-json": probe_test_json,
+    "test-junit": probe_test_junit,
+    "pytest-plugin": probe_pytest_plugin,
+    "record": probe_record,
+    "replay": probe_replay,
+    "bench": probe_bench,
+    "validate": probe_validate,
+    "deploy-dry-run": probe_deploy_dry_run,
+    "cluster-logs": probe_cluster_logs,
+}
+
+
+def test_every_registered_channel_has_a_probe() -> None:
+    assert sorted(PROBES) == sorted(CHANNELS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("channel", sorted(CHANNELS))
+def test_no_secret_or_escape_reaches_a_channel(channel: str, project, dev, tmp_path) -> None:
+    output = PROBES[channel](project, dev, tmp_path)
+    assert output.strip(), f"the {channel} probe wrote nothing"
+    assert leaks(output) == [], output
