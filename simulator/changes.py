@@ -53,9 +53,12 @@ def _secret_digests(root: Path, names: set[str]) -> dict[str, str]:
     """Secret name -> a digest of its value (``<missing>`` when it is set nowhere)."""
     import os
 
-    from peach_cli.project.secrets import read_dotenv
+    from peach_cli.project.secrets import DotenvError, read_dotenv
 
-    dotenv = read_dotenv(root) if names - set(os.environ) else {}
+    try:
+        dotenv = read_dotenv(root) if names - set(os.environ) else {}
+    except DotenvError:  # the components reading it restart, and fail saying why
+        dotenv = {}
     found = {}
     for name in sorted(names):
         value = os.environ.get(name, dotenv.get(name))

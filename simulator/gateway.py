@@ -126,7 +126,7 @@ class DevGateway:
             line = debug.request_line(scope["method"], scope["path"], scope["query_string"])
             debug.REQUEST_LINE.set(line)
         recorder = self.recorder
-        recording = recorder.begin() if recorder is not None else None
+        recording = recorder.begin(scope) if recorder is not None else None
         if recording is not None:
             receive = recording.receive(receive)
         request = HttpRequest(

@@ -13,7 +13,9 @@ An error answer has ``"error": {"code", "message"}`` instead of ``result``; a st
 ``"text"`` (its chunks joined, as UTF-8) and ``"cut"``. A body over ``MAX_BODY_BYTES`` is
 recorded as ``"body": null, "body_omitted": SIZE``, a stream's text past it is truncated
 (``"text_truncated": true``). Secret values are stored as ``***`` (the output boundary,
-``peach_cli.boundary``). ``peach replay`` reads the file back.
+``peach_cli.boundary``). ``peach replay`` reads the file back. A request that one of
+peach's own tools sent (it carries ``x-peach-tool``) is not recorded: replaying or benching
+against the recording server never feeds the file.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from peach_cli.boundary import open_lines
+from peach_cli.client.items import TOOL_HEADER
 
 MAX_BODY_BYTES = 1024 * 1024
 WRITE_INTERVAL_S = 0.05
 """How often the writer writes what has gathered: a line is on disk within this."""
+_TOOL_HEADER = TOOL_HEADER.encode()
 
 
 class Recording:
@@ -83,7 +87,10 @@ class Recorder:
         self._thread = threading.Thread(target=self._write, name="peach-record", daemon=True)
         self._thread.start()
 
-    def begin(self) -> Recording:
+    def begin(self, scope: dict[str, Any]) -> Recording | None:
+        """A new recording for the request of ``scope``; None for one of peach's tools."""
+        if any(name == _TOOL_HEADER for name, _ in scope.get("headers", ())):
+            return None
         return Recording()
 
     def finish(self, recording: Recording, scope: dict[str, Any], reply: Any) -> None:

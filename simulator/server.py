@@ -266,11 +266,16 @@ class DevServer:
         """Start a pool's replicas in its env's interpreter (building the env first); a
         pool whose env cannot be built is unhealthy with the builder's message."""
         from peach_cli.boundary import hide
-        from peach_cli.project.secrets import MissingSecret, secret_values, variables_of
+        from peach_cli.project.secrets import (
+            DotenvError,
+            MissingSecret,
+            secret_values,
+            variables_of,
+        )
 
         try:
             variables = variables_of(pool.spec, self.plan.root)
-        except MissingSecret as error:  # exactly the components that read it are unhealthy
+        except (MissingSecret, DotenvError) as error:  # the components that read it fail
             pool.fail(str(error))
             return
         hide(secret_values(self.plan.root, pool.spec.secrets).values())  # printed as ***

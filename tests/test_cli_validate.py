@@ -259,3 +259,45 @@ def test_every_command_reports_a_broken_project_as_validate_does(tmp_path, comma
     assert lines[0] == "peach.yaml:2:1: error PC101 unknown key 'bogus' in the top level"
     assert lines[-1] == f"✗ 1 error in {tmp_path}{doing}"
     assert result.stderr == ""
+
+
+def init_shop(tmp_path: Path) -> Path:
+    assert peach("init", "shop", "--streaming", cwd=tmp_path).returncode == 0
+    return tmp_path / "shop"
+
+
+def edit_notebook(project: Path, old: str, new: str) -> None:
+    path = project / "notebooks" / "Endpoints.ipynb"
+    notebook = json.loads(path.read_text())
+    for cell in notebook["cells"]:
+        source = "".join(cell["source"])
+        if old in source:
+            cell["source"] = source.replace(old, new, 1).splitlines(True)
+            path.write_text(json.dumps(notebook))
+            return
+    raise AssertionError(f"{old!r} is in no cell")
+
+
+def test_a_syntax_error_in_a_notebook_shows_its_load_errors_and_no_case_cascade(tmp_path):
+    project = init_shop(tmp_path)
+    edit_notebook(project, 'lang: str = "en"):', 'lang: str = "en")')  # the colon goes
+    result = peach("validate", str(project))
+    assert result.returncode == 1, result.stdout
+    codes = re.findall(r" error (PC\d+) ", result.stdout)
+    assert codes == ["PC206", "PC204"], result.stdout
+    assert "cell 3 is not valid Python: expected ':'" in result.stdout
+    assert "not an endpoint" not in result.stdout and "endpoints: /story" not in result.stdout
+    assert "2 errors" in result.stdout.splitlines()[-1]
+
+
+def test_a_case_of_an_endpoint_that_fails_to_validate_is_no_cascade_but_a_wrong_url_is(tmp_path):
+    project = init_shop(tmp_path)
+    (project / "peach.yaml").write_text(
+        (project / "peach.yaml").read_text().replace("method: greet ", "method: gret ")
+    )
+    cases = project / "tests" / "greet.peach-test.yaml"
+    cases.write_text(cases.read_text() + "\n- name: a typo\n  url: /gret\n")
+    result = peach("validate", str(project))
+    assert result.returncode == 1, result.stdout
+    assert re.findall(r" error (PC\d+) ", result.stdout) == ["PC204", "PC803"], result.stdout
+    assert "case 'a typo': /gret is not an endpoint" in " ".join(result.stdout.split())

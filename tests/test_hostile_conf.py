@@ -173,3 +173,30 @@ def test_a_task_cannot_send_escape_sequences_to_the_terminal(tmp_path):
     result = run_peach("task", "run", "t", str(project), "--shared-env", "--payload", payload)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["t | got \\x1b[41mred\\rover\\x07"]
+
+
+KEY_HEADER = "-----BEGIN OPENSSH PRIVATE KEY-----"
+
+
+@pytest.mark.parametrize(
+    "leaked",
+    [
+        f"{KEY_HEADER}\n- name: leaked case\n  url: /nowhere\n",
+        f"- name: leaked case\n  url: /nowhere\n# {KEY_HEADER}\n",
+        f'- name: "{KEY_HEADER}"\n  url: /ep\n- name: leaked case\n  url: /nowhere\n',
+    ],
+    ids=["key first", "case first", "cases only"],
+)
+def test_a_case_file_linked_outside_the_project_is_refused_unread(tmp_path, leaked):
+    outside = tmp_path / "id_ed25519"
+    outside.write_text(leaked)
+    project = write_project(tmp_path / "p", conf(["orjson"]), NOTEBOOK)
+    (project / "tests").mkdir()
+    os.symlink(outside, project / "tests" / "keys.peach-test.yaml")
+    for command in ("validate", "test"):
+        result = run_peach(command, str(project))
+        output = result.stdout + result.stderr
+        assert result.returncode == (1 if command == "validate" else 2), output
+        assert "tests/keys.peach-test.yaml" in output and "PC006" in output
+        assert "is a link to a file outside the project: not read" in output
+        assert "BEGIN" not in output and "leaked case" not in output and "nowhere" not in output

@@ -140,7 +140,7 @@ def test_each_expect_key_fails_with_its_diff(dev, cases):
 
     text = peach_test(str(cases / "failing.peach-test.yaml"), "--url", dev.url, "-k", "result")
     assert text.returncode == 1
-    assert "✗ bad result" in text.stdout
+    assert "failing.peach-test.yaml:" in text.stdout and ": bad result  " in text.stdout
     assert "-      7\n" not in text.stdout
     assert "the result differs" in text.stdout
     assert "-    7" in text.stdout and "+    0" in text.stdout  # the JSON-aware diff
@@ -282,3 +282,44 @@ def test_case_files_in_dot_ignored_and_venv_folders_are_not_read(tmp_path):
     assert seen.returncode == 1
     assert "seen.peach-test.yaml:2:8: error PC803" in seen.stdout
     assert seen.stdout.count("PC803") == 1
+
+
+def test_a_failing_case_names_its_file_and_line_in_text_json_and_junit(dev, cases):
+    failing = cases / "failing.peach-test.yaml"
+    line = failing.read_text().splitlines().index("- name: bad result") + 1
+    place = f"failing.peach-test.yaml:{line}"
+    text = peach_test("failing.peach-test.yaml", "--url", dev.url, "-k", "result", cwd=cases)
+    assert text.returncode == 1, text.stdout + text.stderr
+    assert f"  ✗ {place}: bad result  " in text.stdout, text.stdout
+    passing = peach_test("passing.peach-test.yaml", "--url", dev.url, "-k", "equal", cwd=cases)
+    assert "  ✓ answer equal  " in passing.stdout, passing.stdout  # a pass says no more
+
+    json_run = peach_test(
+        "failing.peach-test.yaml", "--url", dev.url, "-k", "result", "--format", "json", cwd=cases
+    )
+    (case,) = json.loads(json_run.stdout)["cases"]
+    assert (case["file"], case["line"]) == ("failing.peach-test.yaml", line)
+
+    junit = peach_test(
+        "failing.peach-test.yaml", "--url", dev.url, "-k", "result", "--format", "junit", cwd=cases
+    )
+    testcase = ET.fromstring(junit.stdout).find("testsuite/testcase[@name='bad result']")
+    assert testcase is not None
+    assert (testcase.get("file"), testcase.get("line")) == ("failing.peach-test.yaml", str(line))
+    failure = testcase.find("failure")
+    assert failure is not None
+    assert failure.get("message", "").startswith(f"{place}: bad result: the result differs")
+    assert (failure.text or "").startswith(f"{place}: bad result\n")
+
+
+def test_a_failing_case_of_a_project_names_its_project_relative_place(tmp_path):
+    project = tmp_path / "shop"
+    shutil.copytree(STREAMS, project)
+    (project / "tests").mkdir()
+    (project / "tests" / "greet.peach-test.yaml").write_text(
+        "- name: answers\n  url: /answer\n\n- name: greets in French\n  url: /answer\n"
+        "  expect: {status: 418}\n"
+    )
+    result = run_peach("test", str(project), timeout=180)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "  ✗ tests/greet.peach-test.yaml:4: greets in French  " in result.stdout

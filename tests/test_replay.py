@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -161,3 +162,90 @@ def test_bad_input_is_exit_2(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert run_peach("replay", str(empty)).returncode == 2
+
+
+def settled_lines(record: Path, dev_url: str) -> list[dict]:
+    """The recording, without markers, once everything sent before is written: a marker
+    request is sent and awaited (the recorder writes in order)."""
+    marker = f"marker-{time.monotonic_ns()}"
+    before = len(record.read_text().splitlines())
+    httpx.get(f"{dev_url}/recommend", params={"item_id": marker}, timeout=30)
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [json.loads(line) for line in record.read_text().splitlines()]
+        if any(line["query"] == f"item_id={marker}" for line in lines[before:]):
+            assert lines[-1]["query"] == f"item_id={marker}"
+            return [line for line in lines if not line["query"].startswith("item_id=marker-")]
+        assert time.monotonic() < deadline, "the marker request was not recorded"
+        time.sleep(0.02)
+
+
+def test_replaying_or_benching_against_the_recording_server_leaves_its_file_as_it_was(recorded):
+    dev, _, record, snapshot = recorded
+    before = settled_lines(record, dev.url)
+    for _ in range(2):
+        result = run_peach("replay", str(snapshot), "--url", dev.url)
+        assert "5 requests in" in result.stderr, result.stdout + result.stderr
+        assert settled_lines(record, dev.url) == before
+    bench = run_peach("bench", "/recommend", "item_id==apple", "--url", dev.url, "-n", "40")
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    assert settled_lines(record, dev.url) == before
+    recorded_bench = run_peach("bench", "--from", str(snapshot), "--url", dev.url, "-n", "20")
+    assert recorded_bench.returncode == 0, recorded_bench.stdout + recorded_bench.stderr
+    assert settled_lines(record, dev.url) == before
+    checked = run_peach("test", "--url", dev.url, cwd=QUICKSTART)
+    assert "passed" in checked.stderr + checked.stdout, checked.stdout + checked.stderr
+    assert settled_lines(record, dev.url) == before
+
+
+@pytest.fixture
+def listeners():
+    """Two listening sockets that never answer: the --url base and a foreign host."""
+    sockets = []
+    for _ in range(2):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        listener.setblocking(False)
+        sockets.append(listener)
+    yield sockets
+    for listener in sockets:
+        listener.close()
+
+
+def connected(listener: socket.socket) -> bool:
+    """Whether anyone connected (the kernel queues a connection before it is accepted)."""
+    try:
+        listener.accept()[0].close()
+    except BlockingIOError:
+        return False
+    return True
+
+
+FOREIGN_URLS = (
+    "http://127.0.0.1:{port}/recommend",
+    "//127.0.0.1:{port}/recommend",
+    "127.0.0.1:{port}/recommend",
+    "localhost:{port}/recommend",
+    ":{port}/recommend",
+)
+
+
+@pytest.mark.parametrize("shape", FOREIGN_URLS)
+@pytest.mark.parametrize("command", ["replay", "bench"])
+def test_a_recorded_url_naming_a_host_is_refused_at_its_line_and_nothing_is_sent(
+    tmp_path, listeners, shape, command
+):
+    base, foreign = listeners
+    base_url = f"http://127.0.0.1:{base.getsockname()[1]}"
+    url = shape.format(port=foreign.getsockname()[1])
+    hostile = tmp_path / "hostile.jsonl"
+    lines = [{"method": "GET", "url": "/recommend", "query": "item_id=apple"}] * 2
+    lines.insert(1, {"method": "POST", "url": url, "query": "", "body": {"item_id": "x"}})
+    hostile.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    args = ["replay", str(hostile)] if command == "replay" else ["bench", "--from", str(hostile)]
+    result = run_peach(*args, "--url", base_url, timeout=20)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"{hostile}:2: url '{url}' names a host" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr
+    assert not connected(foreign) and not connected(base)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -310,3 +311,40 @@ def test_the_assistant_example_reads_its_key_through_secrets(peach_dev, tmp_path
         assert api.keys == ["Bearer sk-test-from-dotenv"]
     finally:
         api.close()
+
+
+BROKEN_DOTENV = {  # what .env holds → what is said of it
+    b"# the project's secrets\nREADER_KEY=reader-from-dotenv\n\n"
+    b"TASK_KEY task-secret-value\nOTHER_KEY=other-from-dotenv\n": ".env:4: not a NAME=value line"
+    " (dotenv syntax): no secret is read from .env until it is fixed",
+    b"# the project's secrets\nREADER_KEY=reader-from-dotenv\n\n"
+    b"TASK_KEY=task-secret-\xff-value\nOTHER_KEY=other-from-dotenv\n": ".env:4: not UTF-8 text:"
+    " no secret is read from .env until it is fixed",
+    b"TASK_KEY=task-secret-value\n": ".env is 64.0 MiB, over the 1 MiB a .env may hold: not read",
+}
+DOTENV_COMMANDS = {
+    "doctor": (["doctor"], 1),
+    "dev": (["dev", "--port", "0", "--no-reload"], 1),
+    "test": (["test"], 2),
+    "task run": (["task", "run", "show"], 1),
+    "deploy": (["deploy", "--dry-run"], 1),
+}
+
+
+@pytest.mark.parametrize("command", DOTENV_COMMANDS)
+@pytest.mark.parametrize(
+    "content", BROKEN_DOTENV, ids=["malformed line", "not UTF-8", "over 1 MiB"]
+)
+def test_a_broken_dotenv_is_one_line_naming_it_on_every_command(project, content, command):
+    dotenv = project / ".env"
+    dotenv.write_bytes(content)
+    if len(content) < 40:
+        os.truncate(dotenv, 64 * 1024 * 1024)  # sparse: refused before it is read
+    args, code = DOTENV_COMMANDS[command]
+    result = run_peach(*args, str(project), timeout=90)
+    output = result.stdout + result.stderr
+    assert result.returncode == code, output
+    assert f"{project}/{BROKEN_DOTENV[content]}" in output
+    assert "Traceback" not in output and "task-secret" not in output
+    if command == "doctor":
+        assert f"✗ secrets    {project}/{BROKEN_DOTENV[content]}" in output

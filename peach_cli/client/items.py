@@ -19,6 +19,7 @@ Nothing here does I/O except reading ``--json @file`` and ``KEY=@FILE`` / ``KEY:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -34,6 +35,9 @@ from peach_cli.runtime.jsonlimits import PayloadError, loads_bounded, read_bound
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 60.0
 USER_AGENT = "peach-ask"
+TOOL_HEADER = "x-peach-tool"
+"""Sent with the name of the peach tool that sends a request (``test``, ``replay``,
+``bench``): ``peach dev --record`` records none of them (SPEC §8)."""
 URL_LIMIT = 2048  # bytes: KEY=VALUE items that would make the URL longer go in the body
 _HOST_PORT = re.compile(r"^(localhost|[\w.-]+:\d+)(/|\?|$)")
 
@@ -66,13 +70,24 @@ def resolve_url(target: str, base: str | None = None) -> str:
     elif _HOST_PORT.match(target):
         url = "http://" + target
     else:
-        base_url = (base or os.environ.get("PEACH_URL") or DEFAULT_BASE_URL).strip()
-        if "://" not in base_url:
-            base_url = "http://" + base_url
-        check_url(base_url, what="--url" if base else "PEACH_URL")
-        url = base_url.rstrip("/") + "/" + target.lstrip("/")
+        url = url_on_base(target, base)
     check_url(url, what="TARGET")
     return url
+
+
+def url_on_base(path: str, base: str | None = None) -> str:
+    """``path`` joined to ``base`` (default as ``resolve_url``'s), whatever ``path`` holds:
+    the URL's host is always the base's."""
+    base_url = (base or os.environ.get("PEACH_URL") or DEFAULT_BASE_URL).strip()
+    if "://" not in base_url:
+        base_url = "http://" + base_url
+    check_url(base_url, what="--url" if base else "PEACH_URL")
+    return base_url.rstrip("/") + "/" + path.lstrip("/")
+
+
+def with_tool(request: AskRequest, tool: str) -> AskRequest:
+    """``request`` marked as sent by peach's own ``tool`` (``TOOL_HEADER``)."""
+    return dataclasses.replace(request, headers=(*request.headers, (TOOL_HEADER, tool)))
 
 
 def check_url(url: str, *, what: str) -> None:

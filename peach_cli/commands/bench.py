@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from peach_cli.client.items import DEFAULT_TIMEOUT_S, AskRequest, build_request, resolve_url
+from peach_cli.client.items import DEFAULT_TIMEOUT_S, AskRequest, build_request, with_tool
 from peach_cli.errors import UsageError
 
 EXIT_INTERRUPTED = 130
@@ -83,8 +83,11 @@ def run_bench(
         if target is None:
             raise UsageError("give TARGET (an endpoint like /greet) or --from RECORD_FILE")
         asked = [
-            build_request(
-                target, items, base=url, stream=stream, headers=headers, timeout_s=timeout_s
+            with_tool(
+                build_request(
+                    target, items, base=url, stream=stream, headers=headers, timeout_s=timeout_s
+                ),
+                "bench",
             )
         ]
         label = f"{asked[0].method} {asked[0].url}"
@@ -159,55 +162,22 @@ def _read_compare(path: Path) -> dict[str, Any]:
 
 
 def read_record_file(path: Path, base: str | None, timeout_s: float) -> list[AskRequest]:
-    """The requests of a ``peach dev --record`` file (one JSON object a line: method, url,
-    query, body, stream), sent to ``base`` (default: `peach ask`'s)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"--from {path}: cannot read it ({error.strerror})") from None
-    requests: list[AskRequest] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError as error:
-            raise UsageError(f"--from {path}, line {number}: not JSON ({error})") from None
-        if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
-            raise UsageError(f"--from {path}, line {number}: not a recorded request (no url)")
-        if "body_omitted" in entry:
-            continue  # a body too large to record cannot be sent again
-        query = entry.get("query") or ()
-        if isinstance(query, dict):
-            pairs = [
-                (str(k), str(v))
-                for k, values in query.items()
-                for v in (values if isinstance(values, list) else [values])
-            ]
-        elif isinstance(query, str):
-            from urllib.parse import parse_qsl
+    """The requests of a ``peach dev --record`` file, each sent to its path on ``base``
+    (default: `peach ask`'s); a line that names a host refuses the whole file (SPEC §8)."""
+    from peach_cli.testing.replay import read_recording, request_of
 
-            pairs = parse_qsl(query, keep_blank_values=True)
-        else:
-            pairs = [(str(k), str(v)) for k, v in query]
-        body = entry.get("body")
-        stream = bool(entry.get("stream"))
-        requests.append(
-            AskRequest(
-                method=str(entry.get("method") or ("POST" if body is not None else "GET")),
-                url=resolve_url(entry["url"], base),
-                params=tuple(pairs),
-                body=body if isinstance(body, dict) else None,
-                headers=(("Accept-Encoding", "identity"),) if stream else (),
-                timeout_s=timeout_s,
-                stream=stream,
-            )
-        )
-        if len(requests) >= MAX_RECORDED_REQUESTS:
-            break
+    try:
+        entries = read_recording(path)
+    except UsageError as error:
+        raise UsageError(f"--from {error.message}", hint=error.hint) from None
+    requests = [
+        request_of(entry, base, timeout_s, tool="bench")
+        for entry in entries
+        if "body_omitted" not in entry.data  # a body too large to record cannot be sent again
+    ]
     if not requests:
         raise UsageError(f"--from {path}: no recorded request to send")
-    return requests
+    return requests[:MAX_RECORDED_REQUESTS]
 
 
 __all__ = ["run_bench"]

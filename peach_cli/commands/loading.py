@@ -30,15 +30,28 @@ def load_plan(project: Path, *, doing: str, warnings: Warnings = "hide") -> Proj
 
     ``doing`` is what the command does with it (``serving``, ``running``, ``deploying``):
     the summary says ``not serving`` on errors, ``serving anyway`` over warnings. Raises
-    ``ProjectInvalid`` when the project has errors.
+    ``ProjectInvalid`` when the project has errors, ``DotenvError`` when the ``.env`` its
+    secrets need cannot be read.
     """
     from peach_cli.checks.validate import checked_plan
     from peach_cli.project.secrets import hide_declared
 
     plan, found = checked_plan(project, doing)
     show_warnings(project, found, doing, warnings)
+    check_dotenv(plan)
     hide_declared(project, plan)  # masked in everything this command shows
     return plan
+
+
+def check_dotenv(plan: ProjectPlan) -> None:
+    """Read ``.env`` now when a secret of the plan is to come from it: a ``.env`` that
+    cannot be read stops the command here (``DotenvError``, naming ``.env:LINE``) instead
+    of failing every replica and task that reads a secret."""
+    from peach_cli.project.secrets import missing_secrets
+
+    names = [s for c in plan.components() for s in c.secrets]
+    names += [s for t in plan.tasks.values() for s in t.secrets]
+    missing_secrets(plan.root, names)
 
 
 def load_conf(project: Path) -> PeachConf:

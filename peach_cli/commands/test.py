@@ -127,10 +127,11 @@ def run_test(
     else:
         from peach_cli.commands.loading import load_plan
         from peach_cli.errors import ProjectInvalid
+        from peach_cli.project.secrets import DotenvError
 
         try:
             plan = load_plan(project, doing="testing", warnings="hide")
-        except ProjectInvalid as error:
+        except (ProjectInvalid, DotenvError) as error:
             error.exit_code = EXIT_USAGE  # nothing was tested
             raise
         urls = [e.url for e in plan.endpoints.values()]

@@ -8,9 +8,14 @@ Exit codes of ``peach validate``: 0 no error (warnings allowed unless ``--strict
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
 from peach_cli.wording import count
+
+if TYPE_CHECKING:
+    from peach_cli.checks.validate import Validation
+    from peach_cli.project.loader import Project
 
 FORMATS = ("text", "json")
 
@@ -35,7 +40,7 @@ def run_validate(project: Path, *, output_format: str = "text", strict: bool = F
         result = validate_project(loaded)
         diagnostics += result.diagnostics
         endpoints = len(result.endpoints)
-        diagnostics += check_case_files(loaded.root, [e.url for e in result.endpoints.values()])
+        diagnostics += check_case_files(loaded.root, endpoint_urls(loaded, result))
     diagnostics.sort(key=sort_key)
     counts = {s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")}
     failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
@@ -61,9 +66,21 @@ def summarize(project: Path, counts: dict[str, int], endpoints: int, strict: boo
     return f"{project} is valid: {count(endpoints, 'endpoint')}{detail}"
 
 
+def endpoint_urls(project: Project, result: Validation) -> list[str]:
+    """The urls case files may name: every endpoint the conf declares, served or not, and
+    those the decorator notebooks define; none (no url check) when a notebook of the
+    project failed to load, so that only its load errors are shown (SPEC §8)."""
+    if any(
+        d.severity == "error" and d.position.file.endswith(".ipynb") for d in result.diagnostics
+    ):
+        return []
+    declared = [e.url for e in project.conf.endpoints.values()]
+    return list(dict.fromkeys([*declared, *(e.url for e in result.endpoints.values())]))
+
+
 def check_case_files(root: Path, urls: list[str]) -> list:
     """The problems of the project's case files (``*.peach-test.yaml``): their schema, and
-    urls that are not endpoints (when the endpoints are known: the conf has no error)."""
+    urls that are not endpoints (when the endpoints are known: ``urls`` is not empty)."""
     from peach_cli.testing.cases import check_urls, load_cases
 
     files, diagnostics = load_cases(root)

@@ -91,7 +91,7 @@ def used_environments(conf: PeachConf) -> dict[str, tuple[str, ...]]:
 def check_secrets(root: Path, conf: PeachConf) -> Check | None:
     """The secrets the conf names that are set neither in the environment nor in ``.env``,
     with who needs each (SPEC §10); None when the conf names none."""
-    from peach_cli.project.secrets import missing_message, missing_secrets
+    from peach_cli.project.secrets import DotenvError, missing_message, missing_secrets
 
     users: dict[str, list[str]] = {}
     for name, endpoint in conf.endpoints.items():
@@ -105,7 +105,16 @@ def check_secrets(root: Path, conf: PeachConf) -> Check | None:
         users.setdefault(secret, [])
     if not users:
         return None
-    missing = missing_secrets(root, users)
+    try:
+        missing = missing_secrets(root, users)
+    except DotenvError as error:
+        return Check(
+            "secrets",
+            "fail",
+            error.message,
+            "make .env NAME=value lines of UTF-8 text under 1 MiB, or export the secrets",
+            {"secrets": sorted(users)},
+        )
     details = {"secrets": sorted(users), "missing": {s: users[s] for s in missing}}
     if not missing:
         summary = f"{count(len(users), 'secret')} set ({', '.join(sorted(users))})"

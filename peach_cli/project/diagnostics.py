@@ -24,7 +24,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC003": ("error", "conf file is not a mapping"),
     "PC004": ("error", "unsupported YAML construct"),
     "PC005": ("error", "duplicate YAML key"),
-    "PC006": ("error", "conf file outside the project"),
+    "PC006": ("error", "conf or case file outside the project"),
     "PC101": ("error", "unknown key"),
     "PC102": ("error", "missing required key"),
     "PC103": ("error", "invalid value"),
@@ -77,8 +77,8 @@ MEANINGS: dict[str, str] = {
     "PC004": "a YAML tag or structure peach does not accept (`!!python/...`, huge aliases)",
     "PC005": "the same key twice in one YAML mapping",
     "PC006": (
-        "a conf file whose real path (symlinks resolved) leaves the project; it is not read, "
-        "so none of its lines is shown"
+        "a conf file or a `*.peach-test.yaml` case file whose real path (symlinks resolved) "
+        "leaves the project; it is not read, so none of its lines is shown"
     ),
     "PC101": 'unknown key (with "did you mean")',
     "PC102": "missing required key",

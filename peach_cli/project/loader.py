@@ -690,19 +690,29 @@ def _inside(root: Path, files: list[Path], diagnostics: list[Diagnostic]) -> lis
 
     A conf file linked to ``/etc/shadow`` is refused by name: none of its lines is read.
     """
-    real_root = root.resolve()
     kept = []
     for path in files:
-        if path.resolve().is_relative_to(real_root):
+        refused = link_outside(root, path, "a conf file must live inside the project folder")
+        if refused is None:
             kept.append(path)
-            continue
-        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
-        diagnostics.append(
-            Diagnostic(
-                "PC006",
-                f"{name} is a link to a file outside the project: not read",
-                Position(name),
-                "a conf file must live inside the project folder; copy it in",
-            )
-        )
+        else:
+            diagnostics.append(refused)
     return kept
+
+
+def link_outside(root: Path, path: Path, what: str) -> Diagnostic | None:
+    """PC006 when the real path of ``path`` (links followed) leaves the project at ``root``:
+    the file is refused by name, and none of it is opened. ``what`` starts the hint."""
+    try:
+        inside = path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a loop of links
+        inside = False
+    if inside:
+        return None
+    name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    return Diagnostic(
+        "PC006",
+        f"{name} is a link to a file outside the project: not read",
+        Position(name),
+        f"{what}; copy it in",
+    )

@@ -21,6 +21,9 @@ from typing import Protocol
 from peach_cli.errors import PeachError
 
 DOTENV = ".env"
+MAX_DOTENV_BYTES = 1024 * 1024
+"""A larger ``.env`` is refused unread (a variables file is a few lines)."""
+NOT_READ = ": no secret is read from .env until it is fixed"
 
 
 class MissingSecret(PeachError):
@@ -29,6 +32,10 @@ class MissingSecret(PeachError):
     def __init__(self, names: Iterable[str]) -> None:
         self.names = tuple(names)
         super().__init__(missing_message(self.names))
+
+
+class DotenvError(PeachError):
+    """The project's ``.env`` cannot be read: too large, not UTF-8, or a malformed line."""
 
 
 def missing_message(names: Iterable[str]) -> str:
@@ -45,17 +52,48 @@ def missing_message(names: Iterable[str]) -> str:
 
 def read_dotenv(root: Path) -> dict[str, str]:
     """The variables of ``root/.env`` (dotenv syntax, no interpolation of the shell's
-    variables); empty when there is no such file or it cannot be read."""
-    path = Path(root) / DOTENV
-    if not path.is_file():
-        return {}
-    from dotenv import dotenv_values
+    variables); empty when there is no such file.
 
+    Raises ``DotenvError`` for a ``.env`` over ``MAX_DOTENV_BYTES`` (before reading it),
+    one that is not UTF-8 text or has a line dotenv cannot read, naming ``.env:LINE``
+    (never the line: it may hold a secret).
+    """
+    import io
+    import stat
+
+    from dotenv.parser import parse_stream
+
+    path = Path(root) / DOTENV
     try:
-        values = dotenv_values(path, interpolate=False, encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        info = path.stat()
+    except OSError:
         return {}
-    return {k: v for k, v in values.items() if v is not None}
+    if not stat.S_ISREG(info.st_mode):
+        return {}
+    if info.st_size > MAX_DOTENV_BYTES:
+        raise DotenvError(
+            f"{path} is {info.st_size / 1024 / 1024:.1f} MiB, over the 1 MiB a .env may hold:"
+            " not read"
+        )
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_DOTENV_BYTES + 1)
+    except OSError as error:
+        raise DotenvError(f"cannot read {path}: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise DotenvError(f"{path}:{line}: not UTF-8 text{NOT_READ}") from None
+    values: dict[str, str] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            chunk = binding.original.string
+            line = binding.original.line + chunk[: len(chunk) - len(chunk.lstrip())].count("\n")
+            raise DotenvError(f"{path}:{line}: not a NAME=value line (dotenv syntax){NOT_READ}")
+        if binding.key is not None and binding.value is not None:
+            values[binding.key] = binding.value
+    return values
 
 
 def secret_values(
@@ -119,6 +157,8 @@ def values_digest(spec: _HasVariables, root: Path) -> str:
         values = variables_of(spec, root)
     except MissingSecret as error:
         values = {**spec.env_vars, **{name: "\0missing" for name in error.names}}
+    except DotenvError as error:
+        values = {**spec.env_vars, **{name: f"\0{error.message}" for name in spec.secrets}}
     digest = hashlib.sha256()
     for name in sorted(values):
         digest.update(f"{name}\0{values[name]}\0".encode())
@@ -146,6 +186,8 @@ def known_values(root: Path, names: Iterable[str]) -> list[str]:
     except MissingSecret as error:
         found = [name for name in names if name not in error.names]
         return list(secret_values(root, found).values()) if found else []
+    except DotenvError:  # said where .env is needed; here only the environment's values
+        return [os.environ[name] for name in names if name in os.environ]
 
 
 def hide_declared(root: Path, conf: object | None = None) -> None:

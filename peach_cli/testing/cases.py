@@ -24,6 +24,7 @@ from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean
 from peach_cli.project.loader import (
     NodePosition,
     Path_,
+    link_outside,
     read_yaml_file,
     relative_name,
     schema_diagnostic,
@@ -188,7 +189,14 @@ def load_cases(
 
 
 def read_case_file(root: Path, path: Path, diagnostics: list[Diagnostic]) -> CaseFile | None:
-    """One case file's valid cases; its problems go to ``diagnostics``."""
+    """One case file's valid cases; its problems go to ``diagnostics``.
+
+    A case file in the project that is a link leaving it is PC006, and never opened."""
+    if path.absolute().is_relative_to(root.absolute()):
+        refused = link_outside(root, path, "a case file must live inside the project folder")
+        if refused is not None:
+            diagnostics.append(refused)
+            return None
     tree = read_yaml_file(root, path, diagnostics, empty=[])
     if tree is None:
         return None

@@ -7,6 +7,12 @@ recorded one, or with host B's answer to the same request (``--against``)::
     entries = read_recording(Path("traffic.jsonl"))
     outcomes = replay(entries, url="http://cluster:8000/shop", ignore=["$.result.generated_at"])
 
+A recorded request is a path and a query, never a host: every request goes to the ``--url``
+base, and a file with a line whose url names a scheme, a host or a port (``http://…``,
+``//host/…``, ``host:port/…``, ``:9000/…``) is refused at that line before anything is sent.
+Every request carries ``x-peach-tool: replay`` (or ``bench``), so a recording server does not
+record it again.
+
 What is compared is the answer's ``status``, ``error_code``, ``component``, ``result`` (JSON
 equality) and a stream's ``text``, as one JSON object; ``--ignore`` paths are removed from
 it first (``$.result.generated_at``, ``$.result.items[*].score``, ``$.component``).
@@ -19,15 +25,21 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 from peach_cli.errors import UsageError
+from peach_cli.printable import printable
 
 if TYPE_CHECKING:
     from peach_cli.client.send import Client
     from peach_cli.testing.run import Observed
 
 Verdict = Literal["same", "differ", "failed"]
+_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}")
+"""An HTTP method is a token (RFC 9110)."""
+_PATH_SAFE = "/:@!$&'()*+,;=~%"
+"""What a recorded path keeps as is; the rest (spaces, ``?``, ``#``, controls, non-ASCII) is
+percent-encoded, so the path stays one path on the host replayed to."""
 _STEP = re.compile(r"\.([A-Za-z_][\w-]*)|\[(\d+)\]|\[\*\]|\.\*|\['([^']*)'\]|\[\"([^\"]*)\"\]")
 WILDCARD = object()
 
@@ -85,10 +97,26 @@ def read_recording(path: Path) -> list[Entry]:
             ) from None
         if not isinstance(data, dict) or not isinstance(data.get("url"), str):
             raise UsageError(f"{path}:{number}: not a recorded request (no url)")
+        _check_request(data, f"{path}:{number}")
         entries.append(Entry(number, data))
     if not entries:
         raise UsageError(f"{path} holds no recorded request")
     return entries
+
+
+def _check_request(data: dict[str, Any], place: str) -> None:
+    """Refuse a recorded request that names a host or is no HTTP request (at ``place``)."""
+    url, method = data["url"], data.get("method")
+    if not url.startswith("/") or url.startswith("//"):
+        raise UsageError(
+            f"{place}: url '{printable(url)}' names a host: a recorded request is a path and"
+            " a query, sent only to --url (nothing was sent)",
+            hint="write the path (like /greet) in the file and the host with --url",
+        )
+    if method is not None and (not isinstance(method, str) or not _METHOD.fullmatch(method)):
+        raise UsageError(
+            f"{place}: method '{printable(str(method))}' is not an HTTP method (nothing was sent)"
+        )
 
 
 def parse_path(path: str) -> list[Any]:
@@ -174,24 +202,45 @@ def observed_answer(observed: Observed) -> dict[str, Any]:
     return answer
 
 
-def request_of(entry: Entry, base: str | None, timeout_s: float) -> Any:
-    from peach_cli.client.items import USER_AGENT, AskRequest, resolve_url
+def request_of(entry: Entry, base: str | None, timeout_s: float, tool: str = "replay") -> Any:
+    """The ``AskRequest`` of a recorded request: its path on ``base``, marked as ``tool``'s.
+
+    The query is the recorder's string, or (written by hand) an object or a list of pairs;
+    without a method, a request with a body is a POST.
+    """
+    from peach_cli.client.items import TOOL_HEADER, AskRequest, url_on_base
 
     data = entry.data
     stream = bool(data.get("stream"))
-    headers = [("User-Agent", USER_AGENT)]
+    headers = [("User-Agent", f"peach-{tool}"), (TOOL_HEADER, tool)]
     if stream:
         headers.append(("Accept-Encoding", "identity"))
     body = data.get("body")
     return AskRequest(
-        method=str(data.get("method") or "GET"),
-        url=resolve_url(str(data["url"]), base),
-        params=tuple(parse_qsl(str(data.get("query") or ""), keep_blank_values=True)),
+        method=str(data.get("method") or ("POST" if body is not None else "GET")),
+        url=url_on_base(quote(data["url"], safe=_PATH_SAFE), base),
+        params=_query_pairs(data.get("query")),
         body=body if isinstance(body, dict) else None,
         headers=tuple(headers),
         timeout_s=timeout_s,
         stream=stream,
     )
+
+
+def _query_pairs(query: Any) -> tuple[tuple[str, str], ...]:
+    if isinstance(query, dict):
+        return tuple(
+            (str(k), str(v))
+            for k, values in query.items()
+            for v in (values if isinstance(values, list) else [values])
+        )
+    if isinstance(query, list):
+        return tuple(
+            (str(pair[0]), str(pair[1]))
+            for pair in query
+            if isinstance(pair, list) and len(pair) == 2
+        )
+    return tuple(parse_qsl(str(query or ""), keep_blank_values=True))
 
 
 def replay(

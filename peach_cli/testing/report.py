@@ -1,8 +1,9 @@
 """Outcomes of a `peach test` run, and their machine-readable forms: JSON and JUnit XML.
 
 JUnit XML is what CI systems read: one ``<testsuite>`` per case file, one ``<testcase>``
-per case (``classname`` the file, ``time`` in seconds), a ``<failure>`` with the message
-and the diffs for each failing case.
+per case (``classname`` and ``file`` the file, ``line`` where the case starts, ``time`` in
+seconds), a ``<failure>`` with the case's place (``file:line: name``), the message and the
+diffs for each failing case.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ class Outcome:
     @property
     def name(self) -> str:
         return self.loaded.case.name
+
+    @property
+    def place(self) -> str:
+        """``tests/greet.peach-test.yaml:12``: the file and line where the case starts."""
+        return f"{self.file}:{self.loaded.position.line}"
 
     @property
     def passed(self) -> bool:
@@ -113,9 +119,12 @@ def to_junit(outcomes: list[Outcome], seconds: float) -> str:
             )
             if not outcome.passed:
                 failure = ET.SubElement(
-                    case, "failure", message=shown(outcome.message()), type="mismatch"
+                    case,
+                    "failure",
+                    message=shown(f"{outcome.place}: {outcome.name}: {outcome.message()}"),
+                    type="mismatch",
                 )
-                failure.text = shown_lines(outcome.details())
+                failure.text = shown_lines(f"{outcome.place}: {outcome.name}\n{outcome.details()}")
     suites.set("tests", str(len(outcomes)))
     suites.set("failures", str(total_failed))
     suites.set("errors", "0")

@@ -72,20 +72,22 @@ class Mismatch:
 
 def request_for(case: Case, base: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
     """The ``AskRequest`` of a case: GET params as the query string, POST as the JSON body."""
-    from peach_cli.client.items import build_request
+    from peach_cli.client.items import build_request, with_tool
 
     if case.method == "POST":
-        return build_request(
+        request = build_request(
             case.url,
             base=base,
             stream=case.stream,
             json_body=json.dumps(case.params),
             timeout_s=timeout_s,
         )
-    items = [f"{key}:={json.dumps(value)}" for key, value in case.params.items()]
-    return build_request(
-        case.url, items, base=base, stream=case.stream, get=True, timeout_s=timeout_s
-    )
+    else:
+        items = [f"{key}:={json.dumps(value)}" for key, value in case.params.items()]
+        request = build_request(
+            case.url, items, base=base, stream=case.stream, get=True, timeout_s=timeout_s
+        )
+    return with_tool(request, "test")
 
 
 def observe(

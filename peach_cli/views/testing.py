@@ -17,12 +17,16 @@ def print_file(name: str) -> None:
 
 
 def print_outcome(outcome: Outcome) -> None:
-    """``✓ name  12 ms``; a failure adds each unmet key and its diff."""
+    """``✓ name  12 ms``; a failure names its place (``✗ tests/x.peach-test.yaml:12: name``)
+    and adds each unmet key and its diff."""
     from peach_cli.boundary import markup
 
     out = stdout()
-    mark = "[bold green]✓[/]" if outcome.passed else "[bold red]✗[/]"
-    out.print(f"  {mark} {markup(outcome.name)}  [dim]{outcome.ms:.0f} ms[/]", soft_wrap=True)
+    if outcome.passed:
+        title = f"[bold green]✓[/] {markup(outcome.name)}"
+    else:
+        title = f"[bold red]✗[/] {markup(outcome.place)}: {markup(outcome.name)}"
+    out.print(f"  {title}  [dim]{outcome.ms:.0f} ms[/]", soft_wrap=True)
     for mismatch in outcome.mismatches:
         out.print(
             f"      [red]{markup(mismatch.key)}[/]: {markup(mismatch.message)}", soft_wrap=True

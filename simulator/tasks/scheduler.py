@@ -401,12 +401,12 @@ class TaskScheduler:
 
     async def _execute(self, spec: TaskSpec, run: Run) -> TaskRunEnded:
         from peach_cli.boundary import hide
-        from peach_cli.project.secrets import MissingSecret, variables_of
+        from peach_cli.project.secrets import DotenvError, MissingSecret, variables_of
 
         try:
             variables = variables_of(spec, self.root)
             hide(variables[name] for name in spec.secrets)  # printed as ***
-        except MissingSecret as error:
+        except (MissingSecret, DotenvError) as error:
             return TaskRunEnded(
                 spec.name,
                 run.run_id,
