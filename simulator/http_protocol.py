@@ -17,6 +17,11 @@ is closed too, with a ``408`` when nothing was answered yet. While the server do
 (the body waits for the application), the client is not the one pausing: that time does not
 count.
 
+An absolute-form request target (``GET http://host/path``, RFC 9112 §3.2.2) names the host
+the request is for, and the server must use it instead of ``Host``: the protocol makes it
+the request's ``Host`` header, so that the Host check (``LocalService``) judges it, on both
+paths (the fast lane takes only targets that are a path).
+
 A response leaves in one send: uvicorn writes its head and its body separately, which wakes
 the client twice (it reads the head, then waits for the body); each request's writes go
 through ``HeadWithBody``, which holds the head until the body follows in the same turn of
@@ -29,6 +34,7 @@ import asyncio
 import os
 from typing import Any, Protocol
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -175,6 +181,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse_head()
             return
         self._in_body = True  # until the message is complete (at once, without a body)
+        if self.url[:1] != b"/":
+            self._host_from_target()
         lane = self.fast_lane
         if lane is not None and not self.pipeline:
             cycle = self.cycle
@@ -185,6 +193,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                     self.cycle = fast  # type: ignore[assignment]
                     return
         self._start_cycle()
+
+    def _host_from_target(self) -> None:
+        """An absolute-form target's authority replaces the ``Host`` header (RFC 9112
+        §3.2.2). A target that is not a URL (``*``) is left to uvicorn."""
+        try:
+            target = httptools.parse_url(self.url)
+        except httptools.HttpParserInvalidURLError:
+            return
+        host = target.host
+        if host is None:
+            return
+        if b":" in host:  # an IPv6 address, which the URL had in brackets
+            host = b"[" + host + b"]"
+        if target.port is not None:
+            host += b":%d" % target.port
+        self.headers[:] = [(n, v) for n, v in self.headers if n != b"host"] + [(b"host", host)]
 
     def _start_cycle(self) -> None:
         """uvicorn's own: the request cycle and its ASGI task (the general path)."""

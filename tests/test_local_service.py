@@ -160,3 +160,55 @@ def read_to_end(sock: socket.socket) -> bytes:
     while chunk := sock.recv(65536):
         received += chunk
     return received
+
+
+# -- absolute-form targets (RFC 9112 §3.2.2: their authority, not Host, names the host) -----
+
+
+def exchange(server: DevProcess, head: bytes) -> bytes:
+    """Send one request head (``Connection: close`` added): the whole answer."""
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))
+        return read_to_end(sock)
+
+
+PATHS = ["/echo?text=hi", "/chunks?stream=1"]
+"""One the fast lane would take, one for the general path."""
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("authority", ["evil.example", "evil.example:8000", "[::2]:8000"])
+def test_an_absolute_target_naming_another_host_is_403(server, path, authority):
+    local = server.url.removeprefix("http://")
+    head = f"GET http://{authority}{path} HTTP/1.1\r\nHost: {local}\r\n\r\n"
+    received = exchange(server, head.encode())
+    assert received.startswith(b"HTTP/1.1 403 "), received
+    assert b'"code": "forbidden_host"' in received and authority.encode() in received
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("target", ["127.0.0.1", "[::1]"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "evil.example"])
+def test_an_absolute_target_naming_this_server_is_answered_whatever_host_says(
+    server, path, target, host
+):
+    port = server.url.rsplit(":", 1)[1]
+    head = f"GET http://{target}:{port}{path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
+    received = exchange(server, head.encode())
+    assert received.startswith(b"HTTP/1.1 200 "), received
+    assert b'"text": "hi"' in received or b"chunk-0" in received
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_host_that_only_begins_like_a_loopback_address_is_403(server, path):
+    port = server.url.rsplit(":", 1)[1]
+    for host in ("[::1].evil.example", f"[::1]x:{port}", "127.0.0.1.evil.example"):
+        received = exchange(server, f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert received.startswith(b"HTTP/1.1 403 "), (host, received)
+        assert b'"code": "forbidden_host"' in received
+
+
+def test_an_origin_that_only_begins_like_a_loopback_address_is_403(server):
+    response = httpx.get(f"{server.url}/echo", headers={"Origin": "http://[::1].evil.example"})
+    assert response.status_code == 403 and error_code(response) == "forbidden_origin"
