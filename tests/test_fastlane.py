@@ -297,6 +297,47 @@ def test_keep_alive_and_pipelined_requests_are_answered_in_order(lane_project):
     serve(lane_project, scenario)
 
 
+async def read_answer(reader: asyncio.StreamReader) -> bytes:
+    """One answer (head and body, by its content-length) from a keep-alive connection."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    match = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
+    assert match is not None, head
+    return head + await reader.readexactly(int(match.group(1)))
+
+
+def test_the_fast_lane_answers_one_request_after_another_on_a_keep_alive_connection(
+    lane_project,
+):
+    """Each request on the connection is the lane's (not only the first), the connection
+    stays open between them, and ``Connection: close`` ends it after its answer."""
+
+    async def scenario(server: Any, client: httpx.AsyncClient) -> None:
+        lane = server.fast_lane
+        host, port = server.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            for n, url in enumerate(["/hello?name=1", "/hello-async?name=2", "/hello?name=3"]):
+                before = lane.calls
+                writer.write(f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+                answer = await asyncio.wait_for(read_answer(reader), 20)
+                assert answer.startswith(b"HTTP/1.1 200 "), answer
+                assert f'"hello": "{n + 1}"'.encode() in answer
+                assert b"connection: close" not in answer.lower()
+                assert lane.calls - before == 1  # the lane's, on the same connection
+            before = lane.calls
+            writer.write(
+                b"GET /hello?name=4 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            )
+            answer = await asyncio.wait_for(read_answer(reader), 20)
+            assert b'"hello": "4"' in answer and b"connection: close" in answer.lower()
+            assert lane.calls - before == 1
+            assert await asyncio.wait_for(reader.read(), 20) == b""  # closed by the server
+        finally:
+            writer.close()
+
+    serve(lane_project, scenario)
+
+
 def test_a_timeout_in_the_fast_lane_is_the_general_paths_timeout(lane_project):
     answers: dict[bool, list[dict[str, Any]]] = {}
 
