@@ -122,9 +122,17 @@ BIG_BODY = (
     b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 200000\r\n\r\n" + b" " * 100_000
 )
 """A body over the fast lane's 64 KiB (the general path), half of it sent."""
+CHUNKED_BODY = (
+    b'POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n'
+)
+"""A body of unknown length (the general path), its first chunk sent."""
 
 
-@pytest.mark.parametrize("data", [LANE_BODY, STREAM_BODY, BIG_BODY], ids=["lane", "stream", "big"])
+@pytest.mark.parametrize(
+    "data",
+    [LANE_BODY, STREAM_BODY, BIG_BODY, CHUNKED_BODY],
+    ids=["lane", "stream", "big", "chunked"],
+)
 def test_a_connection_whose_body_stalls_is_closed_with_a_408(server, data):
     received, took = send_and_wait(server, data)
     assert received.startswith(b"HTTP/1.1 408 "), received
