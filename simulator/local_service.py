@@ -43,6 +43,8 @@ def host_name(value: str) -> str:
     ('localhost', '::1', '::1', 'a')
     >>> host_name("[::1].evil.com"), host_name("[::1]x"), host_name("127.0.0.1:x")
     ('[::1].evil.com', '[::1]x', '127.0.0.1:x')
+    >>> host_name("localhost:\N{SUPERSCRIPT TWO}"), host_name("localhost:"), host_name("[::1]:")
+    ('localhost:²', 'localhost', '::1')
     """
     text = value.strip().lower()
     if text.startswith("["):
@@ -67,7 +69,8 @@ def _is_loopback_name(name: str) -> bool:
 
 def _is_port(text: str) -> bool:
     """Whether ``text`` is ``:`` and a port (which may be empty, RFC 3986 §3.2.3)."""
-    return text[:1] == ":" and (len(text) == 1 or text[1:].isdigit())
+    digits = text[1:]
+    return text[:1] == ":" and (not digits or (digits.isascii() and digits.isdigit()))
 
 
 def origin_key(value: str) -> str:
