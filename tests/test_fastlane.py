@@ -102,10 +102,16 @@ def lane_project(tmp_path: Path) -> Path:
 
 
 def serve(
-    project: Path, scenario: Any, *, fast_lane: bool = True, record: Path | None = None
+    project: Path,
+    scenario: Any,
+    *,
+    fast_lane: bool = True,
+    record: Path | None = None,
+    head_timeout_s: float | None = None,
 ) -> None:
     """Run ``scenario(server, client)`` against a ``DevServer`` of ``project`` (with
-    ``record``: recording its requests there, as ``peach dev --record`` does)."""
+    ``record``: recording its requests there, as ``peach dev --record`` does; with
+    ``head_timeout_s``: cutting stalled heads and bodies after that long)."""
     from simulator.record import Recorder
     from simulator.server import NO_FAST_LANE_VARIABLE, DevServer
 
@@ -116,7 +122,7 @@ def serve(
         if not fast_lane:
             os.environ[NO_FAST_LANE_VARIABLE] = "1"
         try:
-            server = DevServer(plan, port=0)
+            server = DevServer(plan, port=0, head_timeout_s=head_timeout_s)
             server.recorder = Recorder(record) if record is not None else None
             await server.start()
         finally:
@@ -336,6 +342,34 @@ def test_the_fast_lane_answers_one_request_after_another_on_a_keep_alive_connect
             writer.close()
 
     serve(lane_project, scenario)
+
+
+def test_a_body_waiting_behind_a_slow_call_is_not_cut_as_stalled(lane_project):
+    """A request pipelined behind a call the lane is answering is not read until that call
+    is answered: the pause in its body is the server's, not the client's, and does not
+    count against the stalled-body limit (here 0.2 s, the call in front taking 1 s)."""
+
+    async def scenario(server: Any, client: httpx.AsyncClient) -> None:
+        host, port = server.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            body = b'{"name": "behind"}'
+            writer.write(
+                b"GET /stuck?seconds=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                b"POST /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body[:5]
+            )
+            first = await asyncio.wait_for(read_answer(reader), 20)  # the 504, after 1 s
+            assert first.startswith(b"HTTP/1.1 504 "), first
+            writer.write(body[5:])
+            second = await asyncio.wait_for(read_answer(reader), 20)
+            assert second.startswith(b"HTTP/1.1 200 ") and b'"hello": "behind"' in second
+        finally:
+            writer.close()
+
+    serve(lane_project, scenario, head_timeout_s=0.2)
 
 
 def test_a_timeout_in_the_fast_lane_is_the_general_paths_timeout(lane_project):
