@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import httptools
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -89,7 +91,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        self.flow = ReadResumes(transport, self._reading_resumed)
         self._arm_head_timer()
+
+    def _reading_resumed(self) -> None:
+        """The server reads again: a body's pause counts from now (the wait was its own)."""
+        if self._in_body:
+            self._body_seen = self.loop.time()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
@@ -133,9 +141,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if not self._in_body or self.transport.is_closing():
             return
         now = self.loop.time()
-        if self.flow.read_paused:  # the server is not reading: the client is not pausing
-            self._body_seen = now
         due = self._body_seen + self.head_timeout_s
+        if self.flow.read_paused:  # the server is not reading: the client is not pausing
+            due = now + self.head_timeout_s  # (and when it reads again, the pause restarts)
         if now < due:
             self._body_timer = self.loop.call_at(due, self._body_paused)
             return
@@ -256,6 +264,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             b"connection: close\r\n\r\n" + message.encode()
         )
         self.transport.close()
+
+
+class ReadResumes(FlowControl):
+    """uvicorn's flow control, calling ``resumed`` when reading resumes after a pause."""
+
+    def __init__(self, transport: asyncio.Transport, resumed: Callable[[], None]) -> None:
+        super().__init__(transport)
+        self._resumed = resumed
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            super().resume_reading()
+            self._resumed()
 
 
 class HeadWithBody:

@@ -347,7 +347,7 @@ def test_the_fast_lane_answers_one_request_after_another_on_a_keep_alive_connect
 def test_a_body_waiting_behind_a_slow_call_is_not_cut_as_stalled(lane_project):
     """A request pipelined behind a call the lane is answering is not read until that call
     is answered: the pause in its body is the server's, not the client's, and does not
-    count against the stalled-body limit (here 0.2 s, the call in front taking 1 s)."""
+    count against the stalled-body limit (here 0.4 s, the call in front taking 1 s)."""
 
     async def scenario(server: Any, client: httpx.AsyncClient) -> None:
         host, port = server.url.removeprefix("http://").split(":")
@@ -369,7 +369,7 @@ def test_a_body_waiting_behind_a_slow_call_is_not_cut_as_stalled(lane_project):
         finally:
             writer.close()
 
-    serve(lane_project, scenario, head_timeout_s=0.2)
+    serve(lane_project, scenario, head_timeout_s=0.4)
 
 
 def test_a_timeout_in_the_fast_lane_is_the_general_paths_timeout(lane_project):
