@@ -7,11 +7,20 @@ being read and answers ``431 Request Header Fields Too Large`` (and closes) past
 ``MAX_HEAD_BYTES``.
 
 uvicorn arms its keep-alive timeout only once a response is complete, and cancels it at the
-first byte received, so a connection that sends half a head and then nothing stays open
-for ever (SPEC §6: slow clients are cut). This protocol closes a connection whose head is
-not complete ``HEAD_TIMEOUT_S`` after its first byte came (a client that sends a byte now
-and then does not extend it), answering ``408 Request Timeout``, and one that sends nothing
-at all that long after it opened.
+first byte received, so a connection that sends half a head, or half a body, and then nothing
+stays open for ever (SPEC §6: slow clients are cut). This protocol closes a connection whose
+head is not complete ``HEAD_TIMEOUT_S`` after its first byte came (a client that sends a
+byte now and then does not extend it), answering ``408 Request Timeout``, and one that sends
+nothing at all that long after it opened. A body may take longer (an upload), but not pause:
+a connection that received no byte of a body for ``HEAD_TIMEOUT_S`` while it was being read
+is closed too, with a ``408`` when nothing was answered yet. While the server does not read
+(the body waits for the application), the client is not the one pausing: that time does not
+count.
+
+An absolute-form request target (``GET http://host/path``, RFC 9112 §3.2.2) names the host
+the request is for, and the server must use it instead of ``Host``: the protocol makes it
+the request's ``Host`` header, so that the Host check (``LocalService``) judges it, on both
+paths (the fast lane takes only targets that are a path).
 
 A response leaves in one send: uvicorn writes its head and its body separately, which wakes
 the client twice (it reads the head, then waits for the body); each request's writes go
@@ -23,16 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
+import httptools
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 MAX_HEAD_BYTES = 64 * 1024
 """Request line plus headers; browsers and proxies stay well under 16 KiB."""
 HEAD_TIMEOUT_S = 30.0
-"""How long a request's head may take to arrive in full (SPEC §6)."""
+"""How long a request's head may take to arrive in full, and how long its body may pause
+(SPEC §6)."""
 HEAD_TIMEOUT_VARIABLE = "PEACH_HEAD_TIMEOUT_S"
-"""Overrides ``HEAD_TIMEOUT_S`` (for the tests, which cannot wait 30 s)."""
+"""Overrides ``HEAD_TIMEOUT_S``, for heads and bodies (for the tests, which cannot wait 30 s)."""
 
 
 class TakenRequest(Protocol):
@@ -70,14 +83,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _refused = False
     _head_timer: asyncio.TimerHandle | None = None
     _in_head = False
+    _body_timer: asyncio.TimerHandle | None = None
+    _in_body = False
+    _body_seen = 0.0
+    """The loop's time when the body being read last received bytes."""
     head_timeout_s = HEAD_TIMEOUT_S
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        self.flow = ReadResumes(transport, self._reading_resumed)
         self._arm_head_timer()
+
+    def _reading_resumed(self) -> None:
+        """The server reads again: a body's pause counts from now (the wait was its own)."""
+        if self._in_body:
+            self._body_seen = self.loop.time()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        self._in_body = False
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
         super().connection_lost(exc)
 
     def _arm_head_timer(self) -> None:
@@ -93,14 +120,39 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = None
         if self.transport.is_closing():
             return
-        self.logger.info("Closed a connection whose request head did not arrive in time.")
-        self._refused = True
         idle = self.cycle is None or self.cycle.response_complete
-        if self._in_head and idle:  # part of a request came: say why it ends
+        begun = self._in_head and idle  # part of a request came: say why it ends
+        self._cut("Closed a connection whose request head did not arrive in time.", begun)
+
+    def _cut(self, why: str, answer: bool) -> None:
+        """Close the connection of a client too slow, with a ``408`` if ``answer``."""
+        self.logger.info(why)
+        self._refused = True
+        if answer:
             self.transport.write(
                 b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
             )
         self.transport.close()
+
+    def _body_paused(self) -> None:
+        """The body timer: close the connection if the body received nothing for
+        ``head_timeout_s`` (else look again when it would have)."""
+        self._body_timer = None
+        if not self._in_body or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        due = self._body_seen + self.head_timeout_s
+        if self.flow.read_paused:  # the server is not reading: the client is not pausing
+            due = now + self.head_timeout_s  # (and when it reads again, the pause restarts)
+        if now < due:
+            self._body_timer = self.loop.call_at(due, self._body_paused)
+            return
+        self._in_body = False
+        cycle = self.cycle  # the general path's, or the fast lane's (which answers in one write)
+        answered = cycle is not None and (
+            cycle.response_complete or getattr(cycle, "response_started", False)
+        )
+        self._cut("Closed a connection whose request body stopped arriving.", not answered)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -115,10 +167,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
         if self._reading_head and self._head_bytes > MAX_HEAD_BYTES:
             self._refuse_head()
-        elif self._in_head and self._head_timer is None and not self._refused:
+            return
+        if self._refused:
+            return
+        if self._in_head and self._head_timer is None:
             # a head cut by the end of this read: its time runs from its first byte (a head
             # that came whole, the usual case, never needs the timer)
             self._arm_head_timer()
+        if self._in_body:  # a body cut by the end of this read: its pause runs from now
+            self._body_seen = self.loop.time()
+            if self._body_timer is None:
+                self._body_timer = self.loop.call_later(self.head_timeout_s, self._body_paused)
 
     def on_headers_complete(self) -> None:
         self._reading_head = False
@@ -129,6 +188,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if size > MAX_HEAD_BYTES:
             self._refuse_head()
             return
+        self._in_body = True  # until the message is complete (at once, without a body)
+        if self.url[:1] != b"/":
+            self._host_from_target()
         lane = self.fast_lane
         if lane is not None and not self.pipeline:
             cycle = self.cycle
@@ -139,6 +201,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                     self.cycle = fast  # type: ignore[assignment]
                     return
         self._start_cycle()
+
+    def _host_from_target(self) -> None:
+        """An absolute-form target's authority replaces the ``Host`` header (RFC 9112
+        §3.2.2). A target that is not a URL (``*``) is left to uvicorn."""
+        try:
+            target = httptools.parse_url(self.url)
+        except httptools.HttpParserInvalidURLError:
+            return
+        host = target.host
+        if host is None:
+            return
+        if b":" in host:  # an IPv6 address, which the URL had in brackets
+            host = b"[" + host + b"]"
+        if target.port is not None:
+            host += b":%d" % target.port
+        self.headers[:] = [(n, v) for n, v in self.headers if n != b"host"] + [(b"host", host)]
 
     def _start_cycle(self) -> None:
         """uvicorn's own: the request cycle and its ASGI task (the general path)."""
@@ -156,6 +234,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self._in_body = False
         if self._refused:
             return
         fast = self._fast
@@ -185,6 +264,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             b"connection: close\r\n\r\n" + message.encode()
         )
         self.transport.close()
+
+
+class ReadResumes(FlowControl):
+    """uvicorn's flow control, calling ``resumed`` when reading resumes after a pause."""
+
+    def __init__(self, transport: asyncio.Transport, resumed: Callable[[], None]) -> None:
+        super().__init__(transport)
+        self._resumed = resumed
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            super().resume_reading()
+            self._resumed()
 
 
 class HeadWithBody:

@@ -36,16 +36,41 @@ INTERNAL_PREFIX = "/_peach"
 def host_name(value: str) -> str:
     """The host of a ``Host`` header (or ``--allow-host``) value, without port, lowercase.
 
+    A value that is not ``host[:port]`` is kept whole, so that it names no host this server
+    answers to (``[::1].evil.com`` is not ``::1``).
+
     >>> host_name("LocalHost:8000"), host_name("[::1]:8000"), host_name("::1"), host_name("a.")
     ('localhost', '::1', '::1', 'a')
+    >>> host_name("[::1].evil.com"), host_name("[::1]x"), host_name("127.0.0.1:x")
+    ('[::1].evil.com', '[::1]x', '127.0.0.1:x')
+    >>> host_name("localhost:\N{SUPERSCRIPT TWO}"), host_name("localhost:"), host_name("[::1]:")
+    ('localhost:²', 'localhost', '::1')
     """
     text = value.strip().lower()
     if text.startswith("["):
         end = text.find("]")
-        return text[1:end] if end > 0 else text
+        port = text[end + 1 :]
+        if end > 0 and (not port or _is_port(port)):
+            return text[1:end]
+        return text
     if text.count(":") == 1:
-        text = text.split(":", 1)[0]
+        name, port = text.split(":", 1)
+        if not _is_port(":" + port):
+            return text
+        text = name
     return text.rstrip(".")
+
+
+def _is_loopback_name(name: str) -> bool:
+    """Whether ``name`` (from ``host_name``) is a loopback address; one still in brackets
+    is a value ``host_name`` kept whole (``[[::1]]``), not an address."""
+    return "[" not in name and is_loopback(name)
+
+
+def _is_port(text: str) -> bool:
+    """Whether ``text`` is ``:`` and a port (which may be empty, RFC 3986 §3.2.3)."""
+    digits = text[1:]
+    return text[:1] == ":" and (not digits or (digits.isascii() and digits.isdigit()))
 
 
 def origin_key(value: str) -> str:
@@ -81,7 +106,7 @@ class LocalService:
         allowed = self._seen.get(value)
         if allowed is None:  # every request asks: the few values a server sees are kept
             name = host_name(value)
-            allowed = name in self.hosts or is_loopback(name)
+            allowed = name in self.hosts or _is_loopback_name(name)
             if len(self._seen) < 64:  # a flood of made-up names is not
                 self._seen[value] = allowed
         return allowed
@@ -93,7 +118,8 @@ class LocalService:
             parts = urlsplit(value.strip())
         except ValueError:
             return False
-        return parts.scheme in ("http", "https") and is_loopback(parts.hostname)
+        authority = parts.netloc.rpartition("@")[2]  # read as a Host value is
+        return parts.scheme in ("http", "https") and _is_loopback_name(host_name(authority))
 
     def refusal(self, scope: dict[str, Any]) -> tuple[str, str] | None:
         """``(code, message)`` of why this request is refused, or None."""

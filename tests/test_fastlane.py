@@ -102,10 +102,16 @@ def lane_project(tmp_path: Path) -> Path:
 
 
 def serve(
-    project: Path, scenario: Any, *, fast_lane: bool = True, record: Path | None = None
+    project: Path,
+    scenario: Any,
+    *,
+    fast_lane: bool = True,
+    record: Path | None = None,
+    head_timeout_s: float | None = None,
 ) -> None:
     """Run ``scenario(server, client)`` against a ``DevServer`` of ``project`` (with
-    ``record``: recording its requests there, as ``peach dev --record`` does)."""
+    ``record``: recording its requests there, as ``peach dev --record`` does; with
+    ``head_timeout_s``: cutting stalled heads and bodies after that long)."""
     from simulator.record import Recorder
     from simulator.server import NO_FAST_LANE_VARIABLE, DevServer
 
@@ -116,7 +122,7 @@ def serve(
         if not fast_lane:
             os.environ[NO_FAST_LANE_VARIABLE] = "1"
         try:
-            server = DevServer(plan, port=0)
+            server = DevServer(plan, port=0, head_timeout_s=head_timeout_s)
             server.recorder = Recorder(record) if record is not None else None
             await server.start()
         finally:
@@ -295,6 +301,75 @@ def test_keep_alive_and_pipelined_requests_are_answered_in_order(lane_project):
         assert server.fast_lane.calls - before == 1
 
     serve(lane_project, scenario)
+
+
+async def read_answer(reader: asyncio.StreamReader) -> bytes:
+    """One answer (head and body, by its content-length) from a keep-alive connection."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    match = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
+    assert match is not None, head
+    return head + await reader.readexactly(int(match.group(1)))
+
+
+def test_the_fast_lane_answers_one_request_after_another_on_a_keep_alive_connection(
+    lane_project,
+):
+    """Each request on the connection is the lane's (not only the first), the connection
+    stays open between them, and ``Connection: close`` ends it after its answer."""
+
+    async def scenario(server: Any, client: httpx.AsyncClient) -> None:
+        lane = server.fast_lane
+        host, port = server.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            for n, url in enumerate(["/hello?name=1", "/hello-async?name=2", "/hello?name=3"]):
+                before = lane.calls
+                writer.write(f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+                answer = await asyncio.wait_for(read_answer(reader), 20)
+                assert answer.startswith(b"HTTP/1.1 200 "), answer
+                assert f'"hello": "{n + 1}"'.encode() in answer
+                assert b"connection: close" not in answer.lower()
+                assert lane.calls - before == 1  # the lane's, on the same connection
+            before = lane.calls
+            writer.write(
+                b"GET /hello?name=4 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            )
+            answer = await asyncio.wait_for(read_answer(reader), 20)
+            assert b'"hello": "4"' in answer and b"connection: close" in answer.lower()
+            assert lane.calls - before == 1
+            assert await asyncio.wait_for(reader.read(), 20) == b""  # closed by the server
+        finally:
+            writer.close()
+
+    serve(lane_project, scenario)
+
+
+def test_a_body_waiting_behind_a_slow_call_is_not_cut_as_stalled(lane_project):
+    """A request pipelined behind a call the lane is answering is not read until that call
+    is answered: the pause in its body is the server's, not the client's, and does not
+    count against the stalled-body limit (here 0.4 s, the call in front taking 1 s)."""
+
+    async def scenario(server: Any, client: httpx.AsyncClient) -> None:
+        host, port = server.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            body = b'{"name": "behind"}'
+            writer.write(
+                b"GET /stuck?seconds=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                b"POST /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body[:5]
+            )
+            first = await asyncio.wait_for(read_answer(reader), 20)  # the 504, after 1 s
+            assert first.startswith(b"HTTP/1.1 504 "), first
+            writer.write(body[5:])
+            second = await asyncio.wait_for(read_answer(reader), 20)
+            assert second.startswith(b"HTTP/1.1 200 ") and b'"hello": "behind"' in second
+        finally:
+            writer.close()
+
+    serve(lane_project, scenario, head_timeout_s=0.4)
 
 
 def test_a_timeout_in_the_fast_lane_is_the_general_paths_timeout(lane_project):

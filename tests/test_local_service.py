@@ -110,3 +110,113 @@ def test_a_slow_head_after_a_first_request_is_closed_too(server):
     first = b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     received, _ = send_and_wait(server, first + b"GET /echo HTTP/1.1\r\nHo")
     assert received.startswith(b"HTTP/1.1 200 ") and b"HTTP/1.1 408 " in received, received
+
+
+# -- stalled bodies (SPEC §6: part of a request, its head or its body, then nothing) --------
+
+LANE_BODY = b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n0123456789"
+"""A plain call, which the fast lane takes at its head."""
+STREAM_BODY = b"POST /chunks?stream=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"
+"""A stream, which takes the general path."""
+BIG_BODY = (
+    b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 200000\r\n\r\n" + b" " * 100_000
+)
+"""A body over the fast lane's 64 KiB (the general path), half of it sent."""
+CHUNKED_BODY = (
+    b'POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"a":\r\n'
+)
+"""A body of unknown length (the general path), its first chunk sent."""
+
+
+@pytest.mark.parametrize(
+    "data",
+    [LANE_BODY, STREAM_BODY, BIG_BODY, CHUNKED_BODY],
+    ids=["lane", "stream", "big", "chunked"],
+)
+def test_a_connection_whose_body_stalls_is_closed_with_a_408(server, data):
+    received, took = send_and_wait(server, data)
+    assert received.startswith(b"HTTP/1.1 408 "), received
+    assert took >= HEAD_TIMEOUT_S * 0.9
+
+
+def test_a_body_that_keeps_arriving_is_not_cut_however_long_it_takes(server):
+    """The stall is counted from the body's last byte, not from its first."""
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    pieces = [b'{"text": "', *[b"x" * 10] * 11, b'"}']
+    head = "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: "
+    began = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=10 * HEAD_TIMEOUT_S) as sock:
+        sock.sendall(head.encode() + str(sum(map(len, pieces))).encode() + b"\r\n\r\n")
+        for piece in pieces:  # the client's pace is what is tested: each pause under the limit
+            sock.sendall(piece)
+            time.sleep(HEAD_TIMEOUT_S / 5)
+        received = read_to_end(sock)
+    assert time.monotonic() - began > 2 * HEAD_TIMEOUT_S  # longer than one stall in all
+    assert received.startswith(b"HTTP/1.1 200 ") and b'"text": "' + b"x" * 110 in received
+
+
+def test_a_body_that_stalls_after_its_answer_is_cut_without_another_answer(server):
+    """A refused request is answered before its body is in; a stall after it still ends the
+    connection, with no second answer (there is one request)."""
+    refused = LANE_BODY.replace(b"\r\n\r\n", b"\r\nOrigin: http://evil.example\r\n\r\n")
+    received, _ = send_and_wait(server, refused)
+    assert received.startswith(b"HTTP/1.1 403 ") and received.count(b"HTTP/1.1 ") == 1, received
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+# -- absolute-form targets (RFC 9112 §3.2.2: their authority, not Host, names the host) -----
+
+
+def exchange(server: DevProcess, head: bytes) -> bytes:
+    """Send one request head (``Connection: close`` added): the whole answer."""
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1))
+        return read_to_end(sock)
+
+
+PATHS = ["/echo?text=hi", "/chunks?stream=1"]
+"""One the fast lane would take, one for the general path."""
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("authority", ["evil.example", "evil.example:8000", "[::2]:8000"])
+def test_an_absolute_target_naming_another_host_is_403(server, path, authority):
+    local = server.url.removeprefix("http://")
+    head = f"GET http://{authority}{path} HTTP/1.1\r\nHost: {local}\r\n\r\n"
+    received = exchange(server, head.encode())
+    assert received.startswith(b"HTTP/1.1 403 "), received
+    assert b'"code": "forbidden_host"' in received and authority.encode() in received
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("target", ["127.0.0.1", "[::1]"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "evil.example"])
+def test_an_absolute_target_naming_this_server_is_answered_whatever_host_says(
+    server, path, target, host
+):
+    port = server.url.rsplit(":", 1)[1]
+    head = f"GET http://{target}:{port}{path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
+    received = exchange(server, head.encode())
+    assert received.startswith(b"HTTP/1.1 200 "), received
+    assert b'"text": "hi"' in received or b"chunk-0" in received
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_host_that_only_begins_like_a_loopback_address_is_403(server, path):
+    port = server.url.rsplit(":", 1)[1]
+    for host in ("[::1].evil.example", f"[::1]x:{port}", "127.0.0.1.evil.example"):
+        received = exchange(server, f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert received.startswith(b"HTTP/1.1 403 "), (host, received)
+        assert b'"code": "forbidden_host"' in received
+
+
+def test_an_origin_that_only_begins_like_a_loopback_address_is_403(server):
+    response = httpx.get(f"{server.url}/echo", headers={"Origin": "http://[::1].evil.example"})
+    assert response.status_code == 403 and error_code(response) == "forbidden_origin"

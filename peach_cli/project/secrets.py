@@ -186,7 +186,7 @@ def known_values(root: Path, names: Iterable[str]) -> list[str]:
     except MissingSecret as error:
         found = [name for name in names if name not in error.names]
         return list(secret_values(root, found).values()) if found else []
-    except DotenvError:  # no value is read from a broken .env: those of the environment
+    except DotenvError:  # said where .env is needed; here only the environment's values
         return [os.environ[name] for name in names if name in os.environ]
 
 

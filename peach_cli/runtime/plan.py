@@ -186,6 +186,7 @@ class TaskSpec:
         fields["dependencies"] = tuple(fields.get("dependencies") or ())
         fields["modules"] = tuple(fields.get("modules") or ())
         fields["line_map"] = tuple(tuple(entry) for entry in fields.get("line_map") or ())
+        fields["secrets"] = tuple(fields.get("secrets") or ())
         return cls(**fields)
 
 

@@ -43,7 +43,7 @@ _RAW_BYTE = re.compile(rb"[^\x21-\x7e]")
 
 
 def parse_query_string(raw: bytes) -> list[tuple[str, str]]:
-    """A raw query string as ``(key, value)`` pairs, in order, repeated keys kept.
+    r"""A raw query string as ``(key, value)`` pairs, in order, repeated keys kept.
 
     The one parser of both hosts. Percent-escapes and raw bytes outside printable ASCII
     (which some clients send unescaped) decode alike, as UTF-8, an invalid sequence
