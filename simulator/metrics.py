@@ -20,7 +20,8 @@ application}`` (the replica's resident memory, as the dev view shows it) and
 ``peach_requests_total{endpoint, component, status_code}`` (who answered: the fallback's
 share is ``component="fallback"``).
 
-``route`` is the endpoint's url, ``application`` the codops, ``deployment``
+``route`` is the endpoint's url, ``application`` the codops (``""`` for a request no route
+took, as Ray's proxy labels it), ``deployment``
 ``endpoint.component`` as `peach deploy` names it.
 """
 
@@ -109,7 +110,9 @@ class DevMetrics:
         replica: str | None,
     ) -> None:
         """One answered request (called as the gateway logs it)."""
-        key = (method, route, status, endpoint, component, replica, self._codops())
+        # a request no route took belongs to no application (Ray's proxy labels it "")
+        application = self._codops() if endpoint is not None else ""
+        key = (method, route, status, endpoint, component, replica, application)
         series = self._series.get(key)
         if series is None:  # the first request of its kind: find its labelled series
             series = self._series[key] = self._series_of(*key)

@@ -108,15 +108,15 @@ def dev(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     record = folder / "record.jsonl"
     dev = start_peach_dev(project, folder / "dev.log", "--record", str(record))
     dev.record = record  # type: ignore[attr-defined]
-    dev.wait_ready()
-    with httpx.Client(base_url=dev.url, timeout=30) as client:
-        assert client.get("/leak").json()["result"]["key"] == SECRET  # the answer is the user's
-        assert client.get("/crash").status_code == 500
-        assert client.get("/shout").status_code == 200
-        assert client.get(f"/leak?token={SECRET}", headers={"X-Note": "a"}).status_code == 200
-    dev.wait_for_output(r"GET /shout 200")
-    dev.wait_for_output(r"api \*\*\*")
     try:
+        dev.wait_ready()
+        with httpx.Client(base_url=dev.url, timeout=30) as client:
+            assert client.get("/leak").json()["result"]["key"] == SECRET  # the user's answer
+            assert client.get("/crash").status_code == 500
+            assert client.get("/shout").status_code == 200
+            assert client.get(f"/leak?token={SECRET}", headers={"X-Note": "a"}).status_code == 200
+        dev.wait_for_output(r"GET /shout 200")
+        dev.wait_for_output(r"api \*\*\*")
         yield dev
     finally:
         dev.stop()

@@ -305,7 +305,9 @@ def test_a_failing_case_names_its_file_and_line_in_text_json_and_junit(dev, case
     )
     testcase = ET.fromstring(junit.stdout).find("testsuite/testcase[@name='bad result']")
     assert testcase is not None
-    assert (testcase.get("file"), testcase.get("line")) == ("failing.peach-test.yaml", str(line))
+    suite = ET.fromstring(junit.stdout).find("testsuite")
+    assert suite is not None and suite.get("file") == "failing.peach-test.yaml"
+    assert testcase.get("classname") == "failing.peach-test.yaml"  # as pytest's report names it
     failure = testcase.find("failure")
     assert failure is not None
     assert failure.get("message", "").startswith(f"{place}: bad result: the result differs")
@@ -323,3 +325,33 @@ def test_a_failing_case_of_a_project_names_its_project_relative_place(tmp_path):
     result = run_peach("test", str(project), timeout=180)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "  ✗ tests/greet.peach-test.yaml:4: greets in French  " in result.stdout
+
+
+JUNIT_SCHEMA = Path(__file__).resolve().parent / "data" / "junit-10.xsd"
+"""Jenkins xUnit's JUnit schema (its source is named in the file)."""
+
+
+def test_junit_validates_against_jenkins_xunit_schema_and_a_case_without_answer_is_an_error(
+    dev, cases, tmp_path
+):
+    from lxml import etree
+
+    schema = etree.XMLSchema(etree.parse(str(JUNIT_SCHEMA)))
+    result = peach_test(
+        "failing.peach-test.yaml", "passing.peach-test.yaml", "--url", dev.url,
+        "--format", "junit", cwd=cases,
+    )  # fmt: skip
+    document = etree.fromstring(result.stdout.encode())
+    assert schema.validate(document), schema.error_log
+    # a refused connection: no answer came, an <error> counted in errors, not a mismatch
+    refused = peach_test(
+        "passing.peach-test.yaml", "--url", "http://127.0.0.1:9", "-k", "equal",
+        "--format", "junit", cwd=cases,
+    )  # fmt: skip
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    document = etree.fromstring(refused.stdout.encode())
+    assert schema.validate(document), schema.error_log
+    assert document.get("errors") == "1" and document.get("failures") == "0"
+    (testcase,) = document.iter("testcase")
+    (error,) = testcase.iter("error")
+    assert "no answer" in error.get("message", "") and not list(testcase.iter("failure"))

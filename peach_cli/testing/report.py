@@ -1,9 +1,10 @@
 """Outcomes of a `peach test` run, and their machine-readable forms: JSON and JUnit XML.
 
-JUnit XML is what CI systems read: one ``<testsuite>`` per case file, one ``<testcase>``
-per case (``classname`` and ``file`` the file, ``line`` where the case starts, ``time`` in
-seconds), a ``<failure>`` with the case's place (``file:line: name``), the message and the
-diffs for each failing case.
+JUnit XML is what CI systems read, valid against Jenkins' xUnit schema (``junit-10.xsd``,
+``tests/data``): one ``<testsuite>`` per case file (``file`` the file), one ``<testcase>``
+per case (``classname`` the file as pytest names it, ``time`` in seconds), a ``<failure>``
+with the case's place (``file:line: name``), the message and the diffs for each failing
+case, an ``<error>`` for a case that got no answer.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ class Outcome:
     @property
     def ms(self) -> float:
         return self.observed.total_ms
+
+    @property
+    def unanswered(self) -> bool:
+        """No answer came (a refused connection, the client's timeout): an error of the
+        run, not a mismatch of the endpoint."""
+        return self.observed.failure is not None
 
     def message(self) -> str:
         return "; ".join(m.message for m in self.mismatches)
@@ -83,8 +90,18 @@ def to_json(outcomes: list[Outcome], seconds: float) -> dict[str, Any]:
     }
 
 
+def junit_classname(file: str) -> str:
+    """A case's ``classname``: its file as pytest's JUnit report names a collected file's
+    items (``tests/greet.peach-test.yaml`` → ``tests.greet.peach-test.yaml``), so that
+    `peach test` and the pytest plugin report the same case alike."""
+    return file.replace("/", ".")
+
+
 def to_junit(outcomes: list[Outcome], seconds: float) -> str:
-    """JUnit XML: one testsuite per case file, one testcase per case."""
+    """JUnit XML as Jenkins' xUnit schema (``junit-10.xsd``) takes it: one testsuite per case
+    file (its ``file``), one testcase per case; a case that got no answer is an ``<error>``
+    (counted in ``errors``), one whose answer differs a ``<failure>`` whose message starts
+    with the case's place (``file:line: name``)."""
     import xml.etree.ElementTree as ET
 
     from peach_cli.boundary import shown, shown_lines
@@ -93,41 +110,44 @@ def to_junit(outcomes: list[Outcome], seconds: float) -> str:
     by_file: dict[str, list[Outcome]] = {}
     for outcome in outcomes:
         by_file.setdefault(outcome.file, []).append(outcome)
-    total_failed = 0
+    totals = {"failures": 0, "errors": 0}
     for file, cases in by_file.items():
-        failed = sum(not o.passed for o in cases)
-        total_failed += failed
+        errors = sum(o.unanswered for o in cases)
+        failures = sum(not o.passed for o in cases) - errors
+        totals["failures"] += failures
+        totals["errors"] += errors
         suite = ET.SubElement(
             suites,
             "testsuite",
             name=shown(file),
             tests=str(len(cases)),
-            failures=str(failed),
-            errors="0",
+            failures=str(failures),
+            errors=str(errors),
             skipped="0",
             time=f"{sum(o.ms for o in cases) / 1000:.3f}",
+            file=shown(file),
         )
         for outcome in cases:
             case = ET.SubElement(
                 suite,
                 "testcase",
                 name=shown(outcome.name),
-                classname=shown(file),
-                file=shown(file),
-                line=str(outcome.loaded.position.line),
+                classname=shown(junit_classname(file)),
                 time=f"{outcome.ms / 1000:.3f}",
             )
-            if not outcome.passed:
-                failure = ET.SubElement(
-                    case,
-                    "failure",
-                    message=shown(f"{outcome.place}: {outcome.name}: {outcome.message()}"),
-                    type="mismatch",
-                )
-                failure.text = shown_lines(f"{outcome.place}: {outcome.name}\n{outcome.details()}")
+            if outcome.passed:
+                continue
+            kind, what = ("error", "no_answer") if outcome.unanswered else ("failure", "mismatch")
+            element = ET.SubElement(
+                case,
+                kind,
+                message=shown(f"{outcome.place}: {outcome.name}: {outcome.message()}"),
+                type=what,
+            )
+            element.text = shown_lines(f"{outcome.place}: {outcome.name}\n{outcome.details()}")
     suites.set("tests", str(len(outcomes)))
-    suites.set("failures", str(total_failed))
-    suites.set("errors", "0")
+    suites.set("failures", str(totals["failures"]))
+    suites.set("errors", str(totals["errors"]))
     ET.indent(suites)
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

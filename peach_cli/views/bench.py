@@ -90,7 +90,8 @@ def render_summary(figures: dict[str, Any]) -> None:
             (
                 "latency",
                 " · ".join(
-                    f"{name} {_ms(latency[name])}" for name in ("p50", "p90", "p99", "p99.9", "max")
+                    f"{name} {_ms(latency[name])}"
+                    for name in ("p50", "p90", "p95", "p99", "p99.9", "max")
                 ),
             )
         )
