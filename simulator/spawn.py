@@ -21,6 +21,9 @@ parent's death kills it.
 
 A session's ``Spawner(templates=Templates())`` forks a replica that no spare waits for from
 its launch's warm template (``simulator.template``, Linux), and spawns it where it cannot.
+With a ``Keeper`` (a session has one, Linux), the keeper process starts every worker
+(``simulator.keeper``): what a worker starts then stays below it and dies with peach, even
+when peach is killed with SIGKILL.
 """
 
 from __future__ import annotations

@@ -91,7 +91,13 @@ def _start(data: bytes, fds: list[int], statuses: dict[int, int]) -> None:
         _close([status, *given])
         return
     error_read, error_write = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as error:  # too many processes: peach reports it, the keeper lives on
+        _close([error_read, error_write, *given])
+        _tell(status, b"E %d" % (error.errno or 11))
+        os.close(status)
+        return
     if pid == 0:  # the worker
         try:
             _exec(argv, env, cwd, dict(zip(targets, given, strict=True)), error_write)
@@ -99,11 +105,11 @@ def _start(data: bytes, fds: list[int], statuses: dict[int, int]) -> None:
             os._exit(127)
     os.close(error_write)
     _close(given)
-    failure = _read_all(error_read)
-    if failure:  # exec failed: the child wrote its errno and exited
+    errno = _read_all(error_read)
+    if errno:  # exec failed: the child wrote its errno and exited
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        _tell(status, b"E " + failure)
+        _tell(status, b"E " + errno)
         os.close(status)
         return
     statuses[pid] = status
