@@ -19,6 +19,10 @@ and on that worker's status pipe, one line each::
     keeper → peach   b"E <errno>"               could not be started (then the pipe closes)
     keeper → peach   b"X <exit code>"           ended (negative: killed by a signal)
 
+What the keeper adopts while peach runs belonged to a worker that died without killing it
+(every worker is the subreaper of what its code starts, and kills it when it exits): a
+killed or crashed replica's children. The keeper kills them within ``SWEEP_EVERY_S``.
+
 A worker starts with every signal at its default disposition, whatever peach's were (a
 background shell starts peach with SIGINT ignored, and an ignored signal stays ignored
 across exec). The keeper itself only *handles* SIGINT, SIGTERM and SIGHUP (a Ctrl-C reaches
@@ -44,6 +48,8 @@ from peach_cli.runtime.tree import become_subreaper, kill_descendants
 REQUEST_BYTES = 1 << 20
 """The largest request (an environment copied whole with ``--inherit-env`` fits)."""
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+SWEEP_EVERY_S = 0.5
+"""How often the keeper kills what it adopted (what a killed replica left running)."""
 
 
 def serve(control: socket.socket) -> None:
@@ -56,12 +62,14 @@ def serve(control: socket.socket) -> None:
     statuses: dict[int, int] = {}
     watched: list[int | socket.socket] = [wake_read, control]
     while True:
+        readable: list[int | socket.socket] = []
         with contextlib.suppress(InterruptedError):
-            readable, _, _ = select.select(watched, [], [])
+            readable, _, _ = select.select(watched, [], [], SWEEP_EVERY_S)
         if wake_read in readable:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_read, 512)
         _reap(statuses)
+        _sweep(statuses)
         if control in readable:
             try:
                 data, fds, _, _ = socket.recv_fds(control, REQUEST_BYTES, 8)
@@ -74,6 +82,24 @@ def serve(control: socket.socket) -> None:
             _start(data, fds, statuses)
     kill_descendants()
     os._exit(0)
+
+
+def _sweep(statuses: dict[int, int]) -> None:
+    """Kill every child of the keeper it did not start. Workers are subreapers of what
+    their code starts, so a process reaches the keeper only when the worker it belonged
+    to died without killing it (a replica killed, or crashed): it must not live on."""
+    for pid in _children() - statuses.keys():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)  # reaped at its SIGCHLD; its children come next
+
+
+def _children() -> set[int]:
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as file:
+                found.update(int(pid) for pid in file.read().split())
+    return found
 
 
 def _start(data: bytes, fds: list[int], statuses: dict[int, int]) -> None:
