@@ -43,7 +43,7 @@ import select
 import signal
 import socket
 
-from peach_cli.runtime.tree import become_subreaper, kill_descendants
+from peach_cli.runtime.tree import become_subreaper, children, kill_descendants
 
 REQUEST_BYTES = 1 << 20
 """The largest request (an environment copied whole with ``--inherit-env`` fits)."""
@@ -88,18 +88,9 @@ def _sweep(statuses: dict[int, int]) -> None:
     """Kill every child of the keeper it did not start. Workers are subreapers of what
     their code starts, so a process reaches the keeper only when the worker it belonged
     to died without killing it (a replica killed, or crashed): it must not live on."""
-    for pid in _children() - statuses.keys():
+    for pid in children() - statuses.keys():
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)  # reaped at its SIGCHLD; its children come next
-
-
-def _children() -> set[int]:
-    found: set[int] = set()
-    with contextlib.suppress(OSError):
-        for task in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as file:
-                found.update(int(pid) for pid in file.read().split())
-    return found
 
 
 def _start(data: bytes, fds: list[int], statuses: dict[int, int]) -> None:
