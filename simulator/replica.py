@@ -11,7 +11,6 @@ and the replica restarts itself (with a growing pause if it keeps dying).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import time
@@ -65,6 +64,7 @@ from simulator.events import (
     ReplicaState,
 )
 from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
+from simulator.trees import kill_tree, reap
 
 HEALTH_INTERVAL_S = 1.0
 PSS_EVERY = 5
@@ -284,10 +284,10 @@ class Replica:
         if process is not None and process.returncode is None:
             try:
                 await asyncio.wait_for(process.wait(), timeout_s)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
+            except TimeoutError:  # its loop is blocked: it and what its code started die
+                killed = kill_tree(process.pid)
                 await process.wait()
+                reap(killed - {process.pid})
         self._fail_in_flight(f"the replica {self.id} was stopped")
         current = asyncio.current_task()
         pending = [task for task in self._tasks if task is not current]
@@ -304,11 +304,10 @@ class Replica:
             self._set_state(ReplicaState.DRAINING)
 
     def kill_now(self) -> None:
-        """Last resort at interpreter exit: SIGKILL without waiting."""
+        """Last resort at interpreter exit: SIGKILL it and its tree without waiting."""
         process = self._process
         if process is not None and process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
+            kill_tree(process.pid)
 
     @property
     def serving(self) -> bool:
@@ -559,10 +558,10 @@ class Replica:
     async def _after_exit(self, process: WorkerProcess) -> None:
         try:
             returncode: int | None = await asyncio.wait_for(process.wait(), 2.0)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
+        except TimeoutError:  # its socket closed but it lives on: it and its tree die
+            killed = kill_tree(process.pid)
             returncode = await process.wait()
+            reap(killed - {process.pid})
         if self._stopping or self.state is ReplicaState.UNHEALTHY:
             self._settle()
             return

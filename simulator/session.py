@@ -35,7 +35,7 @@ from simulator.debug import DebugRelay, skipped_env, skipped_once
 from simulator.environments import Environments
 from simulator.events import ReplicasStarted, ServerNote, Serving
 from simulator.server import DevServer
-from simulator.spawn import Spawner
+from simulator.spawn import Keeper, Spawner
 from simulator.tasks.scheduler import DEFAULT_INTERVAL_S, TaskScheduler, TriggerSocket
 from simulator.template import Templates
 
@@ -101,7 +101,11 @@ class DevSession:
         plan = config.plan
         on_event = skipped_once(on_event)  # "breakpoint() skipped": once per component
         self.on_event = on_event
-        self.spawner = Spawner(templates=Templates(on_failure=self._template_failed))
+        keeper = self.keeper = Keeper()
+        """Starts every worker: their trees die with peach, even a killed one (Linux)."""
+        self.spawner = Spawner(
+            templates=Templates(on_failure=self._template_failed, keeper=keeper), keeper=keeper
+        )
         """Starts every worker process of the session (replicas forked from a warm template
         per env where it can) and keeps its spares."""
         trigger = TriggerSocket()
@@ -250,6 +254,7 @@ class DevSession:
                 if self.server.recorder is not None:
                     self.server.recorder.close()  # every line written
         finally:
+            await self.keeper.close()  # what is left below it dies (a crashed replica's)
             self.environments.release()  # nothing runs in them any more: prune may go on
 
     def kill_now(self) -> None:

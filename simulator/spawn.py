@@ -21,6 +21,9 @@ parent's death kills it.
 
 A session's ``Spawner(templates=Templates())`` forks a replica that no spare waits for from
 its launch's warm template (``simulator.template``, Linux), and spawns it where it cannot.
+With a ``Keeper`` (a session has one, Linux), the keeper process starts every worker
+(``simulator.keeper``): what a worker starts then stays below it and dies with peach, even
+when peach is killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -35,10 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
+from simulator.keeper import KeeperChannel, KeeperGone
+
 REFILL_DELAY_S = 0.5
 """How long after a spare is taken its replacement starts (not to slow the new replica)."""
 
 REPLICA_MODULE = "peach_cli.runtime.replica_worker"
+KEEPER_MODULE = "peach_cli.runtime.keeper"
 
 _SOURCE_ROOT = str(Path(__file__).resolve().parent.parent)
 """The folder holding ``simulator`` and ``peach_cli`` (a source checkout or site-packages)."""
@@ -133,12 +139,86 @@ class Forker(Protocol):
     async def close(self) -> None: ...
 
 
+class Keeper:
+    """A session's keeper process (``simulator.keeper``), started with its first worker
+    (Linux; elsewhere, or with ``PEACH_NO_KEEPER=1``, peach starts its workers itself)."""
+
+    def __init__(self) -> None:
+        self._process: asyncio.subprocess.Process | None = None
+        self._channel: KeeperChannel | None = None
+        self._lock = asyncio.Lock()
+        self.closed = False
+
+    @property
+    def pid(self) -> int | None:
+        """The keeper's pid while it runs (for tests)."""
+        process = self._process
+        return process.pid if process is not None and process.returncode is None else None
+
+    async def channel(self) -> KeeperChannel | None:
+        """The running keeper's channel (started if need be), or None: start it directly."""
+        if self.closed or not keepers_possible():
+            return None
+        async with self._lock:
+            if self._channel is not None and self.pid is not None:
+                return self._channel
+            self._drop()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            fd = theirs.fileno()
+            try:
+                self._process = await asyncio.create_subprocess_exec(
+                    *(sys.executable, "-P", "-m", KEEPER_MODULE, "--fd", str(fd)),
+                    pass_fds=(fd,),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            except OSError:
+                ours.close()
+                return None
+            finally:
+                theirs.close()
+            self._channel = KeeperChannel(ours)
+            return self._channel
+
+    def _drop(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    async def close(self) -> None:
+        """Let the keeper go: it kills whatever is still below it (what a crashed replica
+        left behind), then exits."""
+        self.closed = True
+        self._drop()
+        if self._process is not None:
+            await wait_or_kill(self._process, 5.0)
+
+
+def keepers_possible() -> bool:
+    """Whether workers are started by a keeper here (Linux: it needs a subreaper)."""
+    return sys.platform.startswith("linux") and os.environ.get("PEACH_NO_KEEPER", "") in ("", "0")
+
+
 async def start_process(
-    launch: WorkerLaunch, command: list[str], fd: int, *, output: int | IO[bytes] | None
-) -> asyncio.subprocess.Process:
+    launch: WorkerLaunch,
+    command: list[str],
+    fd: int,
+    *,
+    output: int | IO[bytes] | None,
+    keeper: Keeper | None = None,
+) -> WorkerProcess:
     """Start ``command`` as a worker of ``launch`` (its cwd and environment), passing it
     file descriptor ``fd``; what it prints goes to ``output`` (``subprocess.PIPE``: read
-    it from ``process.stdout``)."""
+    it from ``process.stdout``). With a ``keeper``, the keeper starts it (it and all it
+    starts then die with peach, even a killed peach); without, or when the keeper cannot,
+    peach does."""
+    channel = await keeper.channel() if keeper is not None else None
+    if channel is not None:
+        try:
+            return await _start_kept(channel, launch, command, fd, output)
+        except KeeperGone:
+            pass
     return await asyncio.create_subprocess_exec(
         *command,
         pass_fds=(fd,),
@@ -150,12 +230,54 @@ async def start_process(
     )
 
 
-async def spawn_worker(launch: WorkerLaunch) -> Worker:
-    """Start a worker that waits on its socket for what to run; raises OSError."""
+async def _start_kept(
+    channel: KeeperChannel,
+    launch: WorkerLaunch,
+    command: list[str],
+    fd: int,
+    output: int | IO[bytes] | None,
+) -> WorkerProcess:
+    """``start_process`` through the keeper: the same fds, cwd and environment."""
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    opened = [stdin]
+    reader: asyncio.StreamReader | None = None
+    if output == subprocess.PIPE:
+        read_end, out = os.pipe()
+        opened.append(out)
+        stream = reader = asyncio.StreamReader(limit=1 << 16)
+        pipe = os.fdopen(read_end, "rb", buffering=0)
+        await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream), pipe
+        )
+    elif output == subprocess.DEVNULL:
+        out = os.open(os.devnull, os.O_WRONLY)
+        opened.append(out)
+    elif output is None or isinstance(output, int):
+        out = 1 if output is None else output
+    else:
+        out = output.fileno()
+    try:
+        return await channel.start(
+            command,
+            env=launch.environment(),
+            cwd=str(launch.root),
+            fds={0: stdin, 1: out, 2: out, fd: fd},
+            stdout=reader,
+        )
+    finally:
+        for opened_fd in opened:
+            os.close(opened_fd)
+
+
+async def spawn_worker(launch: WorkerLaunch, keeper: Keeper | None = None) -> Worker:
+    """Start a worker that waits on its socket for what to run (by ``keeper`` if given);
+    raises OSError."""
     parent_end, child_end = socket.socketpair()
     fd = child_end.fileno()
     try:
-        process = await start_process(launch, launch.command(fd), fd, output=subprocess.PIPE)
+        process = await start_process(
+            launch, launch.command(fd), fd, output=subprocess.PIPE, keeper=keeper
+        )
     except OSError:
         parent_end.close()
         raise
@@ -167,9 +289,12 @@ async def spawn_worker(launch: WorkerLaunch) -> Worker:
 class SpareWorkers:
     """Keeps ``count`` idle workers of one launch ready."""
 
-    def __init__(self, launch: WorkerLaunch, *, count: int = 1) -> None:
+    def __init__(
+        self, launch: WorkerLaunch, *, count: int = 1, keeper: Keeper | None = None
+    ) -> None:
         self.launch = launch
         self.count = count
+        self.keeper = keeper
         self._spares: list[Worker] = []
         self._filling: asyncio.Task[None] | None = None
         self.closed = False
@@ -178,7 +303,7 @@ class SpareWorkers:
         """Start spares until ``count`` are waiting."""
         while not self.closed and len(self._live()) < self.count:
             try:
-                spare = await spawn_worker(self.launch)
+                spare = await spawn_worker(self.launch, self.keeper)
             except OSError:
                 return
             if self.closed:
@@ -253,9 +378,11 @@ class Spawner:
     forked from its launch's warm template where it can be, else spawned.
     """
 
-    def __init__(self, templates: Forker | None = None) -> None:
+    def __init__(self, templates: Forker | None = None, keeper: Keeper | None = None) -> None:
         self._kept: dict[WorkerLaunch, SpareWorkers] = {}
         self.templates = templates
+        self.keeper = keeper
+        """Starts every worker when given; its owner closes it once they have stopped."""
 
     async def worker(self, launch: WorkerLaunch) -> Worker:
         """A waiting spare of ``launch``, else a new worker; raises OSError."""
@@ -267,13 +394,13 @@ class Spawner:
             forked = await self.templates.fork(launch)
             if forked is not None:
                 return forked
-        return await spawn_worker(launch)
+        return await spawn_worker(launch, self.keeper)
 
     def keep(self, launch: WorkerLaunch, *, count: int = 1) -> SpareWorkers:
         """Keep spares of ``launch`` from now on (call ``fill`` to start them)."""
         spares = self._kept.get(launch)
         if spares is None or spares.closed:
-            spares = self._kept[launch] = SpareWorkers(launch, count=count)
+            spares = self._kept[launch] = SpareWorkers(launch, count=count, keeper=self.keeper)
         return spares
 
     async def release(self, root: Path) -> None:
@@ -301,11 +428,13 @@ class Spawner:
 __all__ = [
     "Forker",
     "Interpreter",
+    "Keeper",
     "SpareWorkers",
     "Worker",
     "WorkerLaunch",
     "Spawner",
     "spawn_worker",
+    "keepers_possible",
     "start_process",
     "wait_or_kill",
 ]

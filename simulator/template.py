@@ -30,7 +30,15 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from simulator.spawn import Worker, WorkerLaunch, start_process, wait_or_kill
+from simulator.keeper import ForkedProcess
+from simulator.spawn import (
+    Keeper,
+    Worker,
+    WorkerLaunch,
+    WorkerProcess,
+    start_process,
+    wait_or_kill,
+)
 
 TEMPLATE_MODULE = "peach_cli.runtime.template"
 READY_TIMEOUT_S = 30.0
@@ -50,41 +58,13 @@ def templates_possible() -> bool:
     )
 
 
-class ForkedProcess:
-    """A replica forked by a template, seen like an ``asyncio.subprocess.Process``."""
-
-    def __init__(self, pid: int, stdout: asyncio.StreamReader) -> None:
-        self.pid = pid
-        self.stdout: asyncio.StreamReader | None = stdout
-        self.returncode: int | None = None
-        self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-
-    def exited(self, code: int) -> None:
-        if self.returncode is None:
-            self.returncode = code
-            self._exit.set_result(code)
-
-    async def wait(self) -> int:
-        return await asyncio.shield(self._exit)
-
-    def send_signal(self, number: int) -> None:
-        if self.returncode is not None:
-            raise ProcessLookupError(self.pid)
-        os.kill(self.pid, number)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-
 class Template:
     """One template process and the children it forked."""
 
-    def __init__(self, launch: WorkerLaunch) -> None:
+    def __init__(self, launch: WorkerLaunch, keeper: Keeper | None = None) -> None:
         self.launch = launch
-        self.process: asyncio.subprocess.Process | None = None
+        self.keeper = keeper
+        self.process: WorkerProcess | None = None
         self._control: socket.socket | None = None
         self._ready: asyncio.Future[bool] | None = None
         self._forks: dict[int, asyncio.Future[int]] = {}
@@ -106,7 +86,9 @@ class Template:
         fd = theirs.fileno()
         command = [self.launch.interpreter.python, "-P", "-m", TEMPLATE_MODULE, "--fd", str(fd)]
         try:  # what it prints is dropped: a template that fails to start is replaced by spawns
-            self.process = await start_process(self.launch, command, fd, output=subprocess.DEVNULL)
+            self.process = await start_process(
+                self.launch, command, fd, output=subprocess.DEVNULL, keeper=self.keeper
+            )
         except OSError as error:
             ours.close()
             self.lost = True
@@ -298,8 +280,12 @@ def _reaped(pid: int) -> int | None:
 class Templates:
     """The templates of one session, one per launch, started on first use."""
 
-    def __init__(self, on_failure: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, on_failure: Callable[[str], None] | None = None, keeper: Keeper | None = None
+    ) -> None:
         self.on_failure = on_failure
+        self.keeper = keeper
+        """Starts the templates (``simulator.spawn.start_process``)."""
         """Told, once per launch, why its template did not start (its replicas are then
         spawned one by one, each its own interpreter)."""
         self._templates: dict[WorkerLaunch, Template] = {}
@@ -314,7 +300,7 @@ class Templates:
         template = self._templates.get(launch)
         starting = self._starting.get(launch)
         if starting is None and (template is None or template.lost):
-            template = self._templates[launch] = Template(launch)
+            template = self._templates[launch] = Template(launch, self.keeper)
             starting = asyncio.get_running_loop().create_task(template.start())
             self._starting[launch] = starting
             starting.add_done_callback(lambda _: self._starting.pop(launch, None))

@@ -121,7 +121,7 @@ def test_json_output_shape(project, tmp_path, index_url):
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert set(report) == {"ok", "checks"} and report["ok"] is True
-    assert [check["name"] for check in report["checks"]] == CHECKS
+    assert [check["name"] for check in report["checks"]] == [*CHECKS, "processes"]
     for check in report["checks"]:
         assert set(check) == {"name", "status", "summary", "advice", "details"}
         assert check["status"] in ("ok", "warn", "fail", "skip")
@@ -143,7 +143,7 @@ def test_a_port_in_use_fails_with_advice(project, tmp_path, index_url):
     assert f"✗ port       port {port} is in use on 127.0.0.1" in result.stdout
     assert f"(pid {os.getpid()})" in result.stdout  # this test's process holds it
     assert "peach dev --port N" in result.stdout
-    assert result.stdout.splitlines()[-1].startswith("✗ 1 of 7 checks failed")
+    assert result.stdout.splitlines()[-1].startswith("✗ 1 of 8 checks failed")
 
 
 def test_an_unreachable_index_fails(project, tmp_path):
@@ -378,3 +378,12 @@ def test_the_network_checks_run_at_the_same_time(project, tmp_path):
     assert checks["index"]["status"] == "ok", checks["index"]
     assert checks["dashboard"]["status"] == "ok", checks["dashboard"]
     assert [c["name"] for c in json.loads(result.stdout)["checks"]][:6] == CHECKS[:6]
+
+
+def test_the_processes_check_says_where_process_trees_are_only_best_effort():
+    here = machine.check_processes()
+    if sys.platform.startswith("linux"):
+        assert here.status == "ok" and "even a killed peach" in here.summary
+    elsewhere = machine.check_processes(platform="darwin")
+    assert elsewhere.status == "warn" and elsewhere.summary.startswith("best effort here")
+    assert elsewhere.advice

@@ -25,6 +25,8 @@ import pytest
 from conftest import PROJECTS, REPO, URL_LINE, DevProcess, drain_stream, start_peach_dev
 from waiting import poll, wait_until
 
+from peach_cli.runtime.tree import descendants
+
 FAULTS = PROJECTS / "faults"
 SERVING = FAULTS / "serving"
 MiB = 1024 * 1024
@@ -91,24 +93,10 @@ class Background:
         return self.response
 
 
-def children_of(pid: int) -> list[int]:
-    """The live processes whose parent is ``pid``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
-
-
 def stop_cleanly(dev: DevProcess) -> None:
-    """Ctrl-C after the faults: exit 0 in time, and no replica process left behind."""
-    replicas = children_of(dev.process.pid)
+    """Ctrl-C after the faults: exit 0 in time, and no process below it left behind (its
+    keeper, the replicas and what they started)."""
+    replicas = descendants(dev.process.pid)
     assert replicas, "peach dev has no replica processes to check"
     os.kill(dev.process.pid, signal.SIGINT)
     try:

@@ -330,7 +330,19 @@ def test_a_helper_module_edit_reloads_only_the_components_importing_it(served: S
 
 
 def children(pid: int) -> set[int]:
-    """The direct child processes of ``pid`` (Linux)."""
+    """The direct child processes of ``pid``, and those of its keeper: peach's keeper
+    starts its workers (Linux)."""
+    found = direct_children(pid)
+    for child in list(found):
+        try:
+            if b"peach_cli.runtime.keeper" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found |= direct_children(child)
+        except OSError:
+            continue
+    return found
+
+
+def direct_children(pid: int) -> set[int]:
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:

@@ -90,7 +90,9 @@ def test_peach_dev_killed_during_a_forking_task_leaves_no_process_behind(tmp_pat
         import psutil
 
         worker = psutil.Process(daemon).parent()  # adopted by the task's process
-        assert worker is not None and worker.ppid() == dev.process.pid
+        assert worker is not None
+        keeper = worker.parent()  # which peach's keeper started
+        assert keeper is not None and keeper.ppid() == dev.process.pid
         os.kill(dev.process.pid, signal.SIGKILL)  # peach only: no Ctrl-C, no cleanup
         dev.process.wait(timeout=10)
         assert_gone(daemon)

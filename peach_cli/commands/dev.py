@@ -112,6 +112,7 @@ def check_port_free(host: str, port: int) -> None:
 async def serve(config: SessionConfig, view: DevView) -> int:
     """Run a ``DevSession`` until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
     from peach_cli.addresses import is_loopback
+    from peach_cli.runtime.tree import kill_descendants
     from simulator.session import DevSession
 
     plan = config.plan
@@ -155,6 +156,7 @@ async def serve(config: SessionConfig, view: DevView) -> int:
                 await session.stop()
             finally:
                 view.stop()
+                kill_descendants()  # what was orphaned and adopted here (no keeper)
     return 0
 
 

@@ -100,5 +100,6 @@ def run_checks(
             checked.check,
             *([checked.secrets] if checked.secrets is not None else []),
             *on_cluster.result(),
+            machine.check_processes(),
         ]
     return Report(tuple(checks))

@@ -186,6 +186,26 @@ def check_port(host: str, port: int) -> Check:
     return Check("port", "ok", f"port {port} is free on {host} (for peach dev)", details=details)
 
 
+def check_processes(platform: str = sys.platform) -> Check:
+    """Whether what peach starts is sure to die with it (SPEC §6): on Linux a keeper, a
+    subreaper that outlives peach only to kill what is left; elsewhere best effort."""
+    if platform.startswith("linux"):
+        return Check(
+            "processes",
+            "ok",
+            "what replicas and tasks start dies with them and with peach, even a killed peach",
+            details={"keeper": True},
+        )
+    return Check(
+        "processes",
+        "warn",
+        "best effort here: a process a replica or task starts in a session of its own may "
+        "outlive peach when peach is killed",
+        advice="stop peach with Ctrl-C rather than kill -9; check for leftover processes",
+        details={"keeper": False},
+    )
+
+
 def port_holder(port: int) -> str | None:
     """``name (pid N)`` of the process listening on ``port``, when this user may know it."""
     import psutil

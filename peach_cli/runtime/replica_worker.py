@@ -12,6 +12,8 @@ methods on this loop, sync ones in threads), ``Cancel`` closing a stream's gener
 
 The process exits when the gateway says ``Stop`` or when its socket closes (the gateway
 exited or died), and on Linux also when its parent dies, so no replica outlives ``peach dev``.
+On Linux the replica is the subreaper of what the user's code starts: a daemon that leaves
+its parent stays below the replica, and everything below it is killed when it exits.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from peach_cli.runtime.protocol import (
     die_with_parent,
     encode,
 )
+from peach_cli.runtime.tree import become_subreaper, kill_descendants
 
 _EAGER = sys.version_info >= (3, 12)
 """Calls start as eager tasks (``asyncio.Task(eager_start=True)`` is new in 3.12)."""
@@ -409,18 +412,33 @@ def run_replica(fd: int) -> None:
     replica forked by ``peach_cli.runtime.template`` starts here, without parsing argv)."""
     # Ctrl-C in the terminal, a closed terminal (SIGHUP) and `kill -- -PGID` or `timeout`
     # (SIGTERM) reach the whole process group: the gateway decides when replicas stop (it
-    # closes their streams first), so the replica ignores them. It still exits when the
-    # gateway says so, when its socket closes, or when the gateway dies.
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, signal.SIG_IGN)
+    # closes their streams first), so the replica shrugs them off — with a handler, not
+    # SIG_IGN, which every program the user's code runs would inherit. It still exits when
+    # the gateway says so, when its socket closes, or when the gateway dies.
+    ignore_stop_signals()
     die_with_parent()
+    become_subreaper()  # what the user's code starts stays below this process, even a daemon
     try:
         run(serve(fd))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        kill_descendants()  # what the user's code started ends with the replica
         # Threads still running a slow sync call must not keep the process alive.
         os._exit(0)
+
+
+def ignore_stop_signals() -> None:
+    """Shrug off SIGINT, SIGTERM and SIGHUP with a handler that does nothing: a handled
+    signal is back to its default in what this process execs, an ignored one would not be.
+    Interrupted system calls resume."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, _shrug)
+        signal.siginterrupt(number, False)
+
+
+def _shrug(*_: object) -> None:
+    """The handler of ``ignore_stop_signals``."""
 
 
 if __name__ == "__main__":

@@ -149,8 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m peach_cli.runtime.template")
     parser.add_argument("--fd", type=int, required=True, help="the socket to peach")
     options = parser.parse_args(argv)
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # as a replica does
-        signal.signal(number, signal.SIG_IGN)
+    replica_worker.ignore_stop_signals()  # as a replica does (handled, not SIG_IGN)
     die_with_parent()
     control = socket.socket(fileno=options.fd)
     control.setblocking(True)

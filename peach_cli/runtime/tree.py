@@ -42,6 +42,23 @@ def set_parent_death_signal(signum: int) -> bool:
     return _prctl(_PR_SET_PDEATHSIG, int(signum))
 
 
+def children() -> set[int]:
+    """This process's children, adopted ones included (Linux's
+    ``/proc/self/task/*/children``; empty where there is none)."""
+    found: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children") as listed:
+                found.update(int(pid) for pid in listed.read().split())
+        except OSError:
+            continue
+    return found
+
+
 def descendants(pid: int | None = None) -> list[int]:
     """The pids below ``pid`` (default: this process), parents before children, from
     ``/proc`` (empty where there is none)."""
@@ -101,4 +118,10 @@ def _reap() -> None:
             return
 
 
-__all__ = ["become_subreaper", "descendants", "kill_descendants", "set_parent_death_signal"]
+__all__ = [
+    "become_subreaper",
+    "children",
+    "descendants",
+    "kill_descendants",
+    "set_parent_death_signal",
+]

@@ -17,7 +17,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
 
 from peach_cli.runtime.plan import TaskSpec
 from peach_cli.runtime.protocol import (
@@ -31,66 +30,13 @@ from peach_cli.runtime.protocol import (
 from simulator import debug
 from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
 from simulator.tasks.events import RunStatus, TaskRunEnded
+from simulator.trees import kill_tree, reap
 
 MAX_LINE_BYTES = 4096
 """A line of a task's output is shown up to this many bytes (and how many more it had)."""
 EXIT_GRACE_S = 5.0
 """How long a worker that answered may take to exit before it is killed."""
 OUTPUT_GRACE_S = 2.0
-
-
-def kill_tree(pid: int) -> set[int]:
-    """Kill the process ``pid``, its process group and every descendant; the pids killed.
-
-    The descendants go first, round after round until none is left: the worker is the
-    subreaper of what its task starts (``peach_cli.runtime.tree``), so a process that forks
-    meanwhile, or a daemon that left its parent, is still below it for the next round. Those
-    that die as peach's own (adopted, peach being a subreaper too) are for ``reap`` once
-    the worker is gone."""
-    import psutil
-
-    killed: set[int] = set()
-    try:
-        root = psutil.Process(pid)
-    except psutil.Error:
-        root = None
-    for _ in range(20 if root is not None else 0):
-        try:
-            below = root.children(recursive=True)
-        except psutil.Error:
-            break
-        alive = [p for p in below if _alive(p)]
-        if not alive:
-            break
-        for process in alive:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-                killed.add(process.pid)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)  # the worker leads its own group (task_worker)
-    if root is not None:
-        with contextlib.suppress(psutil.Error):
-            root.kill()
-            killed.add(pid)
-    return killed
-
-
-def _alive(process: Any) -> bool:
-    """Whether a ``psutil.Process`` still runs (a zombie or a gone one does not)."""
-    import psutil
-
-    try:
-        return bool(process.status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
-
-
-def reap(pids: set[int]) -> None:
-    """Collect the killed descendants peach adopted (after their worker has exited; the
-    worker's own pid is its waiter's to reap)."""
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.waitpid(pid, os.WNOHANG)
 
 
 async def _pump(stream: asyncio.StreamReader | None, on_line: Callable[[str], None]) -> None:
