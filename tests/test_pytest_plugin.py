@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import xml.etree.ElementTree as ET
 
 from cli_support import REPO
 
@@ -70,18 +71,34 @@ def test_pytest_collects_case_files_and_gives_the_peach_fixture(tmp_path):
     (project / "test_fixture.py").write_text(FIXTURE_TESTS)
     (project / "tests" / "plum.peach-test.yaml").write_text(FAILING_CASE)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", *plugin_args(), "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", *plugin_args(), "-q", "-p", "no:cacheprovider",
+         "--junitxml", str(tmp_path / "pytest.xml")],
         capture_output=True,
         text=True,
         cwd=project,
         timeout=120,
-    )
+    )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "1 failed, 7 passed" in output  # 4 cases of the example, 3 tests of the fixture
     assert "FAILED tests/plum.peach-test.yaml::expects a plum" in output
     assert "tests/plum.peach-test.yaml:1: case 'expects a plum' failed" in output
     assert '-  "plum"' in output and '+  "pear",' in output
+    # the same case has the same classname in pytest's JUnit report and in peach test's
+    peach_test = subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", "test", "tests/plum.peach-test.yaml",
+         "--format", "junit"],
+        capture_output=True, text=True, cwd=project, timeout=120,
+    )  # fmt: skip
+    assert peach_test.returncode == 1, peach_test.stdout + peach_test.stderr
+
+    def classname(xml: str) -> str | None:
+        case = ET.fromstring(xml).find(".//testcase[@name='expects a plum']")
+        assert case is not None, xml
+        return case.get("classname")
+
+    pytest_xml = (tmp_path / "pytest.xml").read_text()
+    assert classname(pytest_xml) == classname(peach_test.stdout) == "tests.plum.peach-test.yaml"
 
     only = subprocess.run(
         [
