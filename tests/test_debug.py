@@ -475,3 +475,58 @@ def test_the_pdb_transcript_stays_on_screen_when_the_view_comes_back(
             assert any("healthy" in line for line in lines[at + 1 :]), shown  # the view, below
     finally:
         screen.close()
+
+
+LATER_CELL_CELLS = [
+    "def load():\n"  # cell 1: six lines before the method's cell
+    "    weights = [1, 2, 3]\n"
+    "    total = sum(weights)\n"
+    "    scale = total / 3\n"
+    "    return {'weights': weights, 'scale': scale}\n"
+    "\n",
+    "def predict(model, x: int = 1):\n"  # cell 2
+    "    weights = model['weights']\n"
+    "    doubled = [w * x for w in weights]\n"
+    "    breakpoint()\n"
+    "    return sum(doubled)\n",
+]
+
+
+def test_list_ll_and_where_number_lines_by_the_cell_as_the_banner(tmp_path: Path) -> None:
+    """The method's cell comes after the init's: pdb's listings count from the cell's first
+    line (``cell 2, line 5`` is line 5 with the arrow), not from the joined module's."""
+    project = _project(tmp_path / "p", INIT_CONF, "Model.ipynb", LATER_CELL_CELLS)
+    args = ["dev", str(project), "--port", "0", "--no-reload", "--shared-env"]
+    term = Terminal(args, tmp_path / "dev.log")
+    try:
+        url = term.serve()
+        term.dev.wait_ready()
+        term.dev.mark()  # what follows is searched from here on
+        request = Request(f"{url}/model?x=2")
+        banner = term.wait(rf"breakpoint: (.*)\n(?s:.*?){PROMPT}").group(1)
+        assert banner == "model/main#1 · GET /model?x=2 · notebooks/Model.ipynb, cell 2, line 5"
+        rows = [
+            "  1  \tdef predict(model, x: int = 1):",
+            "  2  \t    weights = model['weights']",
+            "  3  \t    doubled = [w * x for w in weights]",
+            "  4  \t    breakpoint()",
+            "  5  ->\t    return sum(doubled)",
+        ]
+        assert term.command("ll", "  1 ").splitlines() == rows
+        where = term.command("where", "> notebooks/Model.ipynb")
+        assert where.startswith("> notebooks/Model.ipynb, cell 2, line 5, in predict()"), where
+        assert term.command("list", "  1 ").splitlines() == [*rows, "[EOF]"]
+        assert term.command("list 2,3", "  2 ").splitlines() == rows[1:3]
+        assert term.command("list 1", r"\[cell 1\]").splitlines() == [  # cell 1's end too
+            "[cell 1]",
+            "  3  \t    total = sum(weights)",
+            "  4  \t    scale = total / 3",
+            "  5  \t    return {'weights': weights, 'scale': scale}",
+            "  6  \t",
+            "[cell 2]",
+            *rows,
+        ]
+        term.type("c")
+        assert request.answer() == {"component": "main", "result": 12, "status": "ok"}
+    finally:
+        term.close()
