@@ -118,7 +118,7 @@ def init(
         Optional[str],
         typer.Option(
             "--codops",
-            help="The organisation id, [a-z0-9_-]+. Default: the folder's name made valid.",
+            help="The organisation id, \\[a-z0-9_-]+. Default: the folder's name made valid.",
             show_default=False,
         ),
     ] = None,
