@@ -437,7 +437,7 @@ def replay(
 
     Each answer's status, error code, component, result (as JSON) and stream text are compared with the recorded answer, or with the --against host's answer. Prints how many are the same, differ and failed, and the first differences as JSON diffs.
 
-    [bold]Exit codes[/]: 0 every answer is the same · 1 an answer differs or a request failed · 2 bad command line, or FILE is not a recording.
+    [bold]Exit codes[/]: 0 every answer is the same · 1 an answer differs or a request failed · 2 bad command line, or FILE is not a recording · 3 a host refused the connection (the replay stops at the first refusal).
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.replay import run_replay
 

@@ -161,3 +161,20 @@ def test_bad_input_is_exit_2(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert run_peach("replay", str(empty)).returncode == 2
+
+
+def test_nothing_listening_stops_at_the_first_refusal_with_one_message(tmp_path):
+    """Every request would be refused the same way: one message, not one per line."""
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    file = tmp_path / "traffic.jsonl"
+    line = {"method": "GET", "url": "/greet", "query": "", "status": 200, "result": "hi"}
+    file.write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n" + json.dumps(line) + "\n")
+    result = run_peach("replay", str(file), "--url", f"http://127.0.0.1:{port}")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stderr.count("connection refused") == 1, result.stderr
+    assert "replay stopped at the recording's line 1, nothing more was sent" in result.stderr
+    assert "Traceback" not in result.stderr
