@@ -477,6 +477,25 @@ def test_the_pdb_transcript_stays_on_screen_when_the_view_comes_back(
         screen.close()
 
 
+def test_a_crash_the_fallback_answered_counts_for_main_in_the_live_table(project: Path) -> None:
+    """--pdb: main raised (a post-mortem), the fallback answered; both served the request."""
+    args = ["dev", str(project), "--port", "0", "--no-reload", "--shared-env", "--pdb"]
+    screen = Screen(args, 100)
+    try:
+        url = screen.wait(URL_LINE.pattern).group(1)
+        screen.wait(r"replicas healthy")
+        start = len(screen.text())
+        _inspect_then_continue(screen, f"{url}/crash?name=Ada", "crash/main#1")
+        screen.wait(r"crash /crash\n.*\nmain .*\nfallback +#1 +healthy +1 ", start)
+        lines = screen.lines()
+        table = lines[max(n for n, line in enumerate(lines) if line == "crash /crash") :]
+        rows = {line.split()[0]: line.split() for line in table[2:4]}
+        assert rows["main"][:4] == ["main", "#1", "healthy", "1"], "\n".join(lines)
+        assert rows["fallback"][:4] == ["fallback", "#1", "healthy", "1"], "\n".join(lines)
+    finally:
+        screen.close()
+
+
 LATER_CELL_CELLS = [
     "def load():\n"  # cell 1: six lines before the method's cell
     "    weights = [1, 2, 3]\n"

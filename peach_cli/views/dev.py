@@ -398,6 +398,10 @@ class DevView:
             counts[event.arm] = counts.get(event.arm, 0) + 1
             self._dirty = True
         rerouted = event.arm is not None and event.arm != event.component
+        tried = self.replicas.get(event.tried) if event.tried else None
+        if tried is not None:  # the primary failed it, the fallback answered: it counts
+            tried.requests += 1
+            self._dirty = True
         if event.replica:
             row = self._row(event.replica, f"{event.endpoint}/{event.component}")
             row.requests += 1
