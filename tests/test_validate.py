@@ -89,6 +89,13 @@ CASES = [
         "t.peach-test.yaml:2:8",
         "did you mean '/e'?",
     ),
+    (
+        "PC804",
+        HEAD + endpoint(url="/s", method="streamer"),
+        {"t.peach-test.yaml": "- name: a\n  url: /s\n  expect: {text_contains: '0'}\n"},
+        "t.peach-test.yaml:1:3",
+        "add `stream: true` to the case",
+    ),
     ("PC002", b"\x89PNG\r\n\x1a\n\x00\x00garbage\xff", {}, "peach.yaml:1:1", "not UTF-8"),
     ("PC003", "- codops: shop\n", {}, "peach.yaml:1:1", "not a list"),
     ("PC004", "codops: !!python/name:os.system x\n", {}, "peach.yaml:1:9", "!!python/name"),
