@@ -427,6 +427,16 @@ def test_decorator_notebook_without_endpoint(tmp_path):
     assert found["PC110"] == "peach.yaml:7:33"
 
 
+def test_a_dedented_fallback_says_it_belongs_under_components(tmp_path):
+    conf = HEAD + endpoint() + "    fallback:\n      notebook: nb.ipynb\n      method: no_model\n"
+    write_project(tmp_path, conf, NB)
+    (found,) = [d for d in diagnose(tmp_path) if d.code == "PC101"]
+    assert str(found.position) == "peach.yaml:7:5"
+    assert found.message == "unknown key 'fallback' in endpoints.e"
+    assert found.hint is not None
+    assert found.hint.startswith("did you mean endpoints.e.components.fallback?"), found.hint
+
+
 def test_every_code_is_exercised():
     exercised = {c[0] for c in CASES} | {c[0] for c in DECORATOR_CASES} | {"PC305", "PC110"}
     exercised.add("PC006")  # a symlinked conf file: tests/test_hostile_conf.py
