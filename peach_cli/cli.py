@@ -20,11 +20,12 @@ from typing import Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 
-from peach_cli.commands import fasthelp, metavars
+from peach_cli.commands import completion, fasthelp, metavars
 from peach_cli.errors import PeachError
 
 fasthelp.install()  # `peach --help` without markdown-it and pygments
 metavars.install()  # TEXT and PATH in `--help`, not <str> and <path>; nothing beside a flag
+completion.install_bash_script()  # bash passes the whole line: `http://` is one word
 
 app = typer.Typer(
     name="peach",
