@@ -20,11 +20,12 @@ from typing import Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 
-from peach_cli.commands import fasthelp, metavars
+from peach_cli.commands import completion, fasthelp, metavars
 from peach_cli.errors import PeachError
 
 fasthelp.install()  # `peach --help` without markdown-it and pygments
 metavars.install()  # TEXT and PATH in `--help`, not <str> and <path>; nothing beside a flag
+completion.install_bash_script()  # bash passes the whole line: `http://` is one word
 
 app = typer.Typer(
     name="peach",
@@ -118,7 +119,7 @@ def init(
         Optional[str],
         typer.Option(
             "--codops",
-            help="The organisation id, [a-z0-9_-]+. Default: the folder's name made valid.",
+            help="The organisation id, \\[a-z0-9_-]+. Default: the folder's name made valid.",
             show_default=False,
         ),
     ] = None,
@@ -437,7 +438,7 @@ def replay(
 
     Each answer's status, error code, component, result (as JSON) and stream text are compared with the recorded answer, or with the --against host's answer. Prints how many are the same, differ and failed, and the first differences as JSON diffs.
 
-    [bold]Exit codes[/]: 0 every answer is the same · 1 an answer differs or a request failed · 2 bad command line, or FILE is not a recording.
+    [bold]Exit codes[/]: 0 every answer is the same · 1 an answer differs or a request failed · 2 bad command line, or FILE is not a recording · 3 a host refused the connection (the replay stops at the first refusal).
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.replay import run_replay
 

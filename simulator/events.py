@@ -99,6 +99,8 @@ class RequestLogged:
     """The error code and message of an error envelope."""
     arm: str | None = None
     """The A/B arm the request was routed to (endpoints with ``ab:`` only)."""
+    tried: str | None = None
+    """The primary's replica when the fallback answered: it served the request too."""
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,7 @@ class DevGateway:
                     stream=reply.stream,
                     error=reply.error,
                     arm=reply.arm,
+                    tried=reply.tried,
                 )
             )
 

@@ -65,7 +65,8 @@ def diagnose(path: Path) -> list[Diagnostic]:
     if project is not None:
         result = validate_project(project)
         diagnostics += result.diagnostics
-        diagnostics += check_case_files(project.root, [e.url for e in result.endpoints.values()])
+        endpoints = result.endpoints.values()
+        diagnostics += check_case_files(project.root, [e.url for e in endpoints], endpoints)
     return diagnostics
 
 

@@ -149,6 +149,21 @@ def test_compare_shows_each_figure_against_an_earlier_run(dev: DevProcess, tmp_p
     assert f"against {earlier}" in text.stdout and "p99 ms" in text.stdout
 
 
+def test_compare_of_runs_at_another_rate_says_they_differ(dev: DevProcess, tmp_path: Path) -> None:
+    """Twice the --rate achieves twice the rate: that is the setting, not an improvement."""
+    earlier = tmp_path / "before.json"
+    run = ("/pair", "--url", dev.url, "--duration", "0.5", "--warmup", "0")
+    earlier.write_text(json.dumps(figures(*run, "--rate", "20")))
+    result = figures(*run, "--rate", "40", "--compare", str(earlier))
+    assert result["compare_settings"] == [{"setting": "rate", "now": 40.0, "before": 20.0}]
+    rate = next(row for row in result["compare"] if row["key"] == "rate_achieved")
+    assert rate["verdict"] == "higher" and rate["ratio"] > 1.5
+    assert {row["verdict"] for row in result["compare"]} <= {"higher", "lower", "same"}
+    text = bench(*run, "--rate", "40", "--compare", str(earlier))
+    assert "the runs differ in settings (rate 20 → 40)" in text.stdout
+    assert "better" not in text.stdout.split("against", 1)[1], text.stdout
+
+
 def test_compare_refuses_a_file_that_is_not_a_bench_output(tmp_path: Path) -> None:
     other = tmp_path / "other.json"
     other.write_text('{"a": 1}')

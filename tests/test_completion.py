@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from projectkit import write_project
@@ -140,3 +141,81 @@ def test_a_tab_on_ask_and_task_run_is_answered_before_typer_is_imported(tmp_path
         assert not {"typer", "click", "pydantic", "peach_cli.project.loader"} & imported
     # an option still goes through Typer's own completion
     assert "--format" in complete("peach validate --fo", project).stdout
+
+
+class Bash:
+    """An interactive bash on a pty with peach's bash completion installed from
+    `peach --show-completion bash`, as `--install-completion` installs it; what it shows is
+    rendered by a terminal emulator (pyte)."""
+
+    def __init__(self, cwd: Path, home: Path) -> None:
+        import pty
+
+        import pyte
+
+        bin_folder = home / "bin"
+        bin_folder.mkdir()
+        peach = bin_folder / "peach"  # the console script, as pip would write it
+        peach.write_text(f'#!/bin/sh\nexec {sys.executable} -c "{AS_PEACH}" "$@"\n')
+        peach.chmod(0o755)
+        self.primary, secondary = pty.openpty()
+        self.screen = pyte.Screen(100, 24)
+        self.stream = pyte.ByteStream(self.screen)
+        env = {k: v for k, v in os.environ.items() if k != "PEACH_URL"}
+        env.update(PATH=f"{bin_folder}:{env['PATH']}", HOME=str(home), PS1="$ ", TERM="xterm")
+        env.update(INPUTRC="/dev/null", COLUMNS="100", LINES="24")
+        self.process = subprocess.Popen(
+            ["bash", "--norc", "--noprofile", "-i"],
+            stdin=secondary,
+            stdout=secondary,
+            stderr=secondary,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+        os.close(secondary)
+        script = home / "peach-completion.bash"
+        self.type(f"peach --show-completion bash > {script} && . {script} && complete -p peach\n")
+        self.wait_for("complete -o default -F _peach_completion peach")
+        self.wait_for("$")  # the next prompt: readline reads what is typed from now on
+
+    def type(self, text: str) -> None:
+        os.write(self.primary, text.encode())
+
+    def lines(self) -> list[str]:
+        return [line.rstrip() for line in self.screen.display]
+
+    def wait_for(self, line: str, timeout_s: float = 60.0) -> None:
+        """Until ``line`` is a line of the screen (a guard against a hang, not a pause)."""
+        import select
+
+        deadline = time.monotonic() + timeout_s
+        while line not in self.lines():
+            left = deadline - time.monotonic()
+            assert left > 0, "\n".join(self.lines())
+            ready, _, _ = select.select([self.primary], [], [], min(left, 0.5))
+            if ready:
+                self.stream.feed(os.read(self.primary, 65536))
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=10)
+        os.close(self.primary)
+
+
+def test_bash_completes_a_full_url_after_http_colon(tmp_path):
+    """`:` is in COMP_WORDBREAKS: bash splits `http://` into `http`, `:` and `//`; the
+    completion still completes the URL (docs/start.md), in a real bash."""
+    project = new_project(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    bash = Bash(project, home)
+    try:
+        bash.type("peach ask http://\t")
+        bash.wait_for("$ peach ask http://127.0.0.1:8000/")
+        bash.type("\t\t")  # ambiguous: a second <TAB> lists what follows the last `:`
+        bash.wait_for("8000/greet  8000/story")
+        bash.type("s\t")
+        bash.wait_for("$ peach ask http://127.0.0.1:8000/story")
+    finally:
+        bash.close()

@@ -12,6 +12,7 @@ import fcntl
 import os
 import pty
 import re
+import struct
 import subprocess
 import sys
 import termios
@@ -349,5 +350,202 @@ def test_no_debug_skips_breakpoints_in_a_task_on_a_terminal(project: Path, tmp_p
             "breakpoint() at notebooks/Greet.ipynb, cell 7, line 3 skipped (--no-debug)" in output
         )
         assert "returned 2" in output and "(Pdb)" not in output
+    finally:
+        term.close()
+
+
+class Screen:
+    """`peach dev` with a pty as its terminal (input and output), ``columns`` wide: what a
+    terminal shows, rendered by a terminal emulator (pyte) from everything peach wrote."""
+
+    ROWS = 30
+
+    def __init__(self, args: list[str], columns: int) -> None:
+        import pyte
+
+        self.primary, secondary = pty.openpty()
+        size = struct.pack("HHHH", self.ROWS, columns, 0, 0)
+        fcntl.ioctl(secondary, termios.TIOCSWINSZ, size)
+        self.screen = pyte.HistoryScreen(columns, self.ROWS, history=1000)
+        self.stream = pyte.ByteStream(self.screen)
+        self.raw = b""
+        self.changed = threading.Condition()
+        env = dict(os.environ, NO_COLOR="1", COLUMNS=str(columns), LINES=str(self.ROWS))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "peach_cli.cli", *args],
+            stdin=secondary,
+            stdout=secondary,
+            stderr=secondary,
+            cwd=REPO,
+            env=dict(env, PYTHONUNBUFFERED="1", TERM="xterm"),
+            start_new_session=True,
+            preexec_fn=_take_terminal,
+        )
+        os.close(secondary)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.primary, 65536)
+            except OSError:  # the terminal closed
+                data = b""
+            with self.changed:
+                if data:
+                    self.raw += data
+                    self.stream.feed(data)
+                self.changed.notify_all()
+            if not data:
+                return
+
+    def text(self) -> str:
+        """Everything written so far, control sequences left out (to wait on)."""
+        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", self.raw.decode(errors="replace"))
+
+    def wait(self, pattern: str, after: int = 0) -> re.Match[str]:
+        """The first match of ``pattern`` in ``text()`` from offset ``after``."""
+        deadline = time.monotonic() + DEADLINE_S
+        with self.changed:
+            while True:
+                match = re.compile(pattern).search(self.text(), after)
+                if match is not None:
+                    return match
+                left = deadline - time.monotonic()
+                assert left > 0 and self.reader.is_alive(), (pattern, self.text()[after:])
+                self.changed.wait(left)
+
+    def type(self, line: str) -> None:
+        os.write(self.primary, line.encode() + b"\n")
+
+    def lines(self) -> list[str]:
+        """The lines shown: the scrollback, then the screen (trailing blanks dropped)."""
+        with self.changed:
+            columns = self.screen.columns
+            rows = [*self.screen.history.top, *(self.screen.buffer[y] for y in range(self.ROWS))]
+            shown = ["".join(row[x].data for x in range(columns)).rstrip() for row in rows]
+        while shown and not shown[-1]:
+            shown.pop()
+        return shown
+
+    def close(self) -> None:
+        with_group_killed(self.process)
+        self.process.wait(timeout=DEADLINE_S)
+        self.reader.join(DEADLINE_S)
+        os.close(self.primary)
+
+
+def _inspect_then_continue(screen: Screen, url: str, who: str) -> list[str]:
+    """Stop at ``url``, print ``name``, continue; the lines shown once the view is back."""
+    start = len(screen.text())
+    request = Request(url)
+    screen.wait(rf"(?s){who} · GET .*{PROMPT}", start)
+    screen.type("p name")
+    screen.wait(rf"p name\n'Ada'\n{PROMPT}", start)
+    screen.type("c")
+    assert request.answer()["result"] in ("hello Ada", "from the fallback")
+    continued = screen.wait(rf"debugger: {who} continues", start).end()
+    logged = screen.wait(r"GET /\w+ 200", continued).end()
+    screen.wait(r"healthy", logged)  # the live table, drawn again after the request's line
+    return screen.lines()
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_the_pdb_transcript_stays_on_screen_when_the_view_comes_back(
+    project: Path, columns: int
+) -> None:
+    """The live view (a pty is peach's terminal) pauses for pdb and comes back below what
+    pdb printed, drawing over none of it: after a breakpoint and after a post-mortem."""
+    args = ["dev", str(project), "--port", "0", "--no-reload", "--shared-env", "--pdb"]
+    screen = Screen(args, columns)
+    try:
+        url = screen.wait(URL_LINE.pattern).group(1)
+        screen.wait(r"replicas healthy")
+        for kind, path, who in (
+            ("breakpoint", "greet", "greet/main#1"),
+            ("post-mortem", "crash", "crash/main#1"),
+        ):
+            lines = _inspect_then_continue(screen, f"{url}/{path}?name=Ada", who)
+            shown = "\n".join(lines)
+            transcript = ["(Pdb) p name", "'Ada'", "(Pdb) c", f"debugger: {who} continues"]
+            assert transcript[-1] in lines, shown
+            at = lines.index(transcript[-1])
+            assert lines[at - 3 : at + 1] == transcript, shown
+            assert any(line.startswith(f"{kind}: {who} · GET") for line in lines[:at]), shown
+            assert any("healthy" in line for line in lines[at + 1 :]), shown  # the view, below
+    finally:
+        screen.close()
+
+
+def test_a_crash_the_fallback_answered_counts_for_main_in_the_live_table(project: Path) -> None:
+    """--pdb: main raised (a post-mortem), the fallback answered; both served the request."""
+    args = ["dev", str(project), "--port", "0", "--no-reload", "--shared-env", "--pdb"]
+    screen = Screen(args, 100)
+    try:
+        url = screen.wait(URL_LINE.pattern).group(1)
+        screen.wait(r"replicas healthy")
+        start = len(screen.text())
+        _inspect_then_continue(screen, f"{url}/crash?name=Ada", "crash/main#1")
+        screen.wait(r"crash /crash\n.*\nmain .*\nfallback +#1 +healthy +1 ", start)
+        lines = screen.lines()
+        table = lines[max(n for n, line in enumerate(lines) if line == "crash /crash") :]
+        rows = {line.split()[0]: line.split() for line in table[2:4]}
+        assert rows["main"][:4] == ["main", "#1", "healthy", "1"], "\n".join(lines)
+        assert rows["fallback"][:4] == ["fallback", "#1", "healthy", "1"], "\n".join(lines)
+    finally:
+        screen.close()
+
+
+LATER_CELL_CELLS = [
+    "def load():\n"  # cell 1: six lines before the method's cell
+    "    weights = [1, 2, 3]\n"
+    "    total = sum(weights)\n"
+    "    scale = total / 3\n"
+    "    return {'weights': weights, 'scale': scale}\n"
+    "\n",
+    "def predict(model, x: int = 1):\n"  # cell 2
+    "    weights = model['weights']\n"
+    "    doubled = [w * x for w in weights]\n"
+    "    breakpoint()\n"
+    "    return sum(doubled)\n",
+]
+
+
+def test_list_ll_and_where_number_lines_by_the_cell_as_the_banner(tmp_path: Path) -> None:
+    """The method's cell comes after the init's: pdb's listings count from the cell's first
+    line (``cell 2, line 5`` is line 5 with the arrow), not from the joined module's."""
+    project = _project(tmp_path / "p", INIT_CONF, "Model.ipynb", LATER_CELL_CELLS)
+    args = ["dev", str(project), "--port", "0", "--no-reload", "--shared-env"]
+    term = Terminal(args, tmp_path / "dev.log")
+    try:
+        url = term.serve()
+        term.dev.wait_ready()
+        term.dev.mark()  # what follows is searched from here on
+        request = Request(f"{url}/model?x=2")
+        banner = term.wait(rf"breakpoint: (.*)\n(?s:.*?){PROMPT}").group(1)
+        assert banner == "model/main#1 · GET /model?x=2 · notebooks/Model.ipynb, cell 2, line 5"
+        rows = [
+            "  1  \tdef predict(model, x: int = 1):",
+            "  2  \t    weights = model['weights']",
+            "  3  \t    doubled = [w * x for w in weights]",
+            "  4  \t    breakpoint()",
+            "  5  ->\t    return sum(doubled)",
+        ]
+        assert term.command("ll", "  1 ").splitlines() == rows
+        where = term.command("where", "> notebooks/Model.ipynb")
+        assert where.startswith("> notebooks/Model.ipynb, cell 2, line 5, in predict()"), where
+        assert term.command("list", "  1 ").splitlines() == [*rows, "[EOF]"]
+        assert term.command("list 2,3", "  2 ").splitlines() == rows[1:3]
+        assert term.command("list 1", r"\[cell 1\]").splitlines() == [  # cell 1's end too
+            "[cell 1]",
+            "  3  \t    total = sum(weights)",
+            "  4  \t    scale = total / 3",
+            "  5  \t    return {'weights': weights, 'scale': scale}",
+            "  6  \t",
+            "[cell 2]",
+            *rows,
+        ]
+        term.type("c")
+        assert request.answer() == {"component": "main", "result": 12, "status": "ok"}
     finally:
         term.close()

@@ -459,6 +459,30 @@ def test_the_site_builds_with_strict_checks(tmp_path):
     )
     assert built.returncode == 0, built.stderr
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+    # read offline, nothing from the network: no font, script, style or image from elsewhere
+    external = []
+    asset = re.compile(
+        r"<(?:script|img|iframe|source|link)\b[^>]*\b(?:src|href)=[\"']((?:https?:)?//[^\"']+)"
+        r"|url\(\s*[\"']?((?:https?:)?//[^)\"']+)|@import\s+[\"']((?:https?:)?//[^\"']+)"
+    )
+    for path in (tmp_path / "site").rglob("*"):
+        if path.suffix in (".html", ".css", ".js"):
+            for match in asset.finditer(path.read_text(errors="replace")):
+                external.append((path.name, next(group for group in match.groups() if group)))
+    assert external == [], external[:5]
+    page = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    assert "stylesheets/extra.css" in page  # the wider grid: 100-column help boxes fit
+
+
+def test_the_docs_extra_builds_the_site_without_ray():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert {re.split(r"[<>=\[]", r)[0] for r in extras["docs"]} == {"mkdocs", "mkdocs-material"}
+    assert "peach-cli[docs]" in extras["test"]
+    assert "site/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
 def nav_pages(nav) -> list[str]:

@@ -144,6 +144,13 @@ def test_an_invalid_codops_is_a_usage_error_with_a_suggestion(tmp_path):
     assert "--codops big-shop" in result.stderr
 
 
+def test_the_help_shows_the_codops_pattern(tmp_path):
+    """Rich takes ``[...]`` for markup: the pattern must be shown, not eaten."""
+    result = peach("init", "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "The organisation id, [a-z0-9_-]+." in result.stdout
+
+
 def test_a_codops_that_yaml_would_read_as_a_number_stays_a_string(tmp_path):
     result = peach("init", "shop", "--codops", "1_000", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

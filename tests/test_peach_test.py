@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import yaml
 from cli_support import REPO, run_peach
 from conftest import PROJECTS, start_peach_dev
 
@@ -187,7 +188,12 @@ def test_k_selects_by_name(dev, cases):
 def test_no_case_found_is_exit_2(dev, cases, tmp_path):
     nothing = peach_test(str(cases / "passing.peach-test.yaml"), "--url", dev.url, "-k", "zzz")
     assert nothing.returncode == 2
-    assert "no case found" in nothing.stderr and "'zzz'" in nothing.stderr
+    assert "no case matches -k 'zzz'" in nothing.stderr
+    assert "ending in .peach-test.yaml" not in nothing.stderr  # cases there are: none match
+    names = [
+        case["name"] for case in yaml.safe_load((cases / "passing.peach-test.yaml").read_text())
+    ]
+    assert f"{len(names)} cases in 1 file: {names[0]!r}" in nothing.stderr
     shutil.copytree(REPO / "examples" / "quickstart", tmp_path / "q", ignore=_no_cases)
     empty = peach_test(str(tmp_path / "q"))
     assert empty.returncode == 2

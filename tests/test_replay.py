@@ -249,3 +249,20 @@ def test_a_recorded_url_naming_a_host_is_refused_at_its_line_and_nothing_is_sent
     assert f"{hostile}:2: url '{url}' names a host" in " ".join(result.stderr.split())
     assert "Traceback" not in result.stderr
     assert not connected(foreign) and not connected(base)
+
+
+def test_nothing_listening_stops_at_the_first_refusal_with_one_message(tmp_path):
+    """Every request would be refused the same way: one message, not one per line."""
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    file = tmp_path / "traffic.jsonl"
+    line = {"method": "GET", "url": "/greet", "query": "", "status": 200, "result": "hi"}
+    file.write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n" + json.dumps(line) + "\n")
+    result = run_peach("replay", str(file), "--url", f"http://127.0.0.1:{port}")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stderr.count("connection refused") == 1, result.stderr
+    assert "replay stopped at the recording's line 1, nothing more was sent" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -212,7 +212,10 @@ def test_doctor_lists_missing_secrets_and_who_needs_them(project):
     assert checks["secrets"]["details"]["missing"] == {
         "NEEDY_KEY": ["needy/main", "task needy_task"]
     }
-    assert MISSING in checks["secrets"]["summary"]
+    assert checks["secrets"]["summary"] == (
+        "secret NEEDY_KEY (needed by needy/main, task needy_task) is not set: "
+        "export it or add it to .env"
+    )
     (project / ".env").write_text("READER_KEY=r\nTASK_KEY=t\nNEEDY_KEY=n\n")
     result = run_peach("doctor", str(project), "--format", "json")
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}

@@ -214,3 +214,20 @@ def test_a_long_output_line_is_cut_once_not_split_into_lines():
         "short",
         "b" * MAX_LINE_BYTES + f" … ({70_000 - MAX_LINE_BYTES} more bytes of this line not shown)",
     ]
+
+
+def test_the_assistant_examples_retrain_changes_no_tracked_file(tmp_path: Path) -> None:
+    """The tutorial's `peach task run retrain examples/assistant`, in a clone: the version
+    it writes is in a file git ignores, and the next run reads it."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "assistant"
+    repo = Path(shutil.copytree(example, tmp_path / "assistant"))
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "example"], check=True)
+    for old, new in (("1", "2"), ("2", "3")):
+        run = run_peach("task", "run", "retrain", str(repo), "--shared-env")
+        assert run.returncode == 0, run.stderr
+        assert f"knowledge version {old} -> {new}" in run.stdout
+        status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+        assert status.stdout == "", status.stdout

@@ -89,6 +89,13 @@ CASES = [
         "t.peach-test.yaml:2:8",
         "did you mean '/e'?",
     ),
+    (
+        "PC804",
+        HEAD + endpoint(url="/s", method="streamer"),
+        {"t.peach-test.yaml": "- name: a\n  url: /s\n  expect: {text_contains: '0'}\n"},
+        "t.peach-test.yaml:1:3",
+        "add `stream: true` to the case",
+    ),
     ("PC002", b"\x89PNG\r\n\x1a\n\x00\x00garbage\xff", {}, "peach.yaml:1:1", "not UTF-8"),
     ("PC003", "- codops: shop\n", {}, "peach.yaml:1:1", "not a list"),
     ("PC004", "codops: !!python/name:os.system x\n", {}, "peach.yaml:1:9", "!!python/name"),
@@ -418,6 +425,16 @@ def test_decorator_notebook_without_endpoint(tmp_path):
     found = {d.code: str(d.position) for d in diagnose(tmp_path)}
     assert found["PC305"] == "peach.yaml:7:23"
     assert found["PC110"] == "peach.yaml:7:33"
+
+
+def test_a_dedented_fallback_says_it_belongs_under_components(tmp_path):
+    conf = HEAD + endpoint() + "    fallback:\n      notebook: nb.ipynb\n      method: no_model\n"
+    write_project(tmp_path, conf, NB)
+    (found,) = [d for d in diagnose(tmp_path) if d.code == "PC101"]
+    assert str(found.position) == "peach.yaml:7:5"
+    assert found.message == "unknown key 'fallback' in endpoints.e"
+    assert found.hint is not None
+    assert found.hint.startswith("did you mean endpoints.e.components.fallback?"), found.hint
 
 
 def test_every_code_is_exercised():

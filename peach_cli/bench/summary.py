@@ -205,8 +205,24 @@ def _get(figures: Any, dotted: str) -> Any:
     return None
 
 
+SETTINGS = ("target", "mode", "rate", "concurrency", "warmup_s")
+"""What a run was asked to do: two runs that differ in one are not like for like."""
+
+
+def differing_settings(current: dict[str, Any], earlier: dict[str, Any]) -> list[dict[str, Any]]:
+    """The settings two runs differ in: ``{"setting", "now", "before"}`` each."""
+    return [
+        {"setting": key, "now": current.get(key), "before": earlier.get(key)}
+        for key in SETTINGS
+        if current.get(key) != earlier.get(key)
+    ]
+
+
 def compare(current: dict[str, Any], earlier: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each figure both runs have, now against before: the ratio and whether it is better."""
+    """Each figure both runs have, now against before: the ratio and whether it is better —
+    or, when the runs differ in settings (``differing_settings``), only whether it is higher
+    or lower: doubling ``--rate`` doubles the rate achieved, which is no improvement."""
+    judged = not differing_settings(current, earlier)
     rows = []
     for label, key, higher_is_better in COMPARED:
         now, before = _get(current, key), _get(earlier, key)
@@ -215,6 +231,8 @@ def compare(current: dict[str, Any], earlier: dict[str, Any]) -> list[dict[str, 
         ratio = None if before == 0 else round(now / before, 3)
         if now == before:
             verdict = "same"
+        elif not judged:
+            verdict = "higher" if now > before else "lower"
         elif (now > before) == higher_is_better:
             verdict = "better"
         else:
@@ -232,4 +250,4 @@ def compare(current: dict[str, Any], earlier: dict[str, Any]) -> list[dict[str, 
     return rows
 
 
-__all__ = ["COMPARED", "PERCENTILES", "Recorder", "compare"]
+__all__ = ["COMPARED", "PERCENTILES", "SETTINGS", "Recorder", "compare", "differing_settings"]

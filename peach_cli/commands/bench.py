@@ -50,7 +50,7 @@ def run_bench(
     """Run `peach bench`; return the exit code (usage mistakes raise ``UsageError``)."""
     from peach_cli.bench.capacity import CapacitySampler
     from peach_cli.bench.loadgen import LoadPlan, address_of, encode, run_load
-    from peach_cli.bench.summary import Recorder, compare
+    from peach_cli.bench.summary import Recorder, compare, differing_settings
 
     if output not in ("text", "json"):
         raise UsageError(f"--format must be text or json, not {output!r}")
@@ -128,16 +128,18 @@ def run_bench(
     )
     figures["capacity"] = capacity
     rows = compare(figures, earlier) if earlier is not None else None
+    differences = differing_settings(figures, earlier) if earlier is not None else []
     if output == "json":
         if rows is not None:
             figures["compare"] = rows
+            figures["compare_settings"] = differences
         from peach_cli.views.console import print_json
 
         print_json(figures, channel="bench")
     else:
         render_summary(figures)
         if rows is not None:
-            render_compare(rows, compare_file)
+            render_compare(rows, compare_file, differences)
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_NO_ANSWER if recorder.answered == 0 else 0

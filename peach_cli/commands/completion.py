@@ -8,6 +8,14 @@ Typer attaches them with ``autocompletion=``::
 
     target: Annotated[str, typer.Argument(autocompletion=complete_target)]
     name: Annotated[str, typer.Argument(autocompletion=complete_task)]
+
+Bash splits the words it completes at the characters of ``COMP_WORDBREAKS``, ``:`` among
+them: for ``peach ask http://`` the word under the cursor is ``//``, and bash replaces only
+what follows the last ``:``. peach's bash script (``BASH_SCRIPT``, what
+``--install-completion`` installs) also passes the line up to the cursor (``COMP_LINE``) and
+``COMP_WORDBREAKS``; the completer takes the whole word from the line and answers with the
+part bash replaces, as bash-completion's ``_get_comp_words_by_ref -n :`` and
+``__ltrim_colon_completions`` do.
 """
 
 from __future__ import annotations
@@ -22,6 +30,30 @@ from typing import Any
 DEFAULT_DEV_URL = "http://127.0.0.1:8000"
 URL_ENV = "PEACH_URL"
 _MAX_FILE_BYTES = 4 * 1024 * 1024
+
+BASH_SCRIPT = """
+%(complete_func)s() {
+    local IFS=$'\\n'
+    COMPREPLY=( $( env COMP_WORDS="${COMP_WORDS[*]}" \\
+                   COMP_CWORD=$COMP_CWORD \\
+                   COMP_LINE="${COMP_LINE:0:COMP_POINT}" \\
+                   COMP_WORDBREAKS="$COMP_WORDBREAKS" \\
+                   %(autocomplete_var)s=complete_bash $1 ) )
+    return 0
+}
+
+complete -o default -F %(complete_func)s %(prog_name)s
+"""
+"""Typer's bash script, passing also the line up to the cursor (``COMP_LINE``) and the
+characters bash splits words at (``COMP_WORDBREAKS``)."""
+
+
+def install_bash_script() -> None:
+    """Make ``--install-completion`` and ``--show-completion`` write ``BASH_SCRIPT`` for
+    bash (Typer keeps its scripts in a dict; ``tests/test_completion.py`` checks that)."""
+    from typer import _completion_shared
+
+    _completion_shared._completion_scripts["bash"] = BASH_SCRIPT
 
 
 def conf_files(folder: Path) -> list[Path]:
@@ -171,8 +203,13 @@ def answer_fast() -> None:
         cword = int(os.environ["COMP_CWORD"])
     except (KeyError, ValueError):
         return
-    args = words[1:cword]
-    incomplete = words[cword] if cword < len(words) else ""
+    args, incomplete = words[1:cword], words[cword] if cword < len(words) else ""
+    kept = 0
+    whole = words_of_line(os.environ.get("COMP_LINE"))
+    if whole is not None:  # the words as typed, not split at ':'
+        args, incomplete = whole[1:-1], whole[-1]
+        breaks = os.environ.get("COMP_WORDBREAKS", "")
+        kept = max((incomplete.rfind(c) + 1 for c in breaks if not c.isspace()), default=0)
     if incomplete.startswith("-"):
         return
     if args == ["ask"]:
@@ -183,5 +220,28 @@ def answer_fast() -> None:
         return
     from peach_cli.boundary import shown, write_report
 
-    write_report("\n".join(shown(value) for value, _ in found), channel="terminal")
+    # bash replaces what follows the word's last break: `//` of `http://`
+    write_report("\n".join(shown(value[kept:]) for value, _ in found), channel="terminal")
     sys.exit(0)
+
+
+def words_of_line(line: str | None) -> list[str] | None:
+    """The words of a command line up to the cursor, as the shell will pass them, the last
+    one the word under the cursor (``""`` after a space); None when it cannot be split.
+
+    >>> words_of_line("peach ask http://127.0.0.1:8000/g")
+    ['peach', 'ask', 'http://127.0.0.1:8000/g']
+    >>> words_of_line("peach task run ")
+    ['peach', 'task', 'run', '']
+    """
+    if line is None:
+        return None
+    import shlex
+
+    try:
+        words = shlex.split(line)
+    except ValueError:  # an open quote
+        return None
+    if not line or line[-1].isspace():
+        words.append("")
+    return words if len(words) >= 2 else None

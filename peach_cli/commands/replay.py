@@ -1,7 +1,8 @@
 """`peach replay`: send a recording's requests again and say which answers changed.
 
 Exit codes: 0 every answer is the same, 1 an answer differs (or a request failed), 2 the
-command line is wrong or the file is not a recording.
+command line is wrong or the file is not a recording, 3 a host refused the connection (the
+replay stops there: every other request would fail the same way).
 """
 
 from __future__ import annotations

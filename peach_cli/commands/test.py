@@ -69,6 +69,7 @@ def load_selected(
     from peach_cli.checks.validate import invalid
     from peach_cli.project.diagnostics import has_errors, sort_key
     from peach_cli.testing.cases import SUFFIX, check_urls, load_cases
+    from peach_cli.wording import count
 
     loaded, diagnostics = load_cases(root, files or None)
     if urls is not None:
@@ -78,11 +79,20 @@ def load_selected(
         error = invalid(root, diagnostics, "testing")
         error.exit_code = EXIT_USAGE
         raise error
+    names = [c.case.name for f in loaded for c in f.cases]
     selected = select(loaded, keyword)
     if not any(f.cases for f in selected):
         where = ", ".join(str(f) for f in files) if files else str(root)
+        if keyword and names:
+            shown = ", ".join(repr(name) for name in names[:5])
+            more = f", … ({len(names) - 5} more)" if len(names) > 5 else ""
+            raise UsageError(
+                f"no case matches -k {keyword!r}: no case name contains it",
+                hint=f"{count(len(names), 'case')} in {count(len(loaded), 'file')}: "
+                f"{shown}{more} (-k is case-sensitive; leave it out to run them all)",
+            )
         raise UsageError(
-            f"no case found in {where}" + (f" whose name contains {keyword!r}" if keyword else ""),
+            f"no case found in {where}",
             hint=f"write cases in a file ending in {SUFFIX} (see `peach schema --tests`)",
         )
     return selected

@@ -7,8 +7,9 @@ Exit codes of ``peach validate``: 0 no error (warnings allowed unless ``--strict
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import UsageError
 from peach_cli.wording import count
@@ -40,7 +41,9 @@ def run_validate(project: Path, *, output_format: str = "text", strict: bool = F
         result = validate_project(loaded)
         diagnostics += result.diagnostics
         endpoints = len(result.endpoints)
-        diagnostics += check_case_files(loaded.root, endpoint_urls(loaded, result))
+        diagnostics += check_case_files(
+            loaded.root, endpoint_urls(loaded, result), result.endpoints.values()
+        )
     diagnostics.sort(key=sort_key)
     counts = {s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")}
     failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
@@ -78,14 +81,16 @@ def endpoint_urls(project: Project, result: Validation) -> list[str]:
     return list(dict.fromkeys([*declared, *(e.url for e in result.endpoints.values())]))
 
 
-def check_case_files(root: Path, urls: list[str]) -> list:
+def check_case_files(root: Path, urls: list[str], endpoints: Iterable[Any] = ()) -> list:
     """The problems of the project's case files (``*.peach-test.yaml``): their schema, and
-    urls that are not endpoints (when the endpoints are known: ``urls`` is not empty)."""
-    from peach_cli.testing.cases import check_urls, load_cases
+    urls that are not endpoints (when the endpoints are known: the conf has no error), and
+    stream expectations of streaming ``endpoints`` without ``stream: true``."""
+    from peach_cli.testing.cases import check_streams, check_urls, load_cases, streaming_urls
 
     files, diagnostics = load_cases(root)
     if urls:
         diagnostics += check_urls(files, urls)
+    diagnostics += check_streams(files, streaming_urls(endpoints))
     return diagnostics
 
 

@@ -119,11 +119,13 @@ def check_secrets(root: Path, conf: PeachConf) -> Check | None:
     if not missing:
         summary = f"{count(len(users), 'secret')} set ({', '.join(sorted(users))})"
         return Check("secrets", "ok", summary, details=details)
-    needs = "; ".join(f"{s}: {', '.join(users[s]) or 'unused'}" for s in missing)
+    needed = [
+        f"{s} ({'needed by ' + ', '.join(users[s]) if users[s] else 'unused'})" for s in missing
+    ]
     return Check(
         "secrets",
         "warn",
-        f"{missing_message(missing)} (needed by {needs})",
+        missing_message(needed),
         "export them, or add NAME=value lines to the project's .env (never commit it)",
         details,
     )

@@ -66,6 +66,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC801": ("error", "case file is not a list"),
     "PC802": ("error", "case name used twice"),
     "PC803": ("error", "case url is not an endpoint"),
+    "PC804": ("error", "stream expected without stream: true"),
 }
 """code -> (severity, short title): the documented table above, as data."""
 
@@ -163,6 +164,10 @@ MEANINGS: dict[str, str] = {
     "PC801": "a `*.peach-test.yaml` case file whose top level is not a list of cases",
     "PC802": "two cases with the same name in one case file",
     "PC803": 'a case whose url is not an endpoint of the project (with "did you mean")',
+    "PC804": (
+        "a case that expects a stream (`text_contains`, `chunks_min`, `cut`) of an endpoint "
+        "whose method streams, without `stream: true`"
+    ),
 }
 """code -> what it means, at more length: the documentation's table of codes (docs/reference/
 codes.md) is generated from ``CODES`` and this."""

@@ -472,6 +472,21 @@ def _unmerged_problem(key: str, value: Any) -> dict[str, Any] | None:
 # --- validating against the model -------------------------------------------------------------
 
 
+def _misplaced_component(loc: tuple[Any, ...], value: Any) -> str | None:
+    """The hint for a component written at its endpoint's level (``fallback:`` dedented out
+    of ``components:``): where it belongs."""
+    if len(loc) != 3 or loc[0] != "endpoints":
+        return None
+    key = str(loc[2])
+    looks_like = isinstance(value, dict) and ("notebook" in value or "method" in value)
+    if key not in ("main", "fallback") and not looks_like:
+        return None
+    return (
+        f"did you mean endpoints.{loc[1]}.components.{key}? a component (the fallback "
+        "too) goes under the endpoint's components:, indented below it"
+    )
+
+
 def schema_diagnostic(item: Any, locate: Any, model: type) -> Diagnostic:
     """Turn one pydantic error into a diagnostic at the position of the node it is about.
 
@@ -490,8 +505,10 @@ def schema_diagnostic(item: Any, locate: Any, model: type) -> Diagnostic:
                 "declare them in py_environments (base or a named env) and set py_env: NAME",
             )
         allowed = _allowed_keys(model, loc[:-1])
-        hint = did_you_mean(key, allowed) or (
-            f"allowed keys: {', '.join(allowed)}" if allowed else None
+        hint = (
+            did_you_mean(key, allowed)
+            or _misplaced_component(loc, item.get("input"))
+            or (f"allowed keys: {', '.join(allowed)}" if allowed else None)
         )
         return Diagnostic("PC101", f"unknown key '{key}' in {where}", locate(loc, key=True), hint)
     if kind == "missing":

@@ -30,7 +30,12 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.runtime.contract.results import code_filename, notebook_position
+from peach_cli.runtime.contract.results import (
+    cell_line,
+    code_filename,
+    module_line,
+    notebook_position,
+)
 
 if TYPE_CHECKING:
     import pdb
@@ -260,6 +265,56 @@ def _define() -> type[pdb.Pdb]:
             if filename in _CODES:
                 text = text.replace(f"{filename}({line})", f"{position(filename, line)}, in ", 1)
             return text
+
+        def _here(self) -> tuple[NotebookCode, int] | None:
+            """The notebook code of the current frame and its line (None: not notebook code)."""
+            frame = getattr(self, "curframe", None)
+            code = None if frame is None else _CODES.get(frame.f_code.co_filename)
+            return None if code is None or frame is None else (code, frame.f_lineno)
+
+        def do_list(self, arg: str) -> Any:
+            """``list N`` and ``list FIRST,LAST`` in notebook code count from the first line
+            of the current line's cell, as the listings and the banner do."""
+            here = self._here()
+            parts = arg.split(",") if arg else []
+            if here is None or not parts or not all(p.strip().isdigit() for p in parts):
+                return super().do_list(arg)
+            code, at = here
+            cell, _ = cell_line(code, at)
+            numbers = [int(part) for part in parts]
+            count = len(numbers) == 2 and numbers[1] < numbers[0]  # FIRST,COUNT
+            for n, number in enumerate(numbers):
+                line = module_line(code, cell, number) if cell is not None else None
+                if line is not None and not (count and n == 1):
+                    numbers[n] = line
+            return super().do_list(",".join(map(str, numbers)))
+
+        do_l = do_list
+
+        def _print_lines(self, lines: Any, start: int, breaks: Any = (), frame: Any = None) -> None:
+            """Lines of notebook code numbered by their cell (``[cell N]`` before the lines
+            of another cell than the current line's), as the banner and ``where`` say."""
+            here = self._here()
+            if here is None:
+                super()._print_lines(lines, start, breaks, frame)
+                return
+            code, at = here
+            current = frame.f_lineno if frame else -1
+            raised = getattr(self, "tb_lineno", {}).get(frame, -1) if frame else -1
+            shown_cell, _ = cell_line(code, at)
+            # the blank line that ends each cell in the joined module is in no cell
+            starts = [first for first, _, _ in code.line_map][1:]
+            joins = {first - 1 for first in starts} | {code.source.count("\n")}
+            for lineno, line in enumerate(lines, start):
+                if lineno in joins and not line.strip():
+                    continue
+                cell, number = cell_line(code, lineno)
+                if cell != shown_cell:
+                    self.message(f"[cell {cell}]")
+                    shown_cell = cell
+                mark = "B" if lineno in breaks else " "
+                mark += "->" if lineno == current else (">>" if lineno == raised else "")
+                self.message(f"{str(number).rjust(3):<4}{mark}\t{line.rstrip()}")
 
         def _connect(self, frame: Any, tb: Any) -> bool:
             if frame is None and tb is not None:

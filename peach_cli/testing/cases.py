@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -29,6 +30,9 @@ from peach_cli.project.loader import (
     relative_name,
     schema_diagnostic,
 )
+
+if TYPE_CHECKING:
+    from peach_cli.runtime.plan import EndpointSpec
 
 SUFFIX = ".peach-test.yaml"
 
@@ -279,6 +283,65 @@ def check_urls(files: list[CaseFile], urls: list[str]) -> list[Diagnostic]:
     return problems
 
 
+STREAM_KEYS = ("text_contains", "chunks_min", "cut")
+"""The expect keys about a stream: a case needs ``stream: true`` for them."""
+
+
+def streaming_urls(endpoints: Iterable[EndpointSpec]) -> dict[str, str]:
+    """url → the method of each endpoint whose primary method streams (a generator, sync
+    or async), read from its code (never run)."""
+    import ast
+
+    from peach_cli.project.notebook import is_generator
+
+    found = {}
+    for endpoint in endpoints:
+        component = endpoint.components.get(endpoint.primary)
+        if component is None:
+            continue
+        try:
+            tree = ast.parse(component.source)
+        except (SyntaxError, ValueError):
+            continue
+        functions = [
+            node
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.name == component.method
+        ]
+        if functions and is_generator(functions[-1]):  # the last definition wins
+            found[endpoint.url] = component.method
+    return found
+
+
+def check_streams(files: list[CaseFile], streaming: dict[str, str]) -> list[Diagnostic]:
+    """PC804 for each case that expects a stream (``text_contains``, ``chunks_min``,
+    ``cut``) of an endpoint that streams, without ``stream: true``: it would fail at run
+    time (``stream_required``, or an answer that is no stream)."""
+    from peach_cli.runtime.plan import url_key
+
+    methods = {url_key(url): method for url, method in streaming.items()}
+    problems = []
+    for case_file in files:
+        for loaded in case_file.cases:
+            case = loaded.case
+            method = methods.get(url_key(case.url))
+            keys = [key for key in STREAM_KEYS if key in case.expect.model_fields_set]
+            if case.stream or method is None or not keys:
+                continue
+            problems.append(
+                Diagnostic(
+                    "PC804",
+                    f"case '{case.name}': {' and '.join(keys)} "
+                    f"{'reads' if len(keys) == 1 else 'read'} a stream, but the case does not "
+                    f"ask for one ({case.url} streams: '{method}' is a generator)",
+                    loaded.position,
+                    "add `stream: true` to the case",
+                )
+            )
+    return problems
+
+
 def _at(positions: dict[Path_, NodePosition], path: Path_, name: str) -> Position:
     found = positions.get(path)
     return found.value if found is not None else Position(name, 1, 1)
@@ -311,8 +374,10 @@ __all__ = [
     "CaseFile",
     "Expect",
     "LoadedCase",
+    "check_streams",
     "check_urls",
     "find_case_files",
     "json_schema",
     "load_cases",
+    "streaming_urls",
 ]

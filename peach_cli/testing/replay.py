@@ -251,7 +251,9 @@ def replay(
     ignore: list[str] | None = None,
     timeout_s: float = 60.0,
 ) -> list[ReplayOutcome]:
-    """Send every entry to ``url`` (and ``against``) in order; compare each answer."""
+    """Send every entry to ``url`` (and ``against``) in order; compare each answer.
+    ``ServerUnreachable`` when a host refuses a connection: the rest is not sent (every
+    request would fail the same way)."""
     from peach_cli.boundary import mask_value
     from peach_cli.client.send import Client
     from peach_cli.testing.run import json_diff, json_equal
@@ -296,6 +298,14 @@ def _answer(
     from peach_cli.testing.run import observe_request
 
     observed = observe_request(client, request_of(entry, base, timeout_s))
+    if observed.refused:
+        from peach_cli.client.send import ServerUnreachable
+
+        raise ServerUnreachable(
+            f"{observed.failure}: replay stopped at the recording's line {entry.line}, "
+            "nothing more was sent",
+            hint="start the server (`peach dev`), or give its address with --url",
+        )
     if observed.failure is not None:
         return None, observed.failure
     return observed_answer(observed), None

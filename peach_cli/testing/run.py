@@ -51,6 +51,8 @@ class Observed:
     total_ms: float = 0.0
     failure: str | None = None
     """Why no answer came (cannot connect, timed out, ...)."""
+    refused: bool = False
+    """No answer came because the connection was refused: nothing listens there."""
 
     @property
     def component(self) -> str | None:
@@ -112,7 +114,10 @@ def observe_request(client: Client, request: Any) -> Observed:
         if observed.status and observed.stream:
             observed.cut = True  # ResponseCut, or a stall: the stream did not end cleanly
         else:
+            from peach_cli.client.send import ServerUnreachable
+
             observed.failure = error.message
+            observed.refused = isinstance(error, ServerUnreachable)
     observed.total_ms = (time.perf_counter() - started) * 1000
     if not observed.elapsed_ms:
         observed.elapsed_ms = observed.total_ms

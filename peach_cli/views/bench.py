@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,14 +164,30 @@ def render_summary(figures: dict[str, Any]) -> None:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
 
-def render_compare(rows: list[dict[str, Any]], path: Path | None) -> None:
+def render_compare(
+    rows: list[dict[str, Any]], path: Path | None, differences: Sequence[dict[str, Any]] = ()
+) -> None:
+    """The figures against an earlier run's; runs that differ in settings are said to, and
+    their figures shown higher or lower, never better or worse."""
+    from rich.markup import escape
+
     console = stdout()
-    console.print(f"[bold]against {path}[/]", highlight=False)
+    console.print(f"[bold]against {escape(str(path))}[/]", highlight=False)
+    if differences:
+        changes = ", ".join(
+            f"{d['setting']} {_setting(d['before'])} → {_setting(d['now'])}" for d in differences
+        )
+        console.print(
+            f"  [yellow]the runs differ in settings ({escape(changes)}): "
+            "not like for like: each figure is only higher or lower[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
     if not rows:
         console.print("  no figure in common", highlight=False)
         return
     width = max(len(row["figure"]) for row in rows)
-    colour = {"better": "green", "worse": "red", "same": "dim"}
+    colour = {"better": "green", "worse": "red", "same": "dim", "higher": "cyan", "lower": "cyan"}
     for row in rows:
         ratio = "" if row["ratio"] is None else f" ×{row['ratio']:g}"
         console.print(
@@ -178,6 +195,10 @@ def render_compare(rows: list[dict[str, Any]], path: Path | None) -> None:
             f"  [{colour[row['verdict']]}]{row['verdict']}[/]",
             highlight=False,
         )
+
+
+def _setting(value: Any) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 __all__ = ["Progress", "render_compare", "render_summary"]

@@ -155,18 +155,24 @@ class DevView:
     def start(self) -> None:
         """Start the live table (if enabled) and the periodic flush of log lines."""
         if self.live_enabled:
-            from rich.live import Live
-
-            self._live = Live(
-                self.render(),
-                console=self.console,
-                auto_refresh=False,
-                transient=True,
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
-            self._live.start()
+            self._start_live()
         self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    def _start_live(self) -> None:
+        """A new live table below the last line printed. (A stopped ``Live`` started again
+        would first move up over as many lines as its last table had, and draw over them:
+        a pdb session's transcript printed since.)"""
+        from rich.live import Live
+
+        self._live = Live(
+            self.render(),
+            console=self.console,
+            auto_refresh=False,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
 
     def stop(self) -> None:
         if self._task is not None:
@@ -300,7 +306,7 @@ class DevView:
             self._paused = False
             self._write([Text(f"debugger: {event.who} continues", style="dim")])
             if self._live is not None:
-                self._live.start()
+                self._start_live()
             self._dirty = True
             self.flush()
 
@@ -386,6 +392,10 @@ class DevView:
             counts[event.arm] = counts.get(event.arm, 0) + 1
             self._dirty = True
         rerouted = event.arm is not None and event.arm != event.component
+        tried = self.replicas.get(event.tried) if event.tried else None
+        if tried is not None:  # the primary failed it, the fallback answered: it counts
+            tried.requests += 1
+            self._dirty = True
         if event.replica:
             row = self._row(event.replica, f"{event.endpoint}/{event.component}")
             row.requests += 1

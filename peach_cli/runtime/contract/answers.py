@@ -40,6 +40,8 @@ class Answer:
     body: dict[str, Any]
     component: str | None = None
     replica: str | None = None
+    tried: str | None = None
+    """The replica of the primary when the fallback answered: it served the request too."""
 
     def body_bytes(self) -> bytes:
         return _ENVELOPE.encode(self.body).encode()
@@ -204,7 +206,9 @@ async def answer(
     if fallback_name and wants_fallback:
         fallback = await _attempt(call, endpoint, fallback_name, timeout_s)
         if fallback.ok:
-            return Answer(200, ok_envelope(fallback.result), fallback_name, fallback.replica)
+            return Answer(
+                200, ok_envelope(fallback.result), fallback_name, fallback.replica, primary.replica
+            )
         if primary.ok:  # the primary's empty result stands when the fallback fails too
             return Answer(200, ok_envelope(primary.result), name, primary.replica)
         assert primary.code is not None and primary.message is not None

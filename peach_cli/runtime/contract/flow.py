@@ -137,6 +137,8 @@ class HttpReply:
     gone: bool = False
     source: ChunkStream | None = None
     """The host's stream behind ``chunks``."""
+    tried: str | None = None
+    """The primary's replica when the fallback answered (``Answer.tried``)."""
 
     async def aclose(self) -> None:
         """Stop the host's stream (the user's generator) if it still runs."""
@@ -157,7 +159,15 @@ def answer_reply(answer: Answer, arm: str | None = None) -> HttpReply:
         details = answer.body.get("error") or {}
         error = f"{details.get('code')}: {details.get('message')}"
     return HttpReply(
-        answer.status, headers, body, None, answer.component, answer.replica, arm, error
+        answer.status,
+        headers,
+        body,
+        None,
+        answer.component,
+        answer.replica,
+        arm,
+        error,
+        tried=answer.tried,
     )
 
 

@@ -138,13 +138,34 @@ def code_filename(code: NotebookCode) -> str:
     return f"<{code.source_name}>"
 
 
-def notebook_position(spec: NotebookCode, line: int) -> str:
-    """Where line ``line`` of the extracted module is in the notebook: ``cell 3, line 2``."""
-    position = f"line {line}"
+def cell_line(spec: NotebookCode, line: int) -> tuple[int | None, int]:
+    """The cell and the line in it of line ``line`` of the extracted module (cell None:
+    before every cell, or code not joined from cells).
+
+    >>> from types import SimpleNamespace
+    >>> cell_line(SimpleNamespace(line_map=((1, 1, 1), (7, 2, 1))), 10)
+    (2, 4)
+    """
+    found: tuple[int | None, int] = (None, line)
     for first_line, cell, first_cell_line in spec.line_map:
         if first_line <= line:
-            position = f"cell {cell}, line {first_cell_line + line - first_line}"
-    return position
+            found = (cell, first_cell_line + line - first_line)
+    return found
+
+
+def module_line(spec: NotebookCode, cell: int, line: int) -> int | None:
+    """The line of the extracted module that is line ``line`` of cell ``cell`` (None: the
+    cell is not in the module)."""
+    for first_line, number, first_cell_line in spec.line_map:
+        if number == cell:
+            return first_line + line - first_cell_line
+    return None
+
+
+def notebook_position(spec: NotebookCode, line: int) -> str:
+    """Where line ``line`` of the extracted module is in the notebook: ``cell 3, line 2``."""
+    cell, number = cell_line(spec, line)
+    return f"line {line}" if cell is None else f"cell {cell}, line {number}"
 
 
 def user_traceback(error: BaseException, spec: NotebookCode) -> str:
