@@ -13,7 +13,7 @@ waiting session starts. Replicas never get the terminal themselves.
 
 The gateway tells the relay which HTTP request a replica's call serves: ``DevGateway`` sets
 ``REQUEST_LINE``, and ``Replica.call`` registers the call (``register``) with its deadline
-(``answers.CALL_DEADLINE``) while it waits for the answer.
+(the contract's ``Deadline``, from the call's ``Attempt``) while it waits for the answer.
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def request_line(method: str, path: str, query: bytes) -> str:
 
 
 class Deadline(Protocol):
-    """A call's ``timeout_s`` bound as the relay suspends it: an ``asyncio.Timeout``, or the
-    fast lane's timer (``simulator.fastlane``)."""
+    """A call's ``timeout_s`` bound as the relay suspends it: the contract's ``Deadline``,
+    or a task run's ``asyncio.Timeout`` (``simulator.tasks.run``)."""
 
     def when(self) -> float | None: ...
 

@@ -22,6 +22,12 @@ the request is for, and the server must use it instead of ``Host``: the protocol
 the request's ``Host`` header, so that the Host check (``LocalService``) judges it, on both
 paths (the fast lane takes only targets that are a path).
 
+A request a lane takes (``simulator.fastlane``) has no ASGI cycle: the protocol gives it a
+``LaneConnection`` instead, which stands in for uvicorn's cycle (what the protocol reads of
+one) and writes the lane's answer as uvicorn's cycle writes one. Everything of uvicorn's
+internals this server relies on is in this module (``tests/test_uvicorn_shape.py`` checks
+their shape against the installed uvicorn).
+
 A response leaves in one send: uvicorn writes its head and its body separately, which wakes
 the client twice (it reads the head, then waits for the body); each request's writes go
 through ``HeadWithBody``, which holds the head until the body follows in the same turn of
@@ -37,7 +43,7 @@ from typing import Any, Protocol
 
 import httptools
 from uvicorn.protocols.http.flow_control import FlowControl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 MAX_HEAD_BYTES = 64 * 1024
 """Request line plus headers; browsers and proxies stay well under 16 KiB."""
@@ -49,22 +55,103 @@ HEAD_TIMEOUT_VARIABLE = "PEACH_HEAD_TIMEOUT_S"
 
 
 class TakenRequest(Protocol):
-    """A request a ``Lane`` took at its head: the connection's cycle until answered."""
+    """A request a ``Lane`` took at its head."""
 
-    body: bytes
-    response_complete: bool
-
-    def start(self) -> bool:
-        """The body is in: answer it (False: the general path must take it after all)."""
+    def start(self, connection: LaneConnection) -> bool:
+        """The body is in (``connection.body``): answer it on ``connection`` (False: the
+        general path must take it after all)."""
         ...
 
 
 class Lane(Protocol):
     """Takes requests whose answer needs no ASGI cycle (``simulator.fastlane``)."""
 
-    def claim(self, protocol: Any) -> TakenRequest | None:
-        """The request whose head ``protocol`` has just read, if the lane takes it."""
+    def claim(
+        self,
+        method: bytes,
+        http_version: str,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        client: str | None,
+    ) -> TakenRequest | None:
+        """The request whose head has just been read (``client``: its address), if the lane
+        takes it."""
         ...
+
+
+class _NoEvent:
+    """What uvicorn sets on a cycle when its connection is lost: nothing waits on it here."""
+
+    __slots__ = ()
+
+    def set(self) -> None:
+        pass
+
+
+_NO_EVENT = _NoEvent()
+
+
+class LaneConnection:
+    """The connection as a lane's request sees it, and the protocol's ``cycle`` meanwhile:
+    it has what uvicorn reads of one (``response_complete``, ``disconnected``,
+    ``keep_alive``, ``message_event``), and ``reply`` writes the answer."""
+
+    __slots__ = (
+        "body",
+        "loop",
+        "response_complete",
+        "disconnected",
+        "keep_alive",
+        "message_event",
+        "_protocol",
+        "_taken",
+    )
+
+    def __init__(
+        self, protocol: BoundedHttpToolsProtocol, taken: TakenRequest, keep_alive: bool
+    ) -> None:
+        self.body = b""
+        """The request's body, as it arrives."""
+        self.loop = protocol.loop
+        self.response_complete = False
+        self.disconnected = False
+        self.keep_alive = keep_alive
+        """False after ``Connection: close`` (and when uvicorn shuts down meanwhile)."""
+        self.message_event = _NO_EVENT
+        self._protocol = protocol
+        self._taken = taken
+
+    def start(self) -> bool:
+        return self._taken.start(self)
+
+    def reply(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """Write the answer as uvicorn's cycle writes one (its status line, its default
+        headers, ``connection: close`` when the connection ends), with the body in the same
+        write, and let the connection go on to its next request."""
+        protocol = self._protocol
+        transport = protocol.transport
+        self.response_complete = True
+        if not transport.is_closing():
+            content = [STATUS_LINE[status]]
+            for name, value in protocol.server_state.default_headers:
+                content += (name, b": ", value, b"\r\n")
+            for name, value in headers:
+                content += (name, b": ", value, b"\r\n")
+            if not self.keep_alive:
+                content.append(b"connection: close\r\n")
+            content += (b"\r\n", body)
+            transport.write(b"".join(content))
+            if not self.keep_alive:
+                transport.close()
+        protocol.on_response_complete()
+
+    def close_unanswered(self) -> bool:
+        """Close the connection, as uvicorn does when an application raises; True when
+        nothing had been answered yet."""
+        unanswered = not self.response_complete
+        self.response_complete = True
+        self._protocol.transport.close()
+        return unanswered
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -76,7 +163,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     fast_lane: Lane | None = None
     """Takes plain calls without an ASGI cycle (``simulator.fastlane``); set per server."""
-    _fast: TakenRequest | None = None
+    _fast: LaneConnection | None = None
     """The request whose body the fast lane is reading."""
     _reading_head = True
     _head_bytes = 0
@@ -195,8 +282,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if lane is not None and not self.pipeline:
             cycle = self.cycle
             if cycle is None or cycle.response_complete:
-                fast = lane.claim(self)
-                if fast is not None:
+                parser = self.parser
+                client = self.client
+                taken = lane.claim(
+                    parser.get_method(),
+                    parser.get_http_version(),
+                    self.url,
+                    self.headers,
+                    client[0] if client else None,
+                )
+                if taken is not None:
+                    fast = LaneConnection(self, taken, parser.should_keep_alive())
                     self._fast = fast
                     self.cycle = fast  # type: ignore[assignment]
                     return

@@ -164,7 +164,7 @@ class ReplicaPool:
         except Unavailable as error:
             return CallResult.failure("unavailable", str(error))
         attempt.replica = replica.id
-        return await replica.call(params)
+        return await replica.call(params, attempt.deadline)
 
     async def open_stream(self, params: RequestParams, attempt: Attempt) -> ReplicaStream:
         """Open a stream on the best replica, recorded in ``attempt`` (raises ``Unavailable``,

@@ -21,8 +21,13 @@ from typing import Any
 import psutil
 
 from peach_cli.procmem import Memory, process_memory
-from peach_cli.runtime.contract import CallResult, ContractError, RequestParams, StreamCut
-from peach_cli.runtime.contract.answers import CALL_DEADLINE
+from peach_cli.runtime.contract import (
+    CallResult,
+    ContractError,
+    Deadline,
+    RequestParams,
+    StreamCut,
+)
 from peach_cli.runtime.plan import ComponentSpec
 from peach_cli.runtime.protocol import (
     STREAM_WINDOW_BYTES,
@@ -332,8 +337,9 @@ class Replica:
         if self.outstanding == 0:
             self._idle.set()
 
-    async def call(self, params: RequestParams) -> CallResult:
-        """One non-streaming call; cancelling it cancels the call in the replica."""
+    async def call(self, params: RequestParams, deadline: Deadline | None = None) -> CallResult:
+        """One non-streaming call; cancelling it cancels the call in the replica. A
+        breakpoint in it suspends ``deadline`` (its ``timeout_s``)."""
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
 
         def answered(result: CallResult) -> None:
@@ -347,7 +353,7 @@ class Replica:
             )
         relay = debug.active
         if relay is not None:  # a breakpoint in this call suspends its timeout
-            relay.register(self.id, request_id, CALL_DEADLINE.get())
+            relay.register(self.id, request_id, deadline)
         try:
             return await future
         except asyncio.CancelledError:

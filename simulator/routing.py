@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from peach_cli.runtime.contract import Attempt, CallResult, RequestParams
 from peach_cli.runtime.plan import EndpointSpec
 from simulator.pool import ReplicaPool
 
@@ -24,6 +25,14 @@ class Route:
 
     def __post_init__(self) -> None:
         self.idle.set()
+
+    def method_kind(self, component: str) -> str | None:
+        """The kind of ``component``'s method, once one of its replicas has said it."""
+        return self.pools[component].method_kind
+
+    async def call(self, component: str, params: RequestParams, attempt: Attempt) -> CallResult:
+        """One non-streaming call of ``component`` (``contract.Caller``)."""
+        return await self.pools[component].call(params, attempt)
 
     def enter(self) -> None:
         self.inflight += 1

@@ -377,3 +377,38 @@ def test_every_channel_a_writer_names_is_registered() -> None:
                 if isinstance(node.value, ast.Constant):
                     named.add(node.value.value)
     assert named and named <= set(CHANNELS), sorted(named - set(CHANNELS))
+
+
+FLOW_DECISIONS = {"parse_request", "choose_arm"}
+"""What ``contract.Flow.prepare`` decides for every driver of the flow (SPEC §2)."""
+CONNECTION_TIMERS = {"simulator.http_protocol": "a slow client's head and body (SPEC §6)"}
+"""Loop timers that bound a connection, not a call (a call's is the contract's ``Deadline``)."""
+
+
+def _called_names(tree: ast.Module) -> set[str]:
+    """The names ``tree`` calls: ``f(…)`` and ``x.f(…)`` as ``f``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                names.add(func.id)
+            elif isinstance(func, ast.Attribute):
+                names.add(func.attr)
+    return names
+
+
+def test_the_gateways_drive_the_flow_and_keep_no_timer_of_a_call() -> None:
+    """The dev gateway (its fast lane included) and the Ray ingress parse no request,
+    choose no arm and time no call themselves: ``contract.Flow``'s steps and its
+    ``Deadline`` do, for every path (issue 36)."""
+    found = []
+    for name, path in _sources().items():
+        if not name.startswith(("simulator.", "peach_cli.deploy.")):
+            continue
+        called = _called_names(ast.parse(path.read_text()))
+        found += [f"{name} calls {decision}" for decision in sorted(called & FLOW_DECISIONS)]
+        if "call_at" in called and name not in CONNECTION_TIMERS:
+            found.append(f"{name} calls loop.call_at")
+    assert found == []
+    assert "simulator.fastlane" in _sources()  # the lane is looked at

@@ -8,7 +8,10 @@ can observe lives here, one concept a module:
 * ``request`` — ``parse_request`` (405/413/400, query + JSON body merge, ``stream`` taken
   out before any default applies);
 * ``flow`` — ``Flow``: the whole request flow over a ``Host`` (read the body, parse, choose
-  the arm, stream or call, the reply and all its headers); each gateway is a transport;
+  the arm, stream or call, the reply and all its headers), in steps every driver calls
+  (``prepare``, ``settle``, ``finish``); each gateway is a transport;
+* ``deadline`` — ``Deadline``: ``timeout_s`` of one call, one loop timer on every path,
+  which the debugger relay suspends;
 * ``transport`` — what both gateways share: ``read_body`` up to the limit, the ``dispatch``
   decision (stream, ``stream_required`` or plain call), the 503 message;
 * ``ab`` — ``choose_arm``: which component (arm) of an A/B test answers a request, and
@@ -50,6 +53,7 @@ from peach_cli.runtime.contract.binding import (
     convert_body_value,
     convert_query_value,
 )
+from peach_cli.runtime.contract.deadline import Deadline
 from peach_cli.runtime.contract.errors import (
     ERROR_STATUS,
     ContractError,
@@ -58,12 +62,14 @@ from peach_cli.runtime.contract.errors import (
     StreamCut,
 )
 from peach_cli.runtime.contract.flow import (
+    Caller,
     ClientGone,
     Flow,
     Host,
     HttpReply,
     HttpRequest,
     Opened,
+    Prepared,
     answer_reply,
     stream_reply,
 )
@@ -107,10 +113,12 @@ __all__ = [
     "Answer",
     "Attempt",
     "CallResult",
+    "Caller",
     "ComponentCall",
     "ComponentRunner",
     "ClientGone",
     "ContractError",
+    "Deadline",
     "Dispatch",
     "Flow",
     "Host",
@@ -120,6 +128,7 @@ __all__ = [
     "MethodKind",
     "MethodSignature",
     "Opened",
+    "Prepared",
     "HttpReply",
     "RequestParams",
     "ResultNotJSON",

@@ -1,14 +1,13 @@
 """What the gateway answers: envelopes, the stream-required error, the fallback rule.
 
-``answer`` runs the primary component bounded by ``timeout_s`` and then, when it raised,
-timed out or returned nothing, the fallback; hosts supply only how a component is reached
-(a ``ComponentCall``).
+``answer`` runs the primary component bounded by ``timeout_s`` (``attempt``), settles
+it when its result is a success (``succeeded``) and otherwise ``finish``es: the fallback
+when it raised, timed out or returned nothing, else the error answer. Hosts supply only how
+a component is reached (a ``ComponentCall``); ``contract.Flow`` calls these steps.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import dataclasses
 import json
 import time
@@ -16,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from peach_cli.runtime.contract.deadline import Deadline, bounded
 from peach_cli.runtime.contract.errors import ERROR_STATUS
 from peach_cli.runtime.plan import EndpointSpec
 
@@ -123,6 +123,9 @@ class Attempt:
     starting_since: float | None = None
     """When the component's replicas began starting (``time.monotonic()``), set by a host
     whose call waits for one: a timeout then says they are still starting, and for how long."""
+    deadline: Deadline | None = None
+    """The call's ``timeout_s`` (set by ``attempt``): a host registers it with the debugger
+    relay, which suspends it while the call is stopped at a breakpoint."""
 
 
 ComponentCall = Callable[[str, Attempt], Awaitable[CallResult]]
@@ -134,12 +137,6 @@ failure. It must not raise for anything a user did.
 """
 
 _FALLBACK_CODES = frozenset({"method_error", "timeout"})
-
-CALL_DEADLINE: contextvars.ContextVar[asyncio.Timeout | None] = contextvars.ContextVar(
-    "peach_call_deadline", default=None
-)
-"""The ``timeout_s`` bound of the call under way: a host suspends it while the call is
-stopped in the debugger (``simulator.debug``)."""
 
 
 def timed_out(endpoint: EndpointSpec, attempt: Attempt, timeout_s: float) -> CallResult:
@@ -153,21 +150,23 @@ def timed_out(endpoint: EndpointSpec, attempt: Attempt, timeout_s: float) -> Cal
     return CallResult.failure("timeout", message, attempt.replica)
 
 
-async def _attempt(
+async def attempt(
     call: ComponentCall, endpoint: EndpointSpec, component: str, timeout_s: float
 ) -> CallResult:
-    attempt = Attempt(component)
+    """One call of ``component`` bounded by ``timeout_s`` (its ``Attempt`` carries the
+    ``Deadline``); running out is the ``timeout`` failure."""
+    tried = Attempt(component)
+
+    async def run(deadline: Deadline) -> CallResult:
+        tried.deadline = deadline
+        return await call(component, tried)
+
     try:
-        async with asyncio.timeout(timeout_s) as deadline:  # no extra task, unlike wait_for
-            token = CALL_DEADLINE.set(deadline)
-            try:
-                result = await call(component, attempt)
-            finally:
-                CALL_DEADLINE.reset(token)
+        result = await bounded(timeout_s, run)
     except TimeoutError:
-        result = timed_out(endpoint, attempt, timeout_s)
+        result = timed_out(endpoint, tried, timeout_s)
     if result.replica is None:
-        result.replica = attempt.replica
+        result.replica = tried.replica
     return result
 
 
@@ -180,31 +179,31 @@ def succeeded(primary: CallResult, name: str) -> Answer | None:
 
 
 async def answer(
-    endpoint: EndpointSpec,
-    call: ComponentCall,
-    timeout_s: float,
-    arm: str | None = None,
-    primary: CallResult | None = None,
+    endpoint: EndpointSpec, call: ComponentCall, timeout_s: float, arm: str | None = None
 ) -> Answer:
     """Answer a non-streaming call: the primary, bounded by ``timeout_s``, then the fallback.
 
     ``arm`` is the component that plays the primary for this request (an A/B test's arm,
-    from ``choose_arm``; default the endpoint's primary). The fallback answers (with the
-    same parameters: the host's ``call`` carries them) when it raised, timed out or
-    returned nothing, whichever arm it was; caller mistakes (``bad_request``) and
-    ``unavailable`` are returned as they are. A host that already has the primary's
-    result (the dev gateway's fast lane) passes it as ``primary``.
+    from ``choose_arm``; default the endpoint's primary).
     """
     name = arm or endpoint.primary
-    if primary is None:
-        primary = await _attempt(call, endpoint, name, timeout_s)
-    answered = succeeded(primary, name)
-    if answered is not None:
-        return answered
+    primary = await attempt(call, endpoint, name, timeout_s)
+    return succeeded(primary, name) or await finish(endpoint, call, timeout_s, name, primary)
+
+
+async def finish(
+    endpoint: EndpointSpec, call: ComponentCall, timeout_s: float, name: str, primary: CallResult
+) -> Answer:
+    """The answer when ``primary`` (the result of ``name``) did not settle it alone.
+
+    The fallback answers (with the same parameters: the host's ``call`` carries them) when
+    the primary raised, timed out or returned nothing, whichever arm it was; caller
+    mistakes (``bad_request``) and ``unavailable`` are returned as they are.
+    """
     fallback_name = endpoint.fallback
     wants_fallback = primary.empty if primary.ok else primary.code in _FALLBACK_CODES
     if fallback_name and wants_fallback:
-        fallback = await _attempt(call, endpoint, fallback_name, timeout_s)
+        fallback = await attempt(call, endpoint, fallback_name, timeout_s)
         if fallback.ok:
             return Answer(
                 200, ok_envelope(fallback.result), fallback_name, fallback.replica, primary.replica

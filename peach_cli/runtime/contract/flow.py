@@ -2,7 +2,19 @@
 
 ``Flow.handle`` is the whole sequence, for ``peach dev`` and for Ray alike::
 
-    read_body → parse_request → choose_arm → count the arm → stream, or call → the reply
+    read_body → prepare → stream, or call → settle, or finish → the reply
+
+and each step but the reading and the call is a method any driver of the flow calls:
+
+* ``prepare`` (synchronous): parse the request, choose the A/B arm, count it, and say
+  whether it streams or is a call (``Prepared``), or the contract's refusal (400, 405, 413);
+* the call of the arm, bounded by ``timeout_s`` (a ``Deadline``, which the debugger
+  relay suspends at a breakpoint);
+* ``settle`` (synchronous): the reply when the arm's result is a success on its own;
+* ``finish``: the fallback and the error answers, for a result ``settle`` did not settle.
+
+The dev gateway's fast lane (``simulator.fastlane``) drives the same steps with the call
+answered through a callback instead of awaited; it decides nothing of its own.
 
 A gateway is only a transport around it, as an httpx transport is around the client's
 logic. It hands over the request (``HttpRequest``: method, query string, headers and the
@@ -16,7 +28,7 @@ A host's part, for each component of the endpoint:
 * ``call(component, params, attempt)`` — one non-streaming call on a replica (recorded in
   ``attempt.replica``), waiting for one that is starting. It returns the replica's
   ``CallResult`` and never raises for anything a user did: no replica that can serve is an
-  ``unavailable`` failure. The flow bounds it by ``timeout_s`` (``answers.answer``).
+  ``unavailable`` failure. The flow bounds it by ``timeout_s`` (``attempt.deadline``).
 * ``open_stream(component, params, attempt)`` — a request that asked for a stream. The host
   waits for a replica (streams are not bounded by ``timeout_s``) and returns ``Opened``:
   with ``chunks`` when the method is a generator (bytes, each as it is yielded, raising
@@ -38,6 +50,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+import peach_cli.runtime.contract.answers as answers
 from peach_cli.runtime.contract.ab import choose_arm
 from peach_cli.runtime.contract.answers import (
     COMPONENT_HEADER,
@@ -45,8 +58,8 @@ from peach_cli.runtime.contract.answers import (
     Answer,
     Attempt,
     CallResult,
-    answer,
     error_answer,
+    succeeded,
 )
 from peach_cli.runtime.contract.errors import ContractError, StreamCut
 from peach_cli.runtime.contract.request import (
@@ -55,7 +68,7 @@ from peach_cli.runtime.contract.request import (
     parse_query_string,
     parse_request,
 )
-from peach_cli.runtime.contract.transport import Receive, read_body
+from peach_cli.runtime.contract.transport import STREAMING_KINDS, Receive, read_body
 from peach_cli.runtime.plan import EndpointSpec
 
 Headers = list[tuple[bytes, bytes]]
@@ -98,12 +111,16 @@ class Opened:
     """The method is not one and the opening call carries its result (else it is called)."""
 
 
-class Host(Protocol):
-    """How a gateway reaches the components of one endpoint (see the module docstring)."""
+class Caller(Protocol):
+    """What ``finish`` needs of a host: the non-streaming calls (the fallback's)."""
 
     async def call(self, component: str, params: RequestParams, attempt: Attempt) -> CallResult:
         """One non-streaming call of ``component``; failures are ``CallResult``s."""
         ...
+
+
+class Host(Caller, Protocol):
+    """How a gateway reaches the components of one endpoint (see the module docstring)."""
 
     async def open_stream(self, component: str, params: RequestParams, attempt: Attempt) -> Opened:
         """A stream request to ``component``; raises ``ContractError`` or ``ClientGone``."""
@@ -201,6 +218,24 @@ async def _relay(chunks: ChunkStream, reply: HttpReply) -> AsyncIterator[bytes]:
         raise
 
 
+@dataclass(slots=True, eq=False)
+class Prepared:
+    """A request ``prepare`` has read: what the rest of the flow serves."""
+
+    endpoint: EndpointSpec
+    params: RequestParams
+    arm: str
+    """The component that answers as the primary (an A/B test's arm, else the primary)."""
+    logged_arm: str | None
+    """``arm`` for an endpoint with an A/B test (the log and the reply name it), else None."""
+    stream: bool
+    """The request asked for a stream (the host's ``open_stream`` serves it)."""
+
+
+MethodKinds = Callable[[str], str | None]
+"""A component's method kind (``runner.method_kind``), None while it is not known yet."""
+
+
 class Flow:
     """SPEC §2 for one gateway; ``arm_requests`` counts the requests routed to each A/B arm."""
 
@@ -209,28 +244,79 @@ class Flow:
         self.arm_requests: dict[str, dict[str, int]] = {}
         """Endpoint name → A/B arm → requests routed to it."""
 
-    async def handle(
-        self, endpoint: EndpointSpec, request: HttpRequest, host: Host, timeout_s: float
-    ) -> HttpReply:
-        """Serve one request to ``endpoint``: the reply to send (see the module docstring)."""
-        limit = self.max_body_bytes
+    def prepare(
+        self,
+        endpoint: EndpointSpec,
+        method: str,
+        query_string: bytes,
+        body: bytes,
+        *,
+        calls_only: MethodKinds | None = None,
+    ) -> Prepared | HttpReply | None:
+        """Parse the request, choose its arm and count it: a ``Prepared`` request, or the
+        reply refusing it (405, 413, 400).
+
+        ``calls_only``: the caller serves calls only (it relays no stream), knowing the arms'
+        method kinds through it; a request that streams or may — it asks for a stream, its
+        arm's method is a generator or not known yet — is None then, and nothing is counted:
+        the caller hands it to the general path, which prepares it again.
+        """
         try:
-            body = await read_body(request.receive, request.headers, limit)
-            if body is None:
-                return HttpReply(CLIENT_GONE, [], error="client disconnected", gone=True)
-            query = parse_query_string(request.query_string)
-            params, wants_stream = parse_request(request.method, query, body, max_body_bytes=limit)
-        except ContractError as error:  # 405, 413 (before the body is all in memory), 400
+            query = parse_query_string(query_string)
+            params, wants_stream = parse_request(
+                method, query, body, max_body_bytes=self.max_body_bytes
+            )
+        except ContractError as error:  # 405, 413, 400
             return answer_reply(error_answer(error.code, error.message))
         arm = choose_arm(endpoint, params)
+        if calls_only is not None:
+            kind = calls_only(arm)
+            if wants_stream or kind is None or kind in STREAMING_KINDS:
+                return None
         logged_arm = None
         if endpoint.ab is not None:
             counts = self.arm_requests.setdefault(endpoint.name, {})
             counts[arm] = counts.get(arm, 0) + 1
             logged_arm = arm
+        return Prepared(endpoint, params, arm, logged_arm, wants_stream)
+
+    def settle(self, prepared: Prepared, primary: CallResult) -> HttpReply | None:
+        """The reply when the arm's result settles the request alone (a success that is not
+        empty: no fallback is asked), else None: ``finish`` answers."""
+        answered = succeeded(primary, prepared.arm)
+        return None if answered is None else answer_reply(answered, prepared.logged_arm)
+
+    async def finish(
+        self, prepared: Prepared, primary: CallResult, host: Caller, timeout_s: float
+    ) -> HttpReply:
+        """The reply for an arm's result ``settle`` did not settle: the fallback's (each of
+        its calls bounded by ``timeout_s``), or the error answer."""
+        params = prepared.params
+
+        async def call(component: str, attempt: Attempt) -> CallResult:
+            return await host.call(component, params, attempt)
+
+        answered = await answers.finish(prepared.endpoint, call, timeout_s, prepared.arm, primary)
+        return answer_reply(answered, prepared.logged_arm)
+
+    async def handle(
+        self, endpoint: EndpointSpec, request: HttpRequest, host: Host, timeout_s: float
+    ) -> HttpReply:
+        """Serve one request to ``endpoint``: the reply to send (see the module docstring)."""
+        try:
+            body = await read_body(request.receive, request.headers, self.max_body_bytes)
+        except ContractError as error:  # 413 before the body is all in memory
+            return answer_reply(error_answer(error.code, error.message))
+        if body is None:
+            return HttpReply(CLIENT_GONE, [], error="client disconnected", gone=True)
+        prepared = self.prepare(endpoint, request.method, request.query_string, body)
+        assert prepared is not None  # (None is for a caller that serves calls only)
+        if isinstance(prepared, HttpReply):
+            return prepared
+        arm, params = prepared.arm, prepared.params
         opened: Opened | None = None
         opened_on: str | None = None
-        if wants_stream:
+        if prepared.stream:
             attempt = Attempt(arm)
             try:
                 opened = await host.open_stream(arm, params, attempt)
@@ -238,28 +324,65 @@ class Flow:
                 refused = error_answer(
                     error.code, error.message, component=arm, replica=attempt.replica
                 )
-                return answer_reply(refused, logged_arm)
+                return answer_reply(refused, prepared.logged_arm)
             except ClientGone:
                 return HttpReply(
                     CLIENT_GONE,
                     [],
                     component=arm,
-                    arm=logged_arm,
+                    arm=prepared.logged_arm,
                     error="client disconnected",
                     stream=True,
                     gone=True,
                 )
             if opened.chunks is not None:
                 media_type = endpoint.components[arm].media_type
-                return stream_reply(media_type, arm, attempt.replica, opened.chunks, logged_arm)
+                return stream_reply(
+                    media_type, arm, attempt.replica, opened.chunks, prepared.logged_arm
+                )
             opened_on = attempt.replica  # not a generator: the envelope answers
 
+        caller: Caller = host
+        if opened is not None and opened.result is not None:
+            caller = _OpeningCall(host, arm, opened.result, opened_on)
+        return await self.serve_call(prepared, caller, timeout_s)
+
+    async def serve_call(self, prepared: Prepared, host: Caller, timeout_s: float) -> HttpReply:
+        """A call, awaited: the arm bounded by ``timeout_s``, then ``settle`` or ``finish``."""
+        params = prepared.params
+
         async def call(component: str, attempt: Attempt) -> CallResult:
-            nonlocal opened
-            if opened is not None and opened.result is not None and component == arm:
-                result, opened = opened.result, None  # the opening call answers (once)
-                attempt.replica = opened_on
-                return await result(attempt)
             return await host.call(component, params, attempt)
 
-        return answer_reply(await answer(endpoint, call, timeout_s, arm), logged_arm)
+        primary = await answers.attempt(call, prepared.endpoint, prepared.arm, timeout_s)
+        settled = self.settle(prepared, primary)
+        if settled is not None:
+            return settled
+        return await self.finish(prepared, primary, host, timeout_s)
+
+
+class _OpeningCall:
+    """The host, but for the arm's call when the call that opened a stream carries its
+    result (on Ray): that call answers it, once (the fallback is called through the host)."""
+
+    __slots__ = ("host", "arm", "result", "replica")
+
+    def __init__(
+        self,
+        host: Caller,
+        arm: str,
+        result: Callable[[Attempt], Awaitable[CallResult]],
+        replica: str | None,
+    ) -> None:
+        self.host = host
+        self.arm = arm
+        self.result: Callable[[Attempt], Awaitable[CallResult]] | None = result
+        self.replica = replica
+
+    async def call(self, component: str, params: RequestParams, attempt: Attempt) -> CallResult:
+        result = self.result
+        if result is None or component != self.arm:
+            return await self.host.call(component, params, attempt)
+        self.result = None
+        attempt.replica = self.replica
+        return await result(attempt)
