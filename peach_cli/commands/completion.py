@@ -16,6 +16,11 @@ what follows the last ``:``. peach's bash script (``BASH_SCRIPT``, what
 ``COMP_WORDBREAKS``; the completer takes the whole word from the line and answers with the
 part bash replaces, as bash-completion's ``_get_comp_words_by_ref -n :`` and
 ``__ltrim_colon_completions`` do.
+
+zsh keeps ``http://127.0.0.1:8000/`` one word. ``--install-completion`` writes peach's zsh
+script (``ZSH_SCRIPT``) to ``~/.zfunc/_peach``, which compinit autoloads on the first <TAB>:
+Typer's script then only registered its function, so that <TAB> completed nothing; peach's
+completes on it too, and still registers when sourced.
 """
 
 from __future__ import annotations
@@ -48,12 +53,32 @@ complete -o default -F %(complete_func)s %(prog_name)s
 characters bash splits words at (``COMP_WORDBREAKS``)."""
 
 
-def install_bash_script() -> None:
+ZSH_SCRIPT = """
+#compdef %(prog_name)s
+
+%(complete_func)s() {
+  eval $(env _TYPER_COMPLETE_ARGS="${words[1,$CURRENT]}" %(autocomplete_var)s=complete_zsh %(prog_name)s)
+}
+
+compdef %(complete_func)s %(prog_name)s
+if [[ $zsh_eval_context[-1] == loadautofunc ]]; then
+  %(complete_func)s "$@"
+fi
+"""
+"""Typer's zsh script, which also completes when compinit autoloads it from ``fpath``
+(``~/.zfunc/_peach``, where ``--install-completion`` puts it): the file is then the body of
+``_peach``, run on a <TAB>, and Typer's only defined a function and registered it for the
+next <TAB>. Sourced, it registers, as Typer's does (Click's zsh script does the same)."""
+
+
+def install_scripts() -> None:
     """Make ``--install-completion`` and ``--show-completion`` write ``BASH_SCRIPT`` for
-    bash (Typer keeps its scripts in a dict; ``tests/test_completion.py`` checks that)."""
+    bash and ``ZSH_SCRIPT`` for zsh (Typer keeps its scripts in a dict;
+    ``tests/test_completion.py`` checks both in a real shell)."""
     from typer import _completion_shared
 
     _completion_shared._completion_scripts["bash"] = BASH_SCRIPT
+    _completion_shared._completion_scripts["zsh"] = ZSH_SCRIPT
 
 
 def conf_files(folder: Path) -> list[Path]:
