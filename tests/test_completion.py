@@ -23,9 +23,14 @@ AS_PEACH = "import sys; sys.argv[0] = 'peach'; from peach_cli.cli import main; m
 
 
 def complete(
-    words: str, cwd: Path, shell: str = "bash", env: dict[str, str] | None = None
+    words: str,
+    cwd: Path,
+    shell: str = "bash",
+    env: dict[str, str] | None = None,
+    code: str = AS_PEACH,
 ) -> subprocess.CompletedProcess[str]:
-    """What the shell gets for ``words`` (the command line up to the cursor)."""
+    """What the shell gets for ``words`` (the command line up to the cursor) from ``peach``
+    (``code``)."""
     environment = {**os.environ, "_PEACH_COMPLETE": f"complete_{shell}"}
     environment.pop("PEACH_URL", None)
     environment.update(env or {})
@@ -34,7 +39,7 @@ def complete(
     else:
         environment.update(_TYPER_COMPLETE_ARGS=words)
     return subprocess.run(
-        [sys.executable, "-c", AS_PEACH],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -68,6 +73,26 @@ def test_zsh_shows_the_endpoint_name_beside_its_url(tmp_path):
     result = complete("peach ask /g", new_project(tmp_path), shell="zsh")
     assert result.returncode == 0, result.stderr
     assert '"/greet":"greet"' in result.stdout
+
+
+def test_zsh_gets_from_the_fast_completer_what_typer_would_answer(tmp_path):
+    """`answer_fast` writes Typer's zsh answer itself (Typer is not imported): the same
+    bytes as Typer's own completion, found with `answer_fast` switched off."""
+    project = new_project(tmp_path)
+    as_typer = (
+        "import peach_cli.commands.completion as c; c.answer_fast = lambda: None; " + AS_PEACH
+    )
+    codes = (AS_PEACH, as_typer)
+    for words in ("peach ask http://", "peach ask /", "peach ask /nothing", "peach task run "):
+        answers = [complete(words, project, "zsh", code=code).stdout for code in codes]
+        assert answers[0] == answers[1], words
+    tasks = Path(__file__).resolve().parent / "projects" / "tasks"  # `notebook:method` beside
+    answers = [complete("peach task run ", tasks, "zsh", code=code).stdout for code in codes]
+    assert answers[0] == answers[1] and "\\\\:" in answers[0]
+    assert complete("peach ask http://", project, shell="zsh").stdout == (
+        """_arguments '*: :(("http\\\\://127.0.0.1\\\\:8000/greet":"greet"\n"""
+        """"http\\\\://127.0.0.1\\\\:8000/story":"story"))'\n"""
+    )
 
 
 def test_a_full_url_completes_on_peach_url(tmp_path):
@@ -125,20 +150,26 @@ def test_the_completers_import_no_model_and_no_network_code(tmp_path):
 
 def test_a_tab_on_ask_and_task_run_is_answered_before_typer_is_imported(tmp_path):
     project = new_project(tmp_path)
-    environment = {**os.environ, "_PEACH_COMPLETE": "complete_bash"}
-    environment.pop("PEACH_URL", None)
-    cases = [("peach ask /", "2", ["/greet", "/story"]), ("peach task run ", "3", [])]
-    for words, cword, expected in cases:
+    environment = {k: v for k, v in os.environ.items() if k != "PEACH_URL"}
+    bash = {"_PEACH_COMPLETE": "complete_bash"}
+    zsh = {"_PEACH_COMPLETE": "complete_zsh"}
+    cases = [
+        ({**bash, "COMP_WORDS": "peach ask /", "COMP_CWORD": "2"}, "/greet\n/story"),
+        ({**bash, "COMP_WORDS": "peach task run ", "COMP_CWORD": "3"}, ""),
+        ({**zsh, "_TYPER_COMPLETE_ARGS": "peach ask /"}, "/greet"),
+        ({**zsh, "_TYPER_COMPLETE_ARGS": "peach task run "}, "_files"),
+    ]
+    for variables, expected in cases:
         result = subprocess.run(
             [sys.executable, "-X", "importtime", "-c", AS_PEACH],
             capture_output=True,
             text=True,
             cwd=project,
-            env={**environment, "COMP_WORDS": words, "COMP_CWORD": cword},
+            env={**environment, **variables},
             timeout=60,
         )
         assert result.returncode == 0, result.stderr
-        assert result.stdout.split() == expected
+        assert expected in result.stdout
         imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()}
         assert not {"typer", "click", "pydantic", "peach_cli.project.loader"} & imported
     # an option still goes through Typer's own completion
