@@ -25,7 +25,7 @@ from peach_cli.errors import PeachError
 
 fasthelp.install()  # `peach --help` without markdown-it and pygments
 metavars.install()  # TEXT and PATH in `--help`, not <str> and <path>; nothing beside a flag
-completion.install_bash_script()  # bash passes the whole line: `http://` is one word
+completion.install_scripts()  # bash passes the whole line; zsh completes on its first <TAB>
 
 app = typer.Typer(
     name="peach",

@@ -7,11 +7,13 @@ installs) and reads the candidates from stdout; these tests do the same.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from projectkit import write_project
 
 from peach_cli.commands import completion
@@ -21,9 +23,14 @@ AS_PEACH = "import sys; sys.argv[0] = 'peach'; from peach_cli.cli import main; m
 
 
 def complete(
-    words: str, cwd: Path, shell: str = "bash", env: dict[str, str] | None = None
+    words: str,
+    cwd: Path,
+    shell: str = "bash",
+    env: dict[str, str] | None = None,
+    code: str = AS_PEACH,
 ) -> subprocess.CompletedProcess[str]:
-    """What the shell gets for ``words`` (the command line up to the cursor)."""
+    """What the shell gets for ``words`` (the command line up to the cursor) from ``peach``
+    (``code``)."""
     environment = {**os.environ, "_PEACH_COMPLETE": f"complete_{shell}"}
     environment.pop("PEACH_URL", None)
     environment.update(env or {})
@@ -32,7 +39,7 @@ def complete(
     else:
         environment.update(_TYPER_COMPLETE_ARGS=words)
     return subprocess.run(
-        [sys.executable, "-c", AS_PEACH],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -66,6 +73,26 @@ def test_zsh_shows_the_endpoint_name_beside_its_url(tmp_path):
     result = complete("peach ask /g", new_project(tmp_path), shell="zsh")
     assert result.returncode == 0, result.stderr
     assert '"/greet":"greet"' in result.stdout
+
+
+def test_zsh_gets_from_the_fast_completer_what_typer_would_answer(tmp_path):
+    """`answer_fast` writes Typer's zsh answer itself (Typer is not imported): the same
+    bytes as Typer's own completion, found with `answer_fast` switched off."""
+    project = new_project(tmp_path)
+    as_typer = (
+        "import peach_cli.commands.completion as c; c.answer_fast = lambda: None; " + AS_PEACH
+    )
+    codes = (AS_PEACH, as_typer)
+    for words in ("peach ask http://", "peach ask /", "peach ask /nothing", "peach task run "):
+        answers = [complete(words, project, "zsh", code=code).stdout for code in codes]
+        assert answers[0] == answers[1], words
+    tasks = Path(__file__).resolve().parent / "projects" / "tasks"  # `notebook:method` beside
+    answers = [complete("peach task run ", tasks, "zsh", code=code).stdout for code in codes]
+    assert answers[0] == answers[1] and "\\\\:" in answers[0]
+    assert complete("peach ask http://", project, shell="zsh").stdout == (
+        """_arguments '*: :(("http\\\\://127.0.0.1\\\\:8000/greet":"greet"\n"""
+        """"http\\\\://127.0.0.1\\\\:8000/story":"story"))'\n"""
+    )
 
 
 def test_a_full_url_completes_on_peach_url(tmp_path):
@@ -123,32 +150,37 @@ def test_the_completers_import_no_model_and_no_network_code(tmp_path):
 
 def test_a_tab_on_ask_and_task_run_is_answered_before_typer_is_imported(tmp_path):
     project = new_project(tmp_path)
-    environment = {**os.environ, "_PEACH_COMPLETE": "complete_bash"}
-    environment.pop("PEACH_URL", None)
-    cases = [("peach ask /", "2", ["/greet", "/story"]), ("peach task run ", "3", [])]
-    for words, cword, expected in cases:
+    environment = {k: v for k, v in os.environ.items() if k != "PEACH_URL"}
+    bash = {"_PEACH_COMPLETE": "complete_bash"}
+    zsh = {"_PEACH_COMPLETE": "complete_zsh"}
+    cases = [
+        ({**bash, "COMP_WORDS": "peach ask /", "COMP_CWORD": "2"}, "/greet\n/story"),
+        ({**bash, "COMP_WORDS": "peach task run ", "COMP_CWORD": "3"}, ""),
+        ({**zsh, "_TYPER_COMPLETE_ARGS": "peach ask /"}, "/greet"),
+        ({**zsh, "_TYPER_COMPLETE_ARGS": "peach task run "}, "_files"),
+    ]
+    for variables, expected in cases:
         result = subprocess.run(
             [sys.executable, "-X", "importtime", "-c", AS_PEACH],
             capture_output=True,
             text=True,
             cwd=project,
-            env={**environment, "COMP_WORDS": words, "COMP_CWORD": cword},
+            env={**environment, **variables},
             timeout=60,
         )
         assert result.returncode == 0, result.stderr
-        assert result.stdout.split() == expected
+        assert expected in result.stdout
         imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()}
         assert not {"typer", "click", "pydantic", "peach_cli.project.loader"} & imported
     # an option still goes through Typer's own completion
     assert "--format" in complete("peach validate --fo", project).stdout
 
 
-class Bash:
-    """An interactive bash on a pty with peach's bash completion installed from
-    `peach --show-completion bash`, as `--install-completion` installs it; what it shows is
-    rendered by a terminal emulator (pyte)."""
+class Shell:
+    """An interactive shell (``argv``) on a pty, with ``peach`` on its PATH as pip installs it
+    and ``home`` as its HOME; what it shows is rendered by a terminal emulator (pyte)."""
 
-    def __init__(self, cwd: Path, home: Path) -> None:
+    def __init__(self, argv: list[str], cwd: Path, home: Path) -> None:
         import pty
 
         import pyte
@@ -165,7 +197,7 @@ class Bash:
         env.update(PATH=f"{bin_folder}:{env['PATH']}", HOME=str(home), PS1="$ ", TERM="xterm")
         env.update(INPUTRC="/dev/null", COLUMNS="100", LINES="24")
         self.process = subprocess.Popen(
-            ["bash", "--norc", "--noprofile", "-i"],
+            argv,
             stdin=secondary,
             stdout=secondary,
             stderr=secondary,
@@ -174,10 +206,6 @@ class Bash:
             start_new_session=True,
         )
         os.close(secondary)
-        script = home / "peach-completion.bash"
-        self.type(f"peach --show-completion bash > {script} && . {script} && complete -p peach\n")
-        self.wait_for("complete -o default -F _peach_completion peach")
-        self.wait_for("$")  # the next prompt: readline reads what is typed from now on
 
     def type(self, text: str) -> None:
         os.write(self.primary, text.encode())
@@ -203,19 +231,63 @@ class Bash:
         os.close(self.primary)
 
 
+def bash(cwd: Path, home: Path) -> Shell:
+    """A bash with peach's completion from `peach --show-completion bash`, as
+    `--install-completion` installs it."""
+    shell = Shell(["bash", "--norc", "--noprofile", "-i"], cwd, home)
+    script = home / "peach-completion.bash"
+    shell.type(f"peach --show-completion bash > {script} && . {script} && complete -p peach\n")
+    shell.wait_for("complete -o default -F _peach_completion peach")
+    shell.wait_for("$")  # the next prompt: readline reads what is typed from now on
+    return shell
+
+
+def zsh(cwd: Path, home: Path) -> Shell:
+    """A zsh without rc files where `peach --install-completion` installs completion (the
+    script in ~/.zfunc/_peach, compinit in ~/.zshrc), then reads ~/.zshrc as a new terminal
+    would: compinit autoloads the script on the first <TAB>."""
+    if shutil.which("zsh") is None:
+        pytest.skip("zsh is not installed (.ci/run installs it)")
+    shell = Shell(["zsh", "-f", "-i"], cwd, home)
+    shell.type("peach --install-completion && . ~/.zshrc && echo for:$_comps[peach]\n")
+    shell.wait_for("for:_peach")  # compinit found ~/.zfunc/_peach for peach
+    shell.wait_for("$")
+    return shell
+
+
 def test_bash_completes_a_full_url_after_http_colon(tmp_path):
     """`:` is in COMP_WORDBREAKS: bash splits `http://` into `http`, `:` and `//`; the
     completion still completes the URL (docs/start.md), in a real bash."""
     project = new_project(tmp_path)
     home = tmp_path / "home"
     home.mkdir()
-    bash = Bash(project, home)
+    shell = bash(project, home)
     try:
-        bash.type("peach ask http://\t")
-        bash.wait_for("$ peach ask http://127.0.0.1:8000/")
-        bash.type("\t\t")  # ambiguous: a second <TAB> lists what follows the last `:`
-        bash.wait_for("8000/greet  8000/story")
-        bash.type("s\t")
-        bash.wait_for("$ peach ask http://127.0.0.1:8000/story")
+        shell.type("peach ask http://\t")
+        shell.wait_for("$ peach ask http://127.0.0.1:8000/")
+        shell.type("\t\t")  # ambiguous: a second <TAB> lists what follows the last `:`
+        shell.wait_for("8000/greet  8000/story")
+        shell.type("s\t")
+        shell.wait_for("$ peach ask http://127.0.0.1:8000/story")
     finally:
-        bash.close()
+        shell.close()
+
+
+def test_zsh_completes_a_full_url_from_the_first_tab(tmp_path):
+    """In a real zsh with the script `--install-completion` installs, the first <TAB> of a
+    new terminal completes (Typer's script only registered itself on it), and the URL stays
+    one word (docs/start.md)."""
+    project = new_project(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    shell = zsh(project, home)
+    try:
+        shell.type("peach ask http://\t")
+        shell.wait_for("$ peach ask http://127.0.0.1:8000/")
+        shell.type("\t")  # ambiguous: the next <TAB> lists the URLs with their endpoints
+        shell.wait_for("http://127.0.0.1:8000/greet  -- greet")
+        shell.wait_for("http://127.0.0.1:8000/story  -- story")
+        shell.type("s\t")
+        shell.wait_for("$ peach ask http://127.0.0.1:8000/story")
+    finally:
+        shell.close()

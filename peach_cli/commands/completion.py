@@ -16,6 +16,11 @@ what follows the last ``:``. peach's bash script (``BASH_SCRIPT``, what
 ``COMP_WORDBREAKS``; the completer takes the whole word from the line and answers with the
 part bash replaces, as bash-completion's ``_get_comp_words_by_ref -n :`` and
 ``__ltrim_colon_completions`` do.
+
+zsh keeps ``http://127.0.0.1:8000/`` one word. ``--install-completion`` writes peach's zsh
+script (``ZSH_SCRIPT``) to ``~/.zfunc/_peach``, which compinit autoloads on the first <TAB>:
+Typer's script then only registered its function, so that <TAB> completed nothing; peach's
+completes on it too, and still registers when sourced. ``answer_fast`` answers both shells.
 """
 
 from __future__ import annotations
@@ -48,12 +53,32 @@ complete -o default -F %(complete_func)s %(prog_name)s
 characters bash splits words at (``COMP_WORDBREAKS``)."""
 
 
-def install_bash_script() -> None:
+ZSH_SCRIPT = """
+#compdef %(prog_name)s
+
+%(complete_func)s() {
+  eval $(env _TYPER_COMPLETE_ARGS="${words[1,$CURRENT]}" %(autocomplete_var)s=complete_zsh %(prog_name)s)
+}
+
+compdef %(complete_func)s %(prog_name)s
+if [[ $zsh_eval_context[-1] == loadautofunc ]]; then
+  %(complete_func)s "$@"
+fi
+"""
+"""Typer's zsh script, which also completes when compinit autoloads it from ``fpath``
+(``~/.zfunc/_peach``, where ``--install-completion`` puts it): the file is then the body of
+``_peach``, run on a <TAB>, and Typer's only defined a function and registered it for the
+next <TAB>. Sourced, it registers, as Typer's does (Click's zsh script does the same)."""
+
+
+def install_scripts() -> None:
     """Make ``--install-completion`` and ``--show-completion`` write ``BASH_SCRIPT`` for
-    bash (Typer keeps its scripts in a dict; ``tests/test_completion.py`` checks that)."""
+    bash and ``ZSH_SCRIPT`` for zsh (Typer keeps its scripts in a dict;
+    ``tests/test_completion.py`` checks both in a real shell)."""
     from typer import _completion_shared
 
     _completion_shared._completion_scripts["bash"] = BASH_SCRIPT
+    _completion_shared._completion_scripts["zsh"] = ZSH_SCRIPT
 
 
 def conf_files(folder: Path) -> list[Path]:
@@ -187,29 +212,27 @@ def complete_task(incomplete: str) -> list[tuple[str, str]]:
 
 
 def answer_fast() -> None:
-    """Answer a bash <TAB> on `peach ask TARGET` or `peach task run NAME` and exit, before
-    Typer is imported (Typer would import pydantic and build every command to get there);
-    anything else returns, and Typer's own completion answers.
+    """Answer a <TAB> on `peach ask TARGET` or `peach task run NAME` and exit, before Typer
+    is imported (Typer would import pydantic and build every command to get there); anything
+    else returns, and Typer's own completion answers.
 
-    The shell protocol is Typer's for bash: ``_PEACH_COMPLETE=complete_bash``, the words in
-    ``COMP_WORDS``, the cursor's word in ``COMP_CWORD``; one completion a line.
+    The shell protocols are Typer's: ``_PEACH_COMPLETE=complete_bash`` with the words in
+    ``COMP_WORDS`` and the cursor's word in ``COMP_CWORD``, answered one completion a line;
+    ``_PEACH_COMPLETE=complete_zsh`` with the line up to the cursor in
+    ``_TYPER_COMPLETE_ARGS``, answered with the ``_arguments`` call zsh evaluates
+    (``zsh_answer``).
     """
-    if os.environ.get("_PEACH_COMPLETE") != "complete_bash":
+    shell = os.environ.get("_PEACH_COMPLETE")
+    if shell == "complete_bash":
+        request = bash_request()
+    elif shell == "complete_zsh":  # zsh replaces the whole word
+        words = words_of_line(os.environ.get("_TYPER_COMPLETE_ARGS"))
+        request = None if words is None else (words[1:-1], words[-1], 0)
+    else:
         return
-    import shlex
-
-    try:
-        words = shlex.split(os.environ["COMP_WORDS"])
-        cword = int(os.environ["COMP_CWORD"])
-    except (KeyError, ValueError):
+    if request is None:
         return
-    args, incomplete = words[1:cword], words[cword] if cword < len(words) else ""
-    kept = 0
-    whole = words_of_line(os.environ.get("COMP_LINE"))
-    if whole is not None:  # the words as typed, not split at ':'
-        args, incomplete = whole[1:-1], whole[-1]
-        breaks = os.environ.get("COMP_WORDBREAKS", "")
-        kept = max((incomplete.rfind(c) + 1 for c in breaks if not c.isspace()), default=0)
+    args, incomplete, kept = request
     if incomplete.startswith("-"):
         return
     if args == ["ask"]:
@@ -220,9 +243,60 @@ def answer_fast() -> None:
         return
     from peach_cli.boundary import shown, write_report
 
-    # bash replaces what follows the word's last break: `//` of `http://`
-    write_report("\n".join(shown(value[kept:]) for value, _ in found), channel="terminal")
+    if shell == "complete_zsh":
+        write_report(zsh_answer(found), channel="terminal")
+    else:  # bash replaces what follows the word's last break: `//` of `http://`
+        write_report("\n".join(shown(value[kept:]) for value, _ in found), channel="terminal")
     sys.exit(0)
+
+
+def bash_request() -> tuple[list[str], str, int] | None:
+    """The words before the cursor's (without ``peach``), the cursor's word, and how many of
+    its characters bash keeps (up to its last word break), from bash's variables."""
+    import shlex
+
+    try:
+        words = shlex.split(os.environ["COMP_WORDS"])
+        cword = int(os.environ["COMP_CWORD"])
+    except (KeyError, ValueError):
+        return None
+    args, incomplete = words[1:cword], words[cword] if cword < len(words) else ""
+    kept = 0
+    whole = words_of_line(os.environ.get("COMP_LINE"))
+    if whole is not None:  # the words as typed, not split at ':'
+        args, incomplete = whole[1:-1], whole[-1]
+        breaks = os.environ.get("COMP_WORDBREAKS", "")
+        kept = max((incomplete.rfind(c) + 1 for c in breaks if not c.isspace()), default=0)
+    return args, incomplete, kept
+
+
+def zsh_answer(found: list[tuple[str, str]]) -> str:
+    """What Typer's zsh completion prints for ``(value, help)`` pairs
+    (``ZshComplete.complete``; ``tests/test_completion.py`` compares the two): an
+    ``_arguments`` call listing them, ``:`` and the shell's quotes escaped, or ``_files``
+    when there are none.
+
+    >>> print(zsh_answer([("http://127.0.0.1:8000/greet", "greet")]), end="")
+    _arguments '*: :(("http\\\\://127.0.0.1\\\\:8000/greet":"greet"))'
+    """
+    from peach_cli.boundary import shown
+
+    def escape(text: str) -> str:
+        for character, escaped in _ZSH_ESCAPES:
+            text = text.replace(character, escaped)
+        return text
+
+    items = [
+        f'"{escape(shown(value))}":"{escape(shown(about))}"'
+        if about
+        else f'"{escape(shown(value))}"'
+        for value, about in found
+    ]
+    return ("_arguments '*: :((" + "\n".join(items) + "))'" if items else "_files") + "\n"
+
+
+_ZSH_ESCAPES = (('"', '""'), ("'", "''"), ("$", "\\$"), ("`", "\\`"), (":", "\\\\:"))
+"""Typer's ``ZshComplete.format_completion`` escapes, in its order."""
 
 
 def words_of_line(line: str | None) -> list[str] | None:
