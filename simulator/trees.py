@@ -34,8 +34,10 @@ def kill_tree(pid: int) -> set[int]:
     for _ in range(20 if root is not None else 0):
         try:
             below = root.children(recursive=True)
-        except psutil.Error:
+        except psutil.NoSuchProcess:  # the worker itself is gone
             break
+        except psutil.Error:  # /proc read while another process went: look again
+            continue
         alive = [p for p in below if _alive(p)]
         if not alive:
             break
