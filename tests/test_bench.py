@@ -8,11 +8,13 @@ replica for 0.5 s on its 10th call, ``hungry`` holds 96 MiB and asks for 48 MiB.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -284,3 +286,61 @@ def test_from_sends_the_requests_of_a_record_file(
     assert result["status"] == {"200": 30}
     assert result["components"]["main"] >= 10  # /pair answers from main; /flaky from either
     assert result["target"] == f"3 recorded requests from {recorded}"
+
+
+class _SlowHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET after ``SERVICE_S``, on a keep-alive connection."""
+
+    protocol_version = "HTTP/1.1"
+    SERVICE_S = 0.25
+
+    def do_GET(self) -> None:
+        time.sleep(self.SERVICE_S)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def slow_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/slow"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_open_loop_counts_the_wait_for_a_connection_in_each_latency(slow_server: str) -> None:
+    # 10 requests due 100 ms apart on one connection to a server that takes 250 ms each: they
+    # queue in the generator, request i is answered about 250 ms * (i + 1) after the first
+    # was due, so its latency from its scheduled start is 250 + 150 * i ms (p50 ~ 0.9 s, max
+    # ~ 1.6 s). Timed from the moment each left the queue, every one would take ~250 ms and
+    # hide the queue (coordinated omission).
+    from peach_cli.bench.loadgen import LoadPlan, address_of, encode, run_load
+    from peach_cli.bench.summary import Recorder
+    from peach_cli.client.items import build_request
+
+    request = build_request(slow_server, get=True)
+    plan = LoadPlan(
+        [encode(request)],
+        address_of(slow_server),
+        rate=10,
+        duration_s=None,
+        requests=10,
+        max_connections=1,
+    )
+    recorder = Recorder()
+    run_load(plan, recorder)
+    result = recorder.summary()
+    assert result["requests"] == {"sent": 10, "answered": 10, "failed": 0}
+    latency = result["latency_ms"]
+    assert latency["p50"] >= 600, latency
+    assert latency["max"] >= 1000, latency
