@@ -1,7 +1,7 @@
 """`peach bench` and `GET /_peach/metrics` against a real `peach dev` (SPEC §9).
 
 ``tests/projects/bench`` has endpoints with known behaviour: ``alternate`` sleeps 10 ms three
-times, then 50 ms, ``pair`` runs on two replicas, ``flaky`` fails every other call (the
+times, then 250 ms, ``pair`` runs on two replicas, ``flaky`` fails every other call (the
 fallback answers those), ``ticks`` streams five chunks 10 ms apart, ``stall`` blocks its
 replica for 0.5 s on its 10th call, ``hungry`` holds 96 MiB and asks for 48 MiB.
 """
@@ -84,13 +84,13 @@ def test_requests_to_a_server_that_is_not_there_fail_and_exit_3() -> None:
 
 @pytest.mark.serial  # timing figures
 def test_percentiles_land_where_the_known_delays_put_them(dev: DevProcess) -> None:
-    # One connection: 30 calls of 10 ms and 10 of 50 ms (every fourth). The p50 is well
-    # inside the fast ones (a few slow-downs on a busy machine do not move it past 50 ms),
-    # the p90 and p99 among the slow ones.
+    # One connection: 30 calls of 10 ms and 10 of 250 ms (every fourth). The p50 is among
+    # the fast ones, the p90 and p99 among the slow ones; each bound is 5 times or more what
+    # it bounds (a busy machine slows a call by tens of milliseconds, not by 100).
     result = figures("/alternate", "--url", dev.url, "--requests", "40", "-c", "1")
     latency = result["latency_ms"]
-    assert 10 <= latency["p50"] < 50, latency
-    assert 50 <= latency["p90"] <= latency["p99"] < 150, latency
+    assert 10 <= latency["p50"] < 125, latency
+    assert 250 <= latency["p90"] <= latency["p99"] < 1250, latency
     assert latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
 
 
@@ -99,7 +99,10 @@ def test_the_open_loop_keeps_its_schedule_while_the_server_stalls(dev: DevProces
     result = figures("/stall", "--url", dev.url, "--rate", "100", "--duration", "1.5")
     # Every request went out on time although the replica stopped answering for 0.5 s ...
     assert result["requests"]["sent"] == 150
-    assert abs(result["rate_achieved"] - 100) <= 2
+    # The rate is read from the first and last send: 95 allows the last one to go out 78 ms
+    # late, and a loop that scheduled each request from the last send (1 ms late each)
+    # would send at ~91 a second.
+    assert abs(result["rate_achieved"] - 100) <= 5
     # ... and those due during the stall count it from their scheduled start: a closed loop
     # would have waited, sent nothing, and shown one slow request.
     assert result["latency_ms"]["max"] >= 400
