@@ -12,11 +12,12 @@ import re
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import PROJECTS, DevProcess, drain_stream
+from conftest import PROJECTS, DevProcess, drain_stream, start_peach_dev
 from projectkit import write_project
 from waiting import wait_until
 
@@ -75,6 +76,19 @@ SMALL_CELLS = [
 @pytest.fixture
 def small_project(tmp_path: Path) -> Path:
     return write_project(tmp_path / "small", SMALL_CONF, {"nb.ipynb": SMALL_CELLS})
+
+
+@pytest.fixture(scope="module")
+def small_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+    """`peach dev` of the small project for the tests that neither stop nor change it (each
+    sees only the output written since it began: conftest marks it)."""
+    folder = tmp_path_factory.mktemp("small-dev")
+    project = write_project(folder / "small", SMALL_CONF, {"nb.ipynb": SMALL_CELLS})
+    dev = start_peach_dev(project, folder / "peach-dev.log")
+    try:
+        yield dev
+    finally:
+        dev.stop()
 
 
 # A replica that dies on request and one whose re-init after drift fails: the tests that do
@@ -261,8 +275,8 @@ def test_non_loopback_host_is_warned_about(peach_dev, small_project):
     dev.wait_for_output(r"warning: bound to 0\.0\.0\.0")
 
 
-def test_request_log_lines_and_replica_output(peach_dev, small_project):
-    dev = peach_dev(small_project)
+def test_request_log_lines_and_replica_output(small_dev):
+    dev = small_dev
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", dev.url)
     assert dev.output().splitlines()[0] == f"peach dev serving on {dev.url}"
     assert httpx.get(f"{dev.url}/hello?name=log", timeout=20).status_code == 200
@@ -287,8 +301,8 @@ def test_timeout_option_overrides_the_conf(peach_dev, small_project):
     assert response.headers["x-peach-replica"] == "slow/main#1"  # the replica cut off
 
 
-def test_routes_and_health(peach_dev, small_project):
-    dev = peach_dev(small_project)
+def test_routes_and_health(small_dev):
+    dev = small_dev
     health = dev.wait_ready()
     assert health["status"] == "ok"
     assert {c["component"] for c in health["components"]} == {
@@ -309,8 +323,8 @@ def test_routes_and_health(peach_dev, small_project):
     assert by_url["/stream"]["streams"] is True
 
 
-def test_stream_headers_come_before_the_first_chunk(peach_dev, small_project, tmp_path):
-    dev = peach_dev(small_project)
+def test_stream_headers_come_before_the_first_chunk(small_dev, tmp_path):
+    dev = small_dev
     gate, marker = tmp_path / "gate", tmp_path / "marker"
     params = {"stream": "1", "gate": str(gate), "marker": str(marker)}
     with httpx.Client(base_url=dev.url, timeout=20) as client:
@@ -321,10 +335,11 @@ def test_stream_headers_come_before_the_first_chunk(peach_dev, small_project, tm
             gate.write_text("go")
             assert response.read() == b"released\n"
     wait_until(marker.exists, what="the generator to finish")
+    dev.wait_for_output(r"GET /held 200 main held/main#1 .* stream")  # logged before the next
 
 
-def test_disconnect_before_the_first_chunk_closes_the_generator(peach_dev, small_project, tmp_path):
-    dev = peach_dev(small_project)
+def test_disconnect_before_the_first_chunk_closes_the_generator(small_dev, tmp_path):
+    dev = small_dev
     gate, marker = tmp_path / "never", tmp_path / "marker"
     params = {"stream": "1", "gate": str(gate), "marker": str(marker)}
     with httpx.Client(base_url=dev.url, timeout=20) as client:
