@@ -411,8 +411,9 @@ def _uses_ray(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests for ``--dist loadgroup``: every test that uses Ray in one group, so
-    one worker runs them all, one cluster at a time; each other module in a group of its
-    own, so its module-scoped servers start once (in the worker that runs it)."""
+    one worker runs them all, one cluster at a time, and each marked ``ray``; each other
+    module in a group of its own, so its module-scoped servers start once (in the worker
+    that runs it)."""
     ray = []
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
@@ -420,6 +421,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
         if _uses_ray(item):
             ray.append(item)
+            if item.get_closest_marker("ray") is None:  # so that -m "not ray" leaves it out
+                item.add_marker(pytest.mark.ray)
     # The Ray tests first (the longest group), those on the semantics deploy together, then
     # those on the shared cluster: each cluster starts once and stops after its last test.
     ray.sort(key=lambda item: 0 if _uses_semantics(item) else 1 if _uses_shared(item) else 2)
