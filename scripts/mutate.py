@@ -425,13 +425,18 @@ def main(argv: list[str]) -> int:
         if code == 0:
             missed.append(item)
             print(f"MISSED  {item.name} ({seconds:.0f} s)", flush=True)
-        else:
+        elif code in (1, -1):  # a test failed, or one hung past the run's bound
             caught.append(item)
-            print(f"caught  {item.name}: {failed or f'exit {code}'} ({seconds:.0f} s)", flush=True)
+            print(
+                f"caught  {item.name}: {failed or 'no end in time'} ({seconds:.0f} s)", flush=True
+            )
+        else:  # pytest itself could not run (exit 2-5): the break says nothing about the tests
+            stale.append(item)
+            print(f"BROKEN  {item.name}: pytest exited {code} ({seconds:.0f} s)", flush=True)
 
     applied = len(caught) + len(missed)
     print(f"\nscore: {len(caught)}/{applied} breaks caught", end="")
-    print(f" ({len(stale)} not applied: their text changed)" if stale else "")
+    print(f" ({len(stale)} not applied or not run: see above)" if stale else "")
     for item in missed:
         print(f"  missed: {item.name} [{item.path}]")
     return 0 if not missed else 1

@@ -7,6 +7,7 @@ cases run against another host by overriding that fixture.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import signal
@@ -335,27 +336,54 @@ RAY_WORKER_CPUS = 4
 
 
 class SharedRayCluster:
-    """One two-node cluster for every test that asks for ``ray_cluster``, started on first
-    use and stopped as soon as the next test does not need it (so it never idles through
-    the rest of the suite, and clusters never overlap on a small machine)."""
+    """One two-node cluster for every test that asks for ``ray_cluster``, stopped as soon as
+    the next test does not need it (so it never idles through the rest of the suite).
+
+    It starts in the background while the tests on the semantics deploy run (``start_soon``,
+    see ``pytest_runtest_teardown``), so that its start-up is not on the Ray tests' path;
+    else on first use."""
 
     def __init__(self) -> None:
-        self.cluster = None
+        self.cluster: Any = None
+        self.starting: concurrent.futures.Future[Any] | None = None
+        self.used = False
+        self.wanted = False
+        """Whether a test of this run asks for it (set at collection)."""
 
-    def get(self):
+    @staticmethod
+    def _start() -> Any:
         from ray_cluster import RayHead
 
+        cluster = RayHead(num_cpus=0, worker_cpus=RAY_WORKER_CPUS).start()
+        try:
+            cluster.start_serve()
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def start_soon(self) -> None:
+        """Start it in a thread of its own, once, if a test will use it."""
+        if self.wanted and not self.used and self.starting is None:
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ray-start")
+            self.starting = pool.submit(self._start)
+            pool.shutdown(wait=False)
+
+    def get(self) -> Any:
         if self.cluster is None:
-            cluster = RayHead(num_cpus=0, worker_cpus=RAY_WORKER_CPUS).start()
-            try:
-                cluster.start_serve()
-            except BaseException:
-                cluster.stop()
-                raise
-            self.cluster = cluster
+            starting, self.starting = self.starting, None
+            self.cluster = starting.result() if starting is not None else self._start()
+            self.used = True
         return self.cluster
 
-    def stop(self) -> None:
+    def stop(self, *, starting: bool = False) -> None:
+        """Stop the cluster in use (``starting``: also one still starting or not used yet)."""
+        if starting and self.starting is not None:
+            future, self.starting = self.starting, None
+            try:
+                self.cluster = future.result()
+            except Exception:
+                pass
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster = None
@@ -430,6 +458,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = ray + others
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _shared_ray.wanted = any(_uses_shared(item) for item in session.items)  # once deselected
+
+
 def _uses_semantics(item: pytest.Item) -> bool:
     """Whether ``item`` uses ``ray_semantics_cluster`` (or is test_parity.py's "ray" case,
     which asks for it while it runs)."""
@@ -465,6 +497,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     if not _uses_shared(nextitem):
         _shared_ray.stop()
+    if _uses_semantics(item):  # the semantics deploy is up: the next cluster starts meanwhile
+        _shared_ray.start_soon()
     # The Ray tests of one process run in the order of pytest_collection_modifyitems unless
     # xdist spreads them over its workers by another rule than their group (then a test
     # later in this worker may still use the deploy: it stays up).
@@ -474,7 +508,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    _shared_ray.stop()
+    _shared_ray.stop(starting=True)
     _semantics.stop()
 
 
