@@ -60,6 +60,7 @@ def figures(*args: str) -> dict:
     return json.loads(run.stdout)
 
 
+@pytest.mark.slow
 def test_every_request_sent_is_answered_or_failed(dev: DevProcess) -> None:
     result = figures("/pair", "--url", dev.url, "--requests", "200", "-c", "4")
     requests = result["requests"]
@@ -74,6 +75,7 @@ def test_every_request_sent_is_answered_or_failed(dev: DevProcess) -> None:
     assert result["fallback_share"] == 0.0
 
 
+@pytest.mark.slow
 def test_requests_to_a_server_that_is_not_there_fail_and_exit_3() -> None:
     run = bench("/pair", "--url", "http://127.0.0.1:9", "--requests", "3", "--format", "json")
     assert run.returncode == 3
@@ -82,6 +84,7 @@ def test_requests_to_a_server_that_is_not_there_fail_and_exit_3() -> None:
     assert list(result["failures"]) == ["connection refused by 127.0.0.1:9"]
 
 
+@pytest.mark.slow
 @pytest.mark.serial  # timing figures
 def test_percentiles_land_where_the_known_delays_put_them(dev: DevProcess) -> None:
     # One connection: 30 calls of 10 ms and 10 of 250 ms (every fourth). The p50 is among
@@ -109,6 +112,7 @@ def test_the_open_loop_keeps_its_schedule_while_the_server_stalls(dev: DevProces
     assert result["latency_ms"]["p90"] >= 200, result["latency_ms"]
 
 
+@pytest.mark.slow
 def test_the_fallback_share_counts_who_answered(dev: DevProcess) -> None:
     result = figures("/flaky", "--url", dev.url, "--requests", "40", "-c", "1")
     assert result["components"] == {"main": 20, "fallback": 20}
@@ -116,6 +120,7 @@ def test_the_fallback_share_counts_who_answered(dev: DevProcess) -> None:
     assert result["status"] == {"200": 40}
 
 
+@pytest.mark.slow
 def test_stream_figures(dev: DevProcess) -> None:
     result = figures("/ticks", "--stream", "--url", dev.url, "--requests", "10", "-c", "2")
     stream = result["stream"]
@@ -126,6 +131,7 @@ def test_stream_figures(dev: DevProcess) -> None:
     assert stream["chunks_per_s"] > 0
 
 
+@pytest.mark.slow
 def test_a_replica_past_its_memory_request_is_reported(dev: DevProcess) -> None:
     result = figures("/hungry", "--url", dev.url, "--requests", "20", "-c", "2")
     (use,) = [u for u in result["capacity"] if u["component"] == "hungry/main"]
@@ -142,6 +148,7 @@ def test_a_replica_past_its_memory_request_is_reported(dev: DevProcess) -> None:
     assert "past its memory request of 48.0 MiB" in text.stdout
 
 
+@pytest.mark.slow
 def test_compare_shows_each_figure_against_an_earlier_run(dev: DevProcess, tmp_path: Path) -> None:
     earlier = tmp_path / "before.json"
     earlier.write_text(json.dumps(figures("/pair", "--url", dev.url, "--requests", "50")))
@@ -154,6 +161,7 @@ def test_compare_shows_each_figure_against_an_earlier_run(dev: DevProcess, tmp_p
     assert f"against {earlier}" in text.stdout and "p99 ms" in text.stdout
 
 
+@pytest.mark.slow
 def test_compare_refuses_a_file_that_is_not_a_bench_output(tmp_path: Path) -> None:
     other = tmp_path / "other.json"
     other.write_text('{"a": 1}')
@@ -163,12 +171,14 @@ def test_compare_refuses_a_file_that_is_not_a_bench_output(tmp_path: Path) -> No
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.slow
 def test_rate_and_concurrency_together_is_a_usage_error() -> None:
     run = bench("/pair", "--rate", "10", "--concurrency", "2")
     assert run.returncode == 2
     assert "give one" in run.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_what_was_measured(dev: DevProcess) -> None:
     before = _requests_served(dev.url, "/pair")
     process = subprocess.Popen(
@@ -265,6 +275,7 @@ def test_metrics_page_parses_and_counts_what_was_served(dev: DevProcess) -> None
     assert rss and all(value > 1024 * 1024 for value in rss)
 
 
+@pytest.mark.slow
 def test_from_sends_the_requests_of_a_record_file(
     dev: DevProcess, recording: Path, tmp_path: Path
 ) -> None:

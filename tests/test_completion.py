@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from projectkit import write_project
 
 from peach_cli.commands import completion
@@ -52,6 +53,7 @@ def new_project(tmp_path: Path) -> Path:
     return tmp_path / "shop"
 
 
+@pytest.mark.slow
 def test_ask_completes_the_urls_of_the_project_here(tmp_path):
     project = new_project(tmp_path)
     result = complete("peach ask /", project)
@@ -61,12 +63,14 @@ def test_ask_completes_the_urls_of_the_project_here(tmp_path):
     assert complete("peach ask /nothing", project).stdout.split() == []
 
 
+@pytest.mark.slow
 def test_zsh_shows_the_endpoint_name_beside_its_url(tmp_path):
     result = complete("peach ask /g", new_project(tmp_path), shell="zsh")
     assert result.returncode == 0, result.stderr
     assert '"/greet":"greet"' in result.stdout
 
 
+@pytest.mark.slow
 def test_a_full_url_completes_on_peach_url(tmp_path):
     project = new_project(tmp_path)
     result = complete("peach ask http://", project, env={"PEACH_URL": "http://10.0.0.5:9000/"})
@@ -104,6 +108,7 @@ def test_peach_task_run_completes_the_task_names_of_the_project_here():
     assert complete("peach task run gr", tasks).stdout.split() == ["greet"]
 
 
+@pytest.mark.slow
 def test_the_completers_import_no_model_and_no_network_code(tmp_path):
     project = new_project(tmp_path)
     code = (
@@ -120,6 +125,7 @@ def test_the_completers_import_no_model_and_no_network_code(tmp_path):
     assert result.stdout.strip() == "[]", result.stderr
 
 
+@pytest.mark.slow
 def test_a_tab_on_ask_and_task_run_is_answered_before_typer_is_imported(tmp_path):
     project = new_project(tmp_path)
     environment = {**os.environ, "_PEACH_COMPLETE": "complete_bash"}

@@ -181,6 +181,7 @@ GATED_CELLS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_plain_call_to_a_generator_still_starting_is_bounded_by_timeout_s(peach_dev, tmp_path):
     """A request without ``stream`` is a call like any other, whatever the method: while
     the replica's init runs, it waits at most ``timeout_s`` (SPEC "Starting replicas")."""
@@ -353,6 +354,7 @@ def test_disconnect_before_the_first_chunk_closes_the_generator(small_dev, tmp_p
 # -- shutdown -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ctrl_c_closes_streams_and_stops_every_replica(peach_dev, small_project, tmp_path):
     dev = peach_dev(small_project)
     dev.wait_ready()
@@ -382,6 +384,7 @@ SLOW_CLOSE_CELL = (
 )
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_process_group_stops_as_cleanly_as_ctrl_c(peach_dev, tmp_path):
     """What `timeout` and `kill -- -PGID` do: SIGTERM to peach dev, then to its whole
     process group (its replicas too) while it is stopping."""
@@ -422,6 +425,7 @@ def test_replicas_exit_when_peach_dev_is_killed(peach_dev, small_project):
 # -- reload plumbing (DevServer.apply_plan) -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_apply_plan_restarts_only_changed_components(tmp_path, small_project):
     from simulator.server import DevServer
 
@@ -462,6 +466,7 @@ def test_apply_plan_restarts_only_changed_components(tmp_path, small_project):
     aio.run(scenario())
 
 
+@pytest.mark.slow
 def test_apply_plan_lets_in_flight_streams_finish_on_retired_replicas(tmp_path, small_project):
     from simulator.server import DevServer
 
