@@ -522,7 +522,23 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 def pytest_configure(config: pytest.Config) -> None:
     """A SIGTERM (a CI job's timeout, ``kill``) ends the run as Ctrl-C does, so that the
     session's teardown still runs and stops its Ray clusters and `peach dev` servers
-    instead of leaving them running."""
+    instead of leaving them running.
+
+    xdist's ``--dist loadgroup`` names each test's group by appending it to
+    ``item._nodeid``; pytest 9.2 reads the node id elsewhere, every test becomes a group of
+    its own and the Ray tests run on every worker at once, each starting its own clusters:
+    such a run is refused (from 9.1, which was not tried; 9.0.3 keeps the groups)."""
+    from packaging.version import Version
+
+    loadgroup = config.getoption("dist", "no") == "loadgroup" and config.getoption(
+        "numprocesses", None
+    )
+    if loadgroup and Version(pytest.__version__) >= Version("9.1"):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} is past the versions known to keep xdist's test "
+            "groups (9.2 ignores them): install those pyproject.toml names "
+            '(python -m pip install -e ".[test]")'
+        )
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"stopped by signal {signum}")
