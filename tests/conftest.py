@@ -372,7 +372,12 @@ class SharedRayCluster:
     def get(self) -> Any:
         if self.cluster is None:
             starting, self.starting = self.starting, None
-            self.cluster = starting.result() if starting is not None else self._start()
+            try:
+                self.cluster = starting.result() if starting is not None else None
+            except Exception:  # the early start failed (a busy machine): its user starts one
+                self.cluster = None
+            if self.cluster is None:
+                self.cluster = self._start()
             self.used = True
         return self.cluster
 
