@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 import subprocess
 import time
@@ -72,10 +73,18 @@ def cluster_checks(
     return result.returncode, checks
 
 
+@pytest.fixture(scope="module")
+def initialised(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`peach init shop`, once for the module."""
+    folder = tmp_path_factory.mktemp("init")
+    assert peach("init", "shop", cwd=folder).returncode == 0
+    return folder / "shop"
+
+
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    assert peach("init", "shop", cwd=tmp_path).returncode == 0
-    return tmp_path / "shop"
+def project(initialised: Path, tmp_path: Path) -> Path:
+    """A copy of the project `peach init` wrote, for this test alone."""
+    return Path(shutil.copytree(initialised, tmp_path / "shop"))
 
 
 def test_with_the_token_every_cluster_check_passes(head, project):
