@@ -7,6 +7,7 @@ cases run against another host by overriding that fixture.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import signal
@@ -335,27 +336,59 @@ RAY_WORKER_CPUS = 4
 
 
 class SharedRayCluster:
-    """One two-node cluster for every test that asks for ``ray_cluster``, started on first
-    use and stopped as soon as the next test does not need it (so it never idles through
-    the rest of the suite, and clusters never overlap on a small machine)."""
+    """One two-node cluster for every test that asks for ``ray_cluster``, stopped as soon as
+    the next test does not need it (so it never idles through the rest of the suite).
+
+    It starts in the background while the tests on the semantics deploy run (``start_soon``,
+    see ``pytest_runtest_teardown``), so that its start-up is not on the Ray tests' path;
+    else on first use."""
 
     def __init__(self) -> None:
-        self.cluster = None
+        self.cluster: Any = None
+        self.starting: concurrent.futures.Future[Any] | None = None
+        self.used = False
+        self.wanted = False
+        """Whether a test of this run asks for it (set at collection)."""
 
-    def get(self):
+    @staticmethod
+    def _start() -> Any:
         from ray_cluster import RayHead
 
+        cluster = RayHead(num_cpus=0, worker_cpus=RAY_WORKER_CPUS).start()
+        try:
+            cluster.start_serve()
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def start_soon(self) -> None:
+        """Start it in a thread of its own, once, if a test will use it."""
+        if self.wanted and not self.used and self.starting is None:
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ray-start")
+            self.starting = pool.submit(self._start)
+            pool.shutdown(wait=False)
+
+    def get(self) -> Any:
         if self.cluster is None:
-            cluster = RayHead(num_cpus=0, worker_cpus=RAY_WORKER_CPUS).start()
+            starting, self.starting = self.starting, None
             try:
-                cluster.start_serve()
-            except BaseException:
-                cluster.stop()
-                raise
-            self.cluster = cluster
+                self.cluster = starting.result() if starting is not None else None
+            except Exception:  # the early start failed (a busy machine): its user starts one
+                self.cluster = None
+            if self.cluster is None:
+                self.cluster = self._start()
+            self.used = True
         return self.cluster
 
-    def stop(self) -> None:
+    def stop(self, *, starting: bool = False) -> None:
+        """Stop the cluster in use (``starting``: also one still starting or not used yet)."""
+        if starting and self.starting is not None:
+            future, self.starting = self.starting, None
+            try:
+                self.cluster = future.result()
+            except Exception:
+                pass
         if self.cluster is not None:
             self.cluster.stop()
             self.cluster = None
@@ -411,8 +444,9 @@ def _uses_ray(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests for ``--dist loadgroup``: every test that uses Ray in one group, so
-    one worker runs them all, one cluster at a time; each other module in a group of its
-    own, so its module-scoped servers start once (in the worker that runs it)."""
+    one worker runs them all, one cluster at a time, and each marked ``ray``; each other
+    module in a group of its own, so its module-scoped servers start once (in the worker
+    that runs it)."""
     ray = []
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
@@ -420,11 +454,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
         if _uses_ray(item):
             ray.append(item)
+            if item.get_closest_marker("ray") is None:  # so that -m "not ray" leaves it out
+                item.add_marker(pytest.mark.ray)
     # The Ray tests first (the longest group), those on the semantics deploy together, then
     # those on the shared cluster: each cluster starts once and stops after its last test.
     ray.sort(key=lambda item: 0 if _uses_semantics(item) else 1 if _uses_shared(item) else 2)
     others = [item for item in items if not _uses_ray(item)]
     items[:] = ray + others
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _shared_ray.wanted = any(_uses_shared(item) for item in session.items)  # once deselected
 
 
 def _uses_semantics(item: pytest.Item) -> bool:
@@ -462,6 +502,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     if not _uses_shared(nextitem):
         _shared_ray.stop()
+    if _uses_semantics(item):  # the semantics deploy is up: the next cluster starts meanwhile
+        _shared_ray.start_soon()
     # The Ray tests of one process run in the order of pytest_collection_modifyitems unless
     # xdist spreads them over its workers by another rule than their group (then a test
     # later in this worker may still use the deploy: it stays up).
@@ -471,7 +513,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    _shared_ray.stop()
+    _shared_ray.stop(starting=True)
     _semantics.stop()
 
 
@@ -485,7 +527,23 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 def pytest_configure(config: pytest.Config) -> None:
     """A SIGTERM (a CI job's timeout, ``kill``) ends the run as Ctrl-C does, so that the
     session's teardown still runs and stops its Ray clusters and `peach dev` servers
-    instead of leaving them running."""
+    instead of leaving them running.
+
+    xdist's ``--dist loadgroup`` names each test's group by appending it to
+    ``item._nodeid``; pytest 9.2 reads the node id elsewhere, every test becomes a group of
+    its own and the Ray tests run on every worker at once, each starting its own clusters:
+    such a run is refused (from 9.1, which was not tried; 9.0.3 keeps the groups)."""
+    from packaging.version import Version
+
+    loadgroup = config.getoption("dist", "no") == "loadgroup" and config.getoption(
+        "numprocesses", None
+    )
+    if loadgroup and Version(pytest.__version__) >= Version("9.1"):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} is past the versions known to keep xdist's test "
+            "groups (9.2 ignores them): install those pyproject.toml names "
+            '(python -m pip install -e ".[test]")'
+        )
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"stopped by signal {signum}")

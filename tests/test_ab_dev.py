@@ -109,6 +109,7 @@ def test_a_request_line_says_for_which_arm_the_fallback_answered(project: Path) 
     ]
 
 
+@pytest.mark.slow
 def test_routes_show_the_split_and_a_saved_split_re_routes_the_same_replicas(
     project: Path, peach_dev
 ) -> None:

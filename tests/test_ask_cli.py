@@ -62,6 +62,7 @@ def one_line(stderr: str) -> str:
 # --------------------------------------------------------------------------- answers
 
 
+@pytest.mark.slow
 def test_piped_answer_is_the_result_json_only(server):
     url, _ = server
     result = ask(f"{url}/ok")
@@ -70,6 +71,7 @@ def test_piped_answer_is_the_result_json_only(server):
     assert result.stderr == ""
 
 
+@pytest.mark.slow
 def test_raw_prints_the_body_as_received(server):
     url, _ = server
     result = ask(f"{url}/ok", "--raw")
@@ -80,6 +82,7 @@ def test_raw_prints_the_body_as_received(server):
     }
 
 
+@pytest.mark.slow
 def test_terminal_answer_is_pretty_with_a_status_line(server):
     url, _ = server
     child = Child(f"{url}/ok", tty=True)
@@ -95,6 +98,7 @@ def test_terminal_answer_is_pretty_with_a_status_line(server):
     assert "component main" in status and f"replica {REPLICA}" in status
 
 
+@pytest.mark.slow
 def test_request_items_json_headers_and_get(server, tmp_path):
     url, _ = server
     body_file = tmp_path / "body.json"
@@ -118,6 +122,7 @@ def test_request_items_json_headers_and_get(server, tmp_path):
     assert json.loads(result.stdout)["body"] == {"stream": True}
 
 
+@pytest.mark.slow
 def test_foreign_answers_print_as_they_are(server, foreign_server):
     result = ask(f"{foreign_server}/foreign-json")
     assert result.code == 0 and result.stdout == b'{"hello":"world"}'
@@ -128,6 +133,7 @@ def test_foreign_answers_print_as_they_are(server, foreign_server):
 # --------------------------------------------------------------------------- streams
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "chunks"),
     [("/plain", PLAIN_CHUNKS), ("/jsonl", JSONL_CHUNKS), ("/sse", SSE_CHUNKS)],
@@ -145,6 +151,7 @@ def test_piped_stream_is_byte_exact_with_a_summary_on_stderr(server, path, chunk
     ), summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "expected"),
     [
@@ -175,6 +182,7 @@ def test_terminal_stream_renders_the_framing(server, path, expected):
         assert "5 lines" in summary
 
 
+@pytest.mark.slow
 def test_raw_on_a_terminal_shows_the_frames_as_received(server):
     url, _ = server
     child = Child(f"{url}/sse", "--stream", "--raw", tty=True)
@@ -187,6 +195,7 @@ def test_raw_on_a_terminal_shows_the_frames_as_received(server):
     assert result.stdout == b"".join(SSE_CHUNKS).replace(b"\n", b"\r\n")
 
 
+@pytest.mark.slow
 def test_markdown_text_answer_is_rendered(server):
     url, _ = server
     child = Child(f"{url}/prose", "--markdown", tty=True)
@@ -200,6 +209,7 @@ def test_markdown_text_answer_is_rendered(server):
     assert ask(f"{url}/prose", "--markdown").stdout == b'"# Heading\\n\\nSome **bold** words.\\n"\n'
 
 
+@pytest.mark.slow
 def test_first_chunk_is_printed_before_the_stream_ends(server):
     url, state = server
     child = Child(f"{url}/gated", "--stream")
@@ -214,6 +224,7 @@ def test_first_chunk_is_printed_before_the_stream_ends(server):
     assert result.stdout == b"first chunk\nsecond chunk\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("tty", "extra"),
     [(False, []), (True, []), (True, ["--markdown"])],
@@ -239,6 +250,7 @@ def test_ctrl_c_closes_the_connection_keeps_the_output_and_exits_130(server, tty
     assert summary.startswith(("interrupted", "200 OK · interrupted")) and "1 chunk" in summary
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_quietly(server):
     url, state = server
     child = Child(f"{url}/gated", "--stream")
@@ -254,6 +266,7 @@ def test_a_closed_pipe_ends_quietly(server):
     assert "Traceback" not in stderr and "Exception ignored" not in stderr
 
 
+@pytest.mark.slow
 def test_markdown_does_not_duplicate_lines_on_a_long_answer(server):
     url, _ = server
     child = Child(
@@ -327,12 +340,14 @@ def test_default_url_says_where_it_looked():
     assert result.code == 3 and "is `peach dev` running on 127.0.0.1:" in result.stderr
 
 
+@pytest.mark.slow
 def test_unknown_host_exits_4():
     result = ask("http://no-such-host.invalid/assistant", "--timeout", "5")
     assert result.code == 4, result.stderr
     assert "cannot resolve host 'no-such-host.invalid'" in one_line(result.stderr)
 
 
+@pytest.mark.slow
 def test_https_to_a_plain_http_server_exits_5(server):
     url, _ = server
     result = ask(url.replace("http://", "https://") + "/ok", "--timeout", "5")
@@ -340,6 +355,7 @@ def test_https_to_a_plain_http_server_exits_5(server):
     assert "TLS with 127.0.0.1:" in one_line(result.stderr)
 
 
+@pytest.mark.slow
 def test_untrusted_certificate_exits_5(tmp_path):
     pytest.importorskip("cryptography")
     certfile, keyfile = self_signed_certificate(tmp_path)
@@ -352,6 +368,7 @@ def test_untrusted_certificate_exits_5(tmp_path):
     assert trusted.code == 0 and trusted.stdout.startswith(b'{"items"')  # the same server, trusted
 
 
+@pytest.mark.slow
 def test_timeout_before_the_answer_exits_6(server):
     url, _ = server
     result = ask(f"{url}/slow", "--timeout", "0.4")
@@ -359,6 +376,7 @@ def test_timeout_before_the_answer_exits_6(server):
     assert "sent no answer within 0.4 s" in one_line(result.stderr)
 
 
+@pytest.mark.slow
 def test_stalled_stream_exits_6_and_keeps_what_arrived(server):
     url, _ = server
     result = ask(f"{url}/stall", "--stream", "--timeout", "0.4")
@@ -388,6 +406,7 @@ def run_ask(*args: str, tty: bool):
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tty", [False, True], ids=["piped", "terminal"])
 def test_stream_cut_after_some_chunks_is_reported_as_cut(server, tty):
     url, _ = server
@@ -401,6 +420,7 @@ def test_stream_cut_after_some_chunks_is_reported_as_cut(server, tty):
     assert hint == CUT_HINT
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tty", [False, True], ids=["piped", "terminal"])
 def test_stream_cut_before_its_first_chunk_is_reported_as_cut(server, tty):
     url, _ = server
@@ -412,6 +432,7 @@ def test_stream_cut_before_its_first_chunk_is_reported_as_cut(server, tty):
     assert error.endswith(CUT_ERROR) and hint == CUT_HINT
 
 
+@pytest.mark.slow
 def test_a_line_cut_in_half_stays_on_the_terminal(server):
     url, _ = server
     result = run_ask(f"{url}/cut-jsonl", "--stream", tty=True)
@@ -422,6 +443,7 @@ def test_a_line_cut_in_half_stays_on_the_terminal(server):
     assert piped.code == 7 and piped.stdout == b'{"token": "Hel"}\n{"token": "lo"}\n{"tok'
 
 
+@pytest.mark.slow
 def test_a_finished_stream_never_says_cut(server):
     url, _ = server
     result = ask(f"{url}/plain", "--stream")
@@ -435,6 +457,7 @@ def test_an_answer_cut_without_stream_exits_7(server):
     assert one_line(result.stderr).endswith(CUT_ERROR)
 
 
+@pytest.mark.slow
 def test_an_answer_that_is_not_http_exits_9():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -462,6 +485,7 @@ def test_an_answer_that_is_not_http_exits_9():
     assert f"127.0.0.1:{port} did not answer in HTTP" in one_line(result.stderr)
 
 
+@pytest.mark.slow
 def test_not_found_on_a_dev_server_lists_endpoints_and_guesses(dev_server):
     """Against a real `peach dev` (tests/projects/semantics): its 404 and its route list."""
     from conftest import SEMANTICS
@@ -484,6 +508,7 @@ def test_not_found_on_a_dev_server_lists_endpoints_and_guesses(dev_server):
     assert f"hint: endpoints: {listed}" in result.stderr
 
 
+@pytest.mark.slow
 def test_not_found_elsewhere_exits_8_without_a_listing(foreign_server):
     result = ask(f"{foreign_server}/nothing")
     assert result.code == 8
@@ -493,6 +518,7 @@ def test_not_found_elsewhere_exits_8_without_a_listing(foreign_server):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["--stream"]], ids=["answer", "stream"])
 def test_error_envelope_prints_code_and_message_and_exits_1(server, extra):
     url, _ = server
@@ -502,6 +528,7 @@ def test_error_envelope_prints_code_and_message_and_exits_1(server, extra):
     assert one_line(result.stderr) == "error: method_error: ValueError: boom"
 
 
+@pytest.mark.slow
 def test_key_value_items_travel_as_the_query_string_curl_would_send(server):
     url, _ = server
     result = ask(f"{url}/echo", "n=3", "flag=true", "tag=a", "tag=b", "size:=2")
@@ -514,6 +541,7 @@ def test_key_value_items_travel_as_the_query_string_curl_would_send(server):
     assert echoed["query"] == [["n", "3"]] and echoed["body"] == {"text": long}
 
 
+@pytest.mark.slow
 def test_a_failed_call_has_no_hint_about_strings(server):
     url, _ = server
     result = ask(f"{url}/error", "size=2", "flag=true")
@@ -531,6 +559,7 @@ def test_stream_required_error_is_shown_with_what_to_do(server):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["--stream"]], ids=["answer", "stream"])
 def test_redirect_is_reported_not_followed(server, extra):
     url, _ = server
@@ -539,12 +568,14 @@ def test_redirect_is_reported_not_followed(server, extra):
     assert one_line(result.stderr) == "error: HTTP 307 Temporary Redirect: redirected to /ok"
 
 
+@pytest.mark.slow
 def test_foreign_server_error_exits_1(foreign_server):
     result = ask(f"{foreign_server}/foreign-500")
     assert result.code == 1
     assert one_line(result.stderr) == "error: HTTP 502 Bad Gateway: upstream exploded"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -561,6 +592,7 @@ def test_usage_errors_exit_2(args):
     assert "Traceback" not in result.stderr and result.stderr.startswith("error: ")
 
 
+@pytest.mark.slow
 def test_help_documents_every_exit_code():
     result = ask("--help", env={"COLUMNS": "200"})
     assert result.code == 0

@@ -56,6 +56,7 @@ def wait_for_file(path: Path, timeout_s: float = 10) -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "expected"), [("/plain", PLAIN), ("/jsonl", JSONL), ("/sse", SSE)]
 )
@@ -71,6 +72,7 @@ def test_each_framing_piped_is_byte_exact(env, path, expected):
     ), summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "expected"),
     [
@@ -91,11 +93,13 @@ def test_each_framing_rendered_on_a_terminal(env, path, expected):
     assert summary.startswith("200 OK · component main · replica "), summary
 
 
+@pytest.mark.slow
 def test_get_sends_stream_in_the_query(env):
     result = ask("/jsonl", "pause_ms:=0", "--stream", "--get", env=env)
     assert result.code == 0 and result.stdout == JSONL
 
 
+@pytest.mark.slow
 def test_first_chunk_is_printed_while_the_generator_waits(env, tmp_path):
     gate, marker = tmp_path / "gate", tmp_path / "marker"
     child = Child("/gated", f"gate={gate}", f"marker={marker}", "--stream", env=env)
@@ -111,6 +115,7 @@ def test_first_chunk_is_printed_while_the_generator_waits(env, tmp_path):
     assert wait_for_file(marker)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tty", [False, True], ids=["piped", "terminal"])
 def test_sigint_mid_stream_exits_130_and_closes_the_generator(env, tmp_path, tty):
     gate, marker = tmp_path / "gate", tmp_path / "marker"
@@ -129,6 +134,7 @@ def test_sigint_mid_stream_exits_130_and_closes_the_generator(env, tmp_path, tty
     assert "interrupted" in result.stderr
 
 
+@pytest.mark.slow
 def test_stalled_stream_times_out_and_the_generator_is_closed(env, tmp_path):
     gate, marker = tmp_path / "gate", tmp_path / "marker"
     result = ask(
@@ -140,6 +146,7 @@ def test_stalled_stream_times_out_and_the_generator_is_closed(env, tmp_path):
     assert wait_for_file(marker)
 
 
+@pytest.mark.slow
 def test_answer_piped_and_on_a_terminal(env):
     result = ask("/answer", "query=hi", "size:=2", env=env)
     assert result.code == 0, result.stderr
@@ -157,6 +164,7 @@ def test_answer_piped_and_on_a_terminal(env):
     )
 
 
+@pytest.mark.slow
 def test_error_envelope_exits_1(env):
     result = ask("/fails", env=env)
     assert result.code == 1 and result.stdout == b""
@@ -170,6 +178,7 @@ def test_stream_not_requested_exits_1_and_says_what_to_send(env):
     assert result.stderr.splitlines()[-1] == "hint: add --stream to ask for the stream"
 
 
+@pytest.mark.slow
 def test_unknown_url_lists_the_endpoints(env):
     result = ask("/answr", env=env)
     assert result.code == 8
@@ -196,6 +205,7 @@ def test_key_value_reaches_typed_parameters_of_a_generator(env, dev):
         assert b"".join(reply.iter_bytes()) == result.stdout
 
 
+@pytest.mark.slow
 def test_key_value_is_converted_like_a_query_string(env, dev):
     for items in (["size=2"], ["size==2"], ["size:=2"]):
         result = ask("/answer", "query=7", *items, env=env)
@@ -205,6 +215,7 @@ def test_key_value_is_converted_like_a_query_string(env, dev):
     assert curl.json()["result"] == {"query": "7", "items": [0, 1]}
 
 
+@pytest.mark.slow
 def test_a_stream_cut_by_peach_dev_is_reported_as_cut(env):
     """The generator raises after two chunks: peach dev cuts the stream (SPEC §2) and
     `peach ask` keeps what arrived, says "cut after 2 chunks" and exits 7."""

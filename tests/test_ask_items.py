@@ -81,6 +81,7 @@ def url():
         yield base
 
 
+@pytest.mark.slow
 def test_items_reach_the_server_where_they_say(url, files):
     result = ask(
         f"{url}/echo",
@@ -101,6 +102,7 @@ def test_items_reach_the_server_where_they_say(url, files):
     assert "dTpw" not in json.dumps(echoed["query"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("item", "says"),
     [
@@ -116,6 +118,7 @@ def test_unsupported_items_are_refused_naming_them(url, item, says):
     assert says in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_bad_item_hints_at_headers_too(url):
     result = ask(f"{url}/echo", "novalue")
     assert result.code == 2

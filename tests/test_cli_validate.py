@@ -22,18 +22,21 @@ def peach(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[st
     return run_peach(*args, cwd=cwd, timeout=60, columns=80)
 
 
+@pytest.mark.slow
 def test_clean_project_exits_0_with_a_summary():
     result = peach("validate", str(QUICKSTART))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "is valid: 2 endpoints" in result.stdout.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_current_folder_is_the_default(tmp_path):
     write_project(tmp_path, GOOD, {"nb.ipynb": BASE_CELLS})
     result = peach("validate", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_errors_exit_1_one_line_each_with_excerpt_caret_and_hint(tmp_path):
     conf = (
         GOOD.replace("method: ask", "methdo: ask")
@@ -61,6 +64,7 @@ def test_errors_exit_1_one_line_each_with_excerpt_caret_and_hint(tmp_path):
     assert "Traceback" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_json_format_lists_every_field(tmp_path):
     cells = BASE_CELLS[:-1]  # without the cell that does not parse
     write_project(tmp_path, GOOD.replace("method: ask", "method: aks"), {"nb.ipynb": cells})
@@ -81,12 +85,14 @@ def test_json_format_lists_every_field(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_json_of_a_clean_project_is_an_empty_list(tmp_path):
     write_project(tmp_path, GOOD, {"nb.ipynb": BASE_CELLS})
     result = peach("validate", str(tmp_path), "--format", "json")
     assert (result.returncode, json.loads(result.stdout)) == (0, [])
 
 
+@pytest.mark.slow
 def test_warnings_pass_unless_strict(tmp_path):
     write_project(
         tmp_path, GOOD.replace("method: ask", "method: with_magic"), {"nb.ipynb": BASE_CELLS}
@@ -97,6 +103,7 @@ def test_warnings_pass_unless_strict(tmp_path):
     assert strict.returncode == 1 and "--strict" in strict.stdout.splitlines()[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -113,6 +120,7 @@ def test_usage_errors_exit_2_without_traceback(tmp_path, args, message):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "content",
     [
@@ -131,6 +139,7 @@ def test_bad_conf_files_are_diagnostics_not_tracebacks(tmp_path, content):
     assert result.stdout.startswith("peach.yaml:")
 
 
+@pytest.mark.slow
 def test_a_50_megabyte_conf_is_refused_quickly(tmp_path):
     with open(tmp_path / "peach.yaml", "w") as f:
         f.write("codops: x\n")
@@ -140,11 +149,13 @@ def test_a_50_megabyte_conf_is_refused_quickly(tmp_path):
     assert "PC002" in result.stdout and "too large" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_single_yaml_file_is_a_project(tmp_path):
     write_project(tmp_path, None, {"nb.ipynb": BASE_CELLS}, {"other.yaml": GOOD})
     assert peach("validate", str(tmp_path / "other.yaml")).returncode == 0
 
 
+@pytest.mark.slow
 def test_schema_is_json_schema_of_the_conf():
     result = peach("schema")
     assert result.returncode == 0
@@ -171,6 +182,7 @@ def test_schema_is_json_schema_of_the_conf():
         assert re.match(names, "OPENAI_API_KEY") and not re.match(names, "2-BAD")
 
 
+@pytest.mark.slow
 def test_schema_accepts_every_file_of_a_split_project_and_flags_mistakes(tmp_path):
     """What yaml-language-server does with the schema: check each conf file on its own."""
     jsonschema = pytest.importorskip("jsonschema")
@@ -199,6 +211,7 @@ def test_schema_accepts_every_file_of_a_split_project_and_flags_mistakes(tmp_pat
     assert any("users" in e.message for e in validator.iter_errors(ab))
 
 
+@pytest.mark.slow
 def test_a_single_file_of_peach_conf_resolves_notebooks_from_the_project(tmp_path):
     write_project(tmp_path, None, {"nb.ipynb": BASE_CELLS}, {"peach.conf/shop.yaml": GOOD})
     result = peach("validate", str(tmp_path / "peach.conf" / "shop.yaml"))
@@ -209,6 +222,7 @@ def test_a_single_file_of_peach_conf_resolves_notebooks_from_the_project(tmp_pat
     assert result.stdout.startswith("peach.conf/shop.yaml:6:")
 
 
+@pytest.mark.slow
 def test_help_documents_the_exit_codes_in_one_paragraph():
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
     result = subprocess.run(
@@ -237,6 +251,7 @@ def test_the_caret_underlines_a_path_in_a_conf_and_a_name_in_code():
     assert caret(Position("peach.yaml", 6, 24, None, conf)) == " " * 23 + "^" * 17
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "doing"),
     [

@@ -60,6 +60,7 @@ def new_project(tmp_path: Path) -> Path:
     return tmp_path / "shop"
 
 
+@pytest.mark.slow
 def test_ask_completes_the_urls_of_the_project_here(tmp_path):
     project = new_project(tmp_path)
     result = complete("peach ask /", project)
@@ -69,6 +70,7 @@ def test_ask_completes_the_urls_of_the_project_here(tmp_path):
     assert complete("peach ask /nothing", project).stdout.split() == []
 
 
+@pytest.mark.slow
 def test_zsh_shows_the_endpoint_name_beside_its_url(tmp_path):
     result = complete("peach ask /g", new_project(tmp_path), shell="zsh")
     assert result.returncode == 0, result.stderr
@@ -95,6 +97,7 @@ def test_zsh_gets_from_the_fast_completer_what_typer_would_answer(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_full_url_completes_on_peach_url(tmp_path):
     project = new_project(tmp_path)
     result = complete("peach ask http://", project, env={"PEACH_URL": "http://10.0.0.5:9000/"})
@@ -132,6 +135,7 @@ def test_peach_task_run_completes_the_task_names_of_the_project_here():
     assert complete("peach task run gr", tasks).stdout.split() == ["greet"]
 
 
+@pytest.mark.slow
 def test_the_completers_import_no_model_and_no_network_code(tmp_path):
     project = new_project(tmp_path)
     code = (
@@ -148,6 +152,7 @@ def test_the_completers_import_no_model_and_no_network_code(tmp_path):
     assert result.stdout.strip() == "[]", result.stderr
 
 
+@pytest.mark.slow
 def test_a_tab_on_ask_and_task_run_is_answered_before_typer_is_imported(tmp_path):
     project = new_project(tmp_path)
     environment = {k: v for k, v in os.environ.items() if k != "PEACH_URL"}

@@ -276,6 +276,7 @@ def test_the_gateway_carries_the_ab_tests_and_a_split_change_redeploys_only_it(t
     assert after["args"] == before["args"]
 
 
+@pytest.mark.slow
 def test_the_runtime_package_is_importable_on_its_own(tmp_path):
     """The replicas import peach_cli from this zip only: it must be self-contained."""
     package = runtime_package()
@@ -686,6 +687,7 @@ def run_peach(*args: str, env: dict | None = None) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output_format", ["json", "yaml"])
 def test_dry_run_prints_the_exact_config_without_a_cluster(output_format):
     # an address nobody listens on: a dry run must not try it
@@ -707,6 +709,7 @@ def test_dry_run_prints_the_exact_config_without_a_cluster(output_format):
     assert config == build_bundle(plan_of(BASIC), http_port=9321).config
 
 
+@pytest.mark.slow
 def test_deploy_of_an_invalid_project_shows_the_diagnostics_and_exits_1(tmp_path):
     import shutil
 
@@ -720,12 +723,14 @@ def test_deploy_of_an_invalid_project_shows_the_diagnostics_and_exits_1(tmp_path
     assert result.stderr == ""  # the diagnostics and their summary, no second error line
 
 
+@pytest.mark.slow
 def test_deploy_to_a_non_dashboard_address_exits_2_with_a_message():
     result = run_peach("deploy", str(BASIC), "--address", "auto")
     assert result.returncode == 2
     assert "dashboard REST API" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_status_with_nothing_listening_exits_1_with_a_message():
     result = run_peach("status", "--address", "http://127.0.0.1:9")
     assert result.returncode == 1

@@ -77,6 +77,7 @@ def test_another_prefix_is_merged_beside_the_application_at_the_root():
     assert config["proxy_location"] == "HeadOnly"  # as Serve runs: a PUT does not change it
 
 
+@pytest.mark.slow
 def test_the_route_prefix_is_checked_before_the_project_is_read():
     result = subprocess.run(
         [
@@ -209,6 +210,7 @@ def test_logs_pick_the_only_application_or_ask_for_one():
         choose_application({"applications": {}}, None)
 
 
+@pytest.mark.slow
 def test_logs_usage_errors_exit_2_without_a_cluster():
     result = subprocess.run(
         [sys.executable, "-m", "peach_cli.cli", "logs", "--tail", "-1"],

@@ -152,6 +152,7 @@ def run_peach(*args: str, env: dict | None = None) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.slow
 def test_dry_run_lists_the_files_and_their_size_and_keeps_stdout_the_config(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(BASIC, project)
@@ -171,6 +172,7 @@ def test_dry_run_lists_the_files_and_their_size_and_keeps_stdout_the_config(tmp_
     assert ".env" not in result.stderr.replace("dot-files", "")
 
 
+@pytest.mark.slow
 def test_a_dry_run_with_no_other_file_says_so_without_a_dangling_colon(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(BASIC, project)
@@ -182,6 +184,7 @@ def test_a_dry_run_with_no_other_file_says_so_without_a_dangling_colon(tmp_path)
     assert "file(s)" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_too_large_project_fails_the_dry_run_too_with_exit_1(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(BASIC, project)
@@ -197,6 +200,7 @@ def test_format_size():
     assert [human_size(n) for n in (5, 2048, 3 * 1024 * 1024)] == ["5 B", "2.0 KiB", "3.0 MiB"]
 
 
+@pytest.mark.slow
 def test_link_loops_in_the_project_are_skipped_without_a_traceback(tmp_path):
     project = tmp_path / "project"
     shutil.copytree(BASIC, project)

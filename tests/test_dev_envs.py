@@ -145,6 +145,7 @@ def test_shared_env_serves_undeclared_imports_and_says_they_are_not_checked(peac
     dev.wait_for_output(r"--shared-env: every replica runs in peach's own Python")
 
 
+@pytest.mark.slow
 def test_a_dependency_edit_reloads_only_that_envs_components(peach_dev, tmp_path):
     """Adding a requirement to `extra` rebuilds that env while the old replicas serve,
     then swaps its component; base's replica and state stay; no request fails."""
@@ -200,6 +201,7 @@ def test_stopping_peach_dev_during_an_env_build_stops_uv_at_once(peach_dev, tmp_
     assert_gone(backend)  # the build backend went with uv
 
 
+@pytest.mark.slow
 def test_prune_all_keeps_the_envs_a_running_peach_dev_uses(peach_dev, tmp_path, monkeypatch):
     """`peach env prune --all` beside a running `peach dev`: its env (and the staged
     runtime) are kept and it goes on serving; once it stops, the next prune removes them.

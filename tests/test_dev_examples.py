@@ -74,6 +74,7 @@ def test_assistant_streams_words_and_reloads_on_a_new_version(peach_dev, tmp_pat
         assert dev.output().count("drift detected") == 1
 
 
+@pytest.mark.slow
 def test_decorated(peach_dev):
     dev = peach_dev(EXAMPLES / "decorated")
     with httpx.Client(base_url=dev.url, timeout=30) as client:
@@ -83,6 +84,7 @@ def test_decorated(peach_dev):
         assert streamed.content == b"a\nb\nc\n"
 
 
+@pytest.mark.slow
 def test_assistant_whole_drift_loop_with_tasks(peach_dev, tmp_path):
     """`peach dev --tasks`: retrain writes a new version, /facts detects the drift, its
     replica reloads; an event from /retrain runs the task again — no manual step."""

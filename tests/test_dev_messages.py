@@ -3,6 +3,7 @@ once, in the order it happens, and nothing claimed that did not happen."""
 
 from __future__ import annotations
 
+import pytest
 from projectkit import BASE_CELLS, write_project
 
 ONE = (
@@ -59,6 +60,7 @@ def test_editing_a_task_notebook_says_it_applies_from_the_next_run(tmp_path, pea
     assert "nothing to reload" not in dev.output_since_mark()
 
 
+@pytest.mark.slow
 def test_outside_a_project_dev_and_validate_hint_at_peach_init(tmp_path):
     from cli_support import run_peach
 

@@ -12,11 +12,12 @@ import re
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import PROJECTS, DevProcess, drain_stream
+from conftest import PROJECTS, DevProcess, drain_stream, start_peach_dev
 from projectkit import write_project
 from waiting import wait_until
 
@@ -75,6 +76,19 @@ SMALL_CELLS = [
 @pytest.fixture
 def small_project(tmp_path: Path) -> Path:
     return write_project(tmp_path / "small", SMALL_CONF, {"nb.ipynb": SMALL_CELLS})
+
+
+@pytest.fixture(scope="module")
+def small_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+    """`peach dev` of the small project for the tests that neither stop nor change it (each
+    sees only the output written since it began: conftest marks it)."""
+    folder = tmp_path_factory.mktemp("small-dev")
+    project = write_project(folder / "small", SMALL_CONF, {"nb.ipynb": SMALL_CELLS})
+    dev = start_peach_dev(project, folder / "peach-dev.log")
+    try:
+        yield dev
+    finally:
+        dev.stop()
 
 
 # A replica that dies on request and one whose re-init after drift fails: the tests that do
@@ -167,6 +181,7 @@ GATED_CELLS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_plain_call_to_a_generator_still_starting_is_bounded_by_timeout_s(peach_dev, tmp_path):
     """A request without ``stream`` is a call like any other, whatever the method: while
     the replica's init runs, it waits at most ``timeout_s`` (SPEC "Starting replicas")."""
@@ -261,8 +276,8 @@ def test_non_loopback_host_is_warned_about(peach_dev, small_project):
     dev.wait_for_output(r"warning: bound to 0\.0\.0\.0")
 
 
-def test_request_log_lines_and_replica_output(peach_dev, small_project):
-    dev = peach_dev(small_project)
+def test_request_log_lines_and_replica_output(small_dev):
+    dev = small_dev
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", dev.url)
     assert dev.output().splitlines()[0] == f"peach dev serving on {dev.url}"
     assert httpx.get(f"{dev.url}/hello?name=log", timeout=20).status_code == 200
@@ -287,8 +302,8 @@ def test_timeout_option_overrides_the_conf(peach_dev, small_project):
     assert response.headers["x-peach-replica"] == "slow/main#1"  # the replica cut off
 
 
-def test_routes_and_health(peach_dev, small_project):
-    dev = peach_dev(small_project)
+def test_routes_and_health(small_dev):
+    dev = small_dev
     health = dev.wait_ready()
     assert health["status"] == "ok"
     assert {c["component"] for c in health["components"]} == {
@@ -309,8 +324,8 @@ def test_routes_and_health(peach_dev, small_project):
     assert by_url["/stream"]["streams"] is True
 
 
-def test_stream_headers_come_before_the_first_chunk(peach_dev, small_project, tmp_path):
-    dev = peach_dev(small_project)
+def test_stream_headers_come_before_the_first_chunk(small_dev, tmp_path):
+    dev = small_dev
     gate, marker = tmp_path / "gate", tmp_path / "marker"
     params = {"stream": "1", "gate": str(gate), "marker": str(marker)}
     with httpx.Client(base_url=dev.url, timeout=20) as client:
@@ -321,10 +336,11 @@ def test_stream_headers_come_before_the_first_chunk(peach_dev, small_project, tm
             gate.write_text("go")
             assert response.read() == b"released\n"
     wait_until(marker.exists, what="the generator to finish")
+    dev.wait_for_output(r"GET /held 200 main held/main#1 .* stream")  # logged before the next
 
 
-def test_disconnect_before_the_first_chunk_closes_the_generator(peach_dev, small_project, tmp_path):
-    dev = peach_dev(small_project)
+def test_disconnect_before_the_first_chunk_closes_the_generator(small_dev, tmp_path):
+    dev = small_dev
     gate, marker = tmp_path / "never", tmp_path / "marker"
     params = {"stream": "1", "gate": str(gate), "marker": str(marker)}
     with httpx.Client(base_url=dev.url, timeout=20) as client:
@@ -338,6 +354,7 @@ def test_disconnect_before_the_first_chunk_closes_the_generator(peach_dev, small
 # -- shutdown -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ctrl_c_closes_streams_and_stops_every_replica(peach_dev, small_project, tmp_path):
     dev = peach_dev(small_project)
     dev.wait_ready()
@@ -367,6 +384,7 @@ SLOW_CLOSE_CELL = (
 )
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_process_group_stops_as_cleanly_as_ctrl_c(peach_dev, tmp_path):
     """What `timeout` and `kill -- -PGID` do: SIGTERM to peach dev, then to its whole
     process group (its replicas too) while it is stopping."""
@@ -407,6 +425,7 @@ def test_replicas_exit_when_peach_dev_is_killed(peach_dev, small_project):
 # -- reload plumbing (DevServer.apply_plan) -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_apply_plan_restarts_only_changed_components(tmp_path, small_project):
     from simulator.server import DevServer
 
@@ -447,6 +466,7 @@ def test_apply_plan_restarts_only_changed_components(tmp_path, small_project):
     aio.run(scenario())
 
 
+@pytest.mark.slow
 def test_apply_plan_lets_in_flight_streams_finish_on_retired_replicas(tmp_path, small_project):
     from simulator.server import DevServer
 

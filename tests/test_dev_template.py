@@ -186,6 +186,7 @@ def test_a_template_killed_takes_its_replicas_and_they_start_again(pair):
     assert {psutil.Process(r["pid"]).ppid() for r in found} == {again.pid}
 
 
+@pytest.mark.slow
 def test_without_templates_each_replica_is_spawned(tmp_path: Path, monkeypatch):
     root = write_project(tmp_path / "pair", PAIR, NOTEBOOK)
     for name, value in SECRETS.items():
@@ -204,6 +205,7 @@ def test_without_templates_each_replica_is_spawned(tmp_path: Path, monkeypatch):
         dev.stop()
 
 
+@pytest.mark.slow
 def test_neither_template_nor_replicas_outlive_peach_dev_killed(peach_dev, tmp_path: Path):
     root = write_project(
         tmp_path / "one",

@@ -100,6 +100,7 @@ def check_whole(text: str, view: DevView) -> None:
             assert any(component in w and (w & STATES) for w in words), (component, text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", ["recommender", "quickstart", "decorated"])
 def test_an_example_is_readable_at_80_columns(example, tmp_path):
     # a copy: serving an example may write in it (a task's version file)
@@ -153,6 +154,7 @@ def on_a_terminal(*args: str, env: dict[str, str], columns: int = 80) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
 
 
+@pytest.mark.slow
 def test_env_list_never_breaks_a_path_mid_word(tmp_path, small_env):
     from env_support import SMALL
 

@@ -324,6 +324,7 @@ def pages_with(lang: str) -> list[Path]:
     return [page for page in PAGES if any(block.lang == lang for block in blocks(page))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", pages_with("console"), ids=lambda p: str(p.relative_to(DOCS)))
 def test_every_console_block_prints_what_the_page_shows(page, tmp_path):
     runs = Page(tmp_path)
@@ -393,6 +394,7 @@ AS_PEACH = "import sys; sys.argv[0] = 'peach'; from peach_cli.cli import main; m
 """The CLI as its `peach` console script runs it (the usage line names `peach`)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [["peach"], ["peach", "dev"], ["peach", "task", "run"]])
 def test_the_cli_reference_is_what_help_prints(path):
     reference = load_reference()
@@ -408,6 +410,7 @@ def test_the_cli_reference_is_what_help_prints(path):
     assert reference.help_text(path, command) == reference.tidy(printed.stdout)
 
 
+@pytest.mark.slow
 def test_the_cli_reference_covers_every_command():
     reference = load_reference()
     text = reference.cli_reference()
@@ -429,6 +432,7 @@ def test_the_troubleshooting_page_says_what_to_do_for_every_error_code():
     assert set(ERROR_STATUS) <= documented
 
 
+@pytest.mark.slow
 def test_the_conf_reference_names_every_key_of_the_schema():
     from peach_cli.project.conf import json_schema
 
@@ -448,6 +452,7 @@ def test_the_conf_reference_names_every_key_of_the_schema():
             assert f"| `{key}` |" in text
 
 
+@pytest.mark.slow
 def test_the_site_builds_with_strict_checks(tmp_path):
     built = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],

@@ -99,6 +99,7 @@ def project(tmp_path: Path) -> Path:
     return write_project(tmp_path / "shop", GOOD, {"nb.ipynb": BASE_CELLS})
 
 
+@pytest.mark.slow
 def test_a_healthy_setup_passes_every_check_and_exits_0(project, tmp_path, index_url):
     port = free_port()
     result = doctor("--port", str(port), cwd=project, index=index_url, cache=tmp_path / "cache")
@@ -116,6 +117,7 @@ def test_a_healthy_setup_passes_every_check_and_exits_0(project, tmp_path, index
     assert not (tmp_path / "cache").exists()  # doctor creates nothing
 
 
+@pytest.mark.slow
 def test_json_output_shape(project, tmp_path, index_url):
     result = doctor_json(cwd=project, index=index_url, cache=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -133,6 +135,7 @@ def test_json_output_shape(project, tmp_path, index_url):
     assert checks["project"]["details"]["endpoints"] == 1
 
 
+@pytest.mark.slow
 def test_a_port_in_use_fails_with_advice(project, tmp_path, index_url):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
@@ -146,6 +149,7 @@ def test_a_port_in_use_fails_with_advice(project, tmp_path, index_url):
     assert result.stdout.splitlines()[-1].startswith("✗ 1 of 8 checks failed")
 
 
+@pytest.mark.slow
 def test_an_unreachable_index_fails(project, tmp_path):
     index = f"http://127.0.0.1:{closed_port()}/simple/"
     result = doctor_json(cwd=project, index=index, cache=tmp_path)
@@ -162,6 +166,7 @@ def test_an_unreachable_index_fails(project, tmp_path):
     assert "UV_DEFAULT_INDEX" in check["advice"] and "peach dev --offline" in check["advice"]
 
 
+@pytest.mark.slow
 def test_an_index_answering_an_error_fails(project, tmp_path, index_url):
     write_project(project, WITH_DEPS)
     wrong = index_url.replace("/simple/", "/nothing/")
@@ -171,6 +176,7 @@ def test_an_index_answering_an_error_fails(project, tmp_path, index_url):
     assert check["status"] == "fail" and "answered HTTP 404" in check["summary"]
 
 
+@pytest.mark.slow
 def test_offline_reports_the_cache_instead_of_contacting_the_index(project, tmp_path):
     index = f"http://127.0.0.1:{closed_port()}/simple/"
     cache = tmp_path / "cache"
@@ -191,6 +197,7 @@ def test_offline_reports_the_cache_instead_of_contacting_the_index(project, tmp_
     assert check["details"]["cache"] == {"entries": 1, "bytes": 2000}
 
 
+@pytest.mark.slow
 def test_offline_is_ready_when_every_env_is_built(project, small_env, env_cache):
     from env_support import SMALL
 
@@ -204,6 +211,7 @@ def test_offline_is_ready_when_every_env_is_built(project, small_env, env_cache)
     assert check["details"]["envs"] == {"base": True}
 
 
+@pytest.mark.slow
 def test_offline_with_no_package_to_fetch_does_not_claim_a_built_env(project, tmp_path):
     write_project(project, GOOD)  # base declares no dependency
     index = f"http://127.0.0.1:{closed_port()}/simple/"
@@ -216,6 +224,7 @@ def test_offline_with_no_package_to_fetch_does_not_claim_a_built_env(project, tm
     )
 
 
+@pytest.mark.slow
 def test_the_cache_folder_is_reported_with_its_size(project, tmp_path, index_url):
     cache = tmp_path / "cache"
     (cache / "env-a").mkdir(parents=True)
@@ -230,6 +239,7 @@ def test_the_cache_folder_is_reported_with_its_size(project, tmp_path, index_url
     assert f"env cache {cache}: writable, 1 entry, 2.0 KiB" == check["summary"]
 
 
+@pytest.mark.slow
 def test_a_cache_that_cannot_be_a_folder_fails(project, tmp_path, index_url):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -241,6 +251,7 @@ def test_a_cache_that_cannot_be_a_folder_fails(project, tmp_path, index_url):
         assert "PEACH_ENV_CACHE" in check["advice"]
 
 
+@pytest.mark.slow
 def test_a_project_with_an_error_fails_and_points_at_peach_validate(tmp_path, index_url):
     broken = write_project(
         tmp_path / "broken", GOOD.replace("method: ask", "method: nope"), {"nb.ipynb": BASE_CELLS}
@@ -253,6 +264,7 @@ def test_a_project_with_an_error_fails_and_points_at_peach_validate(tmp_path, in
     assert f"run `peach validate {broken}` to see them" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_project_with_a_warning_passes_with_a_warning(tmp_path, index_url):
     conf = GOOD.replace("method: ask", "method: no_model, init: init_model")
     project = write_project(tmp_path / "warned", conf, {"nb.ipynb": BASE_CELLS})
@@ -263,6 +275,7 @@ def test_a_project_with_a_warning_passes_with_a_warning(tmp_path, index_url):
     assert check["advice"] == "run `peach validate` to see them"
 
 
+@pytest.mark.slow
 def test_outside_a_project_the_project_check_is_skipped(tmp_path, index_url):
     result = doctor("--port", str(free_port()), cwd=tmp_path, index=index_url, cache=tmp_path)
     assert result.returncode == 0, result.stdout
@@ -276,6 +289,7 @@ def test_a_project_argument_that_does_not_exist_is_a_usage_error(tmp_path, index
     assert "nowhere does not exist" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_bad_options_are_usage_errors(tmp_path, index_url):
     for args, message in (
         (["--format", "xml"], "unknown --format 'xml'"),
@@ -285,6 +299,7 @@ def test_bad_options_are_usage_errors(tmp_path, index_url):
         assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_an_unreachable_dashboard_fails_and_skips_the_cluster_checks(project, tmp_path, index_url):
     address = f"http://127.0.0.1:{closed_port()}"
     result = doctor_json("--address", address, cwd=project, index=index_url, cache=tmp_path)
@@ -297,6 +312,7 @@ def test_an_unreachable_dashboard_fails_and_skips_the_cluster_checks(project, tm
         assert checks[name]["status"] == "skip"
 
 
+@pytest.mark.slow
 def test_the_address_comes_from_peach_ray_address_and_must_be_a_dashboard_url(
     project, tmp_path, index_url
 ):
@@ -340,6 +356,7 @@ def test_uv_missing_or_broken_fails(tmp_path):
     assert "cannot run" in machine.check_uv(str(not_executable)).summary
 
 
+@pytest.mark.slow
 def test_the_network_checks_run_at_the_same_time(project, tmp_path):
     """The index answers only once the dashboard has been asked: checks run one after the
     other would see the index time out (3 s) first."""

@@ -1,9 +1,11 @@
-"""`peach doctor --address` against a real Ray cluster that wants a token (one head here)."""
+"""`peach doctor --address` against a real Ray cluster that wants a token (one head here), and
+`peach status` finding that token where Ray's own tools look for it."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 import subprocess
 import time
@@ -71,10 +73,18 @@ def cluster_checks(
     return result.returncode, checks
 
 
+@pytest.fixture(scope="module")
+def initialised(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`peach init shop`, once for the module."""
+    folder = tmp_path_factory.mktemp("init")
+    assert peach("init", "shop", cwd=folder).returncode == 0
+    return folder / "shop"
+
+
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    assert peach("init", "shop", cwd=tmp_path).returncode == 0
-    return tmp_path / "shop"
+def project(initialised: Path, tmp_path: Path) -> Path:
+    """A copy of the project `peach init` wrote, for this test alone."""
+    return Path(shutil.copytree(initialised, tmp_path / "shop"))
 
 
 def test_with_the_token_every_cluster_check_passes(head, project):
@@ -143,3 +153,43 @@ def test_a_project_larger_than_the_cluster_fails_with_the_numbers(head, project)
         resources["summary"],
     ), resources["summary"]
     assert "lower `replicas`, `cpus` or `memory`" in resources["advice"]
+
+
+def test_the_token_is_read_as_rays_tools_read_it(head, tmp_path):
+    """`peach status` (as every command that talks to the cluster) finds the token where
+    Ray's own tools look for it, and never prints it."""
+    token = TOKEN
+    home = tmp_path / "home"
+    home.mkdir()
+    empty_home = {"HOME": str(home)}
+
+    def status(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return run_peach("status", "--address", head.dashboard_url, env=env, timeout=110)
+
+    missing = status(empty_home)
+    assert missing.returncode == 1
+    assert "refused the request (401)" in missing.stderr
+    assert "set RAY_AUTH_TOKEN" in missing.stderr and "RAY_AUTH_TOKEN_PATH" in missing.stderr
+
+    wrong = status({**empty_home, "RAY_AUTH_TOKEN": "not-the-token"})
+    assert wrong.returncode == 1 and "(403)" in wrong.stderr
+    assert "not-the-token" not in wrong.stderr + wrong.stdout  # never printed
+
+    right = status({**empty_home, "RAY_AUTH_TOKEN": token})
+    assert right.returncode == 0, right.stderr
+    assert "no applications" in right.stdout
+
+    token_file = tmp_path / "token"
+    token_file.write_text(f"  {token}\n")  # whitespace stripped
+    by_path = status({**empty_home, "RAY_AUTH_TOKEN_PATH": str(token_file)})
+    assert by_path.returncode == 0, by_path.stderr
+
+    (home / ".ray").mkdir()
+    (home / ".ray" / "auth_token").write_text(f"{token}\n")
+    by_home = status(empty_home)
+    assert by_home.returncode == 0, by_home.stderr
+    assert token not in by_home.stdout + by_home.stderr
+
+    gone = status({"RAY_AUTH_TOKEN_PATH": str(tmp_path / "nope")})
+    assert gone.returncode == 1
+    assert f"cannot read the token file {tmp_path / 'nope'}" in gone.stderr

@@ -129,6 +129,7 @@ def test_a_build_reports_its_phases_and_leaves_nothing_half_built(env_cache):
     assert leftovers(env_cache) == before
 
 
+@pytest.mark.slow
 def test_two_processes_building_one_env_at_once_share_one_build(tmp_path):
     requirements = ("tomli-w", "websocket-client==1.8.0")  # a set no other test builds
     go = tmp_path / "go"
@@ -226,6 +227,7 @@ def test_explain_missing_module_names_the_requirement_to_add():
 # -- the commands ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_env_list_shows_requirements_built_size_and_path(tmp_path, small_env):
     write_conf(tmp_path, CONF.replace("[tomli-w]", "[tomli-w, websocket-client]"))
     result = run_peach("env", "list", str(tmp_path), "--format", "json")
@@ -240,6 +242,7 @@ def test_env_list_shows_requirements_built_size_and_path(tmp_path, small_env):
     assert "built: yes" in line and str(small_env.path) in line and "KiB" in line
 
 
+@pytest.mark.slow
 def test_env_build_builds_what_it_can_and_fails_clearly(tmp_path):
     conf = CONF.replace("[websocket-client, tomli-w]", "[no-such-package-peach-test]")
     result = run_peach("env", "build", str(write_conf(tmp_path, conf)))
@@ -254,6 +257,7 @@ def test_env_build_builds_what_it_can_and_fails_clearly(tmp_path):
     assert "py_env base resolving" in result.stderr or "py_env base done" in result.stderr
 
 
+@pytest.mark.slow
 def test_env_build_with_a_cache_it_cannot_write_is_one_clear_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")  # (root writes anywhere: a file in the way cannot)
@@ -268,6 +272,7 @@ def test_env_build_with_a_cache_it_cannot_write_is_one_clear_error(tmp_path):
     assert "0 of 1 env built" in result.stderr
 
 
+@pytest.mark.slow
 def test_env_commands_reject_bad_input(tmp_path):
     assert run_peach("env", "list", str(tmp_path / "nowhere")).returncode == 2
     bad = run_peach("env", "build", str(write_conf(tmp_path, "codops: shop\nbogus: 1\n")))
@@ -275,6 +280,7 @@ def test_env_commands_reject_bad_input(tmp_path):
     assert run_peach("env", "prune", "--days", "-1").returncode == 2
 
 
+@pytest.mark.slow
 def test_env_prune_all_removes_every_env(tmp_path, monkeypatch):
     monkeypatch.setenv("PEACH_ENV_CACHE", str(tmp_path / "cache"))  # not the shared one
     env = ensure_env(EnvSpec("bare", ()))
@@ -333,6 +339,7 @@ def test_a_worker_of_an_env_gets_nothing_of_the_host_in(small_env, tmp_path, mon
     assert environment["PYTHONUNBUFFERED"] == "1"
 
 
+@pytest.mark.slow
 def test_a_build_killed_halfway_is_never_used_and_the_next_one_completes(env_cache):
     before = leftovers(env_cache)
     requirements = ("tomli-w", "idna")  # a set no other test builds
@@ -448,6 +455,7 @@ def killed_build(folder: Path, cache: Path) -> set[str]:
     return left
 
 
+@pytest.mark.slow
 def test_a_build_killed_with_sigkill_kills_uv_and_its_leftovers_are_cleaned(tmp_path):
     cache = tmp_path / "cache"  # not the session's: prune --all empties it
     killed_build(tmp_path / "first", cache)
@@ -463,6 +471,7 @@ def test_a_build_killed_with_sigkill_kills_uv_and_its_leftovers_are_cleaned(tmp_
     assert leftovers(cache) & left == set()
 
 
+@pytest.mark.slow
 def test_the_build_backends_uv_runs_never_see_the_dashboard_token(tmp_path):
     """A package's build backend is someone else's code: it gets no Ray token from peach."""
     seen = tmp_path / "seen.json"

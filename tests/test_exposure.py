@@ -172,6 +172,7 @@ def assert_secret_never_shown(result: subprocess.CompletedProcess[str]) -> None:
 # -- tokens ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_token_is_sent_as_a_bearer_header_and_never_printed(dashboard):
     dashboard.routes[("GET", "/api/serve/applications/")] = (
         500,
@@ -185,6 +186,7 @@ def test_the_token_is_sent_as_a_bearer_header_and_never_printed(dashboard):
     assert sent and all(h.get("Authorization") == f"Bearer {TOKEN}" for h in sent)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [401, 403])
 def test_a_refused_token_is_named_but_never_shown(dashboard, status):
     dashboard.routes.clear()
@@ -197,6 +199,7 @@ def test_a_refused_token_is_named_but_never_shown(dashboard, status):
         assert_secret_never_shown(result)
 
 
+@pytest.mark.slow
 def test_dry_run_never_prints_the_token(tmp_path):
     for output_format in ("json", "yaml"):
         result = peach("deploy", str(DEPLOY_PROJECT), "--dry-run", "--format", output_format)
@@ -208,6 +211,7 @@ ODD_TOKEN = 'tok-ab"cd\\ef/+never-print-me'
 """A token with characters JSON, percent-encoding and base64 each change."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("echo", ["{headers}", "{quoted}", "{base64}"])
 def test_the_token_is_masked_in_every_form_a_server_echoes_it_in(dashboard, echo):
     dashboard.routes[("GET", "/api/serve/applications/")] = (
@@ -229,6 +233,7 @@ def test_the_token_is_masked_in_every_form_a_server_echoes_it_in(dashboard, echo
         assert form not in everything, (form, everything)
 
 
+@pytest.mark.slow
 def test_a_body_that_is_not_json_is_shown_without_the_token(dashboard):
     dashboard.routes[("GET", "/api/serve/applications/")] = (200, "<html>{headers}</html>")
     result = peach("status", "--address", dashboard.url)
@@ -237,6 +242,7 @@ def test_a_body_that_is_not_json_is_shown_without_the_token(dashboard):
     assert_secret_never_shown(result)
 
 
+@pytest.mark.slow
 def test_a_password_in_the_address_is_never_printed(dashboard):
     host_port = dashboard.url.removeprefix("http://")
     dashboard.routes[("GET", "/api/serve/applications/")] = (500, '{"error": "boom"}')
@@ -252,6 +258,7 @@ def test_a_password_in_the_address_is_never_printed(dashboard):
 # -- plain HTTP -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_plain_http_to_a_host_that_is_not_loopback_is_warned_about():
     with other_machine() as link:
         server = Dashboard(link.host_address)
@@ -270,6 +277,7 @@ def test_plain_http_to_a_host_that_is_not_loopback_is_warned_about():
     assert_secret_never_shown(result)
 
 
+@pytest.mark.slow
 def test_plain_http_on_loopback_is_not_warned_about(dashboard):
     dashboard.routes[("GET", "/api/serve/applications/")] = (
         200,

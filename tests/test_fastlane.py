@@ -166,6 +166,7 @@ def _complete(data: bytes) -> bool:
 # -- which requests the lane takes ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_plain_calls_take_the_fast_lane_and_everything_else_the_general_path(lane_project):
     async def scenario(server: Any, client: httpx.AsyncClient) -> None:
         lane = server.fast_lane
@@ -214,6 +215,7 @@ def test_plain_calls_take_the_fast_lane_and_everything_else_the_general_path(lan
     serve(lane_project, scenario)
 
 
+@pytest.mark.slow
 def test_under_record_every_request_takes_the_general_path(lane_project, tmp_path):
     """``--record`` writes every request whole (its body, its answer): no fast lane then."""
 
@@ -253,6 +255,7 @@ def comparable(reply: Reply) -> dict[str, Any]:
     return {"status": reply.status, "headers": headers, "body": reply.body, "clean": reply.clean}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_fast_lane_answers_every_request_as_the_general_path(dev_server, general_path):
     """The differential test's requests (plus the endpoints whose answers depend on time:
@@ -283,6 +286,7 @@ def test_the_fast_lane_answers_every_request_as_the_general_path(dev_server, gen
 # -- what a lane writing its own answers could get wrong ------------------------------------
 
 
+@pytest.mark.slow
 def test_keep_alive_and_pipelined_requests_are_answered_in_order(lane_project):
     async def scenario(server: Any, client: httpx.AsyncClient) -> None:
         before = server.fast_lane.calls
@@ -373,6 +377,7 @@ def test_a_body_waiting_behind_a_slow_call_is_not_cut_as_stalled(lane_project):
     serve(lane_project, scenario, head_timeout_s=0.4)
 
 
+@pytest.mark.slow
 def test_a_timeout_in_the_fast_lane_is_the_general_paths_timeout(lane_project):
     answers: dict[bool, list[dict[str, Any]]] = {}
 
@@ -401,6 +406,7 @@ def test_a_timeout_in_the_fast_lane_is_the_general_paths_timeout(lane_project):
     assert answers[True][1]["body"]["result"] == {"hello": "world"}
 
 
+@pytest.mark.slow
 def test_a_client_that_leaves_mid_call_leaves_nothing_behind(lane_project):
     async def scenario(server: Any, client: httpx.AsyncClient) -> None:
         host, port = server.url.removeprefix("http://").split(":")
@@ -423,6 +429,7 @@ def test_a_client_that_leaves_mid_call_leaves_nothing_behind(lane_project):
     serve(lane_project, scenario)
 
 
+@pytest.mark.slow
 def test_a_replica_that_dies_mid_call_answers_as_on_the_general_path(lane_project):
     answers: dict[bool, tuple[int, str]] = {}
 
@@ -441,6 +448,7 @@ def test_a_replica_that_dies_mid_call_answers_as_on_the_general_path(lane_projec
     assert answers[True][0] == 500 and "exited with code 3" in answers[True][1]
 
 
+@pytest.mark.slow
 def test_an_async_method_runs_in_its_own_task_from_its_first_step(lane_project):
     """A call starts eagerly in the replica (3.12's ``eager_start``; on 3.11 its task's first
     step is run at once): from its first line it is in a task of its own, with a context of

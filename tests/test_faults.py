@@ -226,6 +226,7 @@ def test_a_method_that_never_returns_times_out_and_its_replica_keeps_serving(fau
     assert httpx.get(f"{faults.url}{url}", timeout=10).json()["result"]["mode"] == "ok"
 
 
+@pytest.mark.slow
 def test_a_replica_whose_threads_are_all_held_restarts_and_says_why(peach_dev):
     """README: once all 64 threads of a replica are held by calls that never return, the
     replica restarts and says why."""
@@ -261,6 +262,7 @@ def test_a_replica_whose_threads_are_all_held_restarts_and_says_why(peach_dev):
 # -- an init that never returns -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_init_that_hangs_is_reported_and_ctrl_c_still_exits_without_orphans(peach_dev):
     from simulator.replica import INIT_STUCK_S
 
@@ -306,6 +308,7 @@ SLOW_INIT_CELLS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_slow_init_never_holds_a_call_past_timeout_s(peach_dev, tmp_path):
     from projectkit import write_project
 
@@ -485,6 +488,7 @@ def edited_notebook(version: int) -> str:
     )
 
 
+@pytest.mark.slow
 def test_a_project_broken_on_disk_during_reload_keeps_the_old_version_serving(tmp_path):
     project = tmp_path / "soak"
     shutil.copytree(FAULTS / "soak", project)

@@ -158,6 +158,7 @@ def test_yaml_tags_never_construct_objects(tmp_path, tagged):
     assert build_plan(project)[0] is None
 
 
+@pytest.mark.slow
 def test_an_alias_bomb_is_refused_quickly(tmp_path):
     lines = ["codops: x", 'a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     for level in range(1, 10):
@@ -223,6 +224,7 @@ def damaged_notebooks(draw) -> bytes:
     return text
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(notebook=damaged_notebooks(), output_format=st.sampled_from(["text", "json"]))
 def test_damaged_notebooks_never_crash_validate(notebook, output_format):
@@ -236,6 +238,7 @@ def test_damaged_notebooks_never_crash_validate(notebook, output_format):
             assert diagnostic.position.file in ("peach.yaml", "nb.ipynb"), diagnostic
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     conf=st.one_of(

@@ -172,6 +172,7 @@ headers = st.dictionaries(
 ).filter(lambda h: not {k.lower() for k in h} & {"host", "content-length", "transfer-encoding"})
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200,
     derandomize=True,  # the same requests on every run and machine, no example database
@@ -335,6 +336,7 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
 def test_a_300_mb_body_is_refused_without_the_gateway_holding_it(fuzz_server, client, declared):
     gateway = fuzz_server.process.pid
@@ -415,6 +417,7 @@ def test_the_head_bound_refuses_past_64_kib_and_resets_per_request(fuzz_server, 
 # -- request data with control characters through the log ---------------------------------
 
 
+@pytest.mark.slow
 @given(
     text=st.text(st.characters(max_codepoint=0x2030), min_size=1, max_size=12),
     refused=st.booleans(),

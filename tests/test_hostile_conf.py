@@ -45,6 +45,7 @@ REFUSED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", REFUSED)
 def test_a_requirement_that_is_not_pep_508_is_an_error_at_its_line(tmp_path, text):
     project = write_project(tmp_path / "p", conf(["orjson", text]), NOTEBOOK)
@@ -55,6 +56,7 @@ def test_a_requirement_that_is_not_pep_508_is_an_error_at_its_line(tmp_path, tex
     assert "Traceback" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_url_requirements_stay_allowed(tmp_path):
     allowed = [
         "numpy>=1.24",
@@ -69,6 +71,7 @@ def test_url_requirements_stay_allowed(tmp_path):
     assert "PC120" not in result.stdout, result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [
@@ -87,6 +90,7 @@ def test_every_command_refuses_a_bad_requirement_before_building(tmp_path, comma
     assert "runtime_env" not in result.stdout and "building" not in result.stdout.lower()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("endpoint", "url", "code"),
     [
@@ -105,6 +109,7 @@ def test_names_and_urls_outside_the_rule_are_refused(tmp_path, endpoint, url, co
     assert "\nforged" not in result.stdout  # the name is shown escaped, on its line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix", ["/../../etc", "/_peach", "/_peach/x", "/a b"])
 def test_a_route_prefix_outside_the_url_rule_is_refused(tmp_path, prefix):
     project = write_project(tmp_path / "p", conf(["orjson"]), NOTEBOOK)
@@ -116,6 +121,7 @@ def test_a_route_prefix_outside_the_url_rule_is_refused(tmp_path, prefix):
 SECRET_LINE = "root:TOPSECRET-hash-line:19000:0:99999:7:::"
 
 
+@pytest.mark.slow
 def test_a_conf_file_linked_outside_the_project_is_refused_unread(tmp_path):
     outside = tmp_path / "shadow"
     outside.write_text(f"codops: [\n{SECRET_LINE}\n")
@@ -128,6 +134,7 @@ def test_a_conf_file_linked_outside_the_project_is_refused_unread(tmp_path):
     assert "TOPSECRET" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("git_installed", [True, False], ids=["git", "no git on PATH"])
 def test_deploy_skips_links_leaving_the_project_and_what_git_ignores(tmp_path, git_installed):
     if shutil.which("git") is None:
@@ -166,6 +173,7 @@ def test_deploy_skips_links_leaving_the_project_and_what_git_ignores(tmp_path, g
     assert all(b"TOPSECRET" not in data for data in packaged.values())
 
 
+@pytest.mark.slow
 def test_a_task_cannot_send_escape_sequences_to_the_terminal(tmp_path):
     cells = {"nb.ipynb": ['def ask(payload=None):\n    print("got", payload["text"])\n']}
     project = write_project(tmp_path / "p", conf([]), cells)

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 from cli_support import run_peach
 
 FILES = [
@@ -23,6 +24,7 @@ def peach(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return run_peach(*args, cwd=cwd, timeout=60)
 
 
+@pytest.mark.slow
 def test_init_writes_a_project_that_validates_without_a_warning(tmp_path):
     result = peach("init", "shop", "--streaming", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -39,6 +41,7 @@ def test_init_writes_a_project_that_validates_without_a_warning(tmp_path):
     assert text.stdout.splitlines()[-1] == "✓ . is valid: 2 endpoints (1 info)"
 
 
+@pytest.mark.slow
 def test_the_cases_peach_init_writes_pass_and_its_readme_shows_peach_test(tmp_path):
     result = peach("init", "shop", "--streaming", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -50,6 +53,7 @@ def test_the_cases_peach_init_writes_pass_and_its_readme_shows_peach_test(tmp_pa
     assert "✓ 3 cases passed" in tested.stderr
 
 
+@pytest.mark.slow
 def test_the_conf_names_its_schema_and_the_schema_is_peach_schema(tmp_path):
     assert peach("init", "shop", cwd=tmp_path).returncode == 0
     conf = (tmp_path / "shop" / "peach.yaml").read_text()
@@ -59,6 +63,7 @@ def test_the_conf_names_its_schema_and_the_schema_is_peach_schema(tmp_path):
     assert (tmp_path / "shop" / "peach.schema.json").read_text() == schema
 
 
+@pytest.mark.slow
 def test_the_notebook_is_nbformat_4_5_with_cell_ids(tmp_path):
     assert peach("init", "shop", "--streaming", cwd=tmp_path).returncode == 0
     notebook = json.loads((tmp_path / "shop" / "notebooks" / "Endpoints.ipynb").read_text())
@@ -72,6 +77,7 @@ def test_the_notebook_is_nbformat_4_5_with_cell_ids(tmp_path):
             assert cell["outputs"] == [] and cell["execution_count"] is None
 
 
+@pytest.mark.slow
 def test_the_notebook_passes_jupyters_own_validation(tmp_path):
     import nbformat
 
@@ -82,6 +88,7 @@ def test_the_notebook_passes_jupyters_own_validation(tmp_path):
     assert nbformat.writes(notebook) == path.read_text().rstrip("\n")  # as Jupyter saves it
 
 
+@pytest.mark.slow
 def test_gitignore_and_readme(tmp_path):
     assert peach("init", "shop", cwd=tmp_path).returncode == 0
     ignored = (tmp_path / "shop" / ".gitignore").read_text().splitlines()
@@ -93,6 +100,7 @@ def test_gitignore_and_readme(tmp_path):
     assert "/story" not in readme  # no streaming endpoint without --streaming
 
 
+@pytest.mark.slow
 def test_existing_files_are_never_overwritten_without_force(tmp_path):
     project = tmp_path / "shop"
     project.mkdir()
@@ -114,6 +122,7 @@ def test_existing_files_are_never_overwritten_without_force(tmp_path):
     assert "cd " not in forced.stdout  # already in the folder
 
 
+@pytest.mark.slow
 def test_another_conf_in_the_folder_is_refused_even_with_force(tmp_path):
     (tmp_path / "peach.conf").mkdir()
     result = peach("init", ".", "--force", cwd=tmp_path)
@@ -121,6 +130,7 @@ def test_another_conf_in_the_folder_is_refused_even_with_force(tmp_path):
     assert "peach.conf" in result.stderr and not (tmp_path / "peach.yaml").exists()
 
 
+@pytest.mark.slow
 def test_codops_is_the_folder_name_made_valid(tmp_path):
     result = peach("init", "My Shop (2024)", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -129,6 +139,7 @@ def test_codops_is_the_folder_name_made_valid(tmp_path):
     assert peach("validate", "My Shop (2024)", cwd=tmp_path).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_folder_name_with_nothing_usable_asks_for_codops(tmp_path):
     result = peach("init", "日本", cwd=tmp_path)
     assert result.returncode == 2
@@ -151,18 +162,21 @@ def test_the_help_shows_the_codops_pattern(tmp_path):
     assert "The organisation id, [a-z0-9_-]+." in result.stdout
 
 
+@pytest.mark.slow
 def test_a_codops_that_yaml_would_read_as_a_number_stays_a_string(tmp_path):
     result = peach("init", "shop", "--codops", "1_000", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert peach("validate", "shop", cwd=tmp_path).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_file_in_place_of_the_folder_is_a_usage_error(tmp_path):
     (tmp_path / "shop").write_text("")
     result = peach("init", "shop", cwd=tmp_path)
     assert result.returncode == 2 and "is not a folder" in result.stderr
 
 
+@pytest.mark.slow
 def test_peach_dev_serves_the_new_project_at_once(tmp_path, peach_dev):
     assert peach("init", "shop", "--streaming", cwd=tmp_path).returncode == 0
     dev = peach_dev(tmp_path / "shop")

@@ -39,6 +39,7 @@ def task_run(project: Path, payload: str):
     return run_peach("task", "run", "record", str(project), "--payload", payload, timeout=60)
 
 
+@pytest.mark.slow
 def test_payload_from_dev_zero_is_refused_without_reading_it_whole(project_copy):
     result = task_run(project_copy, "@/dev/zero")
     assert result.returncode == 2, result.stderr
@@ -54,6 +55,7 @@ def test_payload_file_over_the_limit_is_refused(project_copy, tmp_path: Path):
     assert f"--payload @{big} is over the limit of 10 MiB" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 100_000])
 def test_deep_payload_file_is_a_message_not_a_traceback(project_copy, tmp_path, levels):
     deep = tmp_path / "deep.json"
@@ -124,6 +126,7 @@ def test_trigger_task_with_event_refuses_a_deep_payload(scheduler, monkeypatch):
         trigger_task_with_event("record", value)
 
 
+@pytest.mark.slow
 def test_peach_ask_json_and_file_items_are_bounded(tmp_path: Path):
     from ask_support import ask
 

@@ -116,6 +116,7 @@ def peach_test(*args: str, cwd: Path = REPO):
     return run_peach("test", *args, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_every_expect_key_passes_against_dev(dev, cases):
     result = peach_test(str(cases / "passing.peach-test.yaml"), "--url", dev.url)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -125,6 +126,7 @@ def test_every_expect_key_passes_against_dev(dev, cases):
     assert "✓ 5 cases passed" in result.stderr
 
 
+@pytest.mark.slow
 def test_each_expect_key_fails_with_its_diff(dev, cases):
     result = peach_test(
         str(cases / "failing.peach-test.yaml"), "--url", dev.url, "--format", "json"
@@ -148,6 +150,7 @@ def test_each_expect_key_fails_with_its_diff(dev, cases):
     assert "✗ 1 failed, 0 passed" in text.stderr
 
 
+@pytest.mark.slow
 def test_junit_is_parsed_back_one_suite_per_file(dev, cases):
     result = peach_test(
         "failing.peach-test.yaml",
@@ -177,6 +180,7 @@ def test_junit_is_parsed_back_one_suite_per_file(dev, cases):
     assert float(root.get("time", "0")) > 0
 
 
+@pytest.mark.slow
 def test_k_selects_by_name(dev, cases):
     result = peach_test(
         str(cases / "passing.peach-test.yaml"), "--url", dev.url, "-k", "stream", "--format", "json"
@@ -185,6 +189,7 @@ def test_k_selects_by_name(dev, cases):
     assert [c["name"] for c in json.loads(result.stdout)["cases"]] == ["stream text", "stream cut"]
 
 
+@pytest.mark.slow
 def test_no_case_found_is_exit_2(dev, cases, tmp_path):
     nothing = peach_test(str(cases / "passing.peach-test.yaml"), "--url", dev.url, "-k", "zzz")
     assert nothing.returncode == 2
@@ -205,6 +210,7 @@ def _no_cases(folder: str, names: list[str]) -> list[str]:
     return [n for n in names if n.endswith(".peach-test.yaml")]
 
 
+@pytest.mark.slow
 def test_unknown_key_is_an_error_at_its_line(tmp_path):
     shutil.copytree(REPO / "examples" / "quickstart", tmp_path / "q", ignore=_no_cases)
     (tmp_path / "q" / "tests").mkdir(exist_ok=True)
@@ -220,6 +226,7 @@ def test_unknown_key_is_an_error_at_its_line(tmp_path):
         assert "Traceback" not in output
 
 
+@pytest.mark.slow
 def test_peach_test_starts_its_own_simulator(tmp_path):
     project = tmp_path / "q"
     shutil.copytree(REPO / "examples" / "quickstart", project, ignore=_no_cases)
@@ -235,6 +242,7 @@ def test_peach_test_starts_its_own_simulator(tmp_path):
     assert "✓ 2 cases passed" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["quickstart", "recommender", "assistant", "decorated"])
 def test_every_example_has_cases_that_pass(name):
     result = peach_test(f"examples/{name}", "--format", "json")
@@ -245,6 +253,7 @@ def test_every_example_has_cases_that_pass(name):
         assert f"peach test examples/{name}" in (REPO / "examples" / name / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_project_with_errors_is_not_tested_exit_2(tmp_path):
     project = tmp_path / "q"
     shutil.copytree(REPO / "examples" / "quickstart", project)
@@ -272,6 +281,7 @@ def test_peach_schema_tests_is_the_case_file_schema():
     }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_case_files_in_dot_ignored_and_venv_folders_are_not_read(tmp_path):
     project = tmp_path / "q"
     shutil.copytree(REPO / "examples" / "quickstart", project, ignore=_no_cases)

@@ -11,6 +11,7 @@ import sys
 import tomllib
 import xml.etree.ElementTree as ET
 
+import pytest
 from cli_support import REPO
 
 PLUGIN = "peach_cli.testing.pytest_plugin"
@@ -65,6 +66,7 @@ def test_importing_the_plugin_loads_nothing_of_peach():
     assert result.stdout.strip() == "[]", result.stderr
 
 
+@pytest.mark.slow
 def test_pytest_collects_case_files_and_gives_the_peach_fixture(tmp_path):
     project = tmp_path / "quickstart"
     shutil.copytree(REPO / "examples" / "quickstart", project)

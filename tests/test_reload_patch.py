@@ -82,6 +82,7 @@ def serve(tmp_path: Path, peach_dev: Callable[..., DevProcess]) -> Iterator[Call
             served.client.close()
 
 
+@pytest.mark.slow
 def test_a_method_edit_keeps_the_init_state_and_does_not_wait_for_init(
     serve: Callable[..., Served],
 ) -> None:
@@ -102,6 +103,7 @@ def test_a_method_edit_keeps_the_init_state_and_does_not_wait_for_init(
     assert "restarted model/main" not in served.dev.output()
 
 
+@pytest.mark.slow
 def test_a_method_edit_restarts_when_the_state_also_lives_in_the_module(
     serve: Callable[..., Served],
 ) -> None:
@@ -121,6 +123,7 @@ def test_a_method_edit_restarts_when_the_state_also_lives_in_the_module(
     assert "patched kept/main" not in served.dev.output()
 
 
+@pytest.mark.slow
 def test_an_init_edit_restarts_and_runs_init_again(serve: Callable[..., Served]) -> None:
     served = serve()
     token = served.result("/model").split()[1]
@@ -132,6 +135,7 @@ def test_an_init_edit_restarts_and_runs_init_again(serve: Callable[..., Served])
     )
 
 
+@pytest.mark.slow
 def test_a_method_edit_inside_the_cell_it_shares_with_init_is_patched(
     serve: Callable[..., Served],
 ) -> None:
@@ -151,6 +155,7 @@ def test_a_method_edit_inside_the_cell_it_shares_with_init_is_patched(
     served.dev.wait_for_output(r"restarted shared/main \(init changed\)")
 
 
+@pytest.mark.slow
 def test_a_patch_superseded_while_its_code_runs_changes_nothing(
     serve: Callable[..., Served],
 ) -> None:
@@ -172,6 +177,7 @@ def test_a_patch_superseded_while_its_code_runs_changes_nothing(
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_patch_whose_code_is_slow_never_stalls_requests(serve: Callable[..., Served]) -> None:
     """The new code's top level runs off the serving path: until it is ready, the old code
     answers at once; then the new one, with the same state."""
@@ -195,6 +201,7 @@ def test_a_patch_whose_code_is_slow_never_stalls_requests(serve: Callable[..., S
     served.dev.wait_for_output(r"patched model/main \(method changed; init state kept\)")
 
 
+@pytest.mark.slow
 def test_a_patch_that_raises_keeps_the_old_method_serving_and_says_why(
     serve: Callable[..., Served],
 ) -> None:
@@ -211,6 +218,7 @@ def test_a_patch_that_raises_keeps_the_old_method_serving_and_says_why(
     assert served.wait_result("/model", lambda r: r.startswith("m3"), "the fix") == f"m3 {token}"
 
 
+@pytest.mark.slow
 def test_a_patch_during_a_stream_lets_the_stream_finish_on_the_old_code(
     serve: Callable[..., Served], tmp_path: Path
 ) -> None:
@@ -235,6 +243,7 @@ def test_a_patch_during_a_stream_lets_the_stream_finish_on_the_old_code(
     served.dev.wait_for_output(r"patched story/main \(method changed; init state kept\)")
 
 
+@pytest.mark.slow
 def test_every_replica_of_a_component_is_patched(serve: Callable[..., Served]) -> None:
     served = serve()
 
@@ -250,6 +259,7 @@ def test_every_replica_of_a_component_is_patched(serve: Callable[..., Served]) -
     assert {token for _, token in answers} == tokens
 
 
+@pytest.mark.slow
 def test_reload_restart_always_starts_new_replicas(serve: Callable[..., Served]) -> None:
     served = serve("--reload", "restart")
     token = served.result("/model").split()[1]
@@ -268,6 +278,7 @@ def test_a_bad_reload_mode_is_a_usage_error(peach_dev: Callable[..., DevProcess]
     assert "Traceback" not in dev.output()
 
 
+@pytest.mark.slow
 def test_reinit_reruns_init_on_demand(serve: Callable[..., Served]) -> None:
     served = serve()
     label, token = served.result("/model").split()
@@ -288,6 +299,7 @@ def test_reinit_reruns_init_on_demand(serve: Callable[..., Served]) -> None:
     assert served.client.get("/_peach/reinit/model").status_code == 405
 
 
+@pytest.mark.slow
 def test_reinit_whose_init_raises_keeps_the_old_state(serve: Callable[..., Served]) -> None:
     served = serve()
     token = served.result("/model").split()[1]
@@ -301,6 +313,7 @@ def test_reinit_whose_init_raises_keeps_the_old_state(serve: Callable[..., Serve
     served.dev.wait_for_output(r"model/main: the new init failed: .*ValueError")
 
 
+@pytest.mark.slow
 def test_reinit_refuses_clients_that_are_not_on_loopback(
     tmp_path: Path, peach_dev: Callable[..., DevProcess]
 ) -> None:
@@ -330,6 +343,7 @@ def _take_terminal() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
+@pytest.mark.slow
 def test_the_i_key_reruns_every_init(tmp_path: Path) -> None:
     """Standard input a terminal (a pty), output in a file: typing ``i`` re-runs init."""
     project = copy_project("reload_patch", tmp_path)
@@ -366,6 +380,7 @@ def test_the_i_key_reruns_every_init(tmp_path: Path) -> None:
         os.close(primary)
 
 
+@pytest.mark.slow
 def test_keys_are_off_when_the_terminal_is_not_peach_devs_own(tmp_path: Path) -> None:
     """A pty on standard input that is not peach dev's controlling terminal (as for
     ``peach dev &``): no key handling, and peach dev serves instead of being stopped."""

@@ -92,6 +92,7 @@ def test_every_answered_request_is_one_json_line(recorded):
     assert "result" not in refused
 
 
+@pytest.mark.slow
 def test_replay_against_the_same_server_is_all_same(recorded):
     dev, _, _, snapshot = recorded
     result = run_peach("replay", str(snapshot), "--url", dev.url)
@@ -99,6 +100,7 @@ def test_replay_against_the_same_server_is_all_same(recorded):
     assert "5 requests in" in result.stderr and ": 5 same, 0 differ, 0 failed" in result.stderr
 
 
+@pytest.mark.slow
 def test_after_a_notebook_edit_the_changed_answers_differ(recorded, original):
     dev, project, _, snapshot = recorded
     notebook = project / NOTEBOOK
@@ -138,6 +140,7 @@ def test_after_a_notebook_edit_the_changed_answers_differ(recorded, original):
     assert ": 4 same, 1 differ, 0 failed" in against.stderr
 
 
+@pytest.mark.slow
 def test_a_body_over_1_mib_is_recorded_as_omitted_and_fails_to_replay(recorded, tmp_path):
     dev, _, record, _ = recorded
     before = len(record.read_text().splitlines())
@@ -152,6 +155,7 @@ def test_a_body_over_1_mib_is_recorded_as_omitted_and_fails_to_replay(recorded, 
     assert ": 0 same, 0 differ, 1 failed" in result.stderr
 
 
+@pytest.mark.slow
 def test_bad_input_is_exit_2(tmp_path):
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"url": "/a"}\nnot json\n')

@@ -107,6 +107,7 @@ def test_replicas_see_their_env_vars_and_secrets_and_nothing_undeclared(peach_de
         assert value not in dev.output()
 
 
+@pytest.mark.slow
 def test_a_dotenv_edit_restarts_only_the_components_reading_the_changed_names(peach_dev, project):
     dev = peach_dev(project, "--shared-env", reload=True)
     dev.wait_ready()
@@ -137,6 +138,7 @@ def test_a_dotenv_edit_restarts_only_the_components_reading_the_changed_names(pe
     assert "reader-rotated" not in dev.output() and "now-set" not in dev.output()
 
 
+@pytest.mark.slow
 def test_an_env_vars_edit_restarts_only_its_users(peach_dev, project):
     dev = peach_dev(project, "--shared-env", reload=True)
     dev.wait_ready()
@@ -153,6 +155,7 @@ def test_an_env_vars_edit_restarts_only_its_users(peach_dev, project):
     assert "env_vars" in dev.output()
 
 
+@pytest.mark.slow
 def test_inherit_env_gives_the_whole_environment_and_says_so(peach_dev, project):
     dev = peach_dev(project, "--shared-env", "--inherit-env")
     dev.wait_ready()
@@ -170,6 +173,7 @@ def task_env(stdout: str) -> tuple[dict, list[str]]:
     return task_line(stdout, "env"), task_line(stdout, "names")
 
 
+@pytest.mark.slow
 def test_a_task_sees_its_env_vars_and_secrets_and_nothing_undeclared(project):
     result = run_peach("task", "run", "show", str(project))
     assert result.returncode == 0, result.stderr
@@ -191,6 +195,7 @@ def test_a_task_sees_its_env_vars_and_secrets_and_nothing_undeclared(project):
     assert_minimal(names, {"LOG_LEVEL", "TASK_MODE", "TASK_KEY"})
 
 
+@pytest.mark.slow
 def test_a_task_whose_secret_is_missing_fails_with_the_message(project):
     result = run_peach("task", "run", "needy_task", str(project))
     assert result.returncode == 1
@@ -198,6 +203,7 @@ def test_a_task_whose_secret_is_missing_fails_with_the_message(project):
     assert "Traceback" not in result.stderr + result.stdout
 
 
+@pytest.mark.slow
 def test_task_run_inherit_env(project):
     result = run_peach("task", "run", "show", str(project), "--inherit-env")
     assert result.returncode == 0, result.stderr
@@ -205,6 +211,7 @@ def test_task_run_inherit_env(project):
     assert "--inherit-env: the task gets peach's whole environment" in result.stderr
 
 
+@pytest.mark.slow
 def test_doctor_lists_missing_secrets_and_who_needs_them(project):
     result = run_peach("doctor", str(project), "--format", "json")
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
@@ -223,6 +230,7 @@ def test_doctor_lists_missing_secrets_and_who_needs_them(project):
     assert "r" not in checks["secrets"]["summary"].split()  # names, never values
 
 
+@pytest.mark.slow
 def test_init_ignores_dotenv_and_its_readme_mentions_secrets(tmp_path):
     assert run_peach("init", "shop", cwd=tmp_path).returncode == 0
     shop = tmp_path / "shop"
@@ -281,6 +289,7 @@ class FakeChatAPI:
         self.server.server_close()
 
 
+@pytest.mark.slow
 def test_the_assistant_example_reads_its_key_through_secrets(peach_dev, tmp_path, monkeypatch):
     example = Path(__file__).resolve().parent.parent / "examples" / "assistant"
     project = Path(shutil.copytree(example, tmp_path / "assistant"))

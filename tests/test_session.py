@@ -61,6 +61,7 @@ async def until(check, what: str, timeout_s: float = 60.0) -> None:
             await asyncio.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_a_running_task_is_stopped_before_the_replicas_and_nothing_outlives_the_session(
     tmp_path: Path,
 ) -> None:
@@ -109,6 +110,7 @@ def test_a_running_task_is_stopped_before_the_replicas_and_nothing_outlives_the_
     assert not new_children(before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop_at", ["the first replica event", "the first replica process"])
 def test_stopping_while_the_replicas_start_stops_them_and_nothing_outlives_the_session(
     tmp_path: Path, stop_at: str

@@ -14,6 +14,7 @@ import pytest  # noqa: E402
 import soak  # noqa: E402
 
 
+@pytest.mark.slow
 @pytest.mark.serial  # its rate and memory figures
 def test_a_short_soak_loses_nothing_and_leaks_nothing(tmp_path):
     report = soak.run_soak(clients=8, seconds=5, rate=10, edit_every=1.5, workdir=tmp_path)

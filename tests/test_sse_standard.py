@@ -93,6 +93,7 @@ def on_terminal(url: str):
         child.kill()
 
 
+@pytest.mark.slow
 def test_only_dispatched_events_are_shown(url):
     result = on_terminal(f"{url}/standard")
     assert result.code == 0, result.stderr
@@ -108,6 +109,7 @@ def test_a_cut_streams_unterminated_event_is_not_shown(url):
     assert "cut after 2 chunks" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "text"),
     [("/colon", ": not a comment\nmore text\n"), ("/id", "id: 3\ndata: shown as text\n")],

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 
@@ -18,6 +19,7 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@pytest.mark.slow
 def test_ctrl_c_tests_pass_when_the_suite_starts_with_sigint_ignored() -> None:
     run = subprocess.run(
         [

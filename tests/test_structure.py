@@ -10,6 +10,8 @@ import ast
 import sys
 from pathlib import Path
 
+import pytest
+
 from peach_cli.deploy.packaging import SERVE_APP_MODULES
 from peach_cli.envs.runtime import runtime_files
 
@@ -98,6 +100,7 @@ def _required_imports(path: Path) -> set[str]:
     return modules
 
 
+@pytest.mark.slow
 def test_no_module_imports_one_that_imports_it_back() -> None:
     sources = _sources()
     known = set(sources)
@@ -180,6 +183,7 @@ def test_the_simulator_keeps_no_state_in_its_modules() -> None:
     assert state == []
 
 
+@pytest.mark.slow
 def test_rich_is_used_by_the_views_only() -> None:
     """Commands and core return data or raise; ``peach_cli.views`` renders it."""
     users = sorted(
@@ -209,6 +213,7 @@ def test_one_byte_size_formatter() -> None:
     assert places == []
 
 
+@pytest.mark.slow
 def test_no_private_name_crosses_a_module_boundary() -> None:
     crossings = []
     for name, path in _sources().items():

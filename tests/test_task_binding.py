@@ -85,6 +85,7 @@ def run_ray_entry(project: Path, task: str, payload: str | None) -> subprocess.C
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("task", "payload", "code", "shown"), CASES)
 def test_the_ray_entry_binds_and_exits_as_the_spec_says(
     project: Path, task: str, payload: str | None, code: int, shown: str
@@ -103,6 +104,7 @@ def test_a_failing_init_shows_its_notebook_position(project: Path) -> None:
     assert lines[-1] == "ValueError: no state 1"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("task", "payload", "code", "shown"),
     [CASES[0], CASES[3], CASES[4], CASES[6], CASES[7]],

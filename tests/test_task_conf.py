@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from projectkit import diagnose, write_project
 
 from peach_cli.checks.validate import build_plan
@@ -109,6 +110,7 @@ def test_pc309_warns_of_a_literal_task_name_that_is_not_a_task(tmp_path: Path) -
     assert not [d for d in diagnose(root) if d.code == "PC308"]
 
 
+@pytest.mark.slow
 def test_peach_validate_prints_pc309_and_strict_fails_on_it(tmp_path: Path) -> None:
     root = write_project(
         tmp_path,

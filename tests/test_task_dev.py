@@ -41,6 +41,7 @@ def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> N
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_the_loop_goes_on_past_a_failing_and_a_hanging_task(project: Path, peach_dev) -> None:
     dev = peach_dev(project, "--tasks", "--task-interval", "0.2")
     # every task once, one after another: the failing one and the one killed at its
@@ -56,6 +57,7 @@ def test_the_loop_goes_on_past_a_failing_and_a_hanging_task(project: Path, peach
     assert httpx.get(f"{dev.url}/kick", params={"task": "greet"}, timeout=10).status_code == 200
 
 
+@pytest.mark.slow
 def test_a_trigger_from_an_endpoint_reaches_the_task_with_its_payload(
     project: Path, peach_dev
 ) -> None:
@@ -93,6 +95,7 @@ def test_a_burst_of_100_triggers_runs_each_once_in_order(project: Path, peach_de
     assert len({r["pid"] for r in done}) == 100  # each in its own process
 
 
+@pytest.mark.slow
 def test_an_edited_task_notebook_applies_from_the_next_run(project: Path, peach_dev) -> None:
     dev = peach_dev(project, reload=True)  # hot reload on, as a user runs it
     dev.wait_ready()
@@ -106,6 +109,7 @@ def test_an_edited_task_notebook_applies_from_the_next_run(project: Path, peach_
     assert "Traceback" not in dev.output()
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_running_task_with_its_children(project: Path, peach_dev) -> None:
     conf = project / "peach.yaml"
     conf.write_text(conf.read_text().replace("timeout_s: 2}", "timeout_s: 120}"))
@@ -141,6 +145,7 @@ def test_the_dev_view_shows_a_tasks_table() -> None:
     assert "greet    queued (2)   1       0  -" in lines
 
 
+@pytest.mark.slow
 def test_triggered_runs_go_before_the_loops_next_task_and_during_its_pause(
     project: Path,
 ) -> None:
@@ -197,6 +202,7 @@ def test_triggered_runs_go_before_the_loops_next_task_and_during_its_pause(
     assert runs(project)[-1]["payload"] == {"value": "in the pause"}
 
 
+@pytest.mark.slow
 def test_a_conf_missing_mid_save_does_not_stop_the_scheduler(project):
     """An editor that saves by renaming leaves no peach.yaml for a moment: the scheduler
     says so, keeps its last good tasks, and runs the next trigger."""

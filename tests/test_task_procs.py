@@ -56,6 +56,7 @@ def daemon_pid(project: Path) -> int:
     return int(poll(read, "the daemon's pid", 30, tolerate=(OSError,)))
 
 
+@pytest.mark.slow
 def test_a_100_mib_line_of_output_is_cut_with_a_marker_saying_how_much(project: Path) -> None:
     result = run_peach("task", "run", "shout", str(project), "--shared-env", timeout=120)
     assert result.returncode == 0, result.stderr

@@ -42,6 +42,7 @@ def runs(project: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_task_list_shows_each_task(project: Path) -> None:
     result = peach("task", "list", str(project))
     assert result.returncode == 0, result.stderr
@@ -53,6 +54,7 @@ def test_task_list_shows_each_task(project: Path) -> None:
     assert data["tasks"][3]["timeout_s"] == 2
 
 
+@pytest.mark.slow
 def test_a_run_with_a_payload_streams_its_lines_with_the_task_name(project: Path) -> None:
     result = peach("task", "run", "record", str(project), "--payload", '{"value": 1}')
     assert result.returncode == 0, result.stderr
@@ -68,6 +70,7 @@ def test_a_run_with_a_payload_streams_its_lines_with_the_task_name(project: Path
     )
 
 
+@pytest.mark.slow
 def test_a_run_without_a_payload(project: Path) -> None:
     result = peach("task", "run", "record", str(project))
     assert result.returncode == 0, result.stderr
@@ -78,6 +81,7 @@ def test_a_run_without_a_payload(project: Path) -> None:
     assert 'returned "greeted"' in result.stderr
 
 
+@pytest.mark.slow
 def test_the_payload_from_a_file_and_bad_payloads(project: Path, tmp_path: Path) -> None:
     payload = tmp_path / "payload.json"
     payload.write_text('{"value": [1, 2]}')
@@ -95,6 +99,7 @@ def test_the_payload_from_a_file_and_bad_payloads(project: Path, tmp_path: Path)
     assert len(runs(project)) == 1
 
 
+@pytest.mark.slow
 def test_a_raising_task_exits_1_with_its_traceback_in_the_notebook(project: Path) -> None:
     result = peach("task", "run", "fail", str(project), "--payload", '"x"')
     assert result.returncode == 1
@@ -106,6 +111,7 @@ def test_a_raising_task_exits_1_with_its_traceback_in_the_notebook(project: Path
     assert "task fail run fail#1 failed in" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_task_past_its_timeout_is_killed_with_its_children(project: Path) -> None:
     began = time.monotonic()
     result = peach("task", "run", "hang", str(project))
@@ -132,6 +138,7 @@ def started_child(result: subprocess.CompletedProcess[str]) -> int:
     return int(match.group(1))
 
 
+@pytest.mark.slow
 def test_an_unknown_task_is_a_usage_error_with_did_you_mean(project: Path) -> None:
     result = peach("task", "run", "recrod", str(project))
     assert result.returncode == 2
@@ -172,6 +179,7 @@ def test_ctrl_c_stops_the_task_and_its_children_and_exits_130(project: Path) -> 
     assert_gone(child)
 
 
+@pytest.mark.slow
 def test_a_task_triggers_another_that_runs_after_it(project: Path) -> None:
     result = peach("task", "run", "chain", str(project), "--payload", "5")
     assert result.returncode == 0, result.stderr
@@ -183,6 +191,7 @@ def test_a_task_triggers_another_that_runs_after_it(project: Path) -> None:
     assert [r["payload"] for r in runs(project)] == [{"from": "chain", "payload": 5}]
 
 
+@pytest.mark.slow
 def test_a_project_with_errors_is_not_run(project: Path) -> None:
     conf = project / "peach.yaml"
     conf.write_text(conf.read_text().replace("method: greet}", "method: greeet}"))

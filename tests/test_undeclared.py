@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from env_support import SMALL
 from projectkit import diagnose, write_project
 
@@ -115,6 +116,7 @@ def test_only_the_cells_that_run_are_checked(tmp_path):
     assert set(flagged(tmp_path)) == {("base", "pandas")}
 
 
+@pytest.mark.slow
 def test_the_cli_shows_pc308_as_a_warning(tmp_path):
     from env_support import run_peach
 

@@ -22,6 +22,7 @@ TRIGGER_CELLS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_users_traceback_has_no_frame_of_peachs_runtime(tmp_path):
     write_project(tmp_path, TRIGGERING, {"t.ipynb": TRIGGER_CELLS})
     result = run_peach("task", "run", "poke", str(tmp_path), timeout=60)
@@ -68,6 +69,7 @@ def every_command() -> list[list[str]]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", every_command(), ids=lambda p: " ".join(p) or "peach")
 def test_help_shows_what_to_type_not_python_types(path):
     result = run_peach(*path, "--help", timeout=30, columns=100)
@@ -81,6 +83,7 @@ def test_help_shows_what_to_type_not_python_types(path):
         assert re.search(r"--stream\s+-s\s+Ask for a stream", text)  # nothing beside a flag
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("streaming", [False, True])
 def test_the_docs_describe_the_commands_peach_inits_readme_lists(tmp_path, streaming):
     from cli_support import REPO

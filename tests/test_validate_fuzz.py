@@ -9,6 +9,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -168,6 +169,7 @@ def check(project: Path) -> None:
         assert diagnostic.message
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_confs_never_crash_and_errors_have_positions(data):
@@ -180,6 +182,7 @@ def test_mutated_confs_never_crash_and_errors_have_positions(data):
         check(project)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(cells=st.lists(st.text(max_size=40), max_size=4), url=st.text(max_size=10))
 def test_arbitrary_notebook_text_never_crashes(cells, url):
@@ -225,6 +228,7 @@ def url_ok(url: str) -> bool:
     return bool(URL_RULE.fullmatch(url)) and ".." not in url.split("/")
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(name=names, url=urls, requirement=requirements)
 def test_names_urls_and_requirements_through_peach_validate(name, url, requirement):

@@ -4,6 +4,7 @@ ways, an import an extra may provide before the env is built (PC308)."""
 
 from __future__ import annotations
 
+import pytest
 from cli_support import run_peach
 from projectkit import BASE_CELLS, diagnose, write_project
 
@@ -41,6 +42,7 @@ def test_a_rebinding_that_may_be_a_function_is_not_reported(tmp_path):
     assert not [d for d in diagnose(tmp_path) if d.code == "PC209"]
 
 
+@pytest.mark.slow
 def test_dev_refuses_the_rebound_method_with_validates_words(tmp_path):
     rebound_project(tmp_path)
     validated = run_peach("validate", str(tmp_path), timeout=30)

@@ -36,6 +36,7 @@ def no_ray_env(tmp_path_factory) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_reading_commands_work_without_ray(no_ray_env):
     for args in (
         ("--version",),
@@ -50,6 +51,7 @@ def test_reading_commands_work_without_ray(no_ray_env):
         assert "Traceback" not in result.stderr, (args, result.stderr)
 
 
+@pytest.mark.slow
 def test_deploy_dry_run_without_ray_says_the_schema_is_not_checked(no_ray_env):
     result = run_peach("deploy", str(PROJECT), "--dry-run", "--format", "json", env=no_ray_env)
     assert result.returncode == 0, result.stderr
@@ -62,6 +64,7 @@ def test_deploy_dry_run_without_ray_says_the_schema_is_not_checked(no_ray_env):
     assert json.loads(with_ray.stdout) == config
 
 
+@pytest.mark.slow
 def test_cluster_commands_reach_for_the_dashboard_not_ray(no_ray_env):
     address = "http://127.0.0.1:9"  # nothing listens: the error is about the dashboard
     for args in (("status", "--address", address), ("deploy", str(PROJECT), "--address", address)):
@@ -71,6 +74,7 @@ def test_cluster_commands_reach_for_the_dashboard_not_ray(no_ray_env):
         assert "Traceback" not in result.stderr and "ModuleNotFoundError" not in result.stderr
 
 
+@pytest.mark.slow
 def test_dev_and_ask_work_without_ray(no_ray_env, peach_dev, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", no_ray_env["PYTHONPATH"])
     dev = peach_dev(PROJECT, "--shared-env")
