@@ -351,3 +351,49 @@ def test_no_secret_or_escape_reaches_a_channel(channel: str, project, dev, tmp_p
     output = PROBES[channel](project, dev, tmp_path)
     assert output.strip(), f"the {channel} probe wrote nothing"
     assert leaks(output) == [], output
+
+
+# -- the boundary's own rules, value by value ---------------------------------------------------
+
+
+def test_every_control_character_from_data_is_escaped() -> None:
+    """C0, DEL, C1 (``\\x9b`` is a one-byte CSI on some terminals) and the Unicode line and
+    paragraph separators: none reaches a channel raw, in one line or in lines."""
+    from peach_cli.boundary import shown, shown_lines, shown_value
+
+    raw = "a\x1b[2Jb\x00c\x7fd\x9b31me\u2028f\u2029g\rh"
+    one_line = shown(raw + "\nGET /forged")
+    assert one_line == "a\\x1b[2Jb\\x00c\\x7fd\\x9b31me\\u2028f\\u2029g\\rh\\nGET /forged"
+    lines = shown_lines(raw + "\n\tnext")
+    assert lines.endswith("\n\tnext") and "\x9b" not in lines and "\u2028" not in lines
+    assert shown_value({"k\u2028": ["\x9b"]}) == {"k\\u2028": ["\\x9b"]}
+
+
+def test_a_secret_is_masked_in_every_form_and_every_place_of_a_value() -> None:
+    from urllib.parse import quote
+
+    from peach_cli.boundary import mask, mask_value
+
+    secret = 'p@ss/w"rd+1 zz'
+    forms = [
+        secret,
+        json.dumps(secret)[1:-1],
+        quote(secret, safe=""),
+        quote(secret),
+        base64.b64encode(secret.encode()).decode(),
+    ]
+    for form in forms:
+        assert mask(f"<{form}>", [secret]) == "<***>", form
+    nested = {"a": [secret, {"b": (f"x{secret}y",)}], secret: 1}
+    assert mask_value(nested, [secret]) == {"a": ["***", {"b": ["x***y"]}], "***": 1}
+    assert mask("abc abc", ["abc"]) == "abc abc"  # under 4 characters: not a secret value
+
+
+def test_a_multi_line_secret_is_masked_by_any_of_its_lines() -> None:
+    from peach_cli.boundary import mask
+
+    block = "-----BEGIN KEY-----\nMIIBOgIBAAJBAKj3\n  0UGmQ7hU  \nab\n-----END KEY-----"
+    assert mask("key line MIIBOgIBAAJBAKj3 printed alone", [block]) == "key line *** printed alone"
+    assert mask("0UGmQ7hU", [block]) == "***"  # stripped of its indentation
+    assert mask("ab", [block]) == "ab"  # a line under 4 characters is not masked alone
+    assert mask(json.dumps(block), [block]) == '"***"'
