@@ -220,3 +220,22 @@ def test_a_host_that_only_begins_like_a_loopback_address_is_403(server, path):
 def test_an_origin_that_only_begins_like_a_loopback_address_is_403(server):
     response = httpx.get(f"{server.url}/echo", headers={"Origin": "http://[::1].evil.example"})
     assert response.status_code == 403 and error_code(response) == "forbidden_origin"
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("version", ["HTTP/1.1", "HTTP/1.0"])
+def test_a_request_without_host_is_403(server, path, version):
+    """No `Host` names no address of this server: refused like a foreign one."""
+    received = exchange(server, f"GET {path} {version}\r\n\r\n".encode())
+    assert received.split(b" ", 2)[1] == b"403", received
+    assert b'"code": "forbidden_host"' in received and b"no Host header" in received
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_second_host_header_cannot_launder_a_foreign_first_one(server, path):
+    """The first `Host` is the one judged: a loopback one after a foreign one changes nothing."""
+    local = server.url.removeprefix("http://")
+    head = f"GET {path} HTTP/1.1\r\nHost: evil.example\r\nHost: {local}\r\n\r\n"
+    received = exchange(server, head.encode())
+    assert received.startswith(b"HTTP/1.1 403 "), received
+    assert b'"code": "forbidden_host"' in received
