@@ -132,6 +132,14 @@ def test_query_conversion_of_lists_optionals_and_bools(client, query, expected):
     assert {key: values[key] for key in expected} == expected
 
 
+@pytest.mark.parametrize("value", ["maybe", "2", "tru"])
+def test_a_bool_query_value_outside_the_listed_words_is_400_naming_it(client, value):
+    """Only the listed words are booleans (true/false, 1/0, yes/no, …): anything else is the
+    caller's mistake, never taken as true."""
+    message = error(client.get(f"/params?a=1&flag={value}"), 400, "bad_request")
+    assert "flag" in message, message
+
+
 def test_body_wins_over_query_and_keeps_json_types(client):
     result = ok(client.post("/params?a=1&name=query", json={"a": 2, "tags": [3, 4], "flag": True}))
     assert result["values"]["a"] == 2
