@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 from cli_support import REPO, run_peach
 from conftest import start_peach_dev
@@ -64,7 +65,16 @@ def test_the_same_case_files_give_the_same_results_on_both_hosts(deployed, recor
 
 def test_dev_traffic_replays_the_same_against_the_deployed_app(deployed, recording_dev):
     dev, record = recording_dev
-    assert run_peach("test", str(QUICKSTART), "--url", dev.url).returncode == 0  # traffic
+    # the users' traffic (peach's own tools are not recorded): the requests of the example's
+    # cases, as a browser or curl sends them
+    with httpx.Client(base_url=dev.url, timeout=30) as client:
+        assert client.get("/recommend", params={"item_id": "apple"}).status_code == 200
+        assert client.get("/recommend", params={"item_id": "durian"}).status_code == 200
+        with client.stream(
+            "GET", "/story", params={"topic": "plum", "words": 3, "stream": "true"}
+        ) as story:
+            assert story.status_code == 200 and "plum-2" in story.read().decode()
+        assert client.get("/story").status_code == 400
     lines = [json.dumps(line) for line in wait_for_lines(record, 4)]
     snapshot = record.with_name("snapshot.jsonl")
     snapshot.write_text("\n".join(lines) + "\n")
