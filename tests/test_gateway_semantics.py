@@ -784,3 +784,31 @@ def test_ab_routes_show_the_split_and_count_the_requests_routed_to_each_arm(clie
         e for e in client.get("/_peach/routes").json()["endpoints"] if e["name"] == "token"
     )
     assert "ab" not in plain
+
+
+EMPTY_THEN_FAILING = """codops: emptyfirst
+endpoints:
+  empty:
+    url: /empty
+    components:
+      main: {notebook: nb.ipynb, method: empty}
+      fallback: {notebook: nb.ipynb, method: fails}
+"""
+
+
+def test_an_empty_primary_result_stands_when_the_fallback_fails_too(tmp_path, peach_dev):
+    """SPEC §2: an empty result sends the request to the fallback; when the fallback raises,
+    the primary's own (empty) answer is the answer — not the fallback's error."""
+    from projectkit import write_project
+
+    cells = [
+        "def empty():\n    return []\n",
+        'def fails():\n    raise ValueError("fallback failed")\n',
+    ]
+    project = write_project(tmp_path / "emptyfirst", EMPTY_THEN_FAILING, {"nb.ipynb": cells})
+    dev = peach_dev(project)
+    dev.wait_ready()
+    response = httpx.get(f"{dev.url}/empty", timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"result": [], "status": "ok"}
+    assert response.headers["x-peach-component"] == "main"
