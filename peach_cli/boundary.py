@@ -13,8 +13,8 @@ Two rules hold for every channel, whatever it renders:
 
 A channel is a place output goes to (``CHANNELS``: the terminal, the live view, log lines,
 pdb banners, ``peach test``'s reports, record files, …). Writers get their stream or file
-from here — ``console``, ``write``, ``write_json``, ``open_lines`` — and nothing else in
-peach writes to stdout, stderr or a report file (``tests/test_structure.py`` checks it;
+from here — ``console``, ``new_console``, ``write_report``, ``write_status``, ``open_lines``,
+``relay`` — and nothing else in peach writes to stdout, stderr or a report file (``tests/test_structure.py`` checks it;
 ``tests/test_boundary.py`` plants a secret and escape sequences in every channel, and fails
 when a channel is registered without a probe).
 
@@ -88,11 +88,6 @@ def hide(values: Iterable[str]) -> None:
     if added:
         _hidden.update(added)
         _forms[:] = forms_of(_hidden)
-
-
-def hidden() -> frozenset[str]:
-    """The secret values hidden so far."""
-    return frozenset(_hidden)
 
 
 def forms_of(values: Iterable[str]) -> list[str]:
@@ -230,14 +225,6 @@ def stream(which: Literal["stdout", "stderr"]) -> MaskedStream:
     return MaskedStream(sys.stdout if which == "stdout" else sys.stderr)
 
 
-def write(text: str, *, to: Literal["stdout", "stderr"] = "stdout", lines: bool = True) -> None:
-    """Write ``text`` from data: masked, control characters escaped (line breaks kept when
-    ``lines``). A report already made of shown values goes through ``write_report``."""
-    out = stream(to)
-    out.write(shown_lines(text) if lines else shown(text))
-    out.flush()
-
-
 def write_report(text: str, *, channel: str, to: Literal["stdout", "stderr"] = "stdout") -> None:
     """Write a report a view composed for ``channel`` (JSON, XML, YAML, a table): secrets
     masked; its data was escaped when the report was made, its layout (line breaks) kept."""
@@ -332,13 +319,6 @@ def markup_lines(text: object) -> str:
     from rich.markup import escape
 
     return escape(shown_lines(text))
-
-
-def text(value: object, style: str = "") -> Any:
-    """A Rich ``Text`` of ``value`` from data (``shown``), with ``style``."""
-    from rich.text import Text
-
-    return Text(shown(value), style=style)
 
 
 # -- a terminal handed over ------------------------------------------------------------------
