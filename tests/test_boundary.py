@@ -126,11 +126,13 @@ def dev(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 
 
 def probe_terminal(project: Path, dev, tmp_path: Path) -> str:
-    """An error a command prints (here: a case file that names the secret as a url)."""
+    """An error a command prints with the line it is about: a case file whose unknown key
+    holds the secret (the excerpt would show it)."""
     cases = tmp_path / "bad.peach-test.yaml"
-    cases.write_text(f"- name: x\n  url: /{SECRET}{ESCAPE}\n  methd: GET\n")
+    cases.write_text(f'- name: x\n  url: /leak\n  methd: "{SECRET}\\e[2J"\n')
     done = run_peach("test", str(project), str(cases), "--url", dev.url, cwd=project)
     assert done.returncode == 2, done.stdout + done.stderr
+    assert 'methd: "***' in done.stdout + done.stderr  # the line was shown, masked
     return done.stdout + done.stderr
 
 
