@@ -184,6 +184,7 @@ class DevGateway:
                     error=reply.error,
                     arm=reply.arm,
                     tried=reply.tried,
+                    covered=reply.covered,
                 )
             )
 
