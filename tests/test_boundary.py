@@ -298,7 +298,9 @@ def probe_openapi(project: Path, dev, tmp_path: Path) -> str:
     shutil.copytree(project, described)
     (described / "notebooks" / "Told.ipynb").write_text(
         notebook_json(
-            [f'def told(hint: str = "x"):\n    """Tells {ESCAPE!r}{FORGED!r}."""\n    return hint\n']
+            [
+                f'def told(hint: str = "x"):\n    """Tells {ESCAPE!r}{FORGED!r}."""\n    return hint\n'
+            ]
         )
     )
     conf = CONF + (

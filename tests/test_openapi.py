@@ -41,9 +41,7 @@ def test_every_project_has_a_valid_document(root: Path) -> None:
 
 
 TYPES_CELLS = [
-    "from enum import Enum, IntEnum\n"
-    "from typing import Literal, Optional, Union\n"
-    "import typing\n",
+    "from enum import Enum, IntEnum\nfrom typing import Literal, Optional, Union\nimport typing\n",
     "class Color(str, Enum):\n    RED = 'red'\n    BLUE = 'blue'\n\n"
     "class Level(IntEnum):\n    LOW = 1\n    HIGH = 3\n\n"
     "class Point:\n    x: int = 0\n",
@@ -120,7 +118,12 @@ def test_each_annotation_kind_has_its_schema(kinds: Path) -> None:
     assert query["tags"]["style"] == "form" and query["tags"]["explode"] is True
     assert query["nested"]["content"]["application/json"]["schema"] == properties["nested"]
     assert query["weights"]["content"]["application/json"]["schema"] == properties["weights"]
-    assert query["n"] == {"name": "n", "in": "query", "required": True, "schema": {"type": "integer"}}
+    assert query["n"] == {
+        "name": "n",
+        "in": "query",
+        "required": True,
+        "schema": {"type": "integer"},
+    }
     assert "required" not in query["size"]
     assert get["summary"] == "Every kind of annotation."
     assert get["description"] == "The rest of the docstring:\ntwo lines."
