@@ -9,7 +9,7 @@ import pytest
 import yaml
 from cli_support import run_peach
 from openapi_spec_validator import validate as validate_openapi
-from projectkit import write_project
+from projectkit import diagnose, write_project
 
 from peach_cli.checks.validate import build_plan
 from peach_cli.openapi import build_document, endpoint_contracts
@@ -161,3 +161,47 @@ def test_contracts_give_each_parameter_schema(kinds: Path) -> None:
     size = next(p for p in contract.parameters if p.name == "size")
     assert (size.schema, size.required, size.default) == ({"type": "integer"}, False, 10)
     assert not contract.streams and contract.open_parameters
+
+
+def test_an_annotation_without_schema_is_a_validate_warning_naming_it(kinds: Path) -> None:
+    warned = [d for d in diagnose(kinds) if d.code == "PC312"]
+    assert [(d.severity, d.position.cell, d.position.line) for d in warned] == [("warning", 3, 5)]
+    assert "parameter 'point'" in warned[0].message and "`Point`" in warned[0].message
+
+
+ODD_CELLS = [
+    "import numpy as np\nfrom typing import Callable\n",
+    "def odd(a: np.ndarray, b: bytes, c: 'not python (', d: 1 + 2, e: Callable[[int], int],\n"
+    "        f: dict[int, str], g: list[int, str], h: tuple[int, ...] = (1,),\n"
+    "        i: 'list[list[list[list[list[list[list[list[list[list[list[list[int]]]]]]]]]]]]' = None,\n"
+    "        j: set[np.float64] = None):\n"
+    "    return 1\n",
+]
+
+
+def test_an_annotation_it_cannot_read_is_any_value_never_a_crash(tmp_path: Path) -> None:
+    conf = (
+        "codops: odd\nendpoints:\n  odd:\n    url: /odd\n    components:\n"
+        "      main: {notebook: nb.ipynb, method: odd, full_notebook: true}\n"
+    )
+    root = write_project(tmp_path, conf, {"nb.ipynb": ODD_CELLS})
+    found = document(root)
+    validate_openapi(found)
+    body = found["paths"]["/odd"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    properties = body["properties"]
+    assert [properties[name] for name in "abcdef"] == [
+        {},
+        {},
+        {},
+        {},
+        {},
+        {"type": "object", "additionalProperties": {"type": "string"}},
+    ]
+    assert properties["h"] == {"type": "array", "items": {"type": "integer"}, "default": [1]}
+    assert properties["j"] == {"type": ["array", "null"], "items": {}, "default": None}
+    warned = {d.message.split("`")[1] for d in diagnose(root) if d.code == "PC312"}
+    assert warned == {"np.ndarray", "bytes", "not python (", "1 + 2", "Callable[[int], int]"} | {
+        "int",  # the key of dict[int, str]: JSON keys are strings
+        "list[int, str]",
+        "np.float64",
+    }
