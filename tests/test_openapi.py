@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from cli_support import run_peach
 from openapi_spec_validator import validate as validate_openapi
 from projectkit import diagnose, write_project
+from reload_support import copy_project, edit_cell
+from waiting import poll
 
 from peach_cli.checks.validate import build_plan
 from peach_cli.openapi import build_document, endpoint_contracts
 
 REPO = Path(__file__).resolve().parent.parent
+SEMANTICS = REPO / "tests" / "projects" / "semantics"
 PROJECTS = sorted(
     p
     for p in [*(REPO / "examples").iterdir(), *(REPO / "tests" / "projects").rglob("*")]
@@ -205,3 +209,38 @@ def test_an_annotation_it_cannot_read_is_any_value_never_a_crash(tmp_path: Path)
         "list[int, str]",
         "np.float64",
     }
+
+
+# -- GET /_peach/openapi.json on `peach dev` -------------------------------------------------
+
+
+def served_document(url: str) -> dict:
+    answer = httpx.get(url + "/_peach/openapi.json", timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    return answer.json()
+
+
+def test_peach_dev_serves_the_document_of_the_command(dev_server) -> None:
+    assert served_document(dev_server.url) == document(SEMANTICS)
+
+
+@pytest.mark.slow
+def test_a_saved_signature_change_shows_in_the_next_get(peach_dev, tmp_path: Path) -> None:
+    project = copy_project("reload_basic", tmp_path)
+    dev = peach_dev(project, reload=True)
+    dev.wait_ready()
+    before = served_document(dev.url)["paths"]["/hello"]["get"]["parameters"]
+    assert [p["name"] for p in before] == ["name"]
+    edit_cell(project, 'def hello(name: str = "world"):', "def hello(name: str, times: int = 2):")
+
+    def changed() -> list | None:
+        found = served_document(dev.url)["paths"]["/hello"]["get"]["parameters"]
+        return found if found != before else None
+
+    after = poll(changed, "the new signature in /_peach/openapi.json")
+    assert after == [
+        {"name": "name", "in": "query", "required": True, "schema": {"type": "string"}},
+        {"name": "times", "in": "query", "schema": {"type": "integer", "default": 2}},
+    ]
+    assert served_document(dev.url) == document(project)
