@@ -104,9 +104,7 @@ def main() -> int:
             "load average: {:.2f} {:.2f} {:.2f}\n".format(*os.getloadavg())
         )
     met = fuzz < TARGET_S
-    sys.stdout.write(
-        "targets met\n" if met else f"TARGETS MISSED: peach fuzz took {fuzz:.1f} s\n"
-    )
+    sys.stdout.write("targets met\n" if met else f"TARGETS MISSED: peach fuzz took {fuzz:.1f} s\n")
     return 0 if met else 1
 
 
