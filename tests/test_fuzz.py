@@ -131,6 +131,26 @@ def test_nothing_is_found_in_a_project_without_bugs(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_an_endpoint_without_a_healthy_replica_is_said_not_fuzzed(tmp_path: Path) -> None:
+    from projectkit import write_project
+
+    conf = (
+        "codops: initfail\nendpoints:\n  hello:\n    url: /hello\n    components:\n"
+        "      main: {notebook: notebooks/N.ipynb, init: boom, method: hello}\n"
+    )
+    cells = [
+        'def boom():\n    raise RuntimeError("no model file")\n',
+        'def hello(model, name: str = "x"):\n    return name\n',
+    ]
+    project = write_project(tmp_path / "initfail", conf, {"notebooks/N.ipynb": cells})
+    done = run_peach("fuzz", "--seed", "1", "--examples", "5", cwd=project, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr  # nothing found: not a finding
+    assert "each answered 503 unavailable" in done.stderr
+    assert "RuntimeError: no model file" in done.stderr
+    assert "1 endpoint not fuzzed: no healthy replica" in done.stderr.splitlines()[-1]
+
+
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_output(tmp_path: Path) -> None:
     project = _copy("buggy", tmp_path)
     runs = [

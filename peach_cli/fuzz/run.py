@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from peach_cli.client.send import Client
     from peach_cli.fuzz.strategies import Request
     from peach_cli.fuzz.watch import Watch
+    from peach_cli.testing.run import Observed
 
 STREAM_LIMIT_S = 0.25
 """How long a stream is read past its first chunk before the fuzzer closes it: a generator
@@ -37,6 +38,21 @@ class Explored:
     target: Target
     requests: int = 0
     findings: list[Finding] = field(default_factory=list)
+    unavailable: int = 0
+    """Answers ``503 unavailable`` (no healthy replica): not findings, but nothing was
+    fuzzed when every answer is one."""
+    unavailable_message: str | None = None
+
+    def saw(self, observed: Observed) -> None:
+        """Count one answer."""
+        self.requests += 1
+        if observed.error_code == "unavailable":
+            self.unavailable += 1
+            self.unavailable_message = self.unavailable_message or observed.error_message
+
+    @property
+    def all_unavailable(self) -> bool:
+        return self.requests > 0 and self.unavailable == self.requests
 
 
 def prober(
@@ -47,7 +63,7 @@ def prober(
     watch: Watch | None,
     timeout_s: float | None,
     read_timeout_s: float,
-    sent: Callable[[], None] = lambda: None,
+    sent: Callable[[Observed], None] = lambda _observed: None,
 ) -> Callable[[Request], Finding | None]:
     """Sends one request to ``target`` and judges its answer."""
     from peach_cli.testing.cases import Case
@@ -67,7 +83,7 @@ def prober(
             request_for(case, base, read_timeout_s, tool="fuzz"),
             stream_limit_s=STREAM_LIMIT_S,
         )
-        sent()
+        sent(observed)
         heard = watch.settle(mark) if watch is not None and mark is not None else None
         if watch is not None and heard is not None and heard.died:
             watch.wait_restarted([r for _, r, _ in heard.died], RESTART_WAIT_S)
@@ -95,10 +111,6 @@ def fuzz_targets(
     with quiet_hypothesis():
         for target in targets:
             explored = Explored(target)
-
-            def count(explored: Explored = explored) -> None:
-                explored.requests += 1
-
             probe = prober(
                 target,
                 client,
@@ -106,7 +118,7 @@ def fuzz_targets(
                 watch=watch,
                 timeout_s=timeout_s,
                 read_timeout_s=read_timeout_s,
-                sent=count,
+                sent=explored.saw,
             )
             explored.findings = explore(target, probe, examples=examples, seed=seed)
             done.append(explored)

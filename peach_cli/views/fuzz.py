@@ -32,6 +32,9 @@ def print_explored(explored: Explored) -> None:
     mark = "[bold red]✗[/]" if found else "[bold green]✓[/]"
     tail = f"  [red]{count(found, 'finding')}[/]" if found else ""
     sent = count(explored.requests, "request")
+    if explored.all_unavailable and not found:
+        why = markup(explored.unavailable_message or "no healthy replica")
+        mark, tail = "[bold yellow]![/]", f"  [yellow]each answered 503 unavailable: {why}[/]"
     _status(f"  {mark} {markup(explored.target.url)}  [dim]{sent}[/]{tail}")
 
 
@@ -72,9 +75,14 @@ def print_findings(
         print_finding(finding)
     requests = sum(e.requests for e in explored)
     where = f"{count(len(explored), 'endpoint')}, {count(requests, 'request')}"
+    took = f"({seconds:.1f} s, seed {seed})"
     if findings:
         stdout().print()
-        text = f"{count(len(findings), 'finding')} in {where} ({seconds:.1f} s, seed {seed})"
+        print_summary(f"{count(len(findings), 'finding')} in {where} {took}", ok=False)
+        return
+    skipped = sum(e.all_unavailable for e in explored)
+    if skipped:
+        not_fuzzed = f"{count(skipped, 'endpoint')} not fuzzed: no healthy replica"
+        print_summary(f"nothing found in {where}, {not_fuzzed} {took}", ok=False)
     else:
-        text = f"nothing found in {where} ({seconds:.1f} s, seed {seed})"
-    print_summary(text, ok=not findings)
+        print_summary(f"nothing found in {where} {took}", ok=True)
