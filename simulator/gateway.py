@@ -10,7 +10,8 @@ replaced as a whole by a reload; requests that began on the old table finish on 
 ``GET /_peach/routes`` lists the endpoints (``peach ask`` uses it after a 404), with each
 A/B test's split and requests per arm, ``GET /_peach/health`` the replicas, their states
 and their component's ``memory`` and ``cpus``, ``GET /_peach/metrics`` the Prometheus
-figures (``simulator.metrics``), and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
+figures (``simulator.metrics``), ``GET /_peach/docs`` the page to try the endpoints in a browser
+(``simulator.docs_page``), and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
 re-runs ``init``. The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
 """
 
@@ -44,6 +45,7 @@ from peach_cli.runtime.contract import (
 )
 from peach_cli.runtime.plan import EndpointSpec, url_key
 from simulator import debug
+from simulator.docs_page import DocsPage
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from simulator.metrics import DevMetrics
@@ -93,6 +95,7 @@ class DevGateway:
                 StarletteRoute(
                     "/_peach/reinit/{endpoint}/{component}", self._reinit, methods=["POST"]
                 ),
+                *DocsPage().routes(),
             ]
         )
 
