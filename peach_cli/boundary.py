@@ -62,6 +62,7 @@ CHANNELS: dict[str, str] = {
     "bench": "peach bench's report",
     "validate": "peach validate's findings (text and JSON)",
     "deploy-dry-run": "peach deploy --dry-run's config and file list",
+    "openapi": "peach openapi's document (JSON and YAML)",
     "cluster-logs": "peach logs and peach status",
 }
 """Every channel peach writes to. A new one is registered here, and gets a probe in
