@@ -108,6 +108,7 @@ function endpointsOf(doc) {
       url,
       summary: operations.map((o) => o.summary).find((t) => typeof t === "string") || "",
       description: operations.map((o) => o.description).find((t) => typeof t === "string") || "",
+      name: operations.map((o) => o["x-peach-endpoint"]).find((t) => typeof t === "string") || "",
       parameters: parametersOf(operations, doc),
       stream: streamOf(operations, doc),
     });
@@ -357,6 +358,7 @@ async function send(endpoint, view, controls) {
 function endpointSection(endpoint, index, doc) {
   const id = `endpoint-${index}`;
   const title = node("h2", { id: `${id}-title` }, node("code", { text: endpoint.url }));
+  if (endpoint.name) title.append(" ", node("span", { class: "name", text: endpoint.name }));
   if (endpoint.stream) title.append(" ", node("span", { class: "badge", text: "stream" }));
   const fields = endpoint.parameters
     .filter((parameter) => parameter.name !== "stream")
@@ -411,6 +413,7 @@ function render(doc) {
   const title = typeof info.title === "string" && info.title ? info.title : "API docs";
   document.title = `${title} · peach dev`;
   document.getElementById("title").textContent = title;
+  document.getElementById("about").textContent = typeof info.description === "string" ? info.description : "";
   const endpoints = endpointsOf(doc);
   const index = document.getElementById("index");
   const main = document.getElementById("endpoints");
