@@ -41,6 +41,14 @@ endpoints:
     url: /ticks
     components:
       main: {notebook: nb.ipynb, method: ticks}
+  held:
+    url: /held
+    components:
+      main: {notebook: nb.ipynb, method: held}
+  snaps:
+    url: /snaps
+    components:
+      main: {notebook: nb.ipynb, method: snaps}
 """
 GREET = f'''from typing import Literal
 
@@ -66,13 +74,34 @@ def ticks(gate: str, wait_s: float = 30.0):
         time.sleep(0.01)
     yield "chunk 2\\n"
 '''
+HELD = '''import asyncio
+from pathlib import Path
+
+
+async def held(marker: str):
+    """Yield a chunk, then wait until the client goes; mark the close."""
+    try:
+        yield "chunk 1\\n"
+        while True:
+            await asyncio.sleep(0.01)
+    finally:
+        Path(marker).write_text("closed")
+
+
+async def snaps(gate: str):
+    """One chunk; once the file `gate` exists, an exception: the server cuts the stream."""
+    yield "chunk 1\\n"
+    while not Path(gate).exists():
+        await asyncio.sleep(0.01)
+    raise RuntimeError("snapped")
+'''
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevProcess, Path]]:
     """``peach dev`` (hot reload on) of a project with a form endpoint and a stream."""
     root = tmp_path_factory.mktemp("docs-page")
-    project = write_project(root / "project", CONF, {"nb.ipynb": [GREET, TICKS]})
+    project = write_project(root / "project", CONF, {"nb.ipynb": [GREET, TICKS, HELD]})
     dev = start_peach_dev(project, root / "peach-dev.log", reload=True)
     try:
         dev.wait_ready()
@@ -147,7 +176,7 @@ def test_the_page_lists_every_endpoint_of_the_project(page: Page) -> None:
     urls = page.evaluate(
         "[...document.querySelectorAll('section.endpoint')].map(s => s.dataset.url)"
     )
-    assert urls == ["/greet", "/ticks"]
+    assert urls == ["/greet", "/held", "/snaps", "/ticks"]
     assert page.evaluate("document.title").startswith("docs-demo")
     assert "stream" in text_of(page, "[data-url='/ticks'] h2")
     labels = page.evaluate(
@@ -201,6 +230,31 @@ def test_a_stream_shows_its_chunks_one_by_one_as_they_come(page: Page, tmp_path:
     assert page.evaluate(chunks) == ["chunk 1\n", "chunk 2\n"]
     page.wait_for("document.querySelector('[data-url=\"/ticks\"] .end').textContent", "the end")
     assert text_of(page, "[data-url='/ticks'] .end").startswith("Stream ended: 2 chunks")
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_stop_closes_the_stream_and_a_cut_stream_is_said_to_be_cut(
+    page: Page, tmp_path: Path
+) -> None:
+    marker = tmp_path / "closed"
+    page.type_into("[data-url='/held'] [name=marker]", str(marker))
+    page.press_enter()
+    page.wait_for("document.querySelectorAll('[data-url=\"/held\"] .chunks li').length", "chunk 1")
+    page.evaluate("document.querySelector('[data-url=\"/held\"] button.stop').click()")
+    page.wait_for("document.querySelector('[data-url=\"/held\"] .end').textContent", "the end")
+    assert text_of(page, "[data-url='/held'] .end") == "Stopped after 1 chunk."
+    poll(marker.exists, "the generator closed (its finally ran)", tolerate=())
+
+    gate = tmp_path / "gate"
+    page.type_into("[data-url='/snaps'] [name=gate]", str(gate))
+    page.press_enter()
+    page.wait_for("document.querySelectorAll('[data-url=\"/snaps\"] .chunks li').length", "chunk 1")
+    gate.write_text("raise")
+    page.wait_for("document.querySelector('[data-url=\"/snaps\"] .end')?.textContent", "the end")
+    assert text_of(page, "[data-url='/snaps'] .end").startswith("The stream was cut after 1 chunk")
+    shown = "[...document.querySelectorAll('[data-url=\"/snaps\"] .chunks pre')]"
+    assert page.evaluate(f"{shown}.map(p => p.textContent)") == ["chunk 1\n"]
 
 
 @pytest.mark.slow
