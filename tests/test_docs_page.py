@@ -44,7 +44,7 @@ endpoints:
   held:
     url: /held
     components:
-      main: {notebook: nb.ipynb, method: held}
+      main: {notebook: nb.ipynb, method: held, media_type: application/json}
   snaps:
     url: /snaps
     components:

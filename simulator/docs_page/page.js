@@ -139,21 +139,23 @@ function parametersOf(operations, doc) {
   return [...byName.values()];
 }
 
-/** The media type of an endpoint's stream, or null when it does not stream: a 200 answer
- * that is not JSON, or a ``stream`` parameter. */
+/** The media type of an endpoint's stream ("" when the document names none), or null when
+ * it does not stream: a ``stream`` parameter, or a 200 answer that is not JSON. */
 function streamOf(operations, doc) {
-  let declared = false;
+  let streams = false;
+  const media = [];
   for (const operation of operations) {
-    if (operation["x-peach-stream"]) declared = true;
-    const ok = resolve(own(own(operation, "responses"), "200"), doc);
-    for (const media of Object.keys(own(ok, "content") || {})) {
-      if (!JSON_MEDIA.test(media)) return media;
+    if (operation["x-peach-stream"]) streams = true;
+    const body = resolve(own(own(resolve(operation.requestBody, doc), "content"), "application/json"), doc);
+    if (own(own(resolve(own(body, "schema"), doc), "properties"), "stream")) streams = true;
+    for (const raw of Array.isArray(operation.parameters) ? operation.parameters : []) {
+      if (resolve(raw, doc).name === "stream") streams = true;
     }
+    media.push(...Object.keys(own(resolve(own(own(operation, "responses"), "200"), doc), "content") || {}));
   }
-  const named = operations.some((o) =>
-    (Array.isArray(o.parameters) ? o.parameters : []).some((p) => resolve(p, doc).name === "stream"),
-  );
-  return declared || named ? "a stream" : null;
+  const other = media.find((type) => !JSON_MEDIA.test(type));
+  if (other) return other;
+  return streams ? media[0] || "" : null;
 }
 
 // -- a form ---------------------------------------------------------------------------------
@@ -323,7 +325,8 @@ async function send(endpoint, view, controls) {
   }
   view.head(response, "POST", endpoint.url, since());
   const media = response.headers.get("content-type") || "";
-  const live = streaming && !JSON_MEDIA.test(media);
+  // a stream has no length (whatever its media type); an envelope, even to a stream request, has
+  const live = streaming && !response.headers.has("content-length");
   if (live) view.openStream(media);
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
@@ -359,7 +362,7 @@ function endpointSection(endpoint, index, doc) {
   const id = `endpoint-${index}`;
   const title = node("h2", { id: `${id}-title` }, node("code", { text: endpoint.url }));
   if (endpoint.name) title.append(" ", node("span", { class: "name", text: endpoint.name }));
-  if (endpoint.stream) title.append(" ", node("span", { class: "badge", text: "stream" }));
+  if (endpoint.stream !== null) title.append(" ", node("span", { class: "badge", text: "stream" }));
   const fields = endpoint.parameters
     .filter((parameter) => parameter.name !== "stream")
     .map((parameter, n) => {
@@ -373,9 +376,10 @@ function endpointSection(endpoint, index, doc) {
   for (const field of fields) fieldset.append(field.element);
   form.append(fieldset);
   let stream = null;
-  if (endpoint.stream) {
+  if (endpoint.stream !== null) {
     stream = node("input", { type: "checkbox", id: `${id}-stream`, checked: true });
-    form.append(node("div", { class: "field check" }, stream, node("label", { for: `${id}-stream`, text: `Stream the answer (${endpoint.stream})` })));
+    const label = endpoint.stream ? `Stream the answer (${endpoint.stream})` : "Stream the answer";
+    form.append(node("div", { class: "field check" }, stream, node("label", { for: `${id}-stream`, text: label })));
   }
   const sendButton = node("button", { type: "submit", text: "Send" });
   const stopButton = node("button", { type: "button", class: "stop", text: "Stop", disabled: true });
