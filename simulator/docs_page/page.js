@@ -80,11 +80,18 @@ function describe(schema, doc) {
     type = rest.length === 1 ? rest[0] : undefined;
   }
   if (Array.isArray(s.enum) && s.enum.includes(null)) nullable = true;
-  const values = "const" in s ? [s.const] : Array.isArray(s.enum) ? s.enum.filter((v) => v !== null) : null;
+  const values =
+    "const" in s ? [s.const] : Array.isArray(s.enum) ? s.enum.filter((v) => v !== null) : null;
   let kind = "json";
   if (values) kind = "enum";
   else if (["boolean", "number", "integer", "string"].includes(type)) kind = type;
-  return { kind, values, nullable, schema: s, text: typeText(s, type, values, doc) + (nullable ? " or null" : "") };
+  return {
+    kind,
+    values,
+    nullable,
+    schema: s,
+    text: typeText(s, type, values, doc) + (nullable ? " or null" : ""),
+  };
 }
 
 function typeText(s, type, values, doc) {
@@ -131,8 +138,13 @@ function parametersOf(operations, doc) {
       if (parameter.in !== "query" || typeof parameter.name !== "string") continue;
       if (!byName.has(parameter.name)) {
         const schema = { ...resolve(parameter.schema, doc) };
-        if (parameter.description && !schema.description) schema.description = parameter.description;
-        byName.set(parameter.name, { name: parameter.name, schema, required: !!parameter.required });
+        if (parameter.description && !schema.description)
+          schema.description = parameter.description;
+        byName.set(parameter.name, {
+          name: parameter.name,
+          schema,
+          required: !!parameter.required,
+        });
       }
     }
   }
@@ -146,12 +158,17 @@ function streamOf(operations, doc) {
   const media = [];
   for (const operation of operations) {
     if (operation["x-peach-stream"]) streams = true;
-    const body = resolve(own(own(resolve(operation.requestBody, doc), "content"), "application/json"), doc);
+    const body = resolve(
+      own(own(resolve(operation.requestBody, doc), "content"), "application/json"),
+      doc,
+    );
     if (own(own(resolve(own(body, "schema"), doc), "properties"), "stream")) streams = true;
     for (const raw of Array.isArray(operation.parameters) ? operation.parameters : []) {
       if (resolve(raw, doc).name === "stream") streams = true;
     }
-    media.push(...Object.keys(own(resolve(own(own(operation, "responses"), "200"), doc), "content") || {}));
+    media.push(
+      ...Object.keys(own(resolve(own(own(operation, "responses"), "200"), doc), "content") || {}),
+    );
   }
   const other = media.find((type) => !JSON_MEDIA.test(type));
   if (other) return other;
@@ -172,18 +189,35 @@ function fieldFor(parameter, id, doc) {
     if (type.nullable) choices.push(null);
     input = node("select", { id, name: parameter.name, "aria-describedby": described });
     input.append(node("option", { value: "", text: "(not sent)" }));
-    choices.forEach((value, index) => input.append(node("option", { value: String(index), text: shown(value) })));
+    choices.forEach((value, index) =>
+      input.append(node("option", { value: String(index), text: shown(value) })),
+    );
     input.choices = choices;
   } else if (type.kind === "json") {
-    input = node("textarea", { id, name: parameter.name, rows: 2, spellcheck: "false", "aria-describedby": described });
+    input = node("textarea", {
+      id,
+      name: parameter.name,
+      rows: 2,
+      spellcheck: "false",
+      "aria-describedby": described,
+    });
   } else {
     const mode = type.kind === "integer" ? "numeric" : type.kind === "number" ? "decimal" : null;
-    input = node("input", { id, name: parameter.name, type: "text", inputmode: mode, spellcheck: "false", autocomplete: "off", "aria-describedby": described });
+    input = node("input", {
+      id,
+      name: parameter.name,
+      type: "text",
+      inputmode: mode,
+      spellcheck: "false",
+      autocomplete: "off",
+      "aria-describedby": described,
+    });
   }
   if (parameter.required) input.setAttribute("aria-required", "true");
   const schema = type.schema;
   const hasDefault = "default" in schema;
-  if (hasDefault && input.tagName !== "SELECT") input.placeholder = `default: ${shown(schema.default)}`;
+  if (hasDefault && input.tagName !== "SELECT")
+    input.placeholder = `default: ${shown(schema.default)}`;
   const hint = [type.text];
   if (parameter.required) hint.push("required");
   else hint.push(hasDefault ? `default ${JSON.stringify(schema.default)}` : "optional");
@@ -192,7 +226,12 @@ function fieldFor(parameter, id, doc) {
   const element = node(
     "div",
     { class: "field" },
-    node("label", { for: id }, node("code", { text: parameter.name }), parameter.required ? node("span", { class: "required", text: " (required)" }) : null),
+    node(
+      "label",
+      { for: id },
+      node("code", { text: parameter.name }),
+      parameter.required ? node("span", { class: "required", text: " (required)" }) : null,
+    ),
     input,
     node("small", { id: hintId, class: "hint", text: hint.join(" · ") }),
     error,
@@ -236,7 +275,13 @@ class AnswerView {
     this.headers = node("div", { class: "headers" });
     this.body = node("div", { class: "body" });
     this.end = node("p", { class: "end", role: "status" });
-    this.element.replaceChildren(node("h3", { text: "Answer" }), this.status, this.headers, this.body, this.end);
+    this.element.replaceChildren(
+      node("h3", { text: "Answer" }),
+      this.status,
+      this.headers,
+      this.body,
+      this.end,
+    );
   }
 
   failed(message) {
@@ -247,10 +292,19 @@ class AnswerView {
     const line = node("strong", { text: `${response.status} ${response.statusText}`.trim() });
     this.status.replaceChildren(line, ` · ${method} ${url} · first byte in ${ms} ms`);
     this.status.dataset.status = String(response.status);
-    const rows = [...response.headers].sort(([a], [b]) => peachFirst(a) - peachFirst(b) || a.localeCompare(b));
+    const rows = [...response.headers].sort(
+      ([a], [b]) => peachFirst(a) - peachFirst(b) || a.localeCompare(b),
+    );
     const table = node("table", {}, node("caption", { text: "Headers" }));
     for (const [name, value] of rows) {
-      table.append(node("tr", { class: name.startsWith("x-peach-") ? "peach" : null }, node("th", { scope: "row", text: name }), node("td", { text: value })));
+      table.append(
+        node(
+          "tr",
+          { class: name.startsWith("x-peach-") ? "peach" : null },
+          node("th", { scope: "row", text: name }),
+          node("td", { text: value }),
+        ),
+      );
     }
     this.headers.replaceChildren(table);
   }
@@ -303,7 +357,8 @@ async function send(endpoint, view, controls) {
   const target = new URL(endpoint.url, window.location.origin);
   view.start("POST", endpoint.url);
   if (problems.length) return view.failed(`Not sent: ${problems.join("; ")}.`);
-  if (target.origin !== window.location.origin) return view.failed("Not sent: the url is not on this server.");
+  if (target.origin !== window.location.origin)
+    return view.failed("Not sent: the url is not on this server.");
   const streaming = controls.stream !== null && controls.stream.checked;
   if (streaming) values.stream = true;
   const controller = new AbortController();
@@ -321,7 +376,11 @@ async function send(endpoint, view, controls) {
     });
   } catch (problem) {
     controls.done();
-    return view.failed(controller.signal.aborted ? "Stopped before an answer came." : `No answer: ${problem.message}`);
+    return view.failed(
+      controller.signal.aborted
+        ? "Stopped before an answer came."
+        : `No answer: ${problem.message}`,
+    );
   }
   view.head(response, "POST", endpoint.url, since());
   const media = response.headers.get("content-type") || "";
@@ -350,7 +409,11 @@ async function send(endpoint, view, controls) {
   } catch (problem) {
     if (!live) view.whole(text, media);
     if (controller.signal.aborted) view.finish(`Stopped after ${plural(count, "chunk")}.`);
-    else view.finish(`The stream was cut after ${plural(count, "chunk")}: the method raised (its error is in the peach dev log).`, true);
+    else
+      view.finish(
+        `The stream was cut after ${plural(count, "chunk")}: the method raised (its error is in the peach dev log).`,
+        true,
+      );
   } finally {
     controls.done();
   }
@@ -379,10 +442,22 @@ function endpointSection(endpoint, index, doc) {
   if (endpoint.stream !== null) {
     stream = node("input", { type: "checkbox", id: `${id}-stream`, checked: true });
     const label = endpoint.stream ? `Stream the answer (${endpoint.stream})` : "Stream the answer";
-    form.append(node("div", { class: "field check" }, stream, node("label", { for: `${id}-stream`, text: label })));
+    form.append(
+      node(
+        "div",
+        { class: "field check" },
+        stream,
+        node("label", { for: `${id}-stream`, text: label }),
+      ),
+    );
   }
   const sendButton = node("button", { type: "submit", text: "Send" });
-  const stopButton = node("button", { type: "button", class: "stop", text: "Stop", disabled: true });
+  const stopButton = node("button", {
+    type: "button",
+    class: "stop",
+    text: "Stop",
+    disabled: true,
+  });
   form.append(node("div", { class: "actions" }, sendButton, stopButton));
   const view = new AnswerView(`${id}-answer`);
   let controller = null;
@@ -405,9 +480,14 @@ function endpointSection(endpoint, index, doc) {
     event.preventDefault();
     send(endpoint, view, controls);
   });
-  const section = node("section", { class: "endpoint", id, "data-url": endpoint.url, "aria-labelledby": `${id}-title` }, title);
+  const section = node(
+    "section",
+    { class: "endpoint", id, "data-url": endpoint.url, "aria-labelledby": `${id}-title` },
+    title,
+  );
   if (endpoint.summary) section.append(node("p", { class: "summary", text: endpoint.summary }));
-  if (endpoint.description) section.append(node("p", { class: "description", text: endpoint.description }));
+  if (endpoint.description)
+    section.append(node("p", { class: "description", text: endpoint.description }));
   section.append(form, view.element);
   return section;
 }
@@ -417,24 +497,38 @@ function render(doc) {
   const title = typeof info.title === "string" && info.title ? info.title : "API docs";
   document.title = `${title} · peach dev`;
   document.getElementById("title").textContent = title;
-  document.getElementById("about").textContent = typeof info.description === "string" ? info.description : "";
+  document.getElementById("about").textContent =
+    typeof info.description === "string" ? info.description : "";
   const endpoints = endpointsOf(doc);
   const index = document.getElementById("index");
   const main = document.getElementById("endpoints");
   index.replaceChildren();
   main.replaceChildren();
   endpoints.forEach((endpoint, n) => {
-    index.append(node("li", {}, node("a", { href: `#endpoint-${n}` }, node("code", { text: endpoint.url })), endpoint.summary ? ` ${endpoint.summary}` : ""));
+    index.append(
+      node(
+        "li",
+        {},
+        node("a", { href: `#endpoint-${n}` }, node("code", { text: endpoint.url })),
+        endpoint.summary ? ` ${endpoint.summary}` : "",
+      ),
+    );
     main.append(endpointSection(endpoint, n, doc));
   });
   const version = typeof doc.openapi === "string" ? ` · OpenAPI ${doc.openapi}` : "";
-  status(`${plural(endpoints.length, "endpoint")}${version} · read at ${new Date().toLocaleTimeString()}.`);
+  status(
+    `${plural(endpoints.length, "endpoint")}${version} · read at ${new Date().toLocaleTimeString()}.`,
+  );
 }
 
 function status(message, problem = false) {
   const line = document.getElementById("document-status");
   line.className = problem ? "problem" : "";
-  line.replaceChildren(message, " ", node("a", { href: DOCUMENT_URL, text: "The OpenAPI document" }));
+  line.replaceChildren(
+    message,
+    " ",
+    node("a", { href: DOCUMENT_URL, text: "The OpenAPI document" }),
+  );
 }
 
 async function load() {
@@ -445,7 +539,10 @@ async function load() {
     return status(`Could not read the OpenAPI document: ${problem.message}.`, true);
   }
   if (!response.ok) {
-    return status(`Could not read the OpenAPI document: ${response.status} ${response.statusText}.`, true);
+    return status(
+      `Could not read the OpenAPI document: ${response.status} ${response.statusText}.`,
+      true,
+    );
   }
   let doc;
   try {
