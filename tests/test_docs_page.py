@@ -72,7 +72,7 @@ def ticks(gate: str, wait_s: float = 30.0):
     deadline = time.monotonic() + wait_s
     while not os.path.exists(gate) and time.monotonic() < deadline:
         time.sleep(0.01)
-    yield "chunk 2\\n"
+    yield "<i>chunk 2</i>\\n"
 '''
 HELD = '''import asyncio
 from pathlib import Path
@@ -134,7 +134,8 @@ def wait_listed(page: Page) -> None:
 
 
 def text_of(page: Page, selector: str) -> str:
-    found = page.evaluate(f"document.querySelector({json.dumps(selector)})?.innerText")
+    """The text of the element at ``selector`` (``textContent``: laid out or not)."""
+    found = page.evaluate(f"document.querySelector({json.dumps(selector)})?.textContent")
     assert found is not None, f"nothing at {selector}"
     return found
 
@@ -196,7 +197,7 @@ def test_a_form_call_shows_its_status_headers_and_result(page: Page) -> None:
     assert text_of(page, "[data-url='/greet'] .status").startswith("200 OK")
     headers = page.evaluate(
         "Object.fromEntries([...document.querySelectorAll('[data-url=\"/greet\"] tr')]"
-        ".map(r => [r.cells[0].innerText, r.cells[1].innerText]))"
+        ".map(r => [r.cells[0].textContent, r.cells[1].textContent]))"
     )
     assert headers["x-peach-component"] == "main"
     assert headers["x-peach-replica"].startswith("greet/main#")
@@ -227,7 +228,8 @@ def test_a_stream_shows_its_chunks_one_by_one_as_they_come(page: Page, tmp_path:
     assert not gate.exists()  # so chunk 2 was not yielded yet
     gate.write_text("go")
     page.wait_for(f"{chunks}.length === 2", "chunk 2 on the page")
-    assert page.evaluate(chunks) == ["chunk 1\n", "chunk 2\n"]
+    assert page.evaluate(chunks) == ["chunk 1\n", "<i>chunk 2</i>\n"]  # as text
+    assert page.evaluate("document.querySelectorAll('.answer i').length") == 0
     page.wait_for("document.querySelector('[data-url=\"/ticks\"] .end').textContent", "the end")
     assert text_of(page, "[data-url='/ticks'] .end").startswith("Stream ended: 2 chunks")
 

@@ -516,9 +516,9 @@ function render(doc) {
     main.append(endpointSection(endpoint, n, doc));
   });
   const version = typeof doc.openapi === "string" ? ` · OpenAPI ${doc.openapi}` : "";
-  status(
-    `${plural(endpoints.length, "endpoint")}${version} · read at ${new Date().toLocaleTimeString()}.`,
-  );
+  const read = new Date().toLocaleTimeString();
+  status(`${plural(endpoints.length, "endpoint")}${version} · read at ${read}.`);
+  performance.mark("peach-docs-rendered");
 }
 
 function status(message, problem = false) {
