@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from cli_support import run_peach
 from openapi_spec_validator import validate as validate_openapi
-from projectkit import write_project
+from projectkit import diagnose, write_project
+from reload_support import copy_project, edit_cell
+from waiting import poll
 
 from peach_cli.checks.validate import build_plan
 from peach_cli.openapi import build_document, endpoint_contracts
 
 REPO = Path(__file__).resolve().parent.parent
+SEMANTICS = REPO / "tests" / "projects" / "semantics"
 PROJECTS = sorted(
     p
     for p in [*(REPO / "examples").iterdir(), *(REPO / "tests" / "projects").rglob("*")]
@@ -161,3 +165,82 @@ def test_contracts_give_each_parameter_schema(kinds: Path) -> None:
     size = next(p for p in contract.parameters if p.name == "size")
     assert (size.schema, size.required, size.default) == ({"type": "integer"}, False, 10)
     assert not contract.streams and contract.open_parameters
+
+
+def test_an_annotation_without_schema_is_a_validate_warning_naming_it(kinds: Path) -> None:
+    warned = [d for d in diagnose(kinds) if d.code == "PC312"]
+    assert [(d.severity, d.position.cell, d.position.line) for d in warned] == [("warning", 3, 5)]
+    assert "parameter 'point'" in warned[0].message and "`Point`" in warned[0].message
+
+
+ODD_CELLS = [
+    "import numpy as np\nfrom typing import Callable\n",
+    "def odd(a: np.ndarray, b: bytes, c: 'not python (', d: 1 + 2, e: Callable[[int], int],\n"
+    "        f: dict[int, str], g: list[int, str], h: tuple[int, ...] = (1,),\n"
+    "        i: 'list[list[list[list[list[list[list[list[list[list[list[list[int]]]]]]]]]]]]' = None,\n"
+    "        j: set[np.float64] = None):\n"
+    "    return 1\n",
+]
+
+
+def test_an_annotation_it_cannot_read_is_any_value_never_a_crash(tmp_path: Path) -> None:
+    conf = (
+        "codops: odd\nendpoints:\n  odd:\n    url: /odd\n    components:\n"
+        "      main: {notebook: nb.ipynb, method: odd, full_notebook: true}\n"
+    )
+    root = write_project(tmp_path, conf, {"nb.ipynb": ODD_CELLS})
+    found = document(root)
+    validate_openapi(found)
+    body = found["paths"]["/odd"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    properties = body["properties"]
+    assert [properties[name] for name in "abcdef"] == [
+        {},
+        {},
+        {},
+        {},
+        {},
+        {"type": "object", "additionalProperties": {"type": "string"}},
+    ]
+    assert properties["h"] == {"type": "array", "items": {"type": "integer"}, "default": [1]}
+    assert properties["j"] == {"type": ["array", "null"], "items": {}, "default": None}
+    warned = {d.message.split("`")[1] for d in diagnose(root) if d.code == "PC312"}
+    assert warned == {"np.ndarray", "bytes", "not python (", "1 + 2", "Callable[[int], int]"} | {
+        "int",  # the key of dict[int, str]: JSON keys are strings
+        "list[int, str]",
+        "np.float64",
+    }
+
+
+# -- GET /_peach/openapi.json on `peach dev` -------------------------------------------------
+
+
+def served_document(url: str) -> dict:
+    answer = httpx.get(url + "/_peach/openapi.json", timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    return answer.json()
+
+
+def test_peach_dev_serves_the_document_of_the_command(dev_server) -> None:
+    assert served_document(dev_server.url) == document(SEMANTICS)
+
+
+@pytest.mark.slow
+def test_a_saved_signature_change_shows_in_the_next_get(peach_dev, tmp_path: Path) -> None:
+    project = copy_project("reload_basic", tmp_path)
+    dev = peach_dev(project, reload=True)
+    dev.wait_ready()
+    before = served_document(dev.url)["paths"]["/hello"]["get"]["parameters"]
+    assert [p["name"] for p in before] == ["name"]
+    edit_cell(project, 'def hello(name: str = "world"):', "def hello(name: str, times: int = 2):")
+
+    def changed() -> list | None:
+        found = served_document(dev.url)["paths"]["/hello"]["get"]["parameters"]
+        return found if found != before else None
+
+    after = poll(changed, "the new signature in /_peach/openapi.json")
+    assert after == [
+        {"name": "name", "in": "query", "required": True, "schema": {"type": "string"}},
+        {"name": "times", "in": "query", "schema": {"type": "integer", "default": 2}},
+    ]
+    assert served_document(dev.url) == document(project)

@@ -21,7 +21,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from peach_cli.openapi.schemas import Annotations, FunctionNode, Schema, any_of
+from peach_cli.openapi.schemas import Annotations, FunctionNode, Schema, any_of, fits
 from peach_cli.project.notebook import is_generator
 from peach_cli.runtime.contract.binding import STATE_PARAMS
 from peach_cli.runtime.plan import EndpointSpec
@@ -156,14 +156,22 @@ def method_parameters(
         if name in STATE_PARAMS:
             continue
         schema = annotations.schema(parameter.annotation) if parameter.annotation else Schema({})
+        if name in defaults and _is_none(defaults[name]):  # `x: int = None` takes None too
+            schema = Schema(any_of([schema.schema, {"type": "null"}]), schema.unexpressed)
         if name in args:
             default, required = args[name], False
         elif name in defaults:
             default, required = _literal_default(defaults[name]), False
         else:
             default, required = NO_DEFAULT, True
+        if default is not NO_DEFAULT and not fits(default, schema.schema):
+            default = NO_DEFAULT  # an args value of another type: passed on, not documented
         found.append(_Param(name, schema, required, default))
     return found
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 def _literal_default(node: ast.expr) -> Any:
@@ -171,7 +179,16 @@ def _literal_default(node: ast.expr) -> Any:
         value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return NO_DEFAULT
-    return value if _is_json(value) else NO_DEFAULT
+    return _as_json(value) if _is_json(value) else NO_DEFAULT
+
+
+def _as_json(value: Any) -> Any:
+    """A literal as JSON has it: a tuple is a list."""
+    if isinstance(value, (list, tuple)):
+        return [_as_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_json(v) for k, v in value.items()}
+    return value
 
 
 def _is_json(value: Any) -> bool:

@@ -166,7 +166,7 @@ class Annotations:
                 "minItems": count,
                 "maxItems": count,
             }
-        if name in _SEQUENCES:
+        if name in _SEQUENCES and len(arguments) == 1:
             return {"type": "array", "items": self._read(arguments[0], reading, depth + 1)}
         if name in _MAPPINGS and len(arguments) == 2:
             key = self._read(arguments[0], reading, depth + 1)
@@ -254,9 +254,78 @@ def any_of(schemas: list[dict[str, Any]]) -> dict[str, Any]:
             unique.append(schema)
     if len(unique) <= 1:
         return unique[0] if unique else {}
-    if all(set(s) == {"type"} and isinstance(s["type"], str) for s in unique):
-        return {"type": [s["type"] for s in unique]}
-    return {"anyOf": unique}
+    return _merged(unique) or {"anyOf": unique}
+
+
+_TYPED_KEYWORDS = frozenset(
+    {"items", "prefixItems", "minItems", "maxItems", "additionalProperties", "format"}
+)
+"""Keywords that apply to one JSON type only: ``{"type": ["array", "null"], "items": …}``."""
+
+
+def _merged(schemas: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One schema of a type list for schemas of one distinct type each whose other keywords
+    apply to that type alone (``list[int] | None``); None when they cannot merge."""
+    merged: dict[str, Any] = {"type": []}
+    for schema in schemas:
+        kind = schema.get("type")
+        rest = set(schema) - {"type"}
+        if not isinstance(kind, str) or kind in merged["type"] or not rest <= _TYPED_KEYWORDS:
+            return None
+        if rest & set(merged):
+            return None
+        merged["type"].append(kind)
+        merged.update({k: schema[k] for k in rest})
+    return merged
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "string": (str,),
+    "null": (type(None),),
+    "array": (list,),
+    "object": (dict,),
+}
+
+
+def fits(value: Any, schema: dict[str, Any]) -> bool:
+    """Whether a JSON value is valid under a schema this module writes (``type``, ``enum``,
+    ``items``, ``prefixItems``, ``additionalProperties``, ``anyOf``).
+
+    >>> fits([1, None], {"type": "array", "items": {"type": ["integer", "null"]}})
+    True
+    >>> fits(True, {"type": "integer"}), fits("x", {"enum": ["a"]})
+    (False, False)
+    """
+    if "anyOf" in schema:
+        return any(fits(value, option) for option in schema["anyOf"])
+    if "enum" in schema and not any(
+        value == option and type(value) is type(option) for option in schema["enum"]
+    ):
+        return False
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not any(_is_kind(value, kind) for kind in kinds):
+            return False
+    if isinstance(value, list):
+        prefix = schema.get("prefixItems")
+        if prefix is not None:
+            return len(value) == len(prefix) and all(map(fits, value, prefix))
+        return all(fits(item, schema.get("items", {})) for item in value)
+    if isinstance(value, dict):
+        return all(fits(item, schema.get("additionalProperties", {})) for item in value.values())
+    return True
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    if isinstance(value, bool) and kind in ("integer", "number"):
+        return False
+    if isinstance(value, float) and kind == "integer":
+        return value.is_integer()
+    return isinstance(value, _JSON_TYPES.get(kind, object))
 
 
 def _last_name(node: ast.expr) -> str | None:
