@@ -12,12 +12,12 @@ nothing beyond the standard library is needed — the lightest way to a real bro
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import select
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,19 @@ FLAGS = (
     "--remote-debugging-pipe",
 )
 COMMAND_TIMEOUT_S = 30.0
+ON_3_AND_4 = """
+import fcntl, os, sys
+ends = [fcntl.fcntl(int(fd), fcntl.F_DUPFD, 10) for fd in sys.argv[1:3]]
+for fd in sys.argv[1:3]:
+    os.close(int(fd))
+os.dup2(ends[0], 3)
+os.dup2(ends[1], 4)
+os.closerange(5, 1 << 16)
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+"""Exec the browser with the two pipe ends given as arguments on 3 and 4 (a small Python
+trampoline: no ``preexec_fn``, which is unsafe in a process with threads, and no shell,
+whose redirections stop at fd 9)."""
 
 
 def find_chromium() -> str | None:
@@ -71,20 +84,14 @@ class Browser:
         ``log``."""
         commands_r, commands_w = os.pipe()
         replies_r, replies_w = os.pipe()
-
-        def on_fds_3_and_4() -> None:  # in the child, before exec
-            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (commands_r, replies_w)]
-            os.dup2(high[0], 3)  # from copies above 10: neither lands on the other
-            os.dup2(high[1], 4)
-
         with log.open("wb") as stderr:
             process = subprocess.Popen(
-                [binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                [sys.executable, "-c", ON_3_AND_4, str(commands_r), str(replies_w)]
+                + [binary, *FLAGS, f"--user-data-dir={profile}"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
-                pass_fds=(3, 4),  # kept open through exec once the dup2 above made them
-                preexec_fn=on_fds_3_and_4,
+                pass_fds=(commands_r, replies_w),
                 start_new_session=True,
             )
         os.close(commands_r)
