@@ -58,7 +58,7 @@ function resolve(schema, doc) {
 
 /** What a form needs of a schema: ``kind`` (enum, boolean, number, integer, string, json),
  * the enum's ``values``, ``nullable``, and a short text of the type. */
-function describe(schema, doc) {
+function describe(schema, doc, depth = 0) {
   let s = resolve(schema, doc);
   let nullable = false;
   for (const key of ["anyOf", "oneOf"]) {
@@ -66,11 +66,14 @@ function describe(schema, doc) {
     const options = s[key].map((option) => resolve(option, doc));
     const real = options.filter((option) => option.type !== "null");
     nullable = nullable || real.length < options.length;
-    if (real.length === 1) {
-      s = { ...real[0], default: s.default, description: s.description || real[0].description };
-    } else if (real.length > 0 && real.every((o) => "const" in o || Array.isArray(o.enum))) {
-      const values = real.flatMap((o) => ("const" in o ? [o.const] : o.enum));
-      s = { enum: values, default: s.default, description: s.description };
+    let merged = null;
+    if (real.length === 1) merged = { ...real[0] };
+    else if (real.length > 0 && real.every((o) => "const" in o || Array.isArray(o.enum))) {
+      merged = { enum: real.flatMap((o) => ("const" in o ? [o.const] : o.enum)) };
+    }
+    if (merged) {
+      for (const kept of ["default", "description"]) if (kept in s) merged[kept] = s[kept];
+      s = merged;
     }
   }
   let type = s.type;
@@ -90,14 +93,15 @@ function describe(schema, doc) {
     values,
     nullable,
     schema: s,
-    text: typeText(s, type, values, doc) + (nullable ? " or null" : ""),
+    text: typeText(s, type, values, doc, depth) + (nullable ? " or null" : ""),
   };
 }
 
-function typeText(s, type, values, doc) {
+function typeText(s, type, values, doc, depth) {
   if (values) return "one of " + values.map((v) => JSON.stringify(v)).join(", ");
   if (type === "array") {
-    const items = describe(s.items, doc);
+    if (depth > 3) return "list"; // a recursive schema (a $ref to itself) ends here
+    const items = describe(s.items, doc, depth + 1);
     return Object.keys(items.schema).length ? `list of ${items.text}` : "list";
   }
   if (type === "object") return "object (JSON)";
