@@ -18,10 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 from browser_support import Browser, Page, find_chromium
-from conftest import DevProcess, start_peach_dev
+from conftest import PROJECTS, REPO, DevProcess, start_peach_dev
 from projectkit import write_project
 from reload_support import edit_cell
 from waiting import poll
+
+from peach_cli.checks.validate import build_plan
+from peach_cli.openapi import build_document
 
 CHROMIUM = find_chromium()
 needs_chromium = pytest.mark.skipif(
@@ -257,6 +260,29 @@ def test_stop_closes_the_stream_and_a_cut_stream_is_said_to_be_cut(
     assert text_of(page, "[data-url='/snaps'] .end").startswith("The stream was cut after 1 chunk")
     shown = "[...document.querySelectorAll('[data-url=\"/snaps\"] .chunks pre')]"
     assert page.evaluate(f"{shown}.map(p => p.textContent)") == ["chunk 1\n"]
+
+
+EXAMPLES = sorted(p.parent for p in (REPO / "examples").glob("*/peach.yaml"))
+FORMS = [*EXAMPLES, PROJECTS / "semantics", PROJECTS / "streams", PROJECTS / "faults" / "fuzz"]
+
+
+@pytest.mark.slow
+@needs_chromium
+@pytest.mark.parametrize("project", FORMS, ids=lambda p: p.name)
+def test_the_document_of_every_example_becomes_labelled_forms(page: Page, project: Path) -> None:
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, diagnostics
+    document = build_document(plan)
+    page.evaluate(f"render({json.dumps(document)})")
+    urls = page.evaluate(
+        "[...document.querySelectorAll('section.endpoint')].map(s => s.dataset.url)"
+    )
+    assert urls == list(document["paths"])
+    unlabelled = page.evaluate(
+        "[...document.querySelectorAll('input, select, textarea')]"
+        ".filter(e => e.labels.length === 0).map(e => e.id)"
+    )
+    assert unlabelled == []
 
 
 @pytest.mark.slow
