@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 WIDTH = 80
 ROWS = 10
-_SHARE = 9
-"""``  100.0%  ``: the share column and its margins."""
+_SHARE = 11
+"""``   100.0%  ``: the share column and its margins."""
 
 
 def row(line: Line, width: int = WIDTH) -> str:
@@ -73,7 +73,9 @@ def render_profile(
             lines += [row(line) for line in profile.hottest(by, ROWS)]  # type: ignore[arg-type]
     if written is not None:
         kind = "flame graph" if written.suffix.lower() == ".svg" else "speedscope file"
-        lines += ["", f"{kind}: {shown(str(written))}"]
+        path = shown(str(written))
+        room = WIDTH - len(kind) - 2
+        lines += ["", f"{kind}: {path if len(path) <= room else '…' + path[-(room - 1) :]}"]
     write_report("\n".join(lines) + "\n", channel="profile")
 
 
