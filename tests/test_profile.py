@@ -13,7 +13,6 @@ import json
 import re
 import threading
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -26,21 +25,26 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def dev(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> object:
     """`peach dev` on the profile project, every replica started."""
     from tests.conftest import start_peach_dev
 
     started = start_peach_dev(PROJECT, tmp_path_factory.mktemp("profile-dev") / "dev.log")
-    try:
-        started.wait_ready()
-        yield started
-    finally:
-        started.stop()
+    request.addfinalizer(started.stop)
+    started.wait_ready()
+    return started
 
 
 def profile(*args: str, columns: int = 200) -> tuple[int, str, str]:
     done = run_peach("profile", *args, cwd=PROJECT, columns=columns, timeout=180)
     return done.returncode, done.stdout, done.stderr
+
+
+def profile_to(written: Path, dev, *args: str, columns: int = 200) -> str:
+    """`peach profile /hot --url DEV -o WRITTEN ARGS`: its standard output (it succeeded)."""
+    code, out, err = profile("/hot", "--url", dev.url, "-o", str(written), *args, columns=columns)
+    assert code == 0, out + err
+    return out
 
 
 def without_share(line: dict) -> dict:
@@ -69,10 +73,7 @@ def test_the_text_fits_80_columns_and_the_flame_graph_names_the_function(
     dev, tmp_path: Path
 ) -> None:
     picture = tmp_path / "hot.svg"
-    code, out, err = profile(
-        "/hot", "n=30000", "--url", dev.url, "--duration", "2", "-o", str(picture), columns=80
-    )
-    assert code == 0, out + err
+    out = profile_to(picture, dev, "n=30000", "--duration", "2", columns=80)
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 80, out
     first = lines[lines.index("by self time (the line itself)") + 1]
@@ -167,10 +168,7 @@ def test_the_speedscope_file_follows_its_schema_and_cpu_time_finds_the_loop(
     import jsonschema
 
     written = tmp_path / "hot.json"
-    code, out, err = profile(
-        "/hot", "--url", dev.url, "--cpu", "--duration", "2", "-o", str(written), "--format", "json"
-    )
-    assert code == 0, out + err
+    out = profile_to(written, dev, "--cpu", "--duration", "2", "--format", "json")
     assert without_share(json.loads(out)["self"][0]) == HOT  # CPU time: the loop too
     document = json.loads(written.read_text())
     jsonschema.validate(document, SPEEDSCOPE_SCHEMA)
