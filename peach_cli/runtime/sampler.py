@@ -56,7 +56,9 @@ _IDLE_LEAVES = frozenset(
 )
 """(file name, function) of leaf frames where a thread waits for work, not for the user."""
 
-Stack = tuple[tuple[CodeType, int], ...]
+Stack = tuple[int, ...]
+"""``id(code), line, id(code), line, …``, root first: plain ints hash fast (a code object's
+hash is computed anew each time), and every stack is looked up at every sample."""
 
 
 class Sampler:
@@ -79,6 +81,9 @@ class Sampler:
         self._clocks: dict[int, int | None] = {}
         self._cpu_seen: dict[int, float] = {}
         self._kinds: dict[str, str] = {}
+        self._codes: dict[int, CodeType] = {}
+        """``id(code)`` → the code (kept alive, so its id is never another's)."""
+        self._verdicts: dict[tuple[Stack, bool], bool] = {}
         self.started = 0.0
         self.ended = 0.0
         self._switch: float | None = None
@@ -86,11 +91,13 @@ class Sampler:
     def start(self) -> None:
         self.started = time.perf_counter()
         # A thread that wants the GIL gets it after the switch interval (5 ms): longer
-        # than many a call's stretch of Python, which the sampler would then never catch
+        # than many a call's stretch of Python, which CPU sampling would then never catch
         # running — only at the points where it lets go of the GIL itself. A fraction of
-        # the sampling interval puts the samples where the time is.
-        self._switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch, self.interval_s / 20))
+        # the sampling interval puts the samples where the time is (measured: it costs
+        # some 5 % of a CPU-bound replica's capacity, against 1 % without).
+        if self.cpu:  # (wall-clock mode counts the threads waiting for the GIL anyway)
+            self._switch = sys.getswitchinterval()
+            sys.setswitchinterval(min(self._switch, self.interval_s / 20))
         self._thread.start()
 
     def stop(self) -> dict[str, Any]:
@@ -121,11 +128,12 @@ class Sampler:
     def _sample(self, elapsed: float, me: int) -> None:
         self.samples += 1
         stacks = self.stacks
+        codes = self._codes
         main = threading.main_thread().ident
         for ident, frame in sys._current_frames().items():
             if ident == me:
                 continue
-            stack = _stack_of(frame)
+            stack = _stack_of(frame, codes)
             if self.cpu:
                 weight = self._cpu_weight(ident, ident == main, stack, elapsed)
             else:  # wall-clock: the time requests spend in the user's code, waits included
@@ -133,7 +141,7 @@ class Sampler:
             if weight > 0.0:
                 stacks[stack] = stacks.get(stack, 0.0) + weight
         if not self.cpu and self.loop is not None:
-            for stack in _waiting_coroutines(self.loop):
+            for stack in _waiting_coroutines(self.loop, codes):
                 if not self._waits(stack):
                     stacks[stack] = stacks.get(stack, 0.0) + elapsed
 
@@ -175,13 +183,19 @@ class Sampler:
         and it is not the event loop's ``thread`` at work. (Wall-clock mode passes no
         ``thread``: peach's own threads there mostly wait — for work, or for the GIL the
         user's code holds — and would hide the user's lines behind peach's.)"""
-        for code, _ in stack:
-            if self._kind(code.co_filename) not in ("peach", "stdlib"):
-                return False
-        if not thread or not stack:
+        verdict = self._verdicts.get((stack, thread))
+        if verdict is None:
+            verdict = self._verdicts[(stack, thread)] = self._judge(stack, thread)
+        return verdict
+
+    def _judge(self, stack: Stack, thread: bool) -> bool:
+        codes = [self._codes[key] for key in stack[0::2]]
+        if any(self._kind(code.co_filename) not in ("peach", "stdlib") for code in codes):
+            return False
+        if not thread or not codes:
             return True
-        code = stack[-1][0]
-        return (os.path.basename(code.co_filename), code.co_name) in _IDLE_LEAVES
+        leaf = codes[-1]
+        return (os.path.basename(leaf.co_filename), leaf.co_name) in _IDLE_LEAVES
 
     def _kind(self, filename: str) -> str:
         kind = self._kinds.get(filename)
@@ -193,16 +207,15 @@ class Sampler:
 
     def profile(self) -> dict[str, Any]:
         frames: list[tuple[str, str, str]] = []
-        index: dict[tuple[CodeType, int], int] = {}
+        index: dict[tuple[int, int], int] = {}
         stacks = []
         for stack, weight in list(self.stacks.items()):
             indices = []
-            for code, line in stack:
-                key = (code, line)
+            for key in zip(stack[0::2], stack[1::2], strict=True):
                 number = index.get(key)
                 if number is None:
                     number = index[key] = len(frames)
-                    frames.append(self._describe(code, line))
+                    frames.append(self._describe(self._codes[key[0]], key[1]))
                 indices.append(number)
             stacks.append((indices, weight))
         return {
@@ -224,16 +237,21 @@ class Sampler:
         return kind, f"{_short_path(filename, kind)}, line {line}", function
 
 
-def _stack_of(frame: FrameType | None) -> Stack:
+def _stack_of(frame: FrameType | None, codes: dict[int, CodeType]) -> Stack:
     stack = []
     while frame is not None:
-        stack.append((frame.f_code, frame.f_lineno))
+        code = frame.f_code
+        key = id(code)
+        if key not in codes:
+            codes[key] = code
+        stack.append(frame.f_lineno)
+        stack.append(key)
         frame = frame.f_back
     stack.reverse()
     return tuple(stack)
 
 
-def _waiting_coroutines(loop: asyncio.AbstractEventLoop) -> list[Stack]:
+def _waiting_coroutines(loop: asyncio.AbstractEventLoop, codes: dict[int, CodeType]) -> list[Stack]:
     """The stacks of the tasks of ``loop`` that wait (a running one is on its thread's
     stack): each coroutine's frame, then what it awaits, down to the innermost."""
     found = []
@@ -241,12 +259,17 @@ def _waiting_coroutines(loop: asyncio.AbstractEventLoop) -> list[Stack]:
         coroutine: Any = task.get_coro()
         if getattr(coroutine, "cr_running", False) or getattr(coroutine, "gi_running", False):
             continue
-        stack = []
+        stack: list[int] = []
         while coroutine is not None:
             frame = getattr(coroutine, "cr_frame", None) or getattr(coroutine, "gi_frame", None)
             if frame is None:
                 break
-            stack.append((frame.f_code, frame.f_lineno))
+            code = frame.f_code
+            key = id(code)
+            if key not in codes:
+                codes[key] = code
+            stack.append(key)
+            stack.append(frame.f_lineno)
             coroutine = getattr(coroutine, "cr_await", None) or getattr(
                 coroutine, "gi_yieldfrom", None
             )
