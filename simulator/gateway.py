@@ -11,7 +11,8 @@ replaced as a whole by a reload; requests that began on the old table finish on 
 A/B test's split and requests per arm, ``GET /_peach/health`` the replicas, their states
 and their component's ``memory`` and ``cpus``, ``GET /_peach/metrics`` the Prometheus
 figures (``simulator.metrics``), and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
-re-runs ``init``. The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
+re-runs ``init``; ``/_peach/profile/…`` (loopback clients only) samples replicas for `peach
+profile` (``simulator.profiling``). The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from simulator.metrics import DevMetrics
 from simulator.pool import ReplicaPool, Unavailable
+from simulator.profiling import Profiler
 from simulator.replica import ReplicaGone
 from simulator.routing import Route, RoutingTable
 
@@ -84,6 +86,8 @@ class DevGateway:
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
         self.recorder: Recorder | None = None
         """``peach dev --record``: every answered request, one JSON line each."""
+        self.profiler = Profiler(self)
+        """``/_peach/profile/…``: `peach profile` samples the replicas."""
         self._internal = Starlette(
             routes=[
                 StarletteRoute("/_peach/routes", self._list_routes, methods=["GET"]),
@@ -93,6 +97,7 @@ class DevGateway:
                 StarletteRoute(
                     "/_peach/reinit/{endpoint}/{component}", self._reinit, methods=["POST"]
                 ),
+                *self.profiler.routes(),
             ]
         )
 

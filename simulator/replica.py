@@ -47,6 +47,7 @@ from peach_cli.runtime.protocol import (
     PatchReady,
     Ping,
     Pong,
+    ProfileData,
     ProtocolError,
     Ready,
     ReinitState,
@@ -58,7 +59,7 @@ from peach_cli.runtime.protocol import (
     StreamRefused,
     StreamStarted,
 )
-from simulator import debug
+from simulator import debug, profiling
 from simulator.environments import explain_init_error
 from simulator.events import (
     Event,
@@ -226,6 +227,8 @@ class Replica:
         self._streams: dict[int, asyncio.Queue[StreamEvent]] = {}
         self._pings: dict[int, asyncio.Future[Pong | None]] = {}
         self._patches: dict[int, asyncio.Future[PatchReady | PatchFailed]] = {}
+        self._replies: dict[int, asyncio.Future[Message]] = {}
+        """Requests sent with ``request`` (a profile), waiting for their reply."""
         self._prepared_kind: str | None = None
         self._next_id = 0
         self._started: asyncio.Future[None] | None = None
@@ -260,6 +263,8 @@ class Replica:
         await loop.create_connection(lambda: channel, sock=parent_end)
         self._started = loop.create_future()
         self._background(self._pump_output(process))
+        for first in profiling.first_messages(self):  # `peach profile --init`
+            channel.send(first)
         channel.send(Start(self.spec, str(self.root), self.id, self.variables))
         try:
             await asyncio.wait_for(asyncio.shield(self._started), INIT_STUCK_S)
@@ -446,6 +451,29 @@ class Replica:
         finally:
             self._pings.pop(request_id, None)
 
+    def notify(self, message: Message) -> bool:
+        """Send ``message``, which has no reply; False when the process is gone."""
+        channel = self._channel
+        return channel is not None and bool(channel.send(message))
+
+    async def request(self, make: Callable[[int], Message], timeout_s: float) -> Message | None:
+        """Send ``make(request_id)`` and return the reply carrying that id (a ``ProfileData``);
+        None when the process is gone or does not reply within ``timeout_s``."""
+        channel = self._channel
+        if channel is None:
+            return None
+        request_id = self._new_id()
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._replies[request_id] = future
+        try:
+            if not channel.send(make(request_id)):
+                return None
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return None
+        finally:
+            self._replies.pop(request_id, None)
+
     # -- hot patches (simulator.hotpatch) -------------------------------------------------
 
     async def prepare_patch(self, spec: ComponentSpec, timeout_s: float) -> tuple[int, str | None]:
@@ -504,6 +532,10 @@ class Replica:
                 patch = self._patches.get(message.request_id)
                 if patch is not None and not patch.done():
                     patch.set_result(message)
+            case ProfileData(request_id=request_id):
+                reply = self._replies.get(request_id)
+                if reply is not None and not reply.done():
+                    reply.set_result(message)
             case Pong(request_id=request_id):
                 ping = self._pings.get(request_id)
                 if ping is not None and not ping.done():
