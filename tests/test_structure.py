@@ -417,3 +417,31 @@ def test_the_gateways_drive_the_flow_and_keep_no_timer_of_a_call() -> None:
             found.append(f"{name} calls loop.call_at")
     assert found == []
     assert "simulator.fastlane" in _sources()  # the lane is looked at
+
+
+FILE_NAMES = {"peach.yaml", "peach.yml", "peach.conf", ".env", ".peach-test.yaml"}
+NAMED_AS_WORDS = {("peach_cli.project.conf", "peach.conf"): "the schema's title: the conf's name"}
+
+
+def test_the_names_of_a_projects_files_are_written_once() -> None:
+    """``peach.yaml``, ``peach.conf/``, ``.env``, ``*.peach-test.yaml``: every module takes
+    them from ``peach_cli.project.filenames``, so the loader, the reloader's watch,
+    ``peach init``, ``peach test``, its pytest plugin and the completion cannot disagree."""
+    sources = _sources()
+    written = {
+        node.value
+        for node in ast.walk(ast.parse(sources["peach_cli.project.filenames"].read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert written >= FILE_NAMES
+    found = [
+        f"{name}:{node.lineno} {node.value!r}"
+        for name, path in sources.items()
+        if name != "peach_cli.project.filenames"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and (node.value in FILE_NAMES or node.value.endswith(".peach-test.yaml"))
+        and (name, node.value) not in NAMED_AS_WORDS
+    ]
+    assert found == []

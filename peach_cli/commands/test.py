@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
+from peach_cli.project.filenames import CASE_SUFFIX
 
 if TYPE_CHECKING:
     from peach_cli.testing.cases import CaseFile
@@ -26,15 +27,13 @@ EXIT_USAGE = 2
 def split_paths(paths: Sequence[Path]) -> tuple[Path, list[Path]]:
     """PROJECT and FILES from the arguments: a first argument that is no case file is the
     project (default: the current folder)."""
-    from peach_cli.testing.cases import SUFFIX
-
-    if paths and not paths[0].name.endswith(SUFFIX):
+    if paths and not paths[0].name.endswith(CASE_SUFFIX):
         project, files = paths[0], list(paths[1:])
     else:
         project, files = Path("."), list(paths)
     for file in files:
-        if not file.name.endswith(SUFFIX):
-            raise UsageError(f"{file} is not a case file", hint=f"case files end in {SUFFIX}")
+        if not file.name.endswith(CASE_SUFFIX):
+            raise UsageError(f"{file} is not a case file", hint=f"case files end in {CASE_SUFFIX}")
         if not file.is_file():
             raise UsageError(f"{file} does not exist")
     return project, files
@@ -68,7 +67,7 @@ def load_selected(
     ``UsageError`` when no case is found."""
     from peach_cli.checks.validate import invalid
     from peach_cli.project.diagnostics import has_errors, sort_key
-    from peach_cli.testing.cases import SUFFIX, check_urls, load_cases
+    from peach_cli.testing.cases import check_urls, load_cases
     from peach_cli.wording import count
 
     loaded, diagnostics = load_cases(root, files or None)
@@ -93,7 +92,7 @@ def load_selected(
             )
         raise UsageError(
             f"no case found in {where}",
-            hint=f"write cases in a file ending in {SUFFIX} (see `peach schema --tests`)",
+            hint=f"write cases in a file ending in {CASE_SUFFIX} (see `peach schema --tests`)",
         )
     return selected
 

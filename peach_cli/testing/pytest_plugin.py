@@ -15,8 +15,9 @@
           assert "fig" in "".join(stream)
           assert not stream.cut
 
-Importing this module costs nothing: peach's own modules load when a case file is
-collected or the fixture is used, so other test suites are not slowed down.
+Importing this module costs next to nothing (it imports only ``peach_cli.project.filenames``):
+peach's own modules load when a case file is collected or the fixture is used, so other test
+suites are not slowed down.
 """
 
 from __future__ import annotations
@@ -30,12 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from peach_cli.project.filenames import CASE_SUFFIX, is_project_folder
+
 if TYPE_CHECKING:
     from peach_cli.client.send import Client
     from peach_cli.testing.cases import LoadedCase
-
-SUFFIX = ".peach-test.yaml"
-CONF_NAMES = ("peach.yaml", "peach.yml", "peach.conf")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,7 +65,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
-    if file_path.name.endswith(SUFFIX):
+    if file_path.name.endswith(CASE_SUFFIX):
         return CaseFileCollector.from_parent(parent, path=file_path)
     return None
 
@@ -117,7 +117,7 @@ class _Hosts:
         root = Path(self.config.rootpath)
         if path is not None:
             for folder in [path.parent, *path.parent.parents]:
-                if any((folder / name).exists() for name in CONF_NAMES):
+                if is_project_folder(folder):
                     return folder
                 if folder == root:
                     break

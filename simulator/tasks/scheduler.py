@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from peach_cli.errors import PeachError
+from peach_cli.project.filenames import CONF_FOLDER
 from peach_cli.runtime.jsonlimits import (
     PAYLOAD_LIMIT,
     PayloadError,
@@ -482,7 +483,7 @@ class TaskScheduler:
         names = set(plan.watched_files)
         for spec in plan.tasks.values():
             names.update(spec.modules)
-        conf_folder = self.root / "peach.conf"
+        conf_folder = self.root / CONF_FOLDER
         if conf_folder.is_dir():
             names.update(p.relative_to(self.root).as_posix() for p in conf_folder.iterdir())
         stamp = []
