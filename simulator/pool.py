@@ -18,7 +18,7 @@ from pathlib import Path
 from peach_cli.runtime.contract import Attempt, CallResult, RequestParams, unavailable_message
 from peach_cli.runtime.plan import ComponentSpec
 from simulator.events import Event, ReplicaState
-from simulator.replica import Replica, ReplicaStream
+from simulator.replica import INIT_STUCK_S, Replica, ReplicaStream
 from simulator.spawn import Spawner, WorkerLaunch
 
 STARTUP_WAIT_S = 60.0
@@ -55,6 +55,7 @@ class ReplicaPool:
         *,
         numbers: ReplicaNumbers | None = None,
         spawner: Spawner | None = None,
+        init_stuck_s: float = INIT_STUCK_S,
     ) -> None:
         numbers = numbers or ReplicaNumbers()
         self.spec = spec
@@ -69,6 +70,7 @@ class ReplicaPool:
                 on_event,
                 on_change=self._notify,
                 spawner=spawner,
+                init_stuck_s=init_stuck_s,
             )
             for _ in range(max(1, spec.replicas))
         ]

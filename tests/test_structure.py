@@ -445,3 +445,76 @@ def test_the_names_of_a_projects_files_are_written_once() -> None:
         and (name, node.value) not in NAMED_AS_WORDS
     ]
     assert found == []
+
+
+def _peach_variables(sources: dict[str, Path]) -> set[str]:
+    """The names modules give ``PEACH_*`` variables' names (``SOCKET_ENV = "PEACH_..."``)."""
+    return {
+        target.id
+        for path in sources.values()
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and str(node.value.value).startswith("PEACH_")
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+
+def _peach_reads(node: ast.AST, names: set[str], *, at_import: bool) -> list[int]:
+    """Lines where ``node`` reads a ``PEACH_*`` variable of the environment (with
+    ``at_import``: only where the module's import runs it, not inside functions)."""
+
+    def peach(key: ast.AST | None) -> bool:
+        return (isinstance(key, ast.Constant) and str(key.value).startswith("PEACH_")) or (
+            isinstance(key, ast.Name) and key.id in names
+        )
+
+    lines = []
+    if isinstance(node, ast.Call) and node.args and peach(node.args[0]):
+        func = node.func  # environ.get(NAME), os.getenv(NAME), or a mapping's env.get(NAME)
+        if isinstance(func, ast.Attribute) and func.attr in ("get", "getenv"):
+            lines.append(node.lineno)
+    elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+        if _is_environ(node.value) and peach(node.slice):
+            lines.append(node.lineno)
+    elif isinstance(node, ast.Compare) and _is_environ(node.comparators[0]) and peach(node.left):
+        lines.append(node.lineno)
+    for child in ast.iter_child_nodes(node):
+        if at_import and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        lines += _peach_reads(child, names, at_import=at_import)
+    return lines
+
+
+def test_no_module_reads_a_peach_variable_at_import() -> None:
+    """A ``PEACH_*`` variable is read when a command or a session starts, never when a
+    module is imported (a test, or a second session in one process, could not change it)."""
+    sources = _sources()
+    names = _peach_variables(sources)
+    assert {"SOCKET_ENV", "CACHE_ENV_VAR"} <= names  # the names are found
+    found = [
+        f"{name}:{line}"
+        for name, path in sources.items()
+        for line in _peach_reads(ast.parse(path.read_text()), names, at_import=True)
+    ]
+    assert found == []
+
+
+def test_the_simulators_knobs_are_read_in_one_place() -> None:
+    """``PEACH_INIT_STUCK_S``, ``PEACH_NO_FAST_LANE``, ``PEACH_NO_KEEPER``…: the simulator
+    reads its knobs once, into ``simulator.session.Knobs`` (a ``SessionConfig``'s); its
+    parts are given their values."""
+    sources = _sources()
+    names = _peach_variables(sources)
+    readers = {
+        name
+        for name, path in sources.items()
+        if name.startswith("simulator.")
+        and _peach_reads(ast.parse(path.read_text()), names, at_import=False)
+    }
+    assert readers == {"simulator.session"}
