@@ -195,6 +195,7 @@ class Replica:
         launch: WorkerLaunch | None = None,
         spawner: Spawner | None = None,
         init_stuck_s: float = INIT_STUCK_S,
+        debugger: debug.DebugRelay | None = None,
     ) -> None:
         self.spec = spec
         self.root = Path(root).resolve()
@@ -208,6 +209,8 @@ class Replica:
         self.id = replica_id
         self.init_stuck_s = init_stuck_s
         """A start-up still running after this long is reported (it goes on waiting)."""
+        self.debugger = debugger
+        """The session's pdb relay: a breakpoint in a call suspends the call's deadline."""
         self.on_event = on_event
         self.on_change = on_change
         self.state = ReplicaState.STARTING
@@ -353,7 +356,7 @@ class Replica:
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id
             )
-        relay = debug.active
+        relay = self.debugger
         if relay is not None:  # a breakpoint in this call suspends its timeout
             relay.register(self.id, request_id, deadline)
         try:
@@ -401,8 +404,8 @@ class Replica:
         request_id = self._new_id()
         queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self._streams[request_id] = queue
-        if debug.active is not None:  # a breakpoint's banner names the request
-            debug.active.register(self.id, request_id, None)
+        if self.debugger is not None:  # a breakpoint's banner names the request
+            self.debugger.register(self.id, request_id, None)
         self._begin()
         stream = ReplicaStream(self, channel, request_id, queue)
         try:
@@ -425,8 +428,8 @@ class Replica:
 
     def _stream_done(self, request_id: int, channel: MessageChannel, finished: bool) -> None:
         self._streams.pop(request_id, None)
-        if debug.active is not None:
-            debug.active.unregister(self.id, request_id)
+        if self.debugger is not None:
+            self.debugger.unregister(self.id, request_id)
         if not finished:
             channel.send(Cancel(request_id))
         self._end()

@@ -37,6 +37,7 @@ from simulator.routing import Route, RoutingTable
 from simulator.spawn import Spawner, WorkerLaunch
 
 if TYPE_CHECKING:
+    from simulator.debug import DebugRelay
     from simulator.fastlane import FastLane
     from simulator.gateway import DevGateway
     from simulator.record import Recorder
@@ -85,6 +86,7 @@ class DevServer:
         head_timeout_s: float | None = None,
         fast_lane: bool = True,
         init_stuck_s: float = INIT_STUCK_S,
+        debugger: DebugRelay | None = None,
     ) -> None:
         self.plan = plan
         self.allow_hosts = tuple(allow_hosts)
@@ -97,6 +99,8 @@ class DevServer:
         says which ones the fast lane takes), for comparing the two."""
         self.init_stuck_s = init_stuck_s
         """A replica's start-up still running after this long is reported."""
+        self.debugger = debugger
+        """The session's pdb relay (``simulator.debug``): calls register with it."""
         self.host = host
         self.port = port
         self.timeout_override = timeout_s
@@ -162,7 +166,7 @@ class DevServer:
         from simulator.local_service import LocalService
 
         table = self._table(self.plan, self._pools)
-        self.gateway = DevGateway(table, self._on_event)
+        self.gateway = DevGateway(table, self._on_event, debugger=self.debugger)
         self.gateway.reinit = self.reinit
         self.gateway.recorder = self.recorder
         app = LocalService(
@@ -269,6 +273,7 @@ class DevServer:
             numbers=self._numbers,
             spawner=self.spawner,
             init_stuck_s=self.init_stuck_s,
+            debugger=self.debugger,
         )
 
     async def _start_pool(self, pool: ReplicaPool) -> None:

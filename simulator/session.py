@@ -188,6 +188,7 @@ class DevSession:
             trigger=trigger,
             spawner=self.spawner,
             on_event=on_event,
+            debugger=self.debugger,
         )
         self.server: DevServer | None = None
         if config.serve:
@@ -206,6 +207,7 @@ class DevSession:
                 ),
                 fast_lane=knobs.fast_lane,
                 init_stuck_s=knobs.init_stuck_s,
+                debugger=self.debugger,
             )
             if config.record is not None:
                 from simulator.record import Recorder

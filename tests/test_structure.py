@@ -183,6 +183,19 @@ def test_the_simulator_keeps_no_state_in_its_modules() -> None:
     assert state == []
 
 
+def test_the_simulator_rebinds_no_module_global() -> None:
+    """What a session uses — its debugger relay, its knobs — is handed to its parts by the
+    ``DevSession`` that owns it, never set in a module for them to find (``global``)."""
+    rebound = [
+        f"{name}:{node.lineno} global {', '.join(node.names)}"
+        for name, path in _sources().items()
+        if name.split(".")[0] == "simulator"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Global)
+    ]
+    assert rebound == []
+
+
 @pytest.mark.slow
 def test_rich_is_used_by_the_views_only() -> None:
     """Commands and core return data or raise; ``peach_cli.views`` renders it."""
