@@ -531,3 +531,24 @@ def test_the_simulators_knobs_are_read_in_one_place() -> None:
         and _peach_reads(ast.parse(path.read_text()), names, at_import=False)
     }
     assert readers == {"simulator.session"}
+
+
+def test_peach_test_and_its_pytest_plugin_share_their_host_wiring() -> None:
+    """Which host a case goes to (``--url``, else the project's simulator), the client that
+    sends it and the secrets masked: ``peach_cli.testing.host.Hosts``, for the command and
+    the plugin alike; neither starts a simulator or a client of its own."""
+    sources = _sources()
+    drivers = ("peach_cli.commands.test", "peach_cli.testing.pytest_plugin")
+    wiring = {"local_host", "Client", "hide_declared", "DevSession"}
+    for name in drivers:
+        tree = ast.parse(sources[name].read_text())
+        assert "peach_cli.testing.host.Hosts" in _imports(
+            sources[name], {"peach_cli.testing.host.Hosts"}
+        )
+        assert _called_names(tree) & wiring == set(), name
+    users = {
+        name
+        for name, path in sources.items()
+        if "local_host" in _called_names(ast.parse(path.read_text()))
+    }
+    assert users == {"peach_cli.testing.host"}
