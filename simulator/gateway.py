@@ -74,8 +74,11 @@ class DevGateway:
         on_event: Callable[[Event], None] | None = None,
         *,
         max_body_bytes: int = contract.MAX_BODY_BYTES,
+        debugger: debug.DebugRelay | None = None,
     ) -> None:
         self.table = table
+        self.debugger = debugger
+        """The session's pdb relay: a breakpoint's banner names the request it serves."""
         self.on_event = on_event
         self.max_body_bytes = max_body_bytes
         self.flow = Flow(max_body_bytes=max_body_bytes)
@@ -127,7 +130,7 @@ class DevGateway:
         self, route: Route, table: RoutingTable, scope: dict[str, Any], receive: Any, send: Any
     ) -> None:
         started = time.perf_counter()
-        if debug.active is not None:  # a breakpoint's banner names the request
+        if self.debugger is not None:  # a breakpoint's banner names the request
             line = debug.request_line(scope["method"], scope["path"], scope["query_string"])
             debug.REQUEST_LINE.set(line)
         recorder = self.recorder
