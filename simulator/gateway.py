@@ -10,7 +10,8 @@ replaced as a whole by a reload; requests that began on the old table finish on 
 ``GET /_peach/routes`` lists the endpoints (``peach ask`` uses it after a 404), with each
 A/B test's split and requests per arm, ``GET /_peach/health`` the replicas, their states
 and their component's ``memory`` and ``cpus``, ``GET /_peach/metrics`` the Prometheus
-figures (``simulator.metrics``), and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
+figures (``simulator.metrics``), ``GET /_peach/openapi.json`` the OpenAPI document of what
+the table serves (``peach_cli.openapi``), and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
 re-runs ``init``; ``/_peach/profile/…`` (loopback clients only) samples replicas for `peach
 profile` (``simulator.profiling``). The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
 """
@@ -28,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
 from peach_cli.addresses import is_loopback
+from peach_cli.openapi.document import OPENAPI_PATH
 from peach_cli.runtime import contract
 from peach_cli.runtime.contract import (
     STREAMING_KINDS,
@@ -91,11 +93,14 @@ class DevGateway:
         """``peach dev --record``: every answered request, one JSON line each."""
         self.profiler = Profiler(self)
         """``/_peach/profile/…``: `peach profile` samples the replicas."""
+        self._document: tuple[RoutingTable, bytes] | None = None
+        """The OpenAPI document of a routing table (built on the first GET after a reload)."""
         self._internal = Starlette(
             routes=[
                 StarletteRoute("/_peach/routes", self._list_routes, methods=["GET"]),
                 StarletteRoute("/_peach/health", self._health, methods=["GET"]),
                 StarletteRoute("/_peach/metrics", self._metrics, methods=["GET"]),
+                StarletteRoute(OPENAPI_PATH, self._openapi, methods=["GET"]),
                 StarletteRoute("/_peach/reinit/{endpoint}", self._reinit, methods=["POST"]),
                 StarletteRoute(
                     "/_peach/reinit/{endpoint}/{component}", self._reinit, methods=["POST"]
@@ -228,6 +233,20 @@ class DevGateway:
             if ab is not None:
                 endpoints[-1]["ab"] = ab
         return JSONResponse({"codops": table.codops, "endpoints": endpoints})
+
+    async def _openapi(self, request: Request) -> Response:
+        """The project's OpenAPI document (SPEC §11), read from the code the table serves:
+        a reload that changes a signature shows in the next GET."""
+        table = self.table
+        if self._document is None or self._document[0] is not table:
+            import json
+
+            from peach_cli.openapi import document_of
+
+            endpoints = [route.endpoint for route in table.routes.values()]
+            document = document_of(table.codops, endpoints)
+            self._document = (table, json.dumps(document, ensure_ascii=False).encode())
+        return Response(self._document[1], media_type="application/json")
 
     async def _metrics(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=METRICS_CONTENT_TYPE)

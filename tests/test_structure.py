@@ -288,7 +288,7 @@ def test_ray_replicas_get_everything_the_serve_app_imports() -> None:
     reached = {_as_path(module) for module in _closure(["peach_cli.deploy.app"])}
     # imported inside functions only the CLI calls (what to upload, requirements, tasks file)
     cli_side = ["peach_cli.deploy.requirements", "peach_cli.deploy.jobs"]
-    cli_side += ["peach_cli.deploy.uploads", "peach_cli.envs.runtime"]
+    cli_side += ["peach_cli.deploy.uploads", "peach_cli.envs.runtime", "peach_cli.openapi"]
     lazily_cli_side = {_as_path(m) for m in _closure(cli_side)} - {"peach_cli/deploy/packaging.py"}
     uploaded = set(REPLICA_RUNTIME) | set(SERVE_APP_MODULES)
     assert reached - uploaded - lazily_cli_side == set()
