@@ -551,4 +551,5 @@ def test_peach_test_and_its_pytest_plugin_share_their_host_wiring() -> None:
         for name, path in sources.items()
         if "local_host" in _called_names(ast.parse(path.read_text()))
     }
-    assert users == {"peach_cli.testing.host"}
+    # other commands start a simulator too (peach profile, peach fuzz), never these two
+    assert "peach_cli.testing.host" in users and users.isdisjoint(drivers)
