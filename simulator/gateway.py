@@ -11,9 +11,11 @@ replaced as a whole by a reload; requests that began on the old table finish on 
 A/B test's split and requests per arm, ``GET /_peach/health`` the replicas, their states
 and their component's ``memory`` and ``cpus``, ``GET /_peach/metrics`` the Prometheus
 figures (``simulator.metrics``), ``GET /_peach/openapi.json`` the OpenAPI document of what
-the table serves (``peach_cli.openapi``), and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
-re-runs ``init``; ``/_peach/profile/…`` (loopback clients only) samples replicas for `peach
-profile` (``simulator.profiling``). The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
+the table serves (``peach_cli.openapi``), ``GET /_peach/docs`` the page to try the endpoints in
+a browser (``simulator.docs_page``), and ``POST /_peach/reinit/<endpoint>[/<component>]``
+(loopback clients only) re-runs ``init``; ``/_peach/profile/…`` (loopback clients only)
+samples replicas for `peach profile` (``simulator.profiling``). The arm of an A/B test is
+chosen by ``contract.choose_arm``, as on Ray.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from peach_cli.runtime.contract import (
 )
 from peach_cli.runtime.plan import EndpointSpec, url_key
 from simulator import debug
+from simulator.docs_page import DocsPage
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from simulator.metrics import DevMetrics
@@ -106,6 +109,7 @@ class DevGateway:
                     "/_peach/reinit/{endpoint}/{component}", self._reinit, methods=["POST"]
                 ),
                 *self.profiler.routes(),
+                *DocsPage().routes(),
             ]
         )
 
