@@ -147,3 +147,44 @@ def test_judging_answers() -> None:
     assert judged(late, status=200, result=1) == "timeout"
     died = Heard(True, 500, died=[("t/main", "t/main#1", "the replica process exited")])
     assert judged(died, status=500, error_code="method_error") == "replica_died"
+
+
+def test_a_finding_that_does_not_come_back_on_replay_is_still_reported() -> None:
+    """A timing-dependent failure (a timeout) may not repeat when Hypothesis replays it:
+    it raises its flaky error, and the finding is still reported, never a traceback."""
+    from peach_cli.fuzz.engine import explore, quiet_hypothesis
+
+    target = _target(b={"type": "integer"})
+    calls = []
+
+    def probe(request: Request) -> Finding | None:
+        calls.append(request)
+        return _finding(kind="timeout", error="too slow") if len(calls) == 1 else None
+
+    with quiet_hypothesis():
+        found = explore(target, probe, examples=20, seed=1)
+    assert [f.kind for f in found] == ["timeout"]
+
+
+def test_two_bugs_of_one_endpoint_are_both_found_and_shrunk() -> None:
+    from peach_cli.fuzz.engine import explore, quiet_hypothesis
+
+    target = _target(b={"type": "integer"})
+
+    def probe(request: Request) -> Finding | None:
+        b = request.params["b"]
+        if b == 0:
+            return _finding(params={"b": b}, method=request.method)
+        if b > 1000:
+            return _finding(
+                kind="timeout", error="slow", params={"b": b}, method=request.method, status=504
+            )
+        return None
+
+    with quiet_hypothesis():
+        found = explore(target, probe, examples=100, seed=1)
+    by_kind = {f.kind: f for f in found}
+    assert sorted(by_kind) == ["method_error", "timeout"]
+    assert by_kind["method_error"].params == {"b": 0}
+    assert by_kind["timeout"].params["b"] > 1000  # (found among the edge values: 2**31)
+    assert all(f.method == "GET" for f in found)

@@ -50,12 +50,17 @@ def quiet_hypothesis() -> Iterator[None]:
         configuration.set_hypothesis_home_dir(None)  # back to its default
 
 
-def _found_in(error: BaseException) -> list[Finding]:
+def _found_in(error: BaseException, depth: int = 0) -> list[Finding]:
+    """The findings an exception Hypothesis raised carries: itself, the members of a group
+    (several failures, or a flaky one), or its cause."""
     if isinstance(error, Found):
         return [error.finding]
+    if depth > 8:
+        return []
     if isinstance(error, BaseExceptionGroup):
-        return [f for inner in error.exceptions for f in _found_in(inner)]
-    return []
+        return [f for inner in error.exceptions for f in _found_in(inner, depth + 1)]
+    cause = error.__cause__ or error.__context__
+    return _found_in(cause, depth + 1) if cause is not None else []
 
 
 def explore(
