@@ -84,9 +84,13 @@ class Sampler:
         self._codes: dict[int, CodeType] = {}
         """``id(code)`` → the code (kept alive, so its id is never another's)."""
         self._verdicts: dict[tuple[Stack, bool], bool] = {}
+        self._idle = {id(code) for code in _idle_worker_codes()}
+        """The code of a thread pool's worker waiting for work (its leaf frame then)."""
         self.started = 0.0
         self.ended = 0.0
         self._switch: float | None = None
+        self.cost_s = 0.0
+        """The CPU time the sampling thread has used (its own cost)."""
 
     def start(self) -> None:
         self.started = time.perf_counter()
@@ -124,15 +128,17 @@ class Sampler:
                 continue
             finally:
                 last = now
+                self.cost_s = time.thread_time()
 
     def _sample(self, elapsed: float, me: int) -> None:
         self.samples += 1
         stacks = self.stacks
         codes = self._codes
         main = threading.main_thread().ident
+        idle = self._idle
         for ident, frame in sys._current_frames().items():
-            if ident == me:
-                continue
+            if ident == me or (id(frame.f_code) in idle and ident != main):
+                continue  # a worker thread waiting for work: nothing of the user's below
             stack = _stack_of(frame, codes)
             if self.cpu:
                 weight = self._cpu_weight(ident, ident == main, stack, elapsed)
@@ -223,6 +229,7 @@ class Sampler:
             "mode": "cpu" if self.cpu else "wall",
             "interval_s": self.interval_s,
             "samples": self.samples,
+            "cost_s": self.cost_s,
             "duration_s": max(0.0, (self.ended or time.perf_counter()) - self.started),
             "frames": frames,
             "stacks": stacks,
@@ -276,6 +283,17 @@ def _waiting_coroutines(loop: asyncio.AbstractEventLoop, codes: dict[int, CodeTy
         if stack:
             found.append(tuple(stack))
     return found
+
+
+def _idle_worker_codes() -> list[CodeType]:
+    """``concurrent.futures.thread._worker``: the leaf frame of a pool thread that waits
+    for work (its queue's ``get`` is C), called by the thread's ``run``, so with nothing of
+    the user's below it."""
+    from concurrent.futures import thread
+
+    worker = getattr(thread, "_worker", None)
+    code = getattr(worker, "__code__", None)
+    return [code] if isinstance(code, CodeType) else []
 
 
 def _kind_of(filename: str) -> str:
