@@ -95,13 +95,13 @@ class Sampler:
     def start(self) -> None:
         self.started = time.perf_counter()
         # A thread that wants the GIL gets it after the switch interval (5 ms): longer
-        # than many a call's stretch of Python, which CPU sampling would then never catch
-        # running — only at the points where it lets go of the GIL itself. A fraction of
-        # the sampling interval puts the samples where the time is (measured: it costs
-        # some 5 % of a CPU-bound replica's capacity, against 1 % without).
-        if self.cpu:  # (wall-clock mode counts the threads waiting for the GIL anyway)
-            self._switch = sys.getswitchinterval()
-            sys.setswitchinterval(min(self._switch, self.interval_s / 20))
+        # than many a call's stretch of Python (a sort, a scoring loop), which the sampler
+        # would then never catch running — only when every thread waits (for I/O): such a
+        # stretch would vanish from the profile, in wall-clock mode too (measured on
+        # tests/projects/profile's /recommend: its 1.5 ms sort got no sample at all). A
+        # fraction of the sampling interval puts the samples where the time is.
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, self.interval_s / 20))
         self._thread.start()
 
     def stop(self) -> dict[str, Any]:
@@ -300,7 +300,8 @@ def _kind_of(filename: str) -> str:
     if filename.startswith("<") and filename.endswith(">"):
         if debug.is_notebook(filename):
             return "notebook"
-        return "stdlib" if filename.startswith("<frozen ") else "library"
+        # <frozen importlib._bootstrap>, and <string>: what dataclasses and namedtuples compile
+        return "stdlib" if filename.startswith(("<frozen ", "<string>")) else "library"
     path = os.path.abspath(filename)
     if path.startswith(_PEACH_DIR):
         return "peach"
