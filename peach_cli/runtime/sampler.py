@@ -96,12 +96,15 @@ class Sampler:
         self.started = time.perf_counter()
         # A thread that wants the GIL gets it after the switch interval (5 ms): longer
         # than many a call's stretch of Python (a sort, a scoring loop), which the sampler
-        # would then never catch running — only when every thread waits (for I/O): such a
-        # stretch would vanish from the profile, in wall-clock mode too (measured on
-        # tests/projects/profile's /recommend: its 1.5 ms sort got no sample at all). A
-        # fraction of the sampling interval puts the samples where the time is.
-        self._switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch, self.interval_s / 20))
+        # then catches only when it lets go of the GIL (at I/O). In CPU mode those
+        # stretches are the point: the switch interval is cut to a twentieth of the
+        # sampling interval while it samples. Not in wall-clock mode (the default), by
+        # measurement (benchmarks/RESULTS.md): with several calls running at once it
+        # costs the replica some 5 % of a core in GIL hand-overs, and wall-clock time
+        # shows where calls wait, which a 5 ms switch does not hide.
+        if self.cpu:
+            self._switch = sys.getswitchinterval()
+            sys.setswitchinterval(min(self._switch, self.interval_s / 20))
         self._thread.start()
 
     def stop(self) -> dict[str, Any]:
