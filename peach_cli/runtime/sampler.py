@@ -56,6 +56,13 @@ _IDLE_LEAVES = frozenset(
 )
 """(file name, function) of leaf frames where a thread waits for work, not for the user."""
 
+_FUTEX = (
+    {"x86_64": b"202", "aarch64": b"98"}.get(os.uname().machine)
+    if (sys.platform.startswith("linux") and os.path.exists("/proc/self/task"))
+    else None
+)
+"""The number of the ``futex`` system call, where a thread waits for the GIL (Linux)."""
+
 Stack = tuple[int, ...]
 """``id(code), line, id(code), line, …``, root first: plain ints hash fast (a code object's
 hash is computed anew each time), and every stack is looked up at every sample."""
@@ -79,6 +86,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peach-sampler", daemon=True)
         self._clocks: dict[int, int | None] = {}
+        self._natives: dict[int, int | None] = {}
         self._cpu_seen: dict[int, float] = {}
         self._kinds: dict[str, str] = {}
         self._codes: dict[int, CodeType] = {}
@@ -175,17 +183,40 @@ class Sampler:
         return 0.0 if previous is None else max(0.0, used - previous)
 
     def _cpu_weight(self, ident: int, main: bool, stack: Stack, elapsed: float) -> float:
-        """The CPU time to put on ``stack``: what its thread used since the last sample —
-        all of it for the event loop's (``main``) thread, whose work is peach's unless its
-        stack says otherwise; for another thread only when its stack is in the user's code
-        (a worker thread that has just finished a call has used its CPU in that call, not
-        where it stands now: that time is left out rather than put on peach)."""
-        used = self._cpu_used(ident)
-        if used is None:  # no thread clocks: count the threads that do not wait
-            return 0.0 if self._waits(stack, thread=main) else elapsed
-        if main or not self._waits(stack):
-            return used
-        return 0.0
+        """The CPU time to put on ``stack``: for the event loop's (``main``) thread, what
+        it used since the last sample (peach's work, unless its stack says otherwise); for
+        another thread in the user's code, the interval when it is on the CPU now — in C
+        code that let go of the GIL, or waiting for the GIL this sampler holds (Linux: its
+        system call in ``/proc``) — and nothing while it sleeps or waits for I/O. (The CPU
+        a worker thread used since the last sample was mostly spent elsewhere: calls are
+        shorter than the interval.) Without ``/proc``: its CPU time since the last sample."""
+        if main:
+            used = self._cpu_used(ident)
+            return elapsed if used is None else used
+        if self._waits(stack):
+            return 0.0
+        running = self._on_cpu(ident)
+        if running is None:
+            used = self._cpu_used(ident)
+            return elapsed if used is None else used
+        return elapsed if running else 0.0
+
+    def _on_cpu(self, ident: int) -> bool | None:
+        """Whether thread ``ident`` runs or waits for the GIL (None: cannot tell here)."""
+        if _FUTEX is None:
+            return None
+        native = self._natives.get(ident)
+        if native is None:
+            self._natives = {t.ident: t.native_id for t in threading.enumerate() if t.ident}
+            native = self._natives.get(ident)
+            if native is None:
+                return None
+        try:
+            with open(f"/proc/self/task/{native}/syscall", "rb") as call:
+                head = call.read(16).split(b" ", 1)[0]
+        except OSError:
+            return None
+        return head == b"running" or head == _FUTEX
 
     def _waits(self, stack: Stack, *, thread: bool = False) -> bool:
         """Whether ``stack`` is left out: it has no frame of the user's code or a library's
