@@ -63,6 +63,7 @@ CHANNELS: dict[str, str] = {
     "profile": "peach profile's report, its flame graph and speedscope files",
     "validate": "peach validate's findings (text and JSON)",
     "deploy-dry-run": "peach deploy --dry-run's config and file list",
+    "openapi": "peach openapi's document (JSON and YAML)",
     "cluster-logs": "peach logs and peach status",
 }
 """Every channel peach writes to. A new one is registered here, and gets a probe in

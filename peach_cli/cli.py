@@ -169,6 +169,22 @@ def schema(
 
 
 @app.command()
+def openapi(
+    project: ProjectArg = Path("."),
+    format: Annotated[str, typer.Option("--format", help="json or yaml")] = "json",
+) -> None:
+    """Print the project's OpenAPI 3.1 document: every endpoint's parameters, answers and errors.
+
+    Built from peach.conf and the notebooks' code without running it, as [bold]peach validate[/] reads them; the same document is served at GET /_peach/openapi.json by peach dev and by the deployed app. An annotation no JSON Schema expresses becomes {} (peach validate warns: PC312).
+
+    [bold]Exit codes[/]: 0 printed · 1 the project has errors · 2 bad command line.
+    """
+    from peach_cli.commands.openapi import run_openapi
+
+    raise typer.Exit(run_openapi(project, output_format=format))
+
+
+@app.command()
 def dev(
     project: ProjectArg = Path("."),
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
