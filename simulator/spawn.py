@@ -196,8 +196,11 @@ class Keeper:
 
 
 def keepers_possible() -> bool:
-    """Whether workers are started by a keeper here (Linux: it needs a subreaper)."""
-    return sys.platform.startswith("linux") and os.environ.get("PEACH_NO_KEEPER", "") in ("", "0")
+    """Whether workers are started by a keeper here (it needs a subreaper:
+    ``peach_cli.runtime.linux``)."""
+    from peach_cli.runtime.linux import offers
+
+    return offers("subreaper") and os.environ.get("PEACH_NO_KEEPER", "") in ("", "0")
 
 
 async def start_process(

@@ -70,6 +70,8 @@ KEPT = frozenset(
         "LOCALAPPDATA",
         "PROGRAMDATA",
         "USERNAME",
+        # peach's own: Linux's features a worker does without too (peach_cli.runtime.linux)
+        "PEACH_LINUX_WITHOUT",
     }
 )
 """The variables of peach's environment a worker keeps (``LC_*`` too)."""

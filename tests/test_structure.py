@@ -284,8 +284,25 @@ def test_ray_replicas_get_everything_the_serve_app_imports() -> None:
 def test_process_figures_come_from_psutil_not_proc() -> None:
     """Memory sampling must work where most users are (macOS): no ``/proc`` reads."""
     readers = [name for name, path in _sources().items() if '"/proc/' in path.read_text()]
-    # the stdlib runtime's process tree (no psutil in a user's env): Linux only, by design
-    assert readers == ["peach_cli.runtime.tree"]
+    # the stdlib runtime's process table (no psutil in a user's env), with its `ps` fallback
+    assert readers == ["peach_cli.runtime.linux"]
+
+
+LINUX_ONLY = ("prctl", '"/proc', 'platform.startswith("linux")', "unshare", "setns")
+"""What only Linux offers: used in ``peach_cli.runtime.linux`` alone, beside its fallbacks."""
+LINUX_ELSEWHERE = {
+    "peach_cli.envs.uvrun": "GUARD is a script for a bare `python -I -S` (it cannot import "
+    "peach); whether it runs is `linux.offers('parent-death')`",
+}
+
+
+def test_what_only_linux_offers_is_used_in_one_module() -> None:
+    found = {
+        name
+        for name, path in _sources().items()
+        if any(token in path.read_text() for token in LINUX_ONLY)
+    }
+    assert found == {"peach_cli.runtime.linux", *LINUX_ELSEWHERE}
 
 
 _WRITERS = {
