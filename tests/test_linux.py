@@ -26,6 +26,19 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_python(script: str) -> str:
+    """What ``script`` prints, run by this Python with this checkout's peach."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 @pytest.fixture(params=["linux", "fallback"])
 def without(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each test twice: with what Linux offers, and with every fallback forced."""
@@ -93,15 +106,7 @@ def test_kill_descendants_kills_the_whole_tree(without: str) -> None:
         print(json.dumps({"below": below, "killed": kill_descendants()}))
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stderr
-    seen = json.loads(result.stdout)
+    seen = json.loads(run_python(script))
     assert len(seen["below"]) == 2 and seen["killed"] == 2
     for pid in seen["below"]:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
@@ -159,14 +164,7 @@ def test_the_parent_death_signal_is_set_only_with_linux(without: str) -> None:
         print(said, value.value)
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.stdout.split() == (["True", "15"] if without == "linux" else ["False", "0"])
+    assert run_python(script).split() == (["True", "15"] if without == "linux" else ["False", "0"])
 
 
 def test_fork_templates_only_with_linux(without: str, monkeypatch: pytest.MonkeyPatch) -> None:
