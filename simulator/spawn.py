@@ -141,9 +141,10 @@ class Forker(Protocol):
 
 class Keeper:
     """A session's keeper process (``simulator.keeper``), started with its first worker
-    (Linux; elsewhere, or with ``PEACH_NO_KEEPER=1``, peach starts its workers itself)."""
+    (Linux; elsewhere, or ``enabled`` False, peach starts its workers itself)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
         self._process: asyncio.subprocess.Process | None = None
         self._channel: KeeperChannel | None = None
         self._lock = asyncio.Lock()
@@ -157,7 +158,7 @@ class Keeper:
 
     async def channel(self) -> KeeperChannel | None:
         """The running keeper's channel (started if need be), or None: start it directly."""
-        if self.closed or not keepers_possible():
+        if self.closed or not self.enabled or not keepers_possible():
             return None
         async with self._lock:
             if self._channel is not None and self.pid is not None:
@@ -196,11 +197,11 @@ class Keeper:
 
 
 def keepers_possible() -> bool:
-    """Whether workers are started by a keeper here (it needs a subreaper:
+    """Whether workers may be started by a keeper here (it needs a subreaper:
     ``peach_cli.runtime.linux``)."""
     from peach_cli.runtime.linux import offers
 
-    return offers("subreaper") and os.environ.get("PEACH_NO_KEEPER", "") in ("", "0")
+    return offers("subreaper")
 
 
 async def start_process(

@@ -51,7 +51,7 @@ def templates_possible() -> bool:
     """Whether replicas may be forked from a template here (``peach_cli.runtime.linux``)."""
     from peach_cli.runtime.linux import offers
 
-    return offers("fork") and os.environ.get("PEACH_NO_TEMPLATE", "") in ("", "0")
+    return offers("fork")
 
 
 class Template:
@@ -277,8 +277,14 @@ class Templates:
     """The templates of one session, one per launch, started on first use."""
 
     def __init__(
-        self, on_failure: Callable[[str], None] | None = None, keeper: Keeper | None = None
+        self,
+        on_failure: Callable[[str], None] | None = None,
+        keeper: Keeper | None = None,
+        *,
+        enabled: bool = True,
     ) -> None:
+        self.enabled = enabled
+        """False: every replica is spawned, none forked (for comparing the two)."""
         self.on_failure = on_failure
         self.keeper = keeper
         """Starts the templates (``simulator.spawn.start_process``)."""
@@ -291,7 +297,7 @@ class Templates:
 
     async def fork(self, launch: WorkerLaunch) -> Worker | None:
         """A replica forked from ``launch``'s template (started if need be), or None."""
-        if self.closed or launch in self._failed or not templates_possible():
+        if self.closed or not self.enabled or launch in self._failed or not templates_possible():
             return None
         template = self._templates.get(launch)
         starting = self._starting.get(launch)

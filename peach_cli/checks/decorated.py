@@ -76,6 +76,7 @@ class DecoratorNotebooks:
         init, init_ok = self._init(notebook, function, position)
         self._check_args(function, position)
         self.notebooks.check_functions(notebook, method, init, "init_state")
+        self.notebooks.check_annotations(notebook, extraction, method)
         if not (ok and init_ok) or component is None or method is None or not isinstance(url, str):
             return None
         code = Code(notebook, extraction, method, init)

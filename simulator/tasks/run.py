@@ -18,6 +18,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from peach_cli.runtime.contract.deadline import Deadline, bounded
 from peach_cli.runtime.plan import TaskSpec
@@ -29,10 +30,12 @@ from peach_cli.runtime.protocol import (
     TaskFailed,
     TaskReturned,
 )
-from simulator import debug
 from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
 from simulator.tasks.events import RunStatus, TaskRunEnded
 from simulator.trees import kill_tree, reap
+
+if TYPE_CHECKING:
+    from simulator.debug import DebugRelay
 
 MAX_LINE_BYTES = 4096
 """A line of a task's output is shown up to this many bytes (and how many more it had)."""
@@ -85,13 +88,15 @@ async def execute_task(
     on_output: Callable[[str], None] | None = None,
     spawner: Spawner | None = None,
     variables: dict[str, str] | None = None,
+    debugger: DebugRelay | None = None,
 ) -> TaskRunEnded:
     """Run ``spec`` once in a worker of ``launch``; never raises for the task's failures.
 
     Past ``timeout_s`` (default: the task's), or when cancelled, the worker's whole process
     tree is killed (a cancellation then propagates). ``spawner`` starts the worker (a warm
     spare when it keeps one for ``launch``); ``variables`` (its env_vars and secrets) are set
-    by the worker before it runs the task.
+    by the worker before it runs the task. At a breakpoint in ``debugger``, the run's
+    timeout waits.
     """
     limit = spec.timeout_s if timeout_s is None else timeout_s
     began = time.perf_counter()
@@ -102,7 +107,7 @@ async def execute_task(
             spec.name, run_id, RunStatus.FAILED, 0.0, error=f"cannot start: {error}"
         )
     run = RunTask(spec, str(launch.root), payload, run_id, dict(variables or {}))
-    outcome, victims, answered = await _run(run, process, sock, limit, on_output)
+    outcome, victims, answered = await _run(run, process, sock, limit, on_output, debugger)
     seconds = answered - began
     if outcome is TIMED_OUT:
         return TaskRunEnded(
@@ -129,6 +134,7 @@ async def _run(
     sock: socket.socket,
     limit: float,
     on_output: Callable[[str], None] | None,
+    debugger: DebugRelay | None,
 ) -> tuple[object, set[int], float]:
     """Send ``run`` to the worker, report its output, and wait for its answer under the
     contract's ``Deadline`` (which the debugger relay suspends at a breakpoint, SPEC §7):
@@ -151,7 +157,7 @@ async def _run(
         lambda: MessageChannel(on_message, on_lost), sock=sock
     )
     channel.send(run)
-    relay, who = debug.active, f"task {run.spec.name}"
+    relay, who = debugger, f"task {run.spec.name}"
 
     async def wait(deadline: Deadline) -> Message | ProtocolError | None:
         if relay is not None:  # stopped in the debugger, the run waits (SPEC §7)
