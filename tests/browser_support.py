@@ -16,6 +16,7 @@ import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -113,7 +114,7 @@ class Browser:
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                os.killpg(self.process.pid, signal.SIGKILL)  # its session: every process
                 self.process.wait()
         for fd in (self._out, self._in):
             try:
