@@ -201,6 +201,7 @@ class DevGateway:
                     error=reply.error,
                     arm=reply.arm,
                     tried=reply.tried,
+                    covered=reply.covered,
                 )
             )
 
