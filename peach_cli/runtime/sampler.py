@@ -32,7 +32,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 import peach_cli
-from peach_cli.runtime import debug
+from peach_cli.runtime import debug, linux
 
 DEFAULT_INTERVAL_S = 0.01
 """100 samples a second, as py-spy's default."""
@@ -55,13 +55,6 @@ _IDLE_LEAVES = frozenset(
     }
 )
 """(file name, function) of leaf frames where a thread waits for work, not for the user."""
-
-_FUTEX = (
-    {"x86_64": b"202", "aarch64": b"98"}.get(os.uname().machine)
-    if (sys.platform.startswith("linux") and os.path.exists("/proc/self/task"))
-    else None
-)
-"""The number of the ``futex`` system call, where a thread waits for the GIL (Linux)."""
 
 Stack = tuple[int, ...]
 """``id(code), line, id(code), line, …``, root first: plain ints hash fast (a code object's
@@ -87,6 +80,8 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name="peach-sampler", daemon=True)
         self._clocks: dict[int, int | None] = {}
         self._natives: dict[int, int | None] = {}
+        self._proc = linux.offers("proc")
+        """Whether a thread's system call can be read (``/proc``: Linux)."""
         self._cpu_seen: dict[int, float] = {}
         self._kinds: dict[str, str] = {}
         self._codes: dict[int, CodeType] = {}
@@ -203,7 +198,7 @@ class Sampler:
 
     def _on_cpu(self, ident: int) -> bool | None:
         """Whether thread ``ident`` runs or waits for the GIL (None: cannot tell here)."""
-        if _FUTEX is None:
+        if not self._proc:
             return None
         native = self._natives.get(ident)
         if native is None:
@@ -211,12 +206,7 @@ class Sampler:
             native = self._natives.get(ident)
             if native is None:
                 return None
-        try:
-            with open(f"/proc/self/task/{native}/syscall", "rb") as call:
-                head = call.read(16).split(b" ", 1)[0]
-        except OSError:
-            return None
-        return head == b"running" or head == _FUTEX
+        return linux.thread_on_cpu(native)
 
     def _waits(self, stack: Stack, *, thread: bool = False) -> bool:
         """Whether ``stack`` is left out: it has no frame of the user's code or a library's
