@@ -637,7 +637,8 @@ def profile(
         typer.Option(
             "--project",
             "-p",
-            help="The project to start the simulator of, without --url (default: here).",
+            help="The project to start the simulator of, without --url; with --url of a "
+            "deployed app, the project whose cells name the lines (default: here).",
             show_default=False,
         ),
     ] = None,
@@ -686,10 +687,11 @@ def profile(
         typer.Option("--timeout", help="Seconds a request may go without an answer."),
     ] = 60.0,
     format: FormatOption = "text",
+    address: AddressOption = None,
 ) -> None:
     """Load an endpoint as `peach bench` does while every replica of its components samples itself, then show the hottest lines by self and total time as notebook positions (`notebooks/X.ipynb, cell N, line L · function`); peach's own frames are one `peach` entry.
 
-    Without --url it starts the project's simulator; with --url it profiles a running `peach dev` on this machine. A deployed app cannot be profiled (exit 2, saying why).
+    Without --url it starts the project's simulator; with --url it profiles a running `peach dev` on this machine, or a deployed app's replicas through the Ray dashboard's CPU profiling (py-spy on their nodes; --address names the dashboard, the project folder names the cells). When the dashboard cannot profile, it exits 2 saying why; --init is not offered there.
 
     [bold]Exit codes[/]: 0 profiled · 2 bad command line, or a host that cannot be profiled · 3 no request got an answer · 130 interrupted.
     """
@@ -710,6 +712,7 @@ def profile(
             output=format,
             headers=header or [],
             timeout_s=timeout,
+            address=address,
         )
     )
 

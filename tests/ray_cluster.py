@@ -170,6 +170,8 @@ class RayHead:
             # no idle workers prestarted per logical CPU: on 2 cores they only cost time
             RAY_enable_worker_prestart="0",
             RAY_prestart_worker_first_driver="0",
+            # the dashboard's CPU profiling of a worker (py-spy), for `peach profile --url`
+            RAY_DASHBOARD_ENABLE_PROFILING="1",
         )
         env.pop("RAY_ADDRESS", None)
         env.pop("RAY_AUTH_TOKEN", None)

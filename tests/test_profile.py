@@ -234,21 +234,25 @@ class _NotPeach(BaseHTTPRequestHandler):
 
 
 @pytest.mark.slow
-def test_a_host_that_is_not_a_peach_dev_is_refused_plainly() -> None:
-    """A deployed app (not on this machine, or not a `peach dev`): exit 2, one message."""
-    code, out, err = profile("/hot", "--url", "http://10.0.0.1:8000")
-    assert code == 2 and out == ""
-    assert "cannot profile http://10.0.0.1:8000: it is not a `peach dev` on this machine" in err
-    assert "Ray cluster" in err and "Traceback" not in err
-
+def test_a_host_that_is_neither_a_peach_dev_nor_a_profilable_app_is_refused_plainly() -> None:
+    """A host elsewhere is a deployed app, profiled through the Ray dashboard: with no
+    dashboard to answer (here a loopback server that is not one), exit 2 with one line
+    saying so; a loopback server that is no peach at all: exit 2 too."""
     server = HTTPServer(("127.0.0.1", 0), _NotPeach)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    elsewhere = f"http://127.0.0.1:{server.server_port}"
     try:
-        code, out, err = profile("/hot", "--url", f"http://127.0.0.1:{server.server_port}")
+        code, out, err = profile("/hot", "--url", "http://10.0.0.1:8000", "--address", elsewhere)
+        code_2, out_2, err_2 = profile("/hot", "--url", elsewhere)
     finally:
         server.shutdown()
-    assert code == 2 and "is not a `peach dev` on this machine" in err, err
+    assert code == 2 and out == "", out + err
+    assert "cannot profile http://10.0.0.1:8000: no Ray dashboard to profile its replicas" in err
+    assert "not a Ray dashboard" in err or "HTTP 404" in err, err
+    assert "Traceback" not in err
+    assert code_2 == 2 and out_2 == "", out_2 + err_2
+    assert "neither a `peach dev` nor a deployed peach app" in err_2, err_2
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,7 @@ def run_profile(
     output: str = "text",
     headers: Sequence[str] = (),
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    address: str | None = None,
 ) -> int:
     """Run `peach profile`; return the exit code (usage mistakes raise ``UsageError``)."""
     if output not in ("text", "json"):
@@ -82,7 +83,20 @@ def run_profile(
             "profile",
         )
         origin, path = _split(request.url)
-        _check_host(origin)
+        if url is not None and _deployed(origin):
+            if init:
+                raise UsageError(
+                    f"--init is not offered on a deployed app ({origin}): its replicas cannot "
+                    "be restarted under the profiler from outside the cluster",
+                    hint="profile init locally: `peach profile TARGET --init` in the project folder",
+                )  # fmt: skip
+            return _profile_deployed(
+                request, origin, path, project, address, rate, concurrency, duration_s, cpu,
+                output_file, output, timeout_s,
+            )  # fmt: skip
+        if project is not None and url is not None:
+            raise UsageError("give --url or --project, not both (with --url the project runs "
+                             "where that server runs)")  # fmt: skip
         settings = {"url": path, "interval_s": INTERVAL_S, "cpu": cpu}
         if init:
             began = time.perf_counter()
@@ -160,9 +174,6 @@ def _write(path: Path, profile: Any, title: str) -> None:
 @contextmanager
 def _host(project: Path | None, url: str | None) -> Iterator[str | None]:
     if url is not None:
-        if project is not None:
-            raise UsageError("give --url or --project, not both (with --url the project runs "
-                             "where that server runs)")  # fmt: skip
         yield url
         return
     from peach_cli.commands.test import project_root
@@ -178,22 +189,15 @@ def _split(url: str) -> tuple[str, str]:
     return f"{parts.scheme}://{parts.netloc}", parts.path or "/"
 
 
-def _check_host(origin: str) -> None:
-    """Refuse (exit 2) a host that is not a `peach dev` on this machine, saying why."""
+def _deployed(origin: str) -> bool:
+    """Whether ``origin`` is a deployed peach app (its replicas on a Ray cluster) rather than
+    a `peach dev` on this machine; refuses (exit 2) what is neither, saying why."""
     import httpx
 
     from peach_cli.addresses import is_loopback
 
-    deployed = UsageError(
-        f"peach profile cannot profile {origin}: it is not a `peach dev` on this machine. "
-        "A deployed app's replicas run on the Ray cluster, out of peach's reach (the "
-        "sampler lives in `peach dev`'s replicas; Ray's own CPU profiling of a worker is "
-        "not wired to peach profile)",
-        hint="profile the same project locally: `peach profile TARGET` in the project "
-        "folder (it starts the simulator), or --url of a running `peach dev`",
-    )
     if not is_loopback(urlsplit(origin).hostname):
-        raise deployed
+        return True
     try:
         health = httpx.get(f"{origin}/_peach/health", timeout=5.0)
     except httpx.HTTPError as error:
@@ -205,8 +209,77 @@ def _check_host(origin: str) -> None:
         body = health.json()
     except ValueError:
         body = None
-    if health.status_code != 200 or not isinstance(body, dict) or "components" not in body:
-        raise deployed
+    components = body.get("components") if isinstance(body, dict) else None
+    if health.status_code not in (200, 503) or not isinstance(components, list):
+        raise UsageError(
+            f"peach profile cannot profile {origin}: it is neither a `peach dev` nor a "
+            "deployed peach app (it does not answer /_peach/health as they do)",
+            hint="give --url of a running `peach dev` or of a deployed app's proxy",
+        )
+    return any(isinstance(c, dict) and "deployment" in c for c in components)
+
+
+def _profile_deployed(
+    request: Any,
+    origin: str,
+    path: str,
+    project: Path | None,
+    address: str | None,
+    rate: float | None,
+    concurrency: int | None,
+    duration_s: float | None,
+    cpu: bool,
+    output_file: Path | None,
+    output: str,
+    timeout_s: float,
+) -> int:
+    """Profile a deployed app's replicas through the Ray dashboard (``deploy.profiling``)."""
+    from peach_cli.deploy.dashboard import DashboardClient, resolve_address
+    from peach_cli.deploy.profiling import check_profiling, find_replicas, profile_replicas
+    from peach_cli.errors import DeployError
+
+    dashboard_url, _ = resolve_address(address)
+    seconds = duration_s or DEFAULT_DURATION_S
+    with DashboardClient(dashboard_url) as dashboard:
+        try:
+            dashboard.version()
+        except DeployError as error:
+            raise UsageError(
+                f"peach profile cannot profile {origin}: no Ray dashboard to profile its "
+                f"replicas with ({error})",
+                hint="pass the cluster's dashboard with --address (env PEACH_RAY_ADDRESS)",
+            ) from None
+        replicas = find_replicas(dashboard, origin, path)
+        check_profiling(dashboard, replicas[0])
+        pending = profile_replicas(
+            dashboard, replicas, seconds, cpu=cpu, line_maps=_line_maps(project)
+        )
+        figures, interrupted = _load(request, rate, concurrency, seconds, timeout_s)
+        profiles = pending()
+    return _report(
+        request.url, request.method, path, profiles, figures["duration_s"], figures, False, cpu,
+        output_file, output, interrupted,
+    )  # fmt: skip
+
+
+def _line_maps(project: Path | None) -> dict[str, dict[str, Any]]:
+    """By deployment, its component's notebook code by compiled name (``notebooks/X.ipynb``),
+    to name the lines py-spy reports as cells; empty when there is no project here."""
+    from peach_cli.checks.validate import build_plan
+    from peach_cli.commands.test import project_root
+
+    try:
+        root = project_root(project or Path.cwd(), need_conf=True)
+    except UsageError:
+        if project is not None:
+            raise
+        return {}
+    plan, _ = build_plan(root)
+    if plan is None:
+        return {}
+    from peach_cli.deploy.config import deployment_name
+
+    return {deployment_name(spec): {spec.source_name: spec} for spec in plan.components()}
 
 
 def _action(

@@ -275,6 +275,25 @@ class DashboardClient:
         except httpx.HTTPError:
             return
 
+    def get_text(self, path: str, *, params: dict[str, str], timeout_s: float) -> tuple[int, str]:
+        """``GET path``: its status and its body (token and password masked), whatever the
+        status — for an answer whose refusal is itself the message (``/worker/cpu_profile``)."""
+        import httpx
+
+        try:
+            response = self._client.get(
+                path, params=params, timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S)
+            )
+        except httpx.TimeoutException:
+            raise DeployError(
+                f"the Ray dashboard at {self.shown} did not answer GET {path} in time"
+            ) from None
+        except httpx.HTTPError as error:
+            raise DeployError(
+                f"cannot reach the Ray dashboard at {self.shown}: {self._redact(_reason(error))}"
+            ) from None
+        return response.status_code, self._redact(response.text)
+
     # -- the boundary --------------------------------------------------------------------
 
     def _request(
