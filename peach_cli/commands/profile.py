@@ -7,10 +7,12 @@ components that have an ``init`` with the sampler on (``/_peach/profile/init``) 
 no load. Without ``--url`` the project's simulator is started here (as `peach test` does).
 The profiles are merged and folded (``peach_cli.profile.model``) and shown as the hottest
 lines (``peach_cli.views.profile``), or as JSON; ``-o FILE.svg`` writes a flame graph,
-``-o FILE.json`` a speedscope file.
+``-o FILE.json`` a speedscope file. ``--url`` of a deployed app (its gateway's health names
+Serve deployments): its replicas are profiled by the Ray dashboard (``deploy.profiling``)
+while the same load runs, and shown the same way.
 
-Exit codes: 0 profiled · 2 bad command line, or a host peach cannot profile (a deployed
-app) · 3 no request got an answer · 130 Ctrl-C.
+Exit codes: 0 profiled · 2 bad command line, or a host peach cannot profile (a dashboard
+that cannot, ``--init`` on a deployed app) · 3 no request got an answer · 130 Ctrl-C.
 """
 
 from __future__ import annotations
