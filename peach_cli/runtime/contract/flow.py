@@ -63,6 +63,7 @@ from peach_cli.runtime.contract.answers import (
 )
 from peach_cli.runtime.contract.errors import ContractError, StreamCut
 from peach_cli.runtime.contract.request import (
+    ALLOWED_METHODS,
     MAX_BODY_BYTES,
     RequestParams,
     parse_query_string,
@@ -75,6 +76,7 @@ Headers = list[tuple[bytes, bytes]]
 """Response headers as ASGI sends them: lower-case names and values, as bytes."""
 
 _JSON = (b"content-type", b"application/json")
+_ALLOW = (b"allow", ", ".join(sorted(ALLOWED_METHODS)).encode())
 _COMPONENT = COMPONENT_HEADER.lower().encode()
 _REPLICA = REPLICA_HEADER.lower().encode()
 _STREAM_HEADERS = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
@@ -171,6 +173,8 @@ def answer_reply(answer: Answer, arm: str | None = None) -> HttpReply:
         headers.append((_COMPONENT, answer.component.encode()))
     if answer.replica:
         headers.append((_REPLICA, answer.replica.encode()))
+    if answer.status == 405:  # RFC 9110: a 405 lists the methods the resource allows
+        headers.append(_ALLOW)
     error = None
     if answer.status >= 400:
         details = answer.body.get("error") or {}
