@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -244,3 +245,50 @@ def test_a_saved_signature_change_shows_in_the_next_get(peach_dev, tmp_path: Pat
         {"name": "times", "in": "query", "schema": {"type": "integer", "default": 2}},
     ]
     assert served_document(dev.url) == document(project)
+
+
+# -- Schemathesis against the examples' `peach dev` -------------------------------------------
+
+CHECKS = ",".join(
+    [
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_headers_conformance",
+        "response_schema_conformance",
+        "unsupported_method",
+    ]
+)
+"""What an answer must do to keep the document's word. Not ``not_a_server_error`` (a 500
+``method_error`` is a documented answer of a method that raises) nor the request-validation
+checks: a JSON body's values reach the method as sent (SPEC §2), the method decides."""
+
+
+def schemathesis(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = ["schemathesis", "run", url + "/_peach/openapi.json", "--checks", CHECKS]
+    command += ["--mode", "positive", "--seed", "1", "--workers", "1", "--no-color"]
+    command += ["--request-timeout", "30", "--generation-database", "none", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("example", sorted(p.name for p in (REPO / "examples").iterdir()))
+def test_schemathesis_finds_no_answer_that_breaks_the_document(peach_dev, example: str) -> None:
+    """Every operation with Schemathesis's coverage phase (boundary values, each status),
+    the operations that do not stream with its fuzzing phase too: a stream of generated
+    size (``words=10**9``) never ends, so it is not fuzzed."""
+    dev = peach_dev(REPO / "examples" / example)
+    dev.wait_ready()
+    found = served_document(dev.url)
+    streaming = [
+        operation["operationId"]
+        for item in found["paths"].values()
+        if "stream" in [p["name"] for p in item["get"].get("parameters", [])]
+        for operation in item.values()
+    ]
+    covered = schemathesis(dev.url, "--phases", "examples,coverage", "--max-examples", "10")
+    assert covered.returncode == 0, covered.stdout[-6000:] + covered.stderr[-2000:]
+    if len(streaming) < 2 * len(found["paths"]):
+        excluded = [arg for op in streaming for arg in ("--exclude-operation-id", op)]
+        fuzzed = schemathesis(dev.url, "--phases", "fuzzing", "--max-examples", "25", *excluded)
+        assert fuzzed.returncode == 0, fuzzed.stdout[-6000:] + fuzzed.stderr[-2000:]
