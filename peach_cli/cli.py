@@ -414,6 +414,52 @@ def test(
     )
 
 
+@app.command()
+def fuzz(
+    arguments: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="PROJECT (default: the current folder), then the endpoints to fuzz, by name "
+            "or url (default: every one).",
+            show_default=False,
+            metavar="[PROJECT] [TARGETS]...",
+        ),
+    ] = None,
+    url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--url",
+            help="Fuzz this host (a peach dev, or a deployed app with its route prefix) "
+            "instead of starting the project's simulator.",
+            show_default=False,
+        ),
+    ] = None,
+    examples: Annotated[
+        int, typer.Option("--examples", help="Generated requests per endpoint.")
+    ] = 50,
+    seed: Annotated[
+        Optional[int],
+        typer.Option(
+            "--seed",
+            help="Makes the run repeatable (default: a random one, shown).",
+            show_default=False,
+        ),
+    ] = None,
+    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+) -> None:
+    """Send generated requests to every endpoint and report what breaks, each shrunk to a minimal request.
+
+    Values come from each parameter's JSON Schema (as peach openapi writes it), edge values included: empty strings, 0, negatives, huge ints, NaN, unicode, empty and long lists. It reports a method_error of any component (also one the fallback covered, when it runs the simulator itself), an answer past timeout_s, a 5xx that is no documented error envelope, and a replica that died; each with its error and a ready case for a *.peach-test.yaml file. Without --url the simulator starts quietly on a free port and stops at the end. Needs the fuzz extra: pip install 'peach-cli[fuzz]'.
+
+    [bold]Exit codes[/]: 0 nothing found · 1 something found · 2 bad command line, a project with errors, or Hypothesis not installed.
+    """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
+    from peach_cli.commands.fuzz import run_fuzz
+
+    raise typer.Exit(
+        run_fuzz(arguments or [], url=url, examples=examples, seed=seed, output_format=format)
+    )
+
+
 @app.command(no_args_is_help=True)
 def replay(
     file: Annotated[
@@ -568,6 +614,102 @@ def bench(
             timeout_s=timeout,
             output=format,
             compare_file=compare_file,
+        )
+    )
+
+
+@app.command()
+def profile(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="An endpoint path like /greet (joined to --url), or a full URL.",
+            autocompletion=complete_target,
+        ),
+    ],
+    items: Annotated[
+        Optional[list[str]],
+        typer.Argument(help="Parameters, as `peach ask` takes them.", show_default=False),
+    ] = None,
+    url: BaseUrlOption = None,
+    project: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--project",
+            "-p",
+            help="The project to start the simulator of, without --url (default: here).",
+            show_default=False,
+        ),
+    ] = None,
+    rate: Annotated[
+        Optional[float],
+        typer.Option(
+            "--rate", help="Open loop: start this many requests a second.", show_default=False
+        ),
+    ] = None,  # fmt: skip
+    concurrency: Annotated[
+        Optional[int],
+        typer.Option(
+            "--concurrency",
+            "-c",
+            help="Closed loop: keep this many requests in flight (default 8).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    duration: Annotated[
+        Optional[float],
+        typer.Option("--duration", "-d", help="Seconds to load (default 10).", show_default=False),
+    ] = None,  # fmt: skip
+    init: Annotated[
+        bool,
+        typer.Option(
+            "--init",
+            help="Profile the components' init instead: their replicas"
+            " restart with the profiler on; no load is sent.",
+        ),
+    ] = False,  # fmt: skip
+    cpu: Annotated[
+        bool, typer.Option("--cpu", help="Sample CPU time instead of wall-clock time.")
+    ] = False,
+    output_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write FILE.svg (a flame graph) or FILE.json (a speedscope file).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    header: HeaderOption = None,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", help="Seconds a request may go without an answer."),
+    ] = 60.0,
+    format: FormatOption = "text",
+) -> None:
+    """Load an endpoint as `peach bench` does while every replica of its components samples itself, then show the hottest lines by self and total time as notebook positions (`notebooks/X.ipynb, cell N, line L · function`); peach's own frames are one `peach` entry.
+
+    Without --url it starts the project's simulator; with --url it profiles a running `peach dev` on this machine. A deployed app cannot be profiled (exit 2, saying why).
+
+    [bold]Exit codes[/]: 0 profiled · 2 bad command line, or a host that cannot be profiled · 3 no request got an answer · 130 interrupted.
+    """
+    from peach_cli.commands.profile import run_profile
+
+    raise typer.Exit(
+        run_profile(
+            target,
+            items or [],
+            project=project,
+            url=url,
+            rate=rate,
+            concurrency=concurrency,
+            duration_s=duration,
+            init=init,
+            cpu=cpu,
+            output_file=output_file,
+            output=format,
+            headers=header or [],
+            timeout_s=timeout,
         )
     )
 

@@ -11,8 +11,11 @@ replaced as a whole by a reload; requests that began on the old table finish on 
 A/B test's split and requests per arm, ``GET /_peach/health`` the replicas, their states
 and their component's ``memory`` and ``cpus``, ``GET /_peach/metrics`` the Prometheus
 figures (``simulator.metrics``), ``GET /_peach/openapi.json`` the OpenAPI document of what
-the table serves (``peach_cli.openapi``), and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
-re-runs ``init``. The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
+the table serves (``peach_cli.openapi``), ``GET /_peach/docs`` the page to try the endpoints in
+a browser (``simulator.docs_page``), and ``POST /_peach/reinit/<endpoint>[/<component>]``
+(loopback clients only) re-runs ``init``; ``/_peach/profile/…`` (loopback clients only)
+samples replicas for `peach profile` (``simulator.profiling``). The arm of an A/B test is
+chosen by ``contract.choose_arm``, as on Ray.
 """
 
 from __future__ import annotations
@@ -46,10 +49,12 @@ from peach_cli.runtime.contract import (
 )
 from peach_cli.runtime.plan import EndpointSpec, url_key
 from simulator import debug
+from simulator.docs_page import DocsPage
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from simulator.metrics import DevMetrics
 from simulator.pool import ReplicaPool, Unavailable
+from simulator.profiling import Profiler
 from simulator.replica import ReplicaGone
 from simulator.routing import Route, RoutingTable
 
@@ -74,8 +79,11 @@ class DevGateway:
         on_event: Callable[[Event], None] | None = None,
         *,
         max_body_bytes: int = contract.MAX_BODY_BYTES,
+        debugger: debug.DebugRelay | None = None,
     ) -> None:
         self.table = table
+        self.debugger = debugger
+        """The session's pdb relay: a breakpoint's banner names the request it serves."""
         self.on_event = on_event
         self.max_body_bytes = max_body_bytes
         self.flow = Flow(max_body_bytes=max_body_bytes)
@@ -86,6 +94,8 @@ class DevGateway:
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
         self.recorder: Recorder | None = None
         """``peach dev --record``: every answered request, one JSON line each."""
+        self.profiler = Profiler(self)
+        """``/_peach/profile/…``: `peach profile` samples the replicas."""
         self._document: tuple[RoutingTable, bytes] | None = None
         """The OpenAPI document of a routing table (built on the first GET after a reload)."""
         self._internal = Starlette(
@@ -98,6 +108,8 @@ class DevGateway:
                 StarletteRoute(
                     "/_peach/reinit/{endpoint}/{component}", self._reinit, methods=["POST"]
                 ),
+                *self.profiler.routes(),
+                *DocsPage().routes(),
             ]
         )
 
@@ -127,7 +139,7 @@ class DevGateway:
         self, route: Route, table: RoutingTable, scope: dict[str, Any], receive: Any, send: Any
     ) -> None:
         started = time.perf_counter()
-        if debug.active is not None:  # a breakpoint's banner names the request
+        if self.debugger is not None:  # a breakpoint's banner names the request
             line = debug.request_line(scope["method"], scope["path"], scope["query_string"])
             debug.REQUEST_LINE.set(line)
         recorder = self.recorder
@@ -189,6 +201,7 @@ class DevGateway:
                     error=reply.error,
                     arm=reply.arm,
                     tried=reply.tried,
+                    covered=reply.covered,
                 )
             )
 

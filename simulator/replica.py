@@ -11,7 +11,6 @@ and the replica restarts itself (with a growing pause if it keeps dying).
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -47,6 +46,7 @@ from peach_cli.runtime.protocol import (
     PatchReady,
     Ping,
     Pong,
+    ProfileData,
     ProtocolError,
     Ready,
     ReinitState,
@@ -58,7 +58,7 @@ from peach_cli.runtime.protocol import (
     StreamRefused,
     StreamStarted,
 )
-from simulator import debug
+from simulator import debug, profiling
 from simulator.environments import explain_init_error
 from simulator.events import (
     Event,
@@ -80,9 +80,9 @@ RESTART_PAUSES_S = (0.0, 0.5, 1.0, 2.0, 5.0)
 """Pause before each successive restart of a replica that keeps dying soon after start."""
 STABLE_AFTER_S = 10.0
 """A replica that ran this long resets its restart pause."""
-INIT_STUCK_S = float(os.environ.get("PEACH_INIT_STUCK_S", "10"))
+INIT_STUCK_S = 10.0
 """An init (or code) still running after this long is reported (the replica keeps waiting
-for it); ``PEACH_INIT_STUCK_S`` sets it (tests say it sooner)."""
+for it); a session's ``Knobs.init_stuck_s`` changes it (tests say it sooner)."""
 OUTPUT_LINES_PER_S = 100
 """Lines of a replica's output shown per second; the others are counted, then summarised."""
 OUTPUT_LINE_BYTES = 4096
@@ -195,6 +195,8 @@ class Replica:
         on_change: Callable[[], None] | None = None,
         launch: WorkerLaunch | None = None,
         spawner: Spawner | None = None,
+        init_stuck_s: float = INIT_STUCK_S,
+        debugger: debug.DebugRelay | None = None,
     ) -> None:
         self.spec = spec
         self.root = Path(root).resolve()
@@ -206,6 +208,10 @@ class Replica:
         """Its component's env_vars and secrets: the worker sets them when it takes the
         component, so a spare never holds another component's secrets."""
         self.id = replica_id
+        self.init_stuck_s = init_stuck_s
+        """A start-up still running after this long is reported (it goes on waiting)."""
+        self.debugger = debugger
+        """The session's pdb relay: a breakpoint in a call suspends the call's deadline."""
         self.on_event = on_event
         self.on_change = on_change
         self.state = ReplicaState.STARTING
@@ -226,6 +232,8 @@ class Replica:
         self._streams: dict[int, asyncio.Queue[StreamEvent]] = {}
         self._pings: dict[int, asyncio.Future[Pong | None]] = {}
         self._patches: dict[int, asyncio.Future[PatchReady | PatchFailed]] = {}
+        self._replies: dict[int, asyncio.Future[Message]] = {}
+        """Requests sent with ``request`` (a profile), waiting for their reply."""
         self._prepared_kind: str | None = None
         self._next_id = 0
         self._started: asyncio.Future[None] | None = None
@@ -260,15 +268,17 @@ class Replica:
         await loop.create_connection(lambda: channel, sock=parent_end)
         self._started = loop.create_future()
         self._background(self._pump_output(process))
+        for first in profiling.first_messages(self):  # `peach profile --init`
+            channel.send(first)
         channel.send(Start(self.spec, str(self.root), self.id, self.variables))
         try:
-            await asyncio.wait_for(asyncio.shield(self._started), INIT_STUCK_S)
+            await asyncio.wait_for(asyncio.shield(self._started), self.init_stuck_s)
         except TimeoutError:
             if self.state is ReplicaState.STARTING and process is self._process:
                 stuck = (
-                    f"init has not returned after {INIT_STUCK_S:g} s; still waiting for it"
+                    f"init has not returned after {self.init_stuck_s:g} s; still waiting for it"
                     if self.spec.init
-                    else f"its code is still loading after {INIT_STUCK_S:g} s (the cells that "
+                    else f"its code is still loading after {self.init_stuck_s:g} s (the cells that "
                     "define the method are still running); still waiting for it"
                 )
                 self._set_state(ReplicaState.STARTING, message=stuck)
@@ -351,7 +361,7 @@ class Replica:
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id
             )
-        relay = debug.active
+        relay = self.debugger
         if relay is not None:  # a breakpoint in this call suspends its timeout
             relay.register(self.id, request_id, deadline)
         try:
@@ -399,8 +409,8 @@ class Replica:
         request_id = self._new_id()
         queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
         self._streams[request_id] = queue
-        if debug.active is not None:  # a breakpoint's banner names the request
-            debug.active.register(self.id, request_id, None)
+        if self.debugger is not None:  # a breakpoint's banner names the request
+            self.debugger.register(self.id, request_id, None)
         self._begin()
         stream = ReplicaStream(self, channel, request_id, queue)
         try:
@@ -423,8 +433,8 @@ class Replica:
 
     def _stream_done(self, request_id: int, channel: MessageChannel, finished: bool) -> None:
         self._streams.pop(request_id, None)
-        if debug.active is not None:
-            debug.active.unregister(self.id, request_id)
+        if self.debugger is not None:
+            self.debugger.unregister(self.id, request_id)
         if not finished:
             channel.send(Cancel(request_id))
         self._end()
@@ -445,6 +455,29 @@ class Replica:
             return None
         finally:
             self._pings.pop(request_id, None)
+
+    def notify(self, message: Message) -> bool:
+        """Send ``message``, which has no reply; False when the process is gone."""
+        channel = self._channel
+        return channel is not None and bool(channel.send(message))
+
+    async def request(self, make: Callable[[int], Message], timeout_s: float) -> Message | None:
+        """Send ``make(request_id)`` and return the reply carrying that id (a ``ProfileData``);
+        None when the process is gone or does not reply within ``timeout_s``."""
+        channel = self._channel
+        if channel is None:
+            return None
+        request_id = self._new_id()
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._replies[request_id] = future
+        try:
+            if not channel.send(make(request_id)):
+                return None
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return None
+        finally:
+            self._replies.pop(request_id, None)
 
     # -- hot patches (simulator.hotpatch) -------------------------------------------------
 
@@ -504,6 +537,10 @@ class Replica:
                 patch = self._patches.get(message.request_id)
                 if patch is not None and not patch.done():
                     patch.set_result(message)
+            case ProfileData(request_id=request_id):
+                reply = self._replies.get(request_id)
+                if reply is not None and not reply.done():
+                    reply.set_result(message)
             case Pong(request_id=request_id):
                 ping = self._pings.get(request_id)
                 if ping is not None and not ping.done():

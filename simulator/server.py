@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -33,19 +32,18 @@ from simulator.changes import PlanChange, served_fingerprint
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import Event, ReplicaState
 from simulator.pool import ReplicaNumbers, ReplicaPool
+from simulator.replica import INIT_STUCK_S
 from simulator.routing import Route, RoutingTable
 from simulator.spawn import Spawner, WorkerLaunch
 
 if TYPE_CHECKING:
+    from simulator.debug import DebugRelay
     from simulator.fastlane import FastLane
     from simulator.gateway import DevGateway
     from simulator.record import Recorder
 
 DRAIN_TIMEOUT_S = 300.0
 """How long a retired component may keep serving in-flight streams after a reload."""
-NO_FAST_LANE_VARIABLE = "PEACH_NO_FAST_LANE"
-"""Set (to anything), every request takes the gateway's general path (``simulator.fastlane``
-says which ones the fast lane takes): for comparing the two."""
 UVICORN_SHUTDOWN_S = 2
 
 
@@ -86,6 +84,9 @@ class DevServer:
         allow_hosts: Collection[str] = (),
         allow_origins: Collection[str] = (),
         head_timeout_s: float | None = None,
+        fast_lane: bool = True,
+        init_stuck_s: float = INIT_STUCK_S,
+        debugger: DebugRelay | None = None,
     ) -> None:
         self.plan = plan
         self.allow_hosts = tuple(allow_hosts)
@@ -93,6 +94,13 @@ class DevServer:
         self.head_timeout_s = head_timeout_s
         """A request head incomplete for this long closes its connection (None: the
         default of ``simulator.http_protocol``)."""
+        self.use_fast_lane = fast_lane
+        """False: every request takes the gateway's general path (``simulator.fastlane``
+        says which ones the fast lane takes), for comparing the two."""
+        self.init_stuck_s = init_stuck_s
+        """A replica's start-up still running after this long is reported."""
+        self.debugger = debugger
+        """The session's pdb relay (``simulator.debug``): calls register with it."""
         self.host = host
         self.port = port
         self.timeout_override = timeout_s
@@ -117,7 +125,7 @@ class DevServer:
         """Held by ``apply_plan``: a reload and an on-demand re-init never overlap."""
         self.gateway: DevGateway | None = None
         self.fast_lane: FastLane | None = None
-        """Answers plain calls without an ASGI cycle (unless ``PEACH_NO_FAST_LANE`` is set)."""
+        """Answers plain calls without an ASGI cycle (unless ``use_fast_lane`` is False)."""
         self.recorder: Recorder | None = None
         """Set before ``start``: the gateway records every answered request with it."""
 
@@ -158,7 +166,7 @@ class DevServer:
         from simulator.local_service import LocalService
 
         table = self._table(self.plan, self._pools)
-        self.gateway = DevGateway(table, self._on_event)
+        self.gateway = DevGateway(table, self._on_event, debugger=self.debugger)
         self.gateway.reinit = self.reinit
         self.gateway.recorder = self.recorder
         app = LocalService(
@@ -168,7 +176,7 @@ class DevServer:
             allow_origins=self.allow_origins,
             on_event=self._on_event,
         )
-        if not os.environ.get(NO_FAST_LANE_VARIABLE) and self.recorder is None:
+        if self.use_fast_lane and self.recorder is None:
             self.fast_lane = FastLane(self.gateway, app)  # --record sees every request whole
         config = uvicorn.Config(
             app,
@@ -259,7 +267,13 @@ class DevServer:
     def _new_pool(self, spec: ComponentSpec) -> ReplicaPool:
         self._fingerprints[spec.key] = served_fingerprint(spec, self.plan.root)
         return ReplicaPool(
-            spec, self.plan.root, self.emit, numbers=self._numbers, spawner=self.spawner
+            spec,
+            self.plan.root,
+            self.emit,
+            numbers=self._numbers,
+            spawner=self.spawner,
+            init_stuck_s=self.init_stuck_s,
+            debugger=self.debugger,
         )
 
     async def _start_pool(self, pool: ReplicaPool) -> None:

@@ -272,6 +272,19 @@ def probe_bench(project: Path, dev, tmp_path: Path) -> str:
     return text
 
 
+def probe_fuzz(project: Path, dev, tmp_path: Path) -> str:
+    """The crashing endpoint's error, whose message holds the key, in text and JSON."""
+    text = ""
+    for fmt in ("text", "json"):
+        done = run_peach(
+            "fuzz", str(project), "crash", "--url", dev.url, "--seed", "1", "--format", fmt,
+            cwd=project,
+        )  # fmt: skip
+        assert done.returncode == 1 and "RuntimeError" in done.stdout, done.stdout + done.stderr
+        text += done.stdout + done.stderr
+    return text
+
+
 def probe_validate(project: Path, dev, tmp_path: Path) -> str:
     """A notebook path and a method name holding an escape and a line break; a conf value
     holding the secret (warned as a credential, its line echoed)."""
@@ -363,6 +376,7 @@ PROBES: dict[str, Callable[..., str]] = {
     "record": probe_record,
     "replay": probe_replay,
     "bench": probe_bench,
+    "fuzz": probe_fuzz,
     "validate": probe_validate,
     "deploy-dry-run": probe_deploy_dry_run,
     "openapi": probe_openapi,
