@@ -180,6 +180,37 @@ def endpoints_from_json(data: dict[str, Any]) -> dict[str, EndpointSpec]:
 # -- the config ------------------------------------------------------------------------
 
 
+def _component_deployment(
+    spec: ComponentSpec,
+    name: str,
+    packages: tuple[Package, Package, Package],
+    secrets: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """A component's Serve deployment over ``packages``: the project's, the runtime's and
+    its own spec's."""
+    from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
+
+    project, runtime, own = packages
+    runtime_env: dict[str, Any] = {
+        "working_dir": project.uri,  # the same for every component: uploaded once
+        "py_modules": [runtime.uri, own.uri],  # replaces the application's
+        **requirements_runtime_env(spec.dependencies),  # base + its py_env's own
+    }
+    env_vars = component_env_vars(spec, secrets)
+    if env_vars:
+        runtime_env["env_vars"] = env_vars
+    actor_options: dict[str, Any] = {"num_cpus": spec.cpus}
+    if spec.memory:
+        actor_options["memory"] = spec.memory
+    actor_options["runtime_env"] = runtime_env
+    return {
+        "name": name,
+        "num_replicas": spec.replicas,
+        "max_ongoing_requests": COMPONENT_MAX_ONGOING,
+        "ray_actor_options": actor_options,
+    }
+
+
 def build_bundle(
     plan: ProjectPlan,
     *,
@@ -237,26 +268,7 @@ def build_bundle(
             f"the spec of {name}",
         )
         packages[own.name] = own
-        runtime_env: dict[str, Any] = {
-            "working_dir": project.uri,  # the same for every component: uploaded once
-            "py_modules": [runtime.uri, own.uri],  # replaces the application's
-            **requirements_runtime_env(spec.dependencies),  # base + its py_env's own
-        }
-        env_vars = component_env_vars(spec, secrets)
-        if env_vars:
-            runtime_env["env_vars"] = env_vars
-        actor_options: dict[str, Any] = {"num_cpus": spec.cpus}
-        if spec.memory:
-            actor_options["memory"] = spec.memory
-        actor_options["runtime_env"] = runtime_env
-        deployments.append(
-            {
-                "name": name,
-                "num_replicas": spec.replicas,
-                "max_ongoing_requests": COMPONENT_MAX_ONGOING,
-                "ray_actor_options": actor_options,
-            }
-        )
+        deployments.append(_component_deployment(spec, name, (project, runtime, own), secrets))
     application = {
         "name": plan.codops,
         "route_prefix": route_prefix,
