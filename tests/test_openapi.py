@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -281,7 +282,9 @@ def test_schemathesis_finds_no_answer_that_breaks_the_document(
     the operations that do not stream with its fuzzing phase too: a stream of generated
     size (``words=10**9``) never ends, so it is not fuzzed. (Breaking the document's
     envelope by hand, ``status: {const: okay}``, fails it with ST108: checked.)"""
-    dev = peach_dev(REPO / "examples" / example)
+    project = tmp_path / example  # a copy: a fuzzed task trigger writes into its project
+    shutil.copytree(REPO / "examples" / example, project)
+    dev = peach_dev(project)
     dev.wait_ready()
     found = served_document(dev.url)
     streaming = [
