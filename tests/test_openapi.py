@@ -303,3 +303,23 @@ def test_schemathesis_finds_no_answer_that_breaks_the_document(
             dev.url, tmp_path, "--phases", "fuzzing", "--max-examples", "25", *excluded
         )
         assert fuzzed.returncode == 0, fuzzed.stdout[-6000:] + fuzzed.stderr[-2000:]
+
+
+def test_a_deploy_ships_the_document_with_its_route_prefix_to_the_gateway() -> None:
+    """What the Ray gateway serves at PREFIX/_peach/openapi.json: the file the CLI puts in
+    its package (the Serve app reads no notebook); served on a cluster in
+    tests/test_peach_test_ray.py."""
+    import io
+    import zipfile
+
+    from peach_cli.deploy.config import build_bundle
+    from peach_cli.deploy.packaging import OPENAPI_FILE
+
+    plan, _ = build_plan(REPO / "examples" / "quickstart")
+    assert plan is not None
+    bundle = build_bundle(plan, route_prefix="/qs")
+    (gateway,) = [p for p in bundle.packages if p.kind == "gateway"]
+    shipped = json.loads(zipfile.ZipFile(io.BytesIO(gateway.data)).read(OPENAPI_FILE))
+    assert shipped == build_document(plan, route_prefix="/qs")
+    assert shipped["servers"] == [{"url": "/qs"}]
+    assert {**shipped, "servers": [{"url": "/"}]} == build_document(plan)
