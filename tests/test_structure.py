@@ -417,3 +417,73 @@ def test_the_gateways_drive_the_flow_and_keep_no_timer_of_a_call() -> None:
             found.append(f"{name} calls loop.call_at")
     assert found == []
     assert "simulator.fastlane" in _sources()  # the lane is looked at
+
+
+def _class(path: Path, name: str) -> ast.ClassDef:
+    tree = ast.parse(path.read_text())
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def _self_attribute(node: ast.AST) -> str | None:
+    """``x`` of ``self.x``, else None."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    ):
+        return node.attr
+    return None
+
+
+def test_a_replica_keeps_one_table_of_requests_in_flight_settled_one_way() -> None:
+    """Calls, streams, pings and patches in flight on a ``Replica`` are in one table keyed
+    by request id: one method puts a request in (``_track``), one takes it out
+    (``_forget``), and every outcome — a message, or the process's death — reaches it
+    through ``_settle`` (issue 36)."""
+    replica = _class(ROOT / "simulator" / "replica.py", "Replica")
+    methods = {f.name: f for f in replica.body if isinstance(f, ast.FunctionDef)}
+    tables = [
+        _self_attribute(node.target)
+        for node in ast.walk(methods["__init__"])
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.annotation, ast.Subscript)
+        and ast.unparse(node.annotation).startswith(("dict[int", "set[int"))
+    ]
+    assert tables == ["_in_flight"]
+    fills, empties, deliveries = set(), set(), set()
+    for name, method in methods.items():
+        for node in ast.walk(method):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+                if _self_attribute(node.value) == "_in_flight":
+                    fills.add(name)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr == "pop" and _self_attribute(node.func.value) == "_in_flight":
+                    empties.add(name)
+                if node.func.attr == "deliver":
+                    deliveries.add(name)
+    assert fills == {"_track"}
+    assert empties == {"_forget"}
+    assert deliveries == {"_settle"}
+
+
+def test_a_replica_leaves_its_process_to_its_supervisor() -> None:
+    """Starting, reaping, killing and restarting a replica's process is
+    ``simulator.supervisor``'s; ``simulator.replica`` speaks to the process only through
+    its socket (issue 36)."""
+    source = (ROOT / "simulator" / "replica.py").read_text()
+    tree = ast.parse(source)
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    } | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert imported & {"kill_tree", "reap", "psutil", "signal", "subprocess"} == set()
+    starts_or_ends = {"worker", "kill_tree", "reap", "kill", "terminate", "send_signal"}
+    assert _called_names(tree) & starts_or_ends == set()
+    assert "ProcessSupervisor" in source
