@@ -487,3 +487,33 @@ def test_a_replica_leaves_its_process_to_its_supervisor() -> None:
     starts_or_ends = {"worker", "kill_tree", "reap", "kill", "terminate", "send_signal"}
     assert _called_names(tree) & starts_or_ends == set()
     assert "ProcessSupervisor" in source
+
+
+def test_the_dev_server_keeps_what_it_serves_once_and_leaves_http_to_its_own_module() -> None:
+    """The fingerprints of what ``peach dev`` serves are one record, ``DevServer.served``
+    (hot reload reads it, and keeps none of its own); uvicorn, its protocol, the
+    ``LocalService`` checks and the fast lane are assembled by ``simulator.http_server``,
+    which knows nothing of plans (issue 36)."""
+    sources = _sources()
+    keepers = sorted(
+        f"{name}: self.{_self_attribute(target)}"
+        for name, path in sources.items()
+        if name.startswith("simulator.")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if _self_attribute(target) in ("served", "_fingerprints", "fingerprints")
+    )
+    assert keepers == ["simulator.server: self.served"] * len(keepers) and keepers
+    known = set(sources)
+    server_imports = _imports(sources["simulator.server"], known)
+    http_side = {"simulator.http_protocol", "simulator.local_service", "simulator.fastlane"}
+    assert server_imports & http_side == set()
+    server_tree = ast.parse(sources["simulator.server"].read_text())
+    assert not any(
+        isinstance(node, (ast.Import, ast.ImportFrom)) and "uvicorn" in ast.unparse(node)
+        for node in ast.walk(server_tree)
+    )
+    assert _imports(sources["simulator.http_server"], known) >= http_side
+    planning = {"simulator.changes", "simulator.pool", "simulator.routing", "simulator.reload"}
+    assert _imports(sources["simulator.http_server"], known) & planning == set()
