@@ -3,9 +3,11 @@
 ``HttpServer`` assembles what answers a connection — uvicorn with the bounded protocol
 (``simulator.http_protocol``), ``LocalService`` (SPEC §6) over the gateway, and the fast
 lane — and owns its start-up and shut-down. It knows nothing of plans, pools or reloads
-(``simulator.server.DevServer`` does, and hands it the gateway).
+(``simulator.server.DevServer`` does, and hands it the gateway). What it refuses — a
+foreign Host or Origin (``LocalService``), a stalled or oversized head, a stalled body
+(``simulator.http_protocol``) — the gateway logs and counts (``/_peach/metrics``).
 
-    http = HttpServer("127.0.0.1", 0, on_event=print)
+    http = HttpServer("127.0.0.1", 0)
     http.bind()                   # ServeError when the address cannot be bound
     await http.serve(gateway)     # returns once uvicorn has started
     print(http.url)
@@ -20,12 +22,11 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import PeachError
 from peach_cli.runtime.contract import StreamCut
-from simulator.events import Event
 
 if TYPE_CHECKING:
     from simulator.fastlane import FastLane
@@ -69,7 +70,6 @@ class HttpServer:
         allow_hosts: Collection[str] = (),
         allow_origins: Collection[str] = (),
         head_timeout_s: float | None = None,
-        on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -81,7 +81,6 @@ class HttpServer:
         self.fast_lane: FastLane | None = None
         """Answers plain calls without an ASGI cycle (unless ``PEACH_NO_FAST_LANE`` is set
         or every request is recorded)."""
-        self._on_event = on_event
         self._cut_filter = _CutStreamFilter()
         self._socket: socket.socket | None = None
         self._uvicorn: Any = None
@@ -113,13 +112,13 @@ class HttpServer:
             listen_host=self.host,
             allow_hosts=self.allow_hosts,
             allow_origins=self.allow_origins,
-            on_event=self._on_event,
+            on_refusal=gateway.log,
         )
         if not os.environ.get(NO_FAST_LANE_VARIABLE) and gateway.recorder is None:
             self.fast_lane = FastLane(gateway, app)  # --record sees every request whole
         config = uvicorn.Config(
             app,
-            http=protocol_with(self.head_timeout_s, self.fast_lane),
+            http=protocol_with(self.head_timeout_s, self.fast_lane, gateway.metrics.refused),
             ws="none",
             lifespan="off",
             log_config=None,

@@ -76,7 +76,6 @@ class DevServer:
             allow_hosts=allow_hosts,
             allow_origins=allow_origins,
             head_timeout_s=head_timeout_s,
-            on_event=on_event,
         )
         """The socket, uvicorn and the app in front of the gateway."""
         self._numbers = ReplicaNumbers()

@@ -517,3 +517,44 @@ def test_the_dev_server_keeps_what_it_serves_once_and_leaves_http_to_its_own_mod
     assert _imports(sources["simulator.http_server"], known) >= http_side
     planning = {"simulator.changes", "simulator.pool", "simulator.routing", "simulator.reload"}
     assert _imports(sources["simulator.http_server"], known) & planning == set()
+
+
+def _dict_keys(tree: ast.AST) -> list[set[str]]:
+    """The string keys of every dict display in ``tree``."""
+    return [
+        {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Dict)
+    ]
+
+
+def test_both_hosts_build_routes_health_and_refusals_with_the_contract() -> None:
+    """``/_peach/routes`` and ``/_peach/health`` are built by ``contract.status`` for both
+    hosts (no other module writes their dicts), and no refusal of the dev server is written
+    by hand: a status line comes from uvicorn's table, the body from the contract's error
+    answer (issue 36)."""
+    answers = ({"codops", "endpoints"}, {"status", "ready", "codops", "components"})
+    parts = ({"component", "replicas"}, {"url", "components", "streams"})
+
+    def builds(keys: set[str]) -> bool:
+        return keys in answers or any(part <= keys for part in parts)
+
+    builders = sorted(
+        name
+        for name, path in _sources().items()
+        if name.startswith(("simulator.", "peach_cli.deploy.", "peach_cli.runtime."))
+        and any(builds(keys) for keys in _dict_keys(ast.parse(path.read_text())))
+    )
+    assert builders == ["peach_cli.runtime.contract.status"]
+    written = sorted(
+        name
+        for name, path in _sources().items()
+        if name.startswith("simulator.")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, bytes)
+        and node.value.startswith(b"HTTP/1.")
+    )
+    assert written == []
+    for name in ("simulator.local_service", "simulator.http_protocol"):
+        assert "error_answer" in _called_names(ast.parse(_sources()[name].read_text())), name
