@@ -169,7 +169,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     on_refusal: Callable[[str, int], None] | None = None
     """Counts a request refused here, ``(method, status)`` (``DevMetrics.refused``); set
     per server."""
-    _method = ""
+    _method = b""
     """The method of the request being read, once its head is in."""
     _fast: LaneConnection | None = None
     """The request whose body the fast lane is reading."""
@@ -239,7 +239,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.write(b"".join(head))
         self.transport.close()
         if self.on_refusal is not None:
-            self.on_refusal(self._method, reply.status)
+            self.on_refusal(self._method.decode("ascii", "replace"), reply.status)
 
     def _body_paused(self) -> None:
         """The body timer: close the connection if the body received nothing for
@@ -263,7 +263,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._method = ""
+        self._method = b""
         self._in_head = True  # the first byte of a request line: its head's time starts
         self._cancel_head_timer()  # (armed at the end of this read if the head is not all in)
 
@@ -288,7 +288,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._body_timer = self.loop.call_later(self.head_timeout_s, self._body_paused)
 
     def on_headers_complete(self) -> None:
-        self._method = self.parser.get_method().decode("ascii", "replace")
+        self._method = self.parser.get_method()
         self._reading_head = False
         self._in_head = False
         self._cancel_head_timer()
