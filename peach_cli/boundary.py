@@ -60,8 +60,10 @@ CHANNELS: dict[str, str] = {
     "record": "peach dev --record files",
     "replay": "peach replay's report",
     "bench": "peach bench's report",
+    "profile": "peach profile's report, its flame graph and speedscope files",
     "validate": "peach validate's findings (text and JSON)",
     "deploy-dry-run": "peach deploy --dry-run's config and file list",
+    "openapi": "peach openapi's document (JSON and YAML)",
     "cluster-logs": "peach logs and peach status",
 }
 """Every channel peach writes to. A new one is registered here, and gets a probe in
@@ -296,6 +298,12 @@ class LinesFile:
 
     def close(self) -> None:
         self._file.close()
+
+
+def write_file(path: Path, text: str, *, channel: str) -> None:
+    """Write ``text`` (a report a view composed: SVG, JSON) to ``path``, secrets masked."""
+    channel_of(channel)
+    path.write_text(mask(text), encoding="utf-8")
 
 
 def open_lines(path: Path, *, channel: str) -> LinesFile:

@@ -169,6 +169,22 @@ def schema(
 
 
 @app.command()
+def openapi(
+    project: ProjectArg = Path("."),
+    format: Annotated[str, typer.Option("--format", help="json or yaml")] = "json",
+) -> None:
+    """Print the project's OpenAPI 3.1 document: every endpoint's parameters, answers and errors.
+
+    Built from peach.conf and the notebooks' code without running it, as [bold]peach validate[/] reads them; the same document is served at GET /_peach/openapi.json by peach dev and by the deployed app. An annotation no JSON Schema expresses becomes {} (peach validate warns: PC312).
+
+    [bold]Exit codes[/]: 0 printed · 1 the project has errors · 2 bad command line.
+    """
+    from peach_cli.commands.openapi import run_openapi
+
+    raise typer.Exit(run_openapi(project, output_format=format))
+
+
+@app.command()
 def dev(
     project: ProjectArg = Path("."),
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
@@ -552,6 +568,102 @@ def bench(
             timeout_s=timeout,
             output=format,
             compare_file=compare_file,
+        )
+    )
+
+
+@app.command()
+def profile(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="An endpoint path like /greet (joined to --url), or a full URL.",
+            autocompletion=complete_target,
+        ),
+    ],
+    items: Annotated[
+        Optional[list[str]],
+        typer.Argument(help="Parameters, as `peach ask` takes them.", show_default=False),
+    ] = None,
+    url: BaseUrlOption = None,
+    project: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--project",
+            "-p",
+            help="The project to start the simulator of, without --url (default: here).",
+            show_default=False,
+        ),
+    ] = None,
+    rate: Annotated[
+        Optional[float],
+        typer.Option(
+            "--rate", help="Open loop: start this many requests a second.", show_default=False
+        ),
+    ] = None,  # fmt: skip
+    concurrency: Annotated[
+        Optional[int],
+        typer.Option(
+            "--concurrency",
+            "-c",
+            help="Closed loop: keep this many requests in flight (default 8).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    duration: Annotated[
+        Optional[float],
+        typer.Option("--duration", "-d", help="Seconds to load (default 10).", show_default=False),
+    ] = None,  # fmt: skip
+    init: Annotated[
+        bool,
+        typer.Option(
+            "--init",
+            help="Profile the components' init instead: their replicas"
+            " restart with the profiler on; no load is sent.",
+        ),
+    ] = False,  # fmt: skip
+    cpu: Annotated[
+        bool, typer.Option("--cpu", help="Sample CPU time instead of wall-clock time.")
+    ] = False,
+    output_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write FILE.svg (a flame graph) or FILE.json (a speedscope file).",
+            show_default=False,
+        ),
+    ] = None,  # fmt: skip
+    header: HeaderOption = None,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", help="Seconds a request may go without an answer."),
+    ] = 60.0,
+    format: FormatOption = "text",
+) -> None:
+    """Load an endpoint as `peach bench` does while every replica of its components samples itself, then show the hottest lines by self and total time as notebook positions (`notebooks/X.ipynb, cell N, line L · function`); peach's own frames are one `peach` entry.
+
+    Without --url it starts the project's simulator; with --url it profiles a running `peach dev` on this machine. A deployed app cannot be profiled (exit 2, saying why).
+
+    [bold]Exit codes[/]: 0 profiled · 2 bad command line, or a host that cannot be profiled · 3 no request got an answer · 130 interrupted.
+    """
+    from peach_cli.commands.profile import run_profile
+
+    raise typer.Exit(
+        run_profile(
+            target,
+            items or [],
+            project=project,
+            url=url,
+            rate=rate,
+            concurrency=concurrency,
+            duration_s=duration,
+            init=init,
+            cpu=cpu,
+            output_file=output_file,
+            output=format,
+            headers=header or [],
+            timeout_s=timeout,
         )
     )
 

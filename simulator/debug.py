@@ -39,9 +39,6 @@ REQUEST_LINE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 """``GET /greet?name=Ada``: the HTTP request the current gateway task serves."""
 
-active: DebugRelay | None = None
-"""The relay of this process, while one runs (``Replica.call`` registers with it)."""
-
 
 @dataclass(frozen=True)
 class DebugStarted:
@@ -180,19 +177,14 @@ class DebugRelay:
         self.path = os.path.join(self._folder, "pdb.sock")
 
     async def start(self) -> None:
-        global active
         if not self.path:
             self.open()
         self._server = await asyncio.start_unix_server(self._accept, self.path)
         os.chmod(self.path, 0o600)
-        active = self
 
     async def stop(self) -> None:
         """End every session (their pdb reads end of file) and remove the socket."""
-        global active
         self._stopping = True
-        if active is self:
-            active = None
         for session in [*self._waiting, *([self._current] if self._current else [])]:
             session.writer.close()
         self._waiting.clear()

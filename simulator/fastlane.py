@@ -161,7 +161,7 @@ class FastCall:
         self._replica = replica
         self._request_id = request_id
         deadline = self._deadline = Deadline(connection.loop, self.timeout_s, self._timed_out)
-        relay = debug.active
+        relay = self.lane.gateway.debugger
         if relay is not None:  # a breakpoint in this call suspends its timeout
             line = debug.request_line(self.method, self.path, self.query)
             relay.register(replica.id, request_id, deadline, line)
@@ -190,7 +190,7 @@ class FastCall:
         deadline, replica, prepared = self._deadline, self._replica, self._prepared
         assert deadline is not None and replica is not None and prepared is not None
         deadline.cancel()
-        relay = debug.active
+        relay = self.lane.gateway.debugger
         if relay is not None:
             relay.unregister(replica.id, self._request_id)
         if result.replica is None:

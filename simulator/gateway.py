@@ -10,8 +10,12 @@ replaced as a whole by a reload; requests that began on the old table finish on 
 ``GET /_peach/routes`` lists the endpoints (``peach ask`` uses it after a 404), with each
 A/B test's split and requests per arm, ``GET /_peach/health`` the replicas, their states
 and their component's ``memory`` and ``cpus``, ``GET /_peach/metrics`` the Prometheus
-figures (``simulator.metrics``), and ``POST /_peach/reinit/<endpoint>[/<component>]`` (loopback clients only)
-re-runs ``init``. The arm of an A/B test is chosen by ``contract.choose_arm``, as on Ray.
+figures (``simulator.metrics``), ``GET /_peach/openapi.json`` the OpenAPI document of what
+the table serves (``peach_cli.openapi``), ``GET /_peach/docs`` the page to try the endpoints in
+a browser (``simulator.docs_page``), and ``POST /_peach/reinit/<endpoint>[/<component>]``
+(loopback clients only) re-runs ``init``; ``/_peach/profile/…`` (loopback clients only)
+samples replicas for `peach profile` (``simulator.profiling``). The arm of an A/B test is
+chosen by ``contract.choose_arm``, as on Ray.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
 from peach_cli.addresses import is_loopback
+from peach_cli.openapi.document import OPENAPI_PATH
 from peach_cli.runtime import contract
 from peach_cli.runtime.contract import (
     STREAMING_KINDS,
@@ -50,10 +55,12 @@ from peach_cli.runtime.contract.status import (
 )
 from peach_cli.runtime.plan import EndpointSpec, url_key
 from simulator import debug
+from simulator.docs_page import DocsPage
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from simulator.metrics import DevMetrics, deployment_name
 from simulator.pool import ReplicaPool, Unavailable
+from simulator.profiling import Profiler
 from simulator.replica import ReplicaGone
 from simulator.routing import Route, RoutingTable
 
@@ -78,8 +85,11 @@ class DevGateway:
         on_event: Callable[[Event], None] | None = None,
         *,
         max_body_bytes: int = contract.MAX_BODY_BYTES,
+        debugger: debug.DebugRelay | None = None,
     ) -> None:
         self.table = table
+        self.debugger = debugger
+        """The session's pdb relay: a breakpoint's banner names the request it serves."""
         self.on_event = on_event
         self.max_body_bytes = max_body_bytes
         self.flow = Flow(max_body_bytes=max_body_bytes)
@@ -90,15 +100,22 @@ class DevGateway:
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
         self.recorder: Recorder | None = None
         """``peach dev --record``: every answered request, one JSON line each."""
+        self.profiler = Profiler(self)
+        """``/_peach/profile/…``: `peach profile` samples the replicas."""
+        self._document: tuple[RoutingTable, bytes] | None = None
+        """The OpenAPI document of a routing table (built on the first GET after a reload)."""
         self._internal = Starlette(
             routes=[
                 StarletteRoute("/_peach/routes", self._list_routes, methods=["GET"]),
                 StarletteRoute("/_peach/health", self._health, methods=["GET"]),
                 StarletteRoute("/_peach/metrics", self._metrics, methods=["GET"]),
+                StarletteRoute(OPENAPI_PATH, self._openapi, methods=["GET"]),
                 StarletteRoute("/_peach/reinit/{endpoint}", self._reinit, methods=["POST"]),
                 StarletteRoute(
                     "/_peach/reinit/{endpoint}/{component}", self._reinit, methods=["POST"]
                 ),
+                *self.profiler.routes(),
+                *DocsPage().routes(),
             ]
         )
 
@@ -128,7 +145,7 @@ class DevGateway:
         self, route: Route, table: RoutingTable, scope: dict[str, Any], receive: Any, send: Any
     ) -> None:
         started = time.perf_counter()
-        if debug.active is not None:  # a breakpoint's banner names the request
+        if self.debugger is not None:  # a breakpoint's banner names the request
             line = debug.request_line(scope["method"], scope["path"], scope["query_string"])
             debug.REQUEST_LINE.set(line)
         recorder = self.recorder
@@ -215,6 +232,20 @@ class DevGateway:
             kind = route.pools[route.endpoint.primary].method_kind
             endpoints.append((route.endpoint, None if kind is None else kind in STREAMING_KINDS))
         return JSONResponse(routes_body(table.codops, endpoints, self.flow.arm_requests))
+
+    async def _openapi(self, request: Request) -> Response:
+        """The project's OpenAPI document (SPEC §11), read from the code the table serves:
+        a reload that changes a signature shows in the next GET."""
+        table = self.table
+        if self._document is None or self._document[0] is not table:
+            import json
+
+            from peach_cli.openapi import document_of
+
+            endpoints = [route.endpoint for route in table.routes.values()]
+            document = document_of(table.codops, endpoints)
+            self._document = (table, json.dumps(document, ensure_ascii=False).encode())
+        return Response(self._document[1], media_type="application/json")
 
     async def _metrics(self, request: Request) -> Response:
         return Response(self.metrics.render(), media_type=METRICS_CONTENT_TYPE)

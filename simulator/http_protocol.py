@@ -38,7 +38,6 @@ the loop (or sends it alone at the end of that turn: a stream's first chunk may 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -53,8 +52,6 @@ MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
 """How long a request's head may take to arrive in full, and how long its body may pause
 (SPEC §6)."""
-HEAD_TIMEOUT_VARIABLE = "PEACH_HEAD_TIMEOUT_S"
-"""Overrides ``HEAD_TIMEOUT_S``, for heads and bodies (for the tests, which cannot wait 30 s)."""
 
 
 class TakenRequest(Protocol):
@@ -458,16 +455,11 @@ def protocol_with(
     on_refusal: Callable[[str, int], None] | None = None,
 ) -> type[BoundedHttpToolsProtocol]:
     """The protocol class, with its head timeout changed when ``head_timeout_s`` is given
-    (else when ``PEACH_HEAD_TIMEOUT_S`` is set), plain calls taken by ``fast_lane``, and
-    its refusals (408, 431) counted by ``on_refusal``."""
+    (None: ``HEAD_TIMEOUT_S``), plain calls taken by ``fast_lane``, and its refusals (408,
+    431) counted by ``on_refusal``."""
     settings: dict[str, Any] = {"fast_lane": fast_lane}
     if on_refusal is not None:
         settings["on_refusal"] = staticmethod(on_refusal)
-    if head_timeout_s is None:
-        try:
-            head_timeout_s = float(os.environ.get(HEAD_TIMEOUT_VARIABLE, ""))
-        except ValueError:
-            head_timeout_s = None
     if head_timeout_s is not None and head_timeout_s > 0:
         settings["head_timeout_s"] = float(head_timeout_s)
     return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), settings)

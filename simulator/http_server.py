@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
@@ -32,9 +31,6 @@ if TYPE_CHECKING:
     from simulator.fastlane import FastLane
     from simulator.gateway import DevGateway
 
-NO_FAST_LANE_VARIABLE = "PEACH_NO_FAST_LANE"
-"""Set (to anything), every request takes the gateway's general path (``simulator.fastlane``
-says which ones the fast lane takes): for comparing the two."""
 UVICORN_SHUTDOWN_S = 2
 
 
@@ -70,6 +66,7 @@ class HttpServer:
         allow_hosts: Collection[str] = (),
         allow_origins: Collection[str] = (),
         head_timeout_s: float | None = None,
+        fast_lane: bool = True,
     ) -> None:
         self.host = host
         self.port = port
@@ -78,9 +75,12 @@ class HttpServer:
         self.head_timeout_s = head_timeout_s
         """A request head incomplete for this long closes its connection (None: the
         default of ``simulator.http_protocol``)."""
+        self.use_fast_lane = fast_lane
+        """False: every request takes the gateway's general path (``simulator.fastlane``
+        says which ones the fast lane takes), for comparing the two."""
         self.fast_lane: FastLane | None = None
-        """Answers plain calls without an ASGI cycle (unless ``PEACH_NO_FAST_LANE`` is set
-        or every request is recorded)."""
+        """Answers plain calls without an ASGI cycle (unless ``use_fast_lane`` is False or
+        every request is recorded)."""
         self._cut_filter = _CutStreamFilter()
         self._socket: socket.socket | None = None
         self._uvicorn: Any = None
@@ -114,7 +114,7 @@ class HttpServer:
             allow_origins=self.allow_origins,
             on_refusal=gateway.log,
         )
-        if not os.environ.get(NO_FAST_LANE_VARIABLE) and gateway.recorder is None:
+        if self.use_fast_lane and gateway.recorder is None:
             self.fast_lane = FastLane(gateway, app)  # --record sees every request whole
         config = uvicorn.Config(
             app,

@@ -8,8 +8,11 @@ sees a request when
   web page on ``rebind.attacker.example`` whose name now resolves to 127.0.0.1 (DNS
   rebinding) sends its own name as Host, so it is refused;
 - it has an ``Origin`` (a browser sends one with every cross-site POST, and with ``fetch``)
-  that is not a loopback origin nor one given with ``--allow-origin``: ``forbidden_origin``.
-  A page cannot drive endpoints or ``/_peach/*``, not even with a "simple" text/plain POST;
+  that is not a loopback origin, nor one given with ``--allow-origin``, nor the origin of
+  the request's own (allowed) ``Host`` — a page this server served, such as
+  ``/_peach/docs`` opened under an ``--allow-host`` name: ``forbidden_origin``. A page of
+  another site cannot drive endpoints or ``/_peach/*``, not even with a "simple"
+  text/plain POST;
 - it is for ``/_peach/*`` from a peer that is not on loopback, whatever ``--host`` says:
   ``forbidden``.
 
@@ -113,8 +116,11 @@ class LocalService:
                 self._seen[value] = allowed
         return allowed
 
-    def origin_allowed(self, value: str) -> bool:
-        if origin_key(value) in self.origins:
+    def origin_allowed(self, value: str, host: str | None = None) -> bool:
+        """Whether a request with the ``Origin`` ``value`` is answered; ``host`` is its
+        ``Host``, already allowed: a page of this very server (same origin) is."""
+        key = origin_key(value)
+        if key in self.origins or (host is not None and key == f"http://{host.strip().lower()}"):
             return True
         try:
             parts = urlsplit(value.strip())
@@ -147,7 +153,7 @@ class LocalService:
                 f"{shown} is not an address of this server (start peach dev with "
                 "--allow-host NAME to accept it)"
             )
-        if origin is not None and not self.origin_allowed(origin):
+        if origin is not None and not self.origin_allowed(origin, host):
             return "forbidden_origin", (
                 f"requests from the web origin {origin!r} are refused (start peach dev with "
                 "--allow-origin ORIGIN to accept it)"

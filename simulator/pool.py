@@ -14,12 +14,16 @@ import asyncio
 import itertools
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peach_cli.runtime.contract import Attempt, CallResult, RequestParams, unavailable_message
 from peach_cli.runtime.plan import ComponentSpec
 from simulator.events import Event, ReplicaState
-from simulator.replica import Replica, ReplicaStream
+from simulator.replica import INIT_STUCK_S, Replica, ReplicaStream
 from simulator.spawn import Spawner, WorkerLaunch
+
+if TYPE_CHECKING:
+    from simulator.debug import DebugRelay
 
 STARTUP_WAIT_S = 60.0
 """How long a request waits for a replica that is starting or restarting."""
@@ -55,6 +59,8 @@ class ReplicaPool:
         *,
         numbers: ReplicaNumbers | None = None,
         spawner: Spawner | None = None,
+        init_stuck_s: float = INIT_STUCK_S,
+        debugger: DebugRelay | None = None,
     ) -> None:
         numbers = numbers or ReplicaNumbers()
         self.spec = spec
@@ -69,6 +75,8 @@ class ReplicaPool:
                 on_event,
                 on_change=self._notify,
                 spawner=spawner,
+                init_stuck_s=init_stuck_s,
+                debugger=debugger,
             )
             for _ in range(max(1, spec.replicas))
         ]

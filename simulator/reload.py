@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from peach_cli.project.filenames import YAML_SUFFIXES
 from simulator.changes import Snapshot, analyze_changes
 from simulator.events import (
     Reloaded,
@@ -68,9 +69,7 @@ def project_filter_for(project: Path, plan: ProjectPlan) -> ProjectFilter:
     project = Path(project)
     single = project.is_file()
     confs = (
-        [project.name]
-        if single
-        else [f for f in plan.watched_files if f.endswith((".yaml", ".yml"))]
+        [project.name] if single else [f for f in plan.watched_files if f.endswith(YAML_SUFFIXES)]
     )
     project_filter = ProjectFilter(plan.root, conf_files=confs, single_file=single)
     project_filter.use_plan(plan)

@@ -13,7 +13,6 @@ supervisor restarts the process (with a growing pause if it keeps dying).
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +44,7 @@ from peach_cli.runtime.protocol import (
     PatchReady,
     Ping,
     Pong,
+    ProfileData,
     ProtocolError,
     Ready,
     ReinitState,
@@ -56,7 +56,7 @@ from peach_cli.runtime.protocol import (
     StreamRefused,
     StreamStarted,
 )
-from simulator import debug
+from simulator import debug, profiling
 from simulator.environments import explain_init_error
 from simulator.events import (
     Event,
@@ -78,9 +78,9 @@ HEALTH_INTERVAL_S = 1.0
 PSS_EVERY = 5
 """The RSS is sampled every ``HEALTH_INTERVAL_S``, the PSS (costlier: each second, for a
 hundred replicas, it would cost the gateway about 7 % of a core) the first time and every 5th after."""
-INIT_STUCK_S = float(os.environ.get("PEACH_INIT_STUCK_S", "10"))
+INIT_STUCK_S = 10.0
 """An init (or code) still running after this long is reported (the replica keeps waiting
-for it); ``PEACH_INIT_STUCK_S`` sets it (tests say it sooner)."""
+for it); a session's ``Knobs.init_stuck_s`` changes it (tests say it sooner)."""
 
 
 class ReplicaGone(Exception):
@@ -247,6 +247,8 @@ class Replica:
         on_change: Callable[[], None] | None = None,
         launch: WorkerLaunch | None = None,
         spawner: Spawner | None = None,
+        init_stuck_s: float = INIT_STUCK_S,
+        debugger: debug.DebugRelay | None = None,
     ) -> None:
         self.spec = spec
         self.root = Path(root).resolve()
@@ -258,6 +260,10 @@ class Replica:
         """Its component's env_vars and secrets: the worker sets them when it takes the
         component, so a spare never holds another component's secrets."""
         self.id = replica_id
+        self.init_stuck_s = init_stuck_s
+        """A start-up still running after this long is reported (it goes on waiting)."""
+        self.debugger = debugger
+        """The session's pdb relay: a breakpoint in a call suspends the call's deadline."""
         self.on_event = on_event
         self.on_change = on_change
         self.state = ReplicaState.STARTING
@@ -273,7 +279,7 @@ class Replica:
         self.outstanding = 0
         self._channel: MessageChannel | None = None
         self._in_flight: dict[int, InFlight] = {}
-        """Every request in flight (calls, streams, pings, patches) by request id."""
+        """Every request in flight (calls, streams, pings, patches, profiles) by request id."""
         self._prepared_kind: str | None = None
         self._next_id = 0
         self._started: asyncio.Future[None] | None = None
@@ -302,15 +308,17 @@ class Replica:
         self._channel = channel
         await loop.create_connection(lambda: channel, sock=parent_end)
         self._started = loop.create_future()
+        for first in profiling.first_messages(self):  # `peach profile --init`
+            channel.send(first)
         channel.send(Start(self.spec, str(self.root), self.id, self.variables))
         try:
-            await asyncio.wait_for(asyncio.shield(self._started), INIT_STUCK_S)
+            await asyncio.wait_for(asyncio.shield(self._started), self.init_stuck_s)
         except TimeoutError:
             if self.state is ReplicaState.STARTING and process is self.supervisor.process:
                 stuck = (
-                    f"init has not returned after {INIT_STUCK_S:g} s; still waiting for it"
+                    f"init has not returned after {self.init_stuck_s:g} s; still waiting for it"
                     if self.spec.init
-                    else f"its code is still loading after {INIT_STUCK_S:g} s (the cells that "
+                    else f"its code is still loading after {self.init_stuck_s:g} s (the cells that "
                     "define the method are still running); still waiting for it"
                 )
                 self._set_state(ReplicaState.STARTING, message=stuck)
@@ -403,7 +411,7 @@ class Replica:
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id
             )
-        relay = debug.active
+        relay = self.debugger
         if relay is not None:  # a breakpoint in this call suspends its timeout
             relay.register(self.id, request_id, deadline)
         try:
@@ -449,8 +457,8 @@ class Replica:
         request_id = self._new_id()
         entry = _StreamInFlight()
         self._track(request_id, entry)
-        if debug.active is not None:  # a breakpoint's banner names the request
-            debug.active.register(self.id, request_id, None)
+        if self.debugger is not None:  # a breakpoint's banner names the request
+            self.debugger.register(self.id, request_id, None)
         stream = ReplicaStream(self, channel, request_id, entry.queue)
         try:
             channel.send(OpenStream(request_id, params.query, params.body))
@@ -472,8 +480,8 @@ class Replica:
 
     def _stream_done(self, request_id: int, channel: MessageChannel, finished: bool) -> None:
         self._forget(request_id)
-        if debug.active is not None:
-            debug.active.unregister(self.id, request_id)
+        if self.debugger is not None:
+            self.debugger.unregister(self.id, request_id)
         if not finished:
             channel.send(Cancel(request_id))
 
@@ -487,6 +495,29 @@ class Replica:
         self._track(request_id, _ReplyInFlight(future, Pong, lambda _reason: None))
         try:
             if not channel.send(Ping(request_id)):
+                return None
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            return None
+        finally:
+            self._forget(request_id)
+
+    def notify(self, message: Message) -> bool:
+        """Send ``message``, which has no reply; False when the process is gone."""
+        channel = self._channel
+        return channel is not None and bool(channel.send(message))
+
+    async def request(self, make: Callable[[int], Message], timeout_s: float) -> Message | None:
+        """Send ``make(request_id)`` and return the reply carrying that id (a ``ProfileData``);
+        None when the process is gone or does not reply within ``timeout_s``."""
+        channel = self._channel
+        if channel is None:
+            return None
+        request_id = self._new_id()
+        future: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
+        self._track(request_id, _ReplyInFlight(future, ProfileData, lambda _reason: None))
+        try:
+            if not channel.send(make(request_id)):
                 return None
             return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
@@ -554,6 +585,7 @@ class Replica:
                 | Pong()
                 | PatchReady()
                 | PatchFailed()
+                | ProfileData()
             ):
                 self._settle(message.request_id, message)
             case ReinitState(reinitializing=reinitializing, error=error):

@@ -29,17 +29,19 @@ from peach_cli.runtime.plan import ComponentSpec, ProjectPlan, url_key
 from simulator.changes import PlanChange, Snapshot
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import Event, ReplicaState
-from simulator.http_server import NO_FAST_LANE_VARIABLE, HttpServer, ServeError
+from simulator.http_server import HttpServer, ServeError
 from simulator.pool import ReplicaNumbers, ReplicaPool
+from simulator.replica import INIT_STUCK_S
 from simulator.routing import Route, RoutingTable
 from simulator.spawn import Spawner, WorkerLaunch
 
 if TYPE_CHECKING:
+    from simulator.debug import DebugRelay
     from simulator.fastlane import FastLane
     from simulator.gateway import DevGateway
     from simulator.record import Recorder
 
-__all__ = ["DRAIN_TIMEOUT_S", "NO_FAST_LANE_VARIABLE", "DevServer", "ServeError"]
+__all__ = ["DRAIN_TIMEOUT_S", "DevServer", "ServeError"]
 
 DRAIN_TIMEOUT_S = 300.0
 """How long a retired component may keep serving in-flight streams after a reload."""
@@ -61,6 +63,9 @@ class DevServer:
         allow_hosts: Collection[str] = (),
         allow_origins: Collection[str] = (),
         head_timeout_s: float | None = None,
+        fast_lane: bool = True,
+        init_stuck_s: float = INIT_STUCK_S,
+        debugger: DebugRelay | None = None,
     ) -> None:
         self.served = Snapshot.take(plan)
         """What is served: the plan as applied, each component's fingerprint (a component
@@ -76,8 +81,13 @@ class DevServer:
             allow_hosts=allow_hosts,
             allow_origins=allow_origins,
             head_timeout_s=head_timeout_s,
+            fast_lane=fast_lane,
         )
         """The socket, uvicorn and the app in front of the gateway."""
+        self.init_stuck_s = init_stuck_s
+        """A replica's start-up still running after this long is reported."""
+        self.debugger = debugger
+        """The session's pdb relay (``simulator.debug``): calls register with it."""
         self._numbers = ReplicaNumbers()
         self._on_event = on_event
         self._pools: dict[str, ReplicaPool] = {}
@@ -129,7 +139,8 @@ class DevServer:
         )
         from simulator.gateway import DevGateway
 
-        self.gateway = DevGateway(self._table(self.plan, self._pools), self._on_event)
+        table = self._table(self.plan, self._pools)
+        self.gateway = DevGateway(table, self._on_event, debugger=self.debugger)
         self.gateway.reinit = self.reinit
         self.gateway.recorder = self.recorder
         await self.http.serve(self.gateway)
@@ -187,7 +198,13 @@ class DevServer:
 
     def _new_pool(self, spec: ComponentSpec) -> ReplicaPool:
         return ReplicaPool(
-            spec, self.plan.root, self.emit, numbers=self._numbers, spawner=self.spawner
+            spec,
+            self.plan.root,
+            self.emit,
+            numbers=self._numbers,
+            spawner=self.spawner,
+            init_stuck_s=self.init_stuck_s,
+            debugger=self.debugger,
         )
 
     async def _start_pool(self, pool: ReplicaPool) -> None:

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from simulator.debug import DebugRelay, skipped_env, skipped_once
 from simulator.environments import Environments
 from simulator.events import ReplicasStarted, ServerNote, Serving
+from simulator.replica import INIT_STUCK_S
 from simulator.server import DevServer
 from simulator.spawn import Keeper, Spawner
 from simulator.tasks.scheduler import DEFAULT_INTERVAL_S, TaskScheduler, TriggerSocket
@@ -43,6 +45,48 @@ if TYPE_CHECKING:
     from peach_cli.runtime.plan import ProjectPlan
     from simulator.reload import ReloadMode
     from simulator.tasks.events import TaskRunEnded
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The ``PEACH_*`` environment variables that tune the simulator or switch a part of it
+    off, for tests and benchmarks; read once, when a ``SessionConfig`` is made (``read``)."""
+
+    init_stuck_s: float = INIT_STUCK_S
+    """``PEACH_INIT_STUCK_S``: a replica's init (or code) still running after this long is
+    reported (it goes on waiting)."""
+    fast_lane: bool = True
+    """``PEACH_NO_FAST_LANE`` set (to anything): every request takes the gateway's general
+    path, for comparing the two."""
+    head_timeout_s: float | None = None
+    """``PEACH_HEAD_TIMEOUT_S``: a request head (or body) stalled this long closes its
+    connection (None: 30 s), unless ``SessionConfig.head_timeout_s`` says."""
+    keeper: bool = True
+    """``PEACH_NO_KEEPER=1``: peach starts its workers itself, without a keeper process."""
+    templates: bool = True
+    """``PEACH_NO_TEMPLATE=1``: every replica is spawned, none forked from a warm template."""
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str] | None = None) -> Knobs:
+        """The knobs ``environ`` (default: this process's environment) sets; a value that
+        is no number is ignored."""
+        env = os.environ if environ is None else environ
+        return cls(
+            init_stuck_s=_number(env.get("PEACH_INIT_STUCK_S")) or INIT_STUCK_S,
+            fast_lane=not env.get("PEACH_NO_FAST_LANE"),
+            head_timeout_s=_number(env.get("PEACH_HEAD_TIMEOUT_S")),
+            keeper=env.get("PEACH_NO_KEEPER", "") in ("", "0"),
+            templates=env.get("PEACH_NO_TEMPLATE", "") in ("", "0"),
+        )
+
+
+def _number(text: str | None) -> float | None:
+    """A positive number of seconds, or None."""
+    try:
+        value = float(text or "")
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
 
 @dataclass(frozen=True)
@@ -89,6 +133,8 @@ class SessionConfig:
     """``--pdb``: an exception escaping a method, init or task opens pdb first."""
     record: Path | None = None
     """Append one JSON line per answered request to this file (``peach dev --record``)."""
+    knobs: Knobs = field(default_factory=Knobs.read)
+    """The ``PEACH_*`` variables of the environment this config was made in."""
 
 
 class DevSession:
@@ -101,10 +147,14 @@ class DevSession:
         plan = config.plan
         on_event = skipped_once(on_event)  # "breakpoint() skipped": once per component
         self.on_event = on_event
-        keeper = self.keeper = Keeper()
+        knobs = config.knobs
+        keeper = self.keeper = Keeper(enabled=knobs.keeper)
         """Starts every worker: their trees die with peach, even a killed one (Linux)."""
         self.spawner = Spawner(
-            templates=Templates(on_failure=self._template_failed, keeper=keeper), keeper=keeper
+            templates=Templates(
+                on_failure=self._template_failed, keeper=keeper, enabled=knobs.templates
+            ),
+            keeper=keeper,
         )
         """Starts every worker process of the session (replicas forked from a warm template
         per env where it can) and keeps its spares."""
@@ -138,6 +188,7 @@ class DevSession:
             trigger=trigger,
             spawner=self.spawner,
             on_event=on_event,
+            debugger=self.debugger,
         )
         self.server: DevServer | None = None
         if config.serve:
@@ -151,7 +202,12 @@ class DevSession:
                 spawner=self.spawner,
                 allow_hosts=config.allow_hosts,
                 allow_origins=config.allow_origins,
-                head_timeout_s=config.head_timeout_s,
+                head_timeout_s=(
+                    knobs.head_timeout_s if config.head_timeout_s is None else config.head_timeout_s
+                ),
+                fast_lane=knobs.fast_lane,
+                init_stuck_s=knobs.init_stuck_s,
+                debugger=self.debugger,
             )
             if config.record is not None:
                 from simulator.record import Recorder
@@ -295,4 +351,4 @@ class DevSession:
         task.add_done_callback(self._reinits.discard)
 
 
-__all__ = ["DevSession", "SessionConfig"]
+__all__ = ["DevSession", "Knobs", "SessionConfig"]

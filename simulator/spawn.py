@@ -141,9 +141,10 @@ class Forker(Protocol):
 
 class Keeper:
     """A session's keeper process (``simulator.keeper``), started with its first worker
-    (Linux; elsewhere, or with ``PEACH_NO_KEEPER=1``, peach starts its workers itself)."""
+    (Linux; elsewhere, or ``enabled`` False, peach starts its workers itself)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
         self._process: asyncio.subprocess.Process | None = None
         self._channel: KeeperChannel | None = None
         self._lock = asyncio.Lock()
@@ -157,7 +158,7 @@ class Keeper:
 
     async def channel(self) -> KeeperChannel | None:
         """The running keeper's channel (started if need be), or None: start it directly."""
-        if self.closed or not keepers_possible():
+        if self.closed or not self.enabled or not keepers_possible():
             return None
         async with self._lock:
             if self._channel is not None and self.pid is not None:
@@ -197,7 +198,7 @@ class Keeper:
 
 def keepers_possible() -> bool:
     """Whether workers are started by a keeper here (Linux: it needs a subreaper)."""
-    return sys.platform.startswith("linux") and os.environ.get("PEACH_NO_KEEPER", "") in ("", "0")
+    return sys.platform.startswith("linux")
 
 
 async def start_process(

@@ -50,12 +50,7 @@ ORPHAN_WAIT_S = 5.0
 
 def templates_possible() -> bool:
     """Whether replicas may be forked from a template here."""
-    return (
-        sys.platform.startswith("linux")
-        and hasattr(os, "fork")
-        and hasattr(socket, "send_fds")
-        and os.environ.get("PEACH_NO_TEMPLATE", "") in ("", "0")
-    )
+    return sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(socket, "send_fds")
 
 
 class Template:
@@ -281,8 +276,14 @@ class Templates:
     """The templates of one session, one per launch, started on first use."""
 
     def __init__(
-        self, on_failure: Callable[[str], None] | None = None, keeper: Keeper | None = None
+        self,
+        on_failure: Callable[[str], None] | None = None,
+        keeper: Keeper | None = None,
+        *,
+        enabled: bool = True,
     ) -> None:
+        self.enabled = enabled
+        """False: every replica is spawned, none forked (for comparing the two)."""
         self.on_failure = on_failure
         self.keeper = keeper
         """Starts the templates (``simulator.spawn.start_process``)."""
@@ -295,7 +296,7 @@ class Templates:
 
     async def fork(self, launch: WorkerLaunch) -> Worker | None:
         """A replica forked from ``launch``'s template (started if need be), or None."""
-        if self.closed or launch in self._failed or not templates_possible():
+        if self.closed or not self.enabled or launch in self._failed or not templates_possible():
             return None
         template = self._templates.get(launch)
         starting = self._starting.get(launch)

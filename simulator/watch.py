@@ -29,13 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from watchfiles import Change, DefaultFilter, awatch, watch
 
+from peach_cli.project.filenames import CONF_FILES, CONF_FOLDER, DOTENV, YAML_SUFFIXES
+
 if TYPE_CHECKING:
     from peach_cli.runtime.plan import ProjectPlan
 
-CONF_NAMES = frozenset({"peach.yaml", "peach.yml"})
-CONF_DIR = "peach.conf"
-DOTENV = ".env"
-YAML_SUFFIXES = frozenset({".yaml", ".yml"})
 DEBOUNCE_MS = 1_600
 """The longest a burst of changes is grouped before it is reported (watchfiles' default)."""
 STEP_MS = 5
@@ -146,8 +144,8 @@ class ProjectFilter(DefaultFilter):
             return self.notebooks is None or relative in self.notebooks
         if self.single_file or suffix not in YAML_SUFFIXES:
             return False
-        return (len(parts) == 1 and parts[0] in CONF_NAMES) or (
-            len(parts) == 2 and parts[0] == CONF_DIR
+        return (len(parts) == 1 and parts[0] in CONF_FILES) or (
+            len(parts) == 2 and parts[0] == CONF_FOLDER
         )
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cli_support import run_peach
-from projectkit import write_project
+from projectkit import notebook_json, write_project
 
 from peach_cli.boundary import CHANNELS
 
@@ -291,6 +291,32 @@ def probe_validate(project: Path, dev, tmp_path: Path) -> str:
     return text
 
 
+def probe_openapi(project: Path, dev, tmp_path: Path) -> str:
+    """The secret as an ``args`` default (a parameter's ``default``), an escape and a forged
+    line in a docstring (the summary)."""
+    described = tmp_path / "described"
+    shutil.copytree(project, described)
+    (described / "notebooks" / "Told.ipynb").write_text(
+        notebook_json(
+            [
+                f'def told(hint: str = "x"):\n    """Tells {ESCAPE!r}{FORGED!r}."""\n    return hint\n'
+            ]
+        )
+    )
+    conf = CONF + (
+        "  told:\n    url: /told\n    components:\n"
+        f"      main: {{notebook: notebooks/Told.ipynb, method: told, args: {{hint: '{SECRET}'}}}}\n"
+    )
+    (described / "peach.yaml").write_text(conf)
+    text = ""
+    for fmt in ("json", "yaml"):
+        done = run_peach("openapi", str(described), "--format", fmt, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "/told" in done.stdout and "***" in done.stdout
+        text += done.stdout + done.stderr
+    return text
+
+
 def probe_deploy_dry_run(project: Path, dev, tmp_path: Path) -> str:
     shipped = tmp_path / "shipped"
     shutil.copytree(project, shipped)
@@ -339,6 +365,7 @@ PROBES: dict[str, Callable[..., str]] = {
     "bench": probe_bench,
     "validate": probe_validate,
     "deploy-dry-run": probe_deploy_dry_run,
+    "openapi": probe_openapi,
     "cluster-logs": probe_cluster_logs,
 }
 

@@ -113,22 +113,14 @@ def serve(
     ``record``: recording its requests there, as ``peach dev --record`` does; with
     ``head_timeout_s``: cutting stalled heads and bodies after that long)."""
     from simulator.record import Recorder
-    from simulator.server import NO_FAST_LANE_VARIABLE, DevServer
+    from simulator.server import DevServer
 
     async def run() -> None:
         plan, diagnostics = build_plan(project)
         assert plan is not None, diagnostics
-        saved = os.environ.pop(NO_FAST_LANE_VARIABLE, None)
-        if not fast_lane:
-            os.environ[NO_FAST_LANE_VARIABLE] = "1"
-        try:
-            server = DevServer(plan, port=0, head_timeout_s=head_timeout_s)
-            server.recorder = Recorder(record) if record is not None else None
-            await server.start()
-        finally:
-            os.environ.pop(NO_FAST_LANE_VARIABLE, None)
-            if saved is not None:
-                os.environ[NO_FAST_LANE_VARIABLE] = saved
+        server = DevServer(plan, port=0, head_timeout_s=head_timeout_s, fast_lane=fast_lane)
+        server.recorder = Recorder(record) if record is not None else None
+        await server.start()
         try:
             await server.wait_ready()
             async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:

@@ -70,6 +70,21 @@ def test_loopback_and_allowed_origins_are_answered(server, origin):
     assert response.status_code == 200, response.text
 
 
+def test_a_page_this_server_served_under_an_allowed_host_may_call_it(server):
+    """``/_peach/docs`` opened as ``http://app.test:PORT`` sends its own origin with Send."""
+    port = server.url.rsplit(":", 1)[1]
+    host = f"app.test:{port}"
+    own = httpx.post(
+        f"{server.url}/echo", json={"text": "x"}, headers={"Host": host, "Origin": f"http://{host}"}
+    )
+    assert own.status_code == 200, own.text
+    for other in (f"http://app.test:{int(port) + 1}", f"http://{ATTACKER}", f"https://{host}x"):
+        refused = httpx.post(
+            f"{server.url}/echo", json={"text": "x"}, headers={"Host": host, "Origin": other}
+        )
+        assert refused.status_code == 403 and error_code(refused) == "forbidden_origin", other
+
+
 def test_a_path_cannot_forge_a_log_line_or_reach_the_terminal_raw(server):
     server.mark()
     httpx.get(f"{server.url}/x%0aGET%20/echo%20200%20main%20FORGED%1b%5b41m")

@@ -158,3 +158,28 @@ def test_stopping_while_the_replicas_start_stops_them_and_nothing_outlives_the_s
             pass
         else:
             raise AssertionError("the server still answers after stop()")
+
+
+@pytest.mark.slow
+def test_a_knob_set_after_import_is_used_by_the_next_session(tmp_path: Path, monkeypatch) -> None:
+    """``PEACH_*`` knobs are read when a session is configured, not when the simulator is
+    imported: set in this process afterwards, the next session goes by it."""
+    monkeypatch.setenv("PEACH_INIT_STUCK_S", "0.2")
+    project = write_project(tmp_path / "blocked", BLOCKED_CONF, {"nb.ipynb": BLOCKED_CELLS})
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, diagnostics
+    messages: list[str] = []
+
+    def on_event(event: object) -> None:
+        if isinstance(event, ReplicaChanged) and event.message:
+            messages.append(event.message)
+
+    async def scenario() -> None:
+        async with DevSession(SessionConfig(plan, shared_env=True), on_event=on_event):
+            await until(
+                lambda: any("init has not returned after 0.2 s" in m for m in messages),
+                "the init reported stuck",
+                timeout_s=30,
+            )
+
+    aio.run(scenario())

@@ -183,6 +183,19 @@ def test_the_simulator_keeps_no_state_in_its_modules() -> None:
     assert state == []
 
 
+def test_the_simulator_rebinds_no_module_global() -> None:
+    """What a session uses — its debugger relay, its knobs — is handed to its parts by the
+    ``DevSession`` that owns it, never set in a module for them to find (``global``)."""
+    rebound = [
+        f"{name}:{node.lineno} global {', '.join(node.names)}"
+        for name, path in _sources().items()
+        if name.split(".")[0] == "simulator"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Global)
+    ]
+    assert rebound == []
+
+
 @pytest.mark.slow
 def test_rich_is_used_by_the_views_only() -> None:
     """Commands and core return data or raise; ``peach_cli.views`` renders it."""
@@ -275,7 +288,7 @@ def test_ray_replicas_get_everything_the_serve_app_imports() -> None:
     reached = {_as_path(module) for module in _closure(["peach_cli.deploy.app"])}
     # imported inside functions only the CLI calls (what to upload, requirements, tasks file)
     cli_side = ["peach_cli.deploy.requirements", "peach_cli.deploy.jobs"]
-    cli_side += ["peach_cli.deploy.uploads", "peach_cli.envs.runtime"]
+    cli_side += ["peach_cli.deploy.uploads", "peach_cli.envs.runtime", "peach_cli.openapi"]
     lazily_cli_side = {_as_path(m) for m in _closure(cli_side)} - {"peach_cli/deploy/packaging.py"}
     uploaded = set(REPLICA_RUNTIME) | set(SERVE_APP_MODULES)
     assert reached - uploaded - lazily_cli_side == set()
@@ -558,3 +571,126 @@ def test_both_hosts_build_routes_health_and_refusals_with_the_contract() -> None
     assert written == []
     for name in ("simulator.local_service", "simulator.http_protocol"):
         assert "error_answer" in _called_names(ast.parse(_sources()[name].read_text())), name
+
+
+FILE_NAMES = {"peach.yaml", "peach.yml", "peach.conf", ".env", ".peach-test.yaml"}
+NAMED_AS_WORDS = {("peach_cli.project.conf", "peach.conf"): "the schema's title: the conf's name"}
+
+
+def test_the_names_of_a_projects_files_are_written_once() -> None:
+    """``peach.yaml``, ``peach.conf/``, ``.env``, ``*.peach-test.yaml``: every module takes
+    them from ``peach_cli.project.filenames``, so the loader, the reloader's watch,
+    ``peach init``, ``peach test``, its pytest plugin and the completion cannot disagree."""
+    sources = _sources()
+    written = {
+        node.value
+        for node in ast.walk(ast.parse(sources["peach_cli.project.filenames"].read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert written >= FILE_NAMES
+    found = [
+        f"{name}:{node.lineno} {node.value!r}"
+        for name, path in sources.items()
+        if name != "peach_cli.project.filenames"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and (node.value in FILE_NAMES or node.value.endswith(".peach-test.yaml"))
+        and (name, node.value) not in NAMED_AS_WORDS
+    ]
+    assert found == []
+
+
+def _peach_variables(sources: dict[str, Path]) -> set[str]:
+    """The names modules give ``PEACH_*`` variables' names (``SOCKET_ENV = "PEACH_..."``)."""
+    return {
+        target.id
+        for path in sources.values()
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and str(node.value.value).startswith("PEACH_")
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+
+def _peach_reads(node: ast.AST, names: set[str], *, at_import: bool) -> list[int]:
+    """Lines where ``node`` reads a ``PEACH_*`` variable of the environment (with
+    ``at_import``: only where the module's import runs it, not inside functions)."""
+
+    def peach(key: ast.AST | None) -> bool:
+        return (isinstance(key, ast.Constant) and str(key.value).startswith("PEACH_")) or (
+            isinstance(key, ast.Name) and key.id in names
+        )
+
+    lines = []
+    if isinstance(node, ast.Call) and node.args and peach(node.args[0]):
+        func = node.func  # environ.get(NAME), os.getenv(NAME), or a mapping's env.get(NAME)
+        if isinstance(func, ast.Attribute) and func.attr in ("get", "getenv"):
+            lines.append(node.lineno)
+    elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+        if _is_environ(node.value) and peach(node.slice):
+            lines.append(node.lineno)
+    elif isinstance(node, ast.Compare) and _is_environ(node.comparators[0]) and peach(node.left):
+        lines.append(node.lineno)
+    for child in ast.iter_child_nodes(node):
+        if at_import and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        lines += _peach_reads(child, names, at_import=at_import)
+    return lines
+
+
+def test_no_module_reads_a_peach_variable_at_import() -> None:
+    """A ``PEACH_*`` variable is read when a command or a session starts, never when a
+    module is imported (a test, or a second session in one process, could not change it)."""
+    sources = _sources()
+    names = _peach_variables(sources)
+    assert {"SOCKET_ENV", "CACHE_ENV_VAR"} <= names  # the names are found
+    found = [
+        f"{name}:{line}"
+        for name, path in sources.items()
+        for line in _peach_reads(ast.parse(path.read_text()), names, at_import=True)
+    ]
+    assert found == []
+
+
+def test_the_simulators_knobs_are_read_in_one_place() -> None:
+    """``PEACH_INIT_STUCK_S``, ``PEACH_NO_FAST_LANE``, ``PEACH_NO_KEEPER``…: the simulator
+    reads its knobs once, into ``simulator.session.Knobs`` (a ``SessionConfig``'s); its
+    parts are given their values."""
+    sources = _sources()
+    names = _peach_variables(sources)
+    readers = {
+        name
+        for name, path in sources.items()
+        if name.startswith("simulator.")
+        and _peach_reads(ast.parse(path.read_text()), names, at_import=False)
+    }
+    assert readers == {"simulator.session"}
+
+
+def test_peach_test_and_its_pytest_plugin_share_their_host_wiring() -> None:
+    """Which host a case goes to (``--url``, else the project's simulator), the client that
+    sends it and the secrets masked: ``peach_cli.testing.host.Hosts``, for the command and
+    the plugin alike; neither starts a simulator or a client of its own."""
+    sources = _sources()
+    drivers = ("peach_cli.commands.test", "peach_cli.testing.pytest_plugin")
+    wiring = {"local_host", "Client", "hide_declared", "DevSession"}
+    for name in drivers:
+        tree = ast.parse(sources[name].read_text())
+        assert "peach_cli.testing.host.Hosts" in _imports(
+            sources[name], {"peach_cli.testing.host.Hosts"}
+        )
+        assert _called_names(tree) & wiring == set(), name
+    users = {
+        name
+        for name, path in sources.items()
+        if "local_host" in _called_names(ast.parse(path.read_text()))
+    }
+    # other commands start a simulator too (peach profile, peach fuzz), never these two
+    assert "peach_cli.testing.host" in users and users.isdisjoint(drivers)

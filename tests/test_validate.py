@@ -269,6 +269,13 @@ CASES = [
     ),
     ("PC401", HEAD + endpoint(method="streamer"), {}, "nb.ipynb:cell 6:line 1", "stream=true"),
     (
+        "PC312",
+        HEAD + endpoint(notebook="typed.ipynb", method="typed"),
+        {"typed.ipynb": notebook_json(["def typed(q: str, blob: bytes = b''):\n    return q\n"])},
+        "typed.ipynb:cell 1:line 1",
+        "'typed' parameter 'blob': no JSON Schema expresses `bytes`",
+    ),
+    (
         "PC118",
         HEAD + endpoint(env_vars={"BAD-NAME": "x"}),
         {},

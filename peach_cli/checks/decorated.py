@@ -176,6 +176,7 @@ class DecoratorNotebooks:
                 "remove it; callers send stream=true with the request",
             )
         self.notebooks.check_functions(notebook, method, init, "init_state")
+        self.notebooks.check_annotations(notebook, extraction, method)
         if not ok or component is None or method is None or not isinstance(url, str):
             return None
         code = Code(notebook, extraction, method, init)

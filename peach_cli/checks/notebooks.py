@@ -149,6 +149,7 @@ class NotebookChecks:
         if ok and component.full_notebook and notebook.broken_cells():
             ok = False
         self.check_functions(notebook, method, init, state_param)
+        self.check_annotations(notebook, extraction, method)
         if not ok or method is None:
             return None
         return Code(notebook, extraction, method, init)
@@ -257,3 +258,24 @@ class NotebookChecks:
                 '(?stream=true or "stream": "true" in the body)',
                 self.out.at_def(notebook, method),
             )
+
+    def check_annotations(
+        self, notebook: nb.Notebook, extraction: nb.Extraction, method: nb.Definition | None
+    ) -> None:
+        """Warn about parameter annotations the OpenAPI document cannot express (PC312)."""
+        if method is None or method.node is None:
+            return
+        from peach_cli.openapi.contract import method_parameters
+        from peach_cli.openapi.schemas import Annotations, annotation_text
+
+        statements = [n for cell in extraction.cells if cell.tree for n in cell.tree.body]
+        for parameter in method_parameters(method.node, Annotations(statements), {}):
+            for node in parameter.schema.unexpressed:
+                self.out.report(
+                    "PC312",
+                    f"'{method.name}' parameter '{parameter.name}': no JSON Schema expresses "
+                    f"`{annotation_text(node)}`, so the OpenAPI document says any value",
+                    self.out.in_cell(notebook, method.cell, node.lineno, node.col_offset + 1),
+                    "annotate with int, float, bool, str, list[...], dict[str, ...], "
+                    "Optional, Literal or an Enum of str/int defined in the notebook",
+                )

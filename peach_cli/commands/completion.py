@@ -82,22 +82,15 @@ def install_scripts() -> None:
 
 
 def conf_files(folder: Path) -> list[Path]:
-    """The conf files of the project folder ``folder``, in merge order, found as
-    ``peach_cli.project.loader.find_conf_files`` finds them (not imported: a <TAB> would pay
-    for the loader's imports)."""
+    """The conf files of the project folder ``folder``, in merge order, found as the loader
+    finds them (``peach_cli.project.filenames``; the loader is not imported: a <TAB> would
+    pay for its imports)."""
+    from peach_cli.project import filenames
+
     try:
-        files = [folder / name for name in ("peach.yaml", "peach.yml") if (folder / name).is_file()]
-        conf_dir = folder / "peach.conf"
-        if conf_dir.is_dir():
-            files += sorted(
-                (p for p in conf_dir.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()),
-                key=lambda p: p.name,
-            )
-        elif conf_dir.is_file():
-            files.append(conf_dir)
+        return filenames.conf_files(folder)
     except OSError:
         return []
-    return files
 
 
 def read_confs(folder: Path) -> list[dict[str, Any]]:

@@ -8,15 +8,16 @@ has errors, or no case was found (``UsageError`` and ``ProjectInvalid`` are rend
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
+from peach_cli.project.filenames import CASE_SUFFIX
 
 if TYPE_CHECKING:
     from peach_cli.testing.cases import CaseFile
+    from peach_cli.testing.host import Hosts
     from peach_cli.testing.report import Outcome
 
 FORMATS = ("text", "json", "junit")
@@ -26,15 +27,13 @@ EXIT_USAGE = 2
 def split_paths(paths: Sequence[Path]) -> tuple[Path, list[Path]]:
     """PROJECT and FILES from the arguments: a first argument that is no case file is the
     project (default: the current folder)."""
-    from peach_cli.testing.cases import SUFFIX
-
-    if paths and not paths[0].name.endswith(SUFFIX):
+    if paths and not paths[0].name.endswith(CASE_SUFFIX):
         project, files = paths[0], list(paths[1:])
     else:
         project, files = Path("."), list(paths)
     for file in files:
-        if not file.name.endswith(SUFFIX):
-            raise UsageError(f"{file} is not a case file", hint=f"case files end in {SUFFIX}")
+        if not file.name.endswith(CASE_SUFFIX):
+            raise UsageError(f"{file} is not a case file", hint=f"case files end in {CASE_SUFFIX}")
         if not file.is_file():
             raise UsageError(f"{file} does not exist")
     return project, files
@@ -68,7 +67,7 @@ def load_selected(
     ``UsageError`` when no case is found."""
     from peach_cli.checks.validate import invalid
     from peach_cli.project.diagnostics import has_errors, sort_key
-    from peach_cli.testing.cases import SUFFIX, check_urls, load_cases
+    from peach_cli.testing.cases import check_urls, load_cases
     from peach_cli.wording import count
 
     loaded, diagnostics = load_cases(root, files or None)
@@ -93,20 +92,9 @@ def load_selected(
             )
         raise UsageError(
             f"no case found in {where}",
-            hint=f"write cases in a file ending in {SUFFIX} (see `peach schema --tests`)",
+            hint=f"write cases in a file ending in {CASE_SUFFIX} (see `peach schema --tests`)",
         )
     return selected
-
-
-@contextmanager
-def _host(root: Path, url: str | None, plan: object) -> Iterator[str]:
-    if url is not None:
-        yield url
-        return
-    from peach_cli.testing.host import local_host
-
-    with local_host(root, plan=plan) as served:
-        yield served
 
 
 def run_test(
@@ -125,15 +113,17 @@ def run_test(
     began = time.perf_counter()
     project, files = split_paths(paths)
     root = project_root(project, need_conf=url is None)
+    from peach_cli.testing.host import Hosts
+    from peach_cli.testing.run import DEFAULT_TIMEOUT_S
+
+    hosts = Hosts(url, timeout_s=timeout_s or DEFAULT_TIMEOUT_S)  # nothing started yet
     plan = None
     urls: list[str] | None = None
     if url is not None:
         from peach_cli.client.items import check_url
 
         check_url(url if "://" in url else "http://" + url, what="--url")
-        from peach_cli.project.secrets import hide_declared
-
-        hide_declared(root)  # what the host answers is shown with them masked
+        hosts.mask_secrets(root)  # what the host answers is shown with them masked
     else:
         from peach_cli.commands.loading import load_plan
         from peach_cli.errors import ProjectInvalid
@@ -146,9 +136,8 @@ def run_test(
             raise
         urls = [e.url for e in plan.endpoints.values()]
     selected = load_selected(root, files, keyword, urls)
-    from peach_cli.testing.run import DEFAULT_TIMEOUT_S
-
-    outcomes = run_cases(selected, url, plan, root, output_format, timeout_s or DEFAULT_TIMEOUT_S)
+    with hosts:
+        outcomes = run_cases(selected, hosts, hosts.url_for(root, plan=plan), output_format)
     seconds = time.perf_counter() - began
     from peach_cli.testing.report import summary_counts, to_json, to_junit
 
@@ -169,14 +158,10 @@ def run_test(
 
 
 def run_cases(
-    selected: list[CaseFile],
-    url: str | None,
-    plan: object,
-    root: Path,
-    output_format: str,
-    timeout_s: float,
+    selected: list[CaseFile], hosts: Hosts, base: str, output_format: str
 ) -> list[Outcome]:
-    from peach_cli.client.send import Client
+    """Each selected case sent to the host at ``base``, its outcome printed as it comes
+    (with ``output_format`` text)."""
     from peach_cli.testing.report import Outcome
     from peach_cli.testing.run import compare, observe
 
@@ -184,17 +169,15 @@ def run_cases(
     if text:
         from peach_cli.views.testing import print_file, print_outcome
     outcomes: list[Outcome] = []
-    with _host(root, url, plan) as base:
-        with Client(timeout_s, tls=base.startswith("https:")) as client:
-            for case_file in selected:
-                if text:
-                    print_file(case_file.name)
-                for loaded in case_file.cases:
-                    observed = observe(client, base, loaded.case, timeout_s)
-                    outcome = Outcome(
-                        case_file.name, loaded, observed, compare(loaded.case.expect, observed)
-                    )
-                    outcomes.append(outcome)
-                    if text:
-                        print_outcome(outcome)
+    for case_file in selected:
+        if text:
+            print_file(case_file.name)
+        for loaded in case_file.cases:
+            observed = observe(hosts.client, base, loaded.case, hosts.timeout_s)
+            outcome = Outcome(
+                case_file.name, loaded, observed, compare(loaded.case.expect, observed)
+            )
+            outcomes.append(outcome)
+            if text:
+                print_outcome(outcome)
     return outcomes

@@ -21,7 +21,8 @@ A component reads what it runs from its own spec package (``_peach_spec`` in its
 the gateway reads its routes from the ``.peach/`` folder of its own working_dir.
 The application may serve under a route prefix (Serve's ``root_path``): the gateway routes
 the path below it. It also answers ``GET /_peach/routes`` and ``GET /_peach/health`` as
-``peach dev`` does, the latter from what each replica reports (``reports``).
+``peach dev`` does, the latter from what each replica reports (``reports``), and
+``GET /_peach/openapi.json`` with the document the CLI built at deploy time (SPEC §11).
 """
 
 from __future__ import annotations
@@ -41,7 +42,13 @@ from starlette.responses import Response, StreamingResponse
 
 from peach_cli.deploy import INIT_FAILED_MARKER, reports
 from peach_cli.deploy.config import component_from_json, endpoints_from_json
-from peach_cli.deploy.packaging import COMPONENT_FILE, GATEWAY_FILE, TASKS_FILE, spec_file
+from peach_cli.deploy.packaging import (
+    COMPONENT_FILE,
+    GATEWAY_FILE,
+    OPENAPI_FILE,
+    TASKS_FILE,
+    spec_file,
+)
 from peach_cli.deploy.progress import still_failing_to_start
 from peach_cli.runtime import contract
 from peach_cli.runtime.plan import EndpointSpec, url_key
@@ -51,6 +58,7 @@ logger = logging.getLogger("peach.deploy")
 JSON_MEDIA_TYPE = "application/json"
 ROUTES_PATH = "/_peach/routes"
 HEALTH_PATH = "/_peach/health"
+OPENAPI_PATH = "/_peach/openapi.json"
 COMPONENT_CHECK_S = 1.0
 """How often the gateway reads which components have no replica because theirs fail to start."""
 
@@ -208,6 +216,9 @@ class ServeGateway:
 
     async def __init__(self, components: dict[str, DeploymentHandle]) -> None:  # type: ignore[misc]
         data = json.loads(Path(GATEWAY_FILE).read_text())
+        document = Path(OPENAPI_FILE)
+        self.openapi = document.read_bytes() if document.is_file() else None
+        """The project's OpenAPI document as the CLI built it at deploy time (SPEC §11)."""
         self.codops = str(data.get("codops", ""))
         self.timeout_s = float(data["timeout_s"])
         self.endpoints = endpoints_from_json(data)
@@ -322,6 +333,8 @@ class ServeGateway:
         if endpoint is None:
             if request.method == "GET" and path in (ROUTES_PATH, HEALTH_PATH):
                 return await (self._routes() if path == ROUTES_PATH else self._health())
+            if request.method == "GET" and path == OPENAPI_PATH and self.openapi is not None:
+                return Response(self.openapi, media_type=JSON_MEDIA_TYPE)
             urls = (e.url for e in self.endpoints.values())
             return _response(contract.answer_reply(contract.not_found_answer(path, urls)))
         scope = request.scope

@@ -22,6 +22,7 @@ from peach_cli.deploy import APPLICATION_BUILDER
 from peach_cli.deploy.packaging import (
     COMPONENT_FILE,
     GATEWAY_FILE,
+    OPENAPI_FILE,
     TASKS_FILE,
     Package,
     json_bytes,
@@ -191,17 +192,23 @@ def build_bundle(
 ) -> Bundle:
     """The Serve config for ``plan`` and the packages it references (nothing uploaded).
 
+    The gateway's package holds the project's OpenAPI document (with ``route_prefix`` in
+    its ``servers``), built here: the Serve app serves it as it is and never reads notebooks.
+
     Each component's ``runtime_env`` ``env_vars`` hold its env_vars and its secrets'
     values from ``secrets`` (``***`` for each when None: what ``--dry-run`` shows); the
     gateway gets none.
     """
     from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
+    from peach_cli.openapi import build_document  # not in the runtime either
 
     runtime = runtime_package()
     project = project_package(project_files(plan.root, excluded=plan.watched_files))
-    gateway_package = package(
-        "gateway", [(GATEWAY_FILE, json_bytes(gateway_to_json(plan)))], "the gateway's routes"
-    )
+    gateway_files = [
+        (GATEWAY_FILE, json_bytes(gateway_to_json(plan))),
+        (OPENAPI_FILE, json_bytes(build_document(plan, route_prefix=route_prefix))),
+    ]
+    gateway_package = package("gateway", gateway_files, "the gateway's routes")
     packages = {p.name: p for p in (project, runtime, gateway_package)}
     deployments: list[dict[str, Any]] = [
         {

@@ -40,6 +40,8 @@ from peach_cli.errors import DeployError
 SPEC_DIR = ".peach"
 GATEWAY_FILE = f"{SPEC_DIR}/gateway.json"
 """The routing plan, in the gateway's own ``working_dir``."""
+OPENAPI_FILE = f"{SPEC_DIR}/openapi.json"
+"""The project's OpenAPI document, built by the CLI (the gateway reads no notebook)."""
 SPEC_PACKAGE = "_peach_spec"
 """The folder of a deployment's or job's spec package: Ray puts it on ``sys.path``."""
 COMPONENT_FILE = "component.json"

@@ -62,6 +62,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     "PC309": ("warning", "component that never answers"),
     "PC310": ("warning", "trigger_task_with_event names an unknown task"),
     "PC311": ("warning", "value that looks like a credential"),
+    "PC312": ("warning", "annotation the OpenAPI document cannot express"),
     "PC401": ("info", "streaming method"),
     "PC801": ("error", "case file is not a list"),
     "PC802": ("error", "case name used twice"),
@@ -159,6 +160,12 @@ MEANINGS: dict[str, str] = {
     "PC311": (
         "a conf value or a string literal in the code that runs looks like a credential "
         "(`sk-…`, `AKIA…`, `ghp_…`, a private key, a long random token): move it to `secrets:`"
+    ),
+    "PC312": (
+        "a method parameter's annotation (or a part of it) that no JSON Schema expresses — a "
+        "class that is not an `Enum` of str/int defined in the notebook, an imported type, "
+        "`bytes`, a `dict` keyed by something else than `str`: `peach openapi` shows it as "
+        "`{}`, any value"
     ),
     "PC401": "an async-generator method: callers must send `stream`",
     "PC801": "a `*.peach-test.yaml` case file whose top level is not a list of cases",

@@ -23,14 +23,13 @@ import yaml
 
 from peach_cli.errors import UsageError
 from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean
+from peach_cli.project.filenames import CONF_FILES, CONF_FOLDER, conf_files
 
 if TYPE_CHECKING:
     from peach_cli.project.conf import PeachConf
 
 MAX_CONF_BYTES = 4 * 1024 * 1024
 MAX_YAML_NODES = 200_000
-CONF_FILE_NAMES = ("peach.yaml", "peach.yml")
-CONF_DIR = "peach.conf"
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SCALARS = yaml.SafeLoader("")  # only its safe scalar constructors are used
@@ -73,7 +72,7 @@ class Project:
             found = self.positions.get(tuple(path[:end]))
             if found is not None:
                 return found.key if key or end < len(path) else found.value
-        return Position(self.files[0] if self.files else "peach.yaml", 1, 1)
+        return Position(self.files[0] if self.files else CONF_FILES[0], 1, 1)
 
 
 # --- finding the files ------------------------------------------------------------------------
@@ -90,18 +89,10 @@ def find_conf_files(path: Path) -> tuple[Path, list[Path]]:
             f"{path} does not exist", hint="give the project folder, or run peach inside it"
         )
     if path.is_file():  # one file of peach.conf/ belongs to the folder holding peach.conf/
-        return (path.parent.parent if path.parent.name == CONF_DIR else path.parent), [path]
+        return (path.parent.parent if path.parent.name == CONF_FOLDER else path.parent), [path]
     if not path.is_dir():
         raise UsageError(f"{path} is neither a folder nor a file")
-    files = [path / name for name in CONF_FILE_NAMES if (path / name).is_file()]
-    conf_dir = path / CONF_DIR
-    if conf_dir.is_dir():
-        files += sorted(
-            (p for p in conf_dir.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()),
-            key=lambda p: p.name,
-        )
-    elif conf_dir.is_file():
-        files.append(conf_dir)
+    files = conf_files(path)
     if not files:
         raise UsageError(
             f"{path} is not a peach project: it has no peach.yaml and no peach.conf/ folder",

@@ -21,11 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peach_cli.errors import PeachError, UsageError
+from peach_cli.project.filenames import CASE_SUFFIX, CONF_FILES, CONF_FOLDER
 
 CODOPS_PATTERN = re.compile(r"^[a-z0-9_-]+$")
 NOTEBOOK = "notebooks/Endpoints.ipynb"
 SCHEMA_FILE = "peach.schema.json"
-OTHER_CONFS = ("peach.yml", "peach.conf")
+CONF = CONF_FILES[0]
+"""The conf file ``peach init`` writes."""
+OTHER_CONFS = (*CONF_FILES[1:], CONF_FOLDER)
 """Conf files ``peach init`` does not write but would merge with (so never overwrites)."""
 
 
@@ -132,7 +135,7 @@ def project_files(codops: str, endpoints: tuple[StarterEndpoint, ...]) -> dict[s
 
     schema = json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"  # as `peach schema`
     return {
-        "peach.yaml": conf_text(codops, endpoints),
+        CONF: conf_text(codops, endpoints),
         SCHEMA_FILE: schema,
         NOTEBOOK: notebook_text(codops, endpoints),
         ".gitignore": GITIGNORE,
@@ -141,7 +144,7 @@ def project_files(codops: str, endpoints: tuple[StarterEndpoint, ...]) -> dict[s
     }
 
 
-CASES = "tests/greet.peach-test.yaml"
+CASES = f"tests/greet{CASE_SUFFIX}"
 
 _GREET_CASES = """\
 # Endpoint tests: `peach test` runs them against the project's simulator (or --url HOST).

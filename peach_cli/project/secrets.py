@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Protocol
 
 from peach_cli.errors import PeachError
+from peach_cli.project.filenames import DOTENV
 
-DOTENV = ".env"
 MAX_DOTENV_BYTES = 1024 * 1024
 """A larger ``.env`` is refused unread (a variables file is a few lines)."""
 NOT_READ = ": no secret is read from .env until it is fixed"

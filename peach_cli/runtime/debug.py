@@ -66,6 +66,11 @@ def register(code: NotebookCode) -> None:
     _CODES[code_filename(code)] = code
 
 
+def is_notebook(filename: str) -> bool:
+    """Whether ``filename`` names compiled notebook code (``<notebooks/X.ipynb>``)."""
+    return filename in _CODES
+
+
 def position(filename: str, line: int) -> str:
     """``notebooks/X.ipynb, cell N, line L`` for notebook code, else ``file, line L``."""
     code = _CODES.get(filename)

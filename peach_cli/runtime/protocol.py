@@ -6,9 +6,10 @@ message is one of the typed tuples below, each of one ``Kind``; receivers ``matc
 classes::
 
     Gateway → replica   Start  Call  OpenStream  Cancel  Credit  Ping  Patch  CommitPatch  Stop
+                        ProfileStart  ProfileStop
     Replica → gateway   Ready  InitFailed  Result  StreamStarted  Chunk  StreamEnded
                         StreamCutOff  StreamRefused  Pong  ReinitState  Log  PatchReady
-                        PatchFailed
+                        PatchFailed  ProfileData
     Peach → task        RunTask
     Task → peach        TaskReturned  TaskFailed
 
@@ -66,6 +67,8 @@ class Kind(enum.IntEnum):
     PATCH = 7
     COMMIT_PATCH = 8
     STOP = 9
+    PROFILE_START = 10
+    PROFILE_STOP = 11
     READY = 20
     INIT_FAILED = 21
     RESULT = 22
@@ -79,6 +82,7 @@ class Kind(enum.IntEnum):
     LOG = 30
     PATCH_READY = 31
     PATCH_FAILED = 32
+    PROFILE_DATA = 33
     RUN_TASK = 40
     TASK_RETURNED = 41
     TASK_FAILED = 42
@@ -187,6 +191,22 @@ class CommitPatch(NamedTuple):
 @message(Kind.STOP)
 class Stop(NamedTuple):
     """Close every stream and exit."""
+
+
+@message(Kind.PROFILE_START)
+class ProfileStart(NamedTuple):
+    """Start sampling this process (``peach_cli.runtime.sampler``): every ``interval_s``,
+    wall-clock time or (``cpu``) CPU time. Sent before ``Start`` to profile ``init``."""
+
+    interval_s: float
+    cpu: bool
+
+
+@message(Kind.PROFILE_STOP)
+class ProfileStop(NamedTuple):
+    """Stop sampling and send the profile (``ProfileData``)."""
+
+    request_id: int
 
 
 # -- replica → gateway -------------------------------------------------------------------
@@ -321,6 +341,14 @@ class PatchFailed(NamedTuple):
     details: str
 
 
+@message(Kind.PROFILE_DATA)
+class ProfileData(NamedTuple):
+    """The profile since ``ProfileStart`` (``Sampler.profile``; None: nothing sampled)."""
+
+    request_id: int
+    profile: dict[str, Any] | None
+
+
 # -- peach ↔ task ------------------------------------------------------------------------
 
 
@@ -362,6 +390,8 @@ Message: TypeAlias = (
     | Patch
     | CommitPatch
     | Stop
+    | ProfileStart
+    | ProfileStop
     | Ready
     | InitFailed
     | Result
@@ -375,6 +405,7 @@ Message: TypeAlias = (
     | Log
     | PatchReady
     | PatchFailed
+    | ProfileData
     | RunTask
     | TaskReturned
     | TaskFailed

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from peach_cli.runtime import debug
+from peach_cli.runtime import debug, sampler
 from peach_cli.runtime.aio import run
 from peach_cli.runtime.contract import (
     CallResult,
@@ -63,6 +63,9 @@ from peach_cli.runtime.protocol import (
     PatchReady,
     Ping,
     Pong,
+    ProfileData,
+    ProfileStart,
+    ProfileStop,
     Ready,
     ReinitState,
     Result,
@@ -202,6 +205,10 @@ class Worker:
                 prepared = self.patches.pop(request_id, None)
                 if prepared is not None and commit and self.runner is not None:
                     self.runner.commit_patch(prepared)
+            case ProfileStart(interval_s, cpu):
+                sampler.start(interval_s, cpu, self.loop)
+            case ProfileStop(request_id):
+                self.channel.send(ProfileData(request_id, sampler.stop()))
             case Stop():
                 self.closed.set()
             case _:

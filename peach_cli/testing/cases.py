@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean
+from peach_cli.project.filenames import CASE_SUFFIX
 from peach_cli.project.loader import (
     NodePosition,
     Path_,
@@ -33,8 +34,6 @@ from peach_cli.project.loader import (
 
 if TYPE_CHECKING:
     from peach_cli.runtime.plan import EndpointSpec
-
-SUFFIX = ".peach-test.yaml"
 
 
 class Expect(BaseModel):
@@ -151,7 +150,7 @@ def find_case_files(root: Path) -> list[Path]:
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 continue
-            if not is_dir and not entry.name.endswith(SUFFIX):
+            if not is_dir and not entry.name.endswith(CASE_SUFFIX):
                 continue
             if _ignored(rules, _relative(root, Path(entry.path)), is_dir):
                 continue
@@ -369,7 +368,6 @@ def json_schema() -> dict[str, Any]:
 
 
 __all__ = [
-    "SUFFIX",
     "Case",
     "CaseFile",
     "Expect",

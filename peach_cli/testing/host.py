@@ -1,5 +1,12 @@
 """The host cases run against: the project's own simulator, started quietly, or a URL.
 
+``Hosts`` is what `peach test` and the pytest plugin both run cases with: the host of each
+project (``--url``, else its simulator, started at first use) and the one client that sends
+the requests; closing it stops every simulator it started::
+
+    with Hosts(url=None, timeout_s=60) as hosts:
+        observed = observe(hosts.client, hosts.url_for(Path("examples/quickstart")), case)
+
 ``local_host`` runs a ``simulator.session.DevSession`` (as ``peach dev --no-reload`` on a
 free loopback port, no live view, replicas in their envs) on an event loop of its own, in a
 background thread, so the caller may send blocking requests to it::
@@ -15,12 +22,72 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from peach_cli.testing.run import DEFAULT_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from peach_cli.client.send import Client
 
 START_TIMEOUT_S = 600.0
 """Building a py_environment the first time may take minutes."""
+
+
+class Hosts:
+    """The hosts of one run of cases, and the client that sends them their requests.
+
+    With ``url`` every project's cases go to that host; else each project's simulator is
+    started the first time its URL is asked for (``local_host``), and stopped by ``close``.
+    """
+
+    def __init__(self, url: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self._stack = ExitStack()
+        self._urls: dict[Path, str] = {}
+        self._client: Client | None = None
+        self._masked: set[Path] = set()
+
+    def url_for(self, project: Path, *, plan: Any = None) -> str:
+        """The base URL ``project``'s cases are sent to: ``url``, else its simulator's
+        (serving ``plan`` when given; started now if it has not been)."""
+        if self.url is not None:
+            return self.url
+        key = project.resolve()
+        if key not in self._urls:
+            self._urls[key] = self._stack.enter_context(local_host(project, plan=plan))
+        return self._urls[key]
+
+    @property
+    def client(self) -> Client:
+        """The client every request is sent with (it verifies TLS for an ``https`` URL)."""
+        if self._client is None:
+            from peach_cli.client.send import Client
+
+            tls = self.url is not None and self.url.startswith("https:")
+            self._client = self._stack.enter_context(Client(self.timeout_s, tls=tls))
+        return self._client
+
+    def mask_secrets(self, project: Path) -> None:
+        """Mask the values of the secrets ``project`` declares in everything shown from now
+        on (once a project: a host that is no simulator of ours does not mask them)."""
+        if project not in self._masked:
+            self._masked.add(project)
+            from peach_cli.project.secrets import hide_declared
+
+            hide_declared(project)
+
+    def close(self) -> None:
+        """Close the client and stop every simulator started."""
+        self._stack.close()
+
+    def __enter__(self) -> Hosts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _Runner:

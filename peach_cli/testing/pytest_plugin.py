@@ -15,27 +15,26 @@
           assert "fig" in "".join(stream)
           assert not stream.cut
 
-Importing this module costs nothing: peach's own modules load when a case file is
-collected or the fixture is used, so other test suites are not slowed down.
+Importing this module costs next to nothing (it imports only ``peach_cli.project.filenames``):
+peach's own modules load when a case file is collected or the fixture is used, so other test
+suites are not slowed down.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-if TYPE_CHECKING:
-    from peach_cli.client.send import Client
-    from peach_cli.testing.cases import LoadedCase
+from peach_cli.project.filenames import CASE_SUFFIX, is_project_folder
 
-SUFFIX = ".peach-test.yaml"
-CONF_NAMES = ("peach.yaml", "peach.yml", "peach.conf")
+if TYPE_CHECKING:
+    from peach_cli.testing.cases import LoadedCase
+    from peach_cli.testing.host import Hosts
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,59 +54,44 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_HOSTS] = _Hosts(config)
+    config.stash[_SESSION] = _Session(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    hosts = config.stash.get(_HOSTS, None)
-    if hosts is not None:
-        hosts.close()
+    session = config.stash.get(_SESSION, None)
+    if session is not None:
+        session.close()
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
-    if file_path.name.endswith(SUFFIX):
+    if file_path.name.endswith(CASE_SUFFIX):
         return CaseFileCollector.from_parent(parent, path=file_path)
     return None
 
 
-# --------------------------------------------------------------------------- hosts
+# --------------------------------------------------------------------------- the session
 
 
-class _Hosts:
-    """The hosts of one pytest session: one simulator per project, started when first used."""
+class _Session:
+    """What one pytest session runs cases with: the hosts (``peach_cli.testing.host.Hosts``,
+    made at first use: one simulator per project, or ``--peach-url``), and which project a
+    file is of."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.stack = ExitStack()
-        self.urls: dict[Path, str] = {}
-        self.client: Client | None = None
-        self.hidden: set[Path] = set()
+        self._hosts: Hosts | None = None
 
-    def url_for(self, project: Path) -> str:
-        given = self.config.getoption("--peach-url")
-        if given:
-            return str(given)
-        project = project.resolve()
-        if project not in self.urls:
-            from peach_cli.testing.host import local_host
+    @property
+    def hosts(self) -> Hosts:
+        if self._hosts is None:
+            from peach_cli.testing.host import Hosts
 
-            self.urls[project] = self.stack.enter_context(local_host(project))
-        return self.urls[project]
-
-    def http(self) -> Client:
-        if self.client is None:
-            from peach_cli.client.send import Client
-
-            self.client = self.stack.enter_context(Client(60.0))
-        return self.client
+            self._hosts = Hosts(self.config.getoption("--peach-url") or None)
+        return self._hosts
 
     def project_of(self, path: Path | None) -> Path:
         project = self._project_of(path)
-        if project not in self.hidden:  # its secrets are masked in every report
-            self.hidden.add(project)
-            from peach_cli.project.secrets import hide_declared
-
-            hide_declared(project)
+        self.hosts.mask_secrets(project)  # in every report
         return project
 
     def _project_of(self, path: Path | None) -> Path:
@@ -117,17 +101,18 @@ class _Hosts:
         root = Path(self.config.rootpath)
         if path is not None:
             for folder in [path.parent, *path.parent.parents]:
-                if any((folder / name).exists() for name in CONF_NAMES):
+                if is_project_folder(folder):
                     return folder
                 if folder == root:
                     break
         return root
 
     def close(self) -> None:
-        self.stack.close()
+        if self._hosts is not None:
+            self._hosts.close()
 
 
-_HOSTS = pytest.StashKey[_Hosts]()
+_SESSION = pytest.StashKey[_Session]()
 
 
 # --------------------------------------------------------------------------- case files
@@ -137,8 +122,7 @@ class CaseFileCollector(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         from peach_cli.testing.cases import read_case_file
 
-        hosts = self.config.stash[_HOSTS]
-        project = hosts.project_of(self.path)
+        project = self.config.stash[_SESSION].project_of(self.path)
         diagnostics: list[Any] = []
         case_file = read_case_file(project, self.path, diagnostics)
         errors = [d for d in diagnostics if d.severity == "error"]
@@ -161,9 +145,8 @@ class CaseItem(pytest.Item):
     def runtest(self) -> None:
         from peach_cli.testing.run import compare, observe
 
-        hosts = self.config.stash[_HOSTS]
-        base = hosts.url_for(self.project)
-        observed = observe(hosts.http(), base, self.loaded.case)
+        hosts = self.config.stash[_SESSION].hosts
+        observed = observe(hosts.client, hosts.url_for(self.project), self.loaded.case)
         mismatches = compare(self.loaded.case.expect, observed)
         if mismatches:
             lines: list[str] = []
@@ -238,7 +221,7 @@ class StreamReply:
 class Peach:
     """The ``peach`` fixture: ``ask`` and ``stream`` against the session's host."""
 
-    def __init__(self, hosts: _Hosts, project: Path) -> None:
+    def __init__(self, hosts: Hosts, project: Path) -> None:
         self._hosts = hosts
         self._project = project
 
@@ -257,7 +240,7 @@ class Peach:
         """GET ``url`` with ``params`` as the query string; the whole answer."""
         from peach_cli.testing.run import MISSING, observe_request
 
-        observed = observe_request(self._hosts.http(), self._request(url, params, False))
+        observed = observe_request(self._hosts.client, self._request(url, params, False))
         if observed.failure is not None:
             raise ConnectionError(observed.failure)
         return Reply(
@@ -273,7 +256,7 @@ class Peach:
     def stream(self, url: str, **params: Any) -> StreamReply:
         """GET ``url`` with ``stream=true``: iterate the reply for its chunks."""
         request = self._request(url, params, True)
-        client = self._hosts.http()
+        client = self._hosts.client
 
         def chunks(reply: StreamReply) -> Iterator[str]:
             import codecs
@@ -299,5 +282,5 @@ class Peach:
 def peach(request: pytest.FixtureRequest) -> Peach:
     """The simulator of the project at the rootdir (or ``--peach-project``), or the host at
     ``--peach-url``; started at first use, stopped at the end of the session."""
-    hosts = request.config.stash[_HOSTS]
-    return Peach(hosts, hosts.project_of(None))
+    session = request.config.stash[_SESSION]
+    return Peach(session.hosts, session.project_of(None))

@@ -117,6 +117,19 @@ def print_json(data: object, *, channel: str = "terminal") -> None:
     write_report(json_text(data) + "\n", channel=channel)
 
 
+def print_document(document: dict, output_format: str) -> None:
+    """``peach openapi``'s document, as JSON or YAML, on stdout."""
+    if output_format == "yaml":
+        import yaml
+
+        from peach_cli.boundary import shown_value, write_report
+
+        text = yaml.safe_dump(shown_value(document), sort_keys=False, allow_unicode=True)
+        write_report(text, channel="openapi")
+    else:
+        print_json(document, channel="openapi")
+
+
 # --- peach env --------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from peach_cli.runtime.plan import TaskSpec
 from peach_cli.runtime.protocol import (
@@ -27,10 +28,12 @@ from peach_cli.runtime.protocol import (
     TaskFailed,
     TaskReturned,
 )
-from simulator import debug
 from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
 from simulator.tasks.events import RunStatus, TaskRunEnded
 from simulator.trees import kill_tree, reap
+
+if TYPE_CHECKING:
+    from simulator.debug import DebugRelay
 
 MAX_LINE_BYTES = 4096
 """A line of a task's output is shown up to this many bytes (and how many more it had)."""
@@ -83,13 +86,15 @@ async def execute_task(
     on_output: Callable[[str], None] | None = None,
     spawner: Spawner | None = None,
     variables: dict[str, str] | None = None,
+    debugger: DebugRelay | None = None,
 ) -> TaskRunEnded:
     """Run ``spec`` once in a worker of ``launch``; never raises for the task's failures.
 
     Past ``timeout_s`` (default: the task's), or when cancelled, the worker's whole process
     tree is killed (a cancellation then propagates). ``spawner`` starts the worker (a warm
     spare when it keeps one for ``launch``); ``variables`` (its env_vars and secrets) are set
-    by the worker before it runs the task.
+    by the worker before it runs the task. At a breakpoint in ``debugger``, the run's
+    timeout waits.
     """
     limit = spec.timeout_s if timeout_s is None else timeout_s
     loop = asyncio.get_running_loop()
@@ -118,7 +123,7 @@ async def execute_task(
     channel.send(RunTask(spec, str(launch.root), payload, run_id, dict(variables or {})))
     status, killed, victims = RunStatus.FAILED, 0, set[int]()
     outcome: Message | ProtocolError | None = None
-    relay, who = debug.active, f"task {spec.name}"
+    relay, who = debugger, f"task {spec.name}"
     try:
         async with asyncio.timeout(limit) as deadline:
             if relay is not None:  # stopped in the debugger, the run waits (SPEC §7)

@@ -35,9 +35,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import PeachError
+from peach_cli.project.filenames import CONF_FOLDER
 from peach_cli.runtime.jsonlimits import (
     PAYLOAD_LIMIT,
     PayloadError,
@@ -59,6 +60,9 @@ from simulator.tasks.events import (
     TaskState,
 )
 from simulator.tasks.run import execute_task
+
+if TYPE_CHECKING:
+    from simulator.debug import DebugRelay
 
 TASK_MODULE = "peach_cli.runtime.task_worker"
 DEFAULT_INTERVAL_S = 60.0
@@ -158,10 +162,12 @@ class TaskScheduler:
         trigger: TriggerSocket | None = None,
         spawner: Spawner | None = None,
         on_event: Emit | None = None,
+        debugger: DebugRelay | None = None,
     ) -> None:
         """``held``: the loop's first round waits until ``ready`` is set (``peach dev``
         sets it once the replicas are up). ``trigger``: the socket to listen on (default:
-        a new one). ``spawner`` starts the task workers and keeps the warm ones."""
+        a new one). ``spawner`` starts the task workers and keeps the warm ones. A run
+        stopped at a breakpoint in ``debugger`` waits there."""
         self.plan = plan
         self.root = Path(plan.root).resolve()
         self.environments = environments
@@ -173,6 +179,7 @@ class TaskScheduler:
         self.on_event = on_event
         self.trigger_socket = trigger or TriggerSocket()
         self.spawner = spawner or Spawner()
+        self.debugger = debugger
         self._queue: deque[Run] = deque()
         self._wake = asyncio.Event()
         self._server: asyncio.AbstractServer | None = None
@@ -440,6 +447,7 @@ class TaskScheduler:
             on_output=output,
             spawner=self.spawner,
             variables=variables,
+            debugger=self.debugger,
         )
         if self.keep_warm and launch not in self._warmed:
             self._warmed.add(launch)
@@ -482,7 +490,7 @@ class TaskScheduler:
         names = set(plan.watched_files)
         for spec in plan.tasks.values():
             names.update(spec.modules)
-        conf_folder = self.root / "peach.conf"
+        conf_folder = self.root / CONF_FOLDER
         if conf_folder.is_dir():
             names.update(p.relative_to(self.root).as_posix() for p in conf_folder.iterdir())
         stamp = []

@@ -1,0 +1,29 @@
+"""`peach openapi`: the project's OpenAPI document (SPEC §11), built without running its code.
+
+Exit codes: 0 the document was printed, 1 the project has errors (shown as ``peach validate``
+shows them), 2 the command line is wrong. Warnings go to stderr, one line each, so that
+stdout holds the document alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from peach_cli.errors import UsageError
+
+FORMATS = ("json", "yaml")
+
+
+def run_openapi(project: Path, *, output_format: str = "json") -> int:
+    """Print the OpenAPI document of the project at ``project``; return the exit code."""
+    if output_format not in FORMATS:
+        raise UsageError(
+            f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+        )
+    from peach_cli.commands.loading import load_plan
+    from peach_cli.openapi import build_document
+    from peach_cli.views.console import print_document
+
+    plan = load_plan(project, doing="describing", warnings="lines")
+    print_document(build_document(plan), output_format)
+    return 0

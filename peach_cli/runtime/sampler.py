@@ -1,0 +1,334 @@
+"""A sampling profiler inside a replica (`peach profile`, SPEC §12). Standard library only.
+
+A daemon thread wakes every ``interval_s`` and reads every other thread's stack
+(``sys._current_frames()``), plus — wall-clock mode — the coroutine stack of every task of
+the replica's event loop that is waiting (an ``async def`` method awaiting I/O is on no
+thread's stack: its frames are found by following ``cr_await`` from the task's coroutine).
+Each stack is weighed by the time it stands for: the wall time since the previous sample,
+or (``cpu``) the CPU time its thread used meanwhile, read from the thread's CPU clock.
+
+Wall-clock mode counts the stacks that pass through code that is not the standard
+library's or peach's: the time requests spend in the user's code, waiting on I/O included
+(exactly what it should show); peach's own threads there mostly wait — for work, or for
+the GIL that the user's code holds. CPU mode counts the CPU time of the threads in the user's code and of the event loop's
+thread, peach's work included (``_cpu_weight``).
+
+``stop()`` returns the profile as plain data: a table of frames, each
+``(kind, position, function)`` with ``kind`` one of ``notebook``, ``project``, ``library``,
+``stdlib`` or ``peach``, and the distinct stacks (root first, as indices in the table) with
+their weights in seconds. Notebook code is named ``notebooks/X.ipynb, cell N, line L``, as
+tracebacks and pdb name it (``peach_cli.runtime.debug``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import sysconfig
+import threading
+import time
+from types import CodeType, FrameType
+from typing import Any
+
+import peach_cli
+from peach_cli.runtime import debug
+
+DEFAULT_INTERVAL_S = 0.01
+"""100 samples a second, as py-spy's default."""
+
+_PEACH_DIR = os.path.dirname(os.path.abspath(peach_cli.__file__)) + os.sep
+_STDLIB_DIRS = tuple(
+    {
+        os.path.abspath(sysconfig.get_paths()[name]) + os.sep
+        for name in ("stdlib", "platstdlib")
+        if sysconfig.get_paths().get(name)
+    }
+)
+_IDLE_LEAVES = frozenset(
+    {
+        ("selectors.py", "select"),
+        ("threading.py", "wait"),
+        ("threading.py", "_wait_for_tstate_lock"),
+        ("queue.py", "get"),
+        ("thread.py", "_worker"),
+    }
+)
+"""(file name, function) of leaf frames where a thread waits for work, not for the user."""
+
+Stack = tuple[int, ...]
+"""``id(code), line, id(code), line, …``, root first: plain ints hash fast (a code object's
+hash is computed anew each time), and every stack is looked up at every sample."""
+
+
+class Sampler:
+    """Samples this process's threads (and waiting coroutines) until ``stop()``."""
+
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        *,
+        cpu: bool = False,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.interval_s = max(0.001, float(interval_s))
+        self.cpu = cpu
+        self.loop = loop
+        self.samples = 0
+        self.stacks: dict[Stack, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="peach-sampler", daemon=True)
+        self._clocks: dict[int, int | None] = {}
+        self._cpu_seen: dict[int, float] = {}
+        self._kinds: dict[str, str] = {}
+        self._codes: dict[int, CodeType] = {}
+        """``id(code)`` → the code (kept alive, so its id is never another's)."""
+        self._verdicts: dict[tuple[Stack, bool], bool] = {}
+        self.started = 0.0
+        self.ended = 0.0
+        self._switch: float | None = None
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+        # A thread that wants the GIL gets it after the switch interval (5 ms): longer
+        # than many a call's stretch of Python, which CPU sampling would then never catch
+        # running — only at the points where it lets go of the GIL itself. A fraction of
+        # the sampling interval puts the samples where the time is (measured: it costs
+        # some 5 % of a CPU-bound replica's capacity, against 1 % without).
+        if self.cpu:  # (wall-clock mode counts the threads waiting for the GIL anyway)
+            self._switch = sys.getswitchinterval()
+            sys.setswitchinterval(min(self._switch, self.interval_s / 20))
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        """Stop sampling and return the profile (see the module docstring)."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        if self._switch is not None:
+            sys.setswitchinterval(self._switch)
+            self._switch = None
+        self.ended = time.perf_counter()
+        return self.profile()
+
+    # -- sampling ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        last = time.perf_counter()
+        me = threading.get_ident()
+        while not self._stop.wait(self.interval_s):
+            now = time.perf_counter()
+            try:
+                self._sample(now - last, me)
+            except Exception:  # noqa: BLE001, S112 - a racing thread or task: skip one sample
+                continue
+            finally:
+                last = now
+
+    def _sample(self, elapsed: float, me: int) -> None:
+        self.samples += 1
+        stacks = self.stacks
+        codes = self._codes
+        main = threading.main_thread().ident
+        for ident, frame in sys._current_frames().items():
+            if ident == me:
+                continue
+            stack = _stack_of(frame, codes)
+            if self.cpu:
+                weight = self._cpu_weight(ident, ident == main, stack, elapsed)
+            else:  # wall-clock: the time requests spend in the user's code, waits included
+                weight = 0.0 if self._waits(stack) else elapsed
+            if weight > 0.0:
+                stacks[stack] = stacks.get(stack, 0.0) + weight
+        if not self.cpu and self.loop is not None:
+            for stack in _waiting_coroutines(self.loop, codes):
+                if not self._waits(stack):
+                    stacks[stack] = stacks.get(stack, 0.0) + elapsed
+
+    def _cpu_used(self, ident: int) -> float | None:
+        """CPU seconds thread ``ident`` used since the last sample (None: no thread clocks
+        here, as on macOS)."""
+        clock = self._clocks.get(ident, -1)
+        if clock == -1:
+            try:
+                clock = time.pthread_getcpuclockid(ident)
+            except (AttributeError, OSError):
+                clock = None
+            self._clocks[ident] = clock
+        if clock is None:
+            return None
+        try:
+            used = time.clock_gettime(clock)
+        except OSError:  # the thread has ended
+            return 0.0
+        previous = self._cpu_seen.get(ident)
+        self._cpu_seen[ident] = used
+        return 0.0 if previous is None else max(0.0, used - previous)
+
+    def _cpu_weight(self, ident: int, main: bool, stack: Stack, elapsed: float) -> float:
+        """The CPU time to put on ``stack``: what its thread used since the last sample —
+        all of it for the event loop's (``main``) thread, whose work is peach's unless its
+        stack says otherwise; for another thread only when its stack is in the user's code
+        (a worker thread that has just finished a call has used its CPU in that call, not
+        where it stands now: that time is left out rather than put on peach)."""
+        used = self._cpu_used(ident)
+        if used is None:  # no thread clocks: count the threads that do not wait
+            return 0.0 if self._waits(stack, thread=main) else elapsed
+        if main or not self._waits(stack):
+            return used
+        return 0.0
+
+    def _waits(self, stack: Stack, *, thread: bool = False) -> bool:
+        """Whether ``stack`` is left out: it has no frame of the user's code or a library's
+        and it is not the event loop's ``thread`` at work. (Wall-clock mode passes no
+        ``thread``: peach's own threads there mostly wait — for work, or for the GIL the
+        user's code holds — and would hide the user's lines behind peach's.)"""
+        verdict = self._verdicts.get((stack, thread))
+        if verdict is None:
+            verdict = self._verdicts[(stack, thread)] = self._judge(stack, thread)
+        return verdict
+
+    def _judge(self, stack: Stack, thread: bool) -> bool:
+        codes = [self._codes[key] for key in stack[0::2]]
+        if any(self._kind(code.co_filename) not in ("peach", "stdlib") for code in codes):
+            return False
+        if not thread or not codes:
+            return True
+        leaf = codes[-1]
+        return (os.path.basename(leaf.co_filename), leaf.co_name) in _IDLE_LEAVES
+
+    def _kind(self, filename: str) -> str:
+        kind = self._kinds.get(filename)
+        if kind is None:
+            kind = self._kinds[filename] = _kind_of(filename)
+        return kind
+
+    # -- the result ----------------------------------------------------------------------
+
+    def profile(self) -> dict[str, Any]:
+        frames: list[tuple[str, str, str]] = []
+        index: dict[tuple[int, int], int] = {}
+        stacks = []
+        for stack, weight in list(self.stacks.items()):
+            indices = []
+            for key in zip(stack[0::2], stack[1::2], strict=True):
+                number = index.get(key)
+                if number is None:
+                    number = index[key] = len(frames)
+                    frames.append(self._describe(self._codes[key[0]], key[1]))
+                indices.append(number)
+            stacks.append((indices, weight))
+        return {
+            "pid": os.getpid(),
+            "mode": "cpu" if self.cpu else "wall",
+            "interval_s": self.interval_s,
+            "samples": self.samples,
+            "duration_s": max(0.0, (self.ended or time.perf_counter()) - self.started),
+            "frames": frames,
+            "stacks": stacks,
+        }
+
+    def _describe(self, code: CodeType, line: int) -> tuple[str, str, str]:
+        filename = code.co_filename
+        kind = self._kind(filename)
+        function = getattr(code, "co_qualname", code.co_name)
+        if kind == "notebook":
+            return kind, debug.position(filename, line), function
+        return kind, f"{_short_path(filename, kind)}, line {line}", function
+
+
+def _stack_of(frame: FrameType | None, codes: dict[int, CodeType]) -> Stack:
+    stack = []
+    while frame is not None:
+        code = frame.f_code
+        key = id(code)
+        if key not in codes:
+            codes[key] = code
+        stack.append(frame.f_lineno)
+        stack.append(key)
+        frame = frame.f_back
+    stack.reverse()
+    return tuple(stack)
+
+
+def _waiting_coroutines(loop: asyncio.AbstractEventLoop, codes: dict[int, CodeType]) -> list[Stack]:
+    """The stacks of the tasks of ``loop`` that wait (a running one is on its thread's
+    stack): each coroutine's frame, then what it awaits, down to the innermost."""
+    found = []
+    for task in asyncio.all_tasks(loop):
+        coroutine: Any = task.get_coro()
+        if getattr(coroutine, "cr_running", False) or getattr(coroutine, "gi_running", False):
+            continue
+        stack: list[int] = []
+        while coroutine is not None:
+            frame = getattr(coroutine, "cr_frame", None) or getattr(coroutine, "gi_frame", None)
+            if frame is None:
+                break
+            code = frame.f_code
+            key = id(code)
+            if key not in codes:
+                codes[key] = code
+            stack.append(key)
+            stack.append(frame.f_lineno)
+            coroutine = getattr(coroutine, "cr_await", None) or getattr(
+                coroutine, "gi_yieldfrom", None
+            )
+        if stack:
+            found.append(tuple(stack))
+    return found
+
+
+def _kind_of(filename: str) -> str:
+    if filename.startswith("<") and filename.endswith(">"):
+        if debug.is_notebook(filename):
+            return "notebook"
+        return "stdlib" if filename.startswith("<frozen ") else "library"
+    path = os.path.abspath(filename)
+    if path.startswith(_PEACH_DIR):
+        return "peach"
+    if "site-packages" in path or "dist-packages" in path:
+        return "library"
+    if path.startswith(_STDLIB_DIRS):
+        return "stdlib"
+    if path.startswith(os.getcwd() + os.sep):  # a replica runs in the project folder
+        return "project"
+    return "library"
+
+
+def _short_path(filename: str, kind: str) -> str:
+    path = os.path.abspath(filename)
+    for marker in ("site-packages" + os.sep, "dist-packages" + os.sep):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    if kind == "stdlib":
+        for folder in _STDLIB_DIRS:
+            if path.startswith(folder):
+                return path[len(folder) :]
+    if kind == "peach":
+        return "peach_cli/" + path[len(_PEACH_DIR) :] if path.startswith(_PEACH_DIR) else filename
+    cwd = os.getcwd() + os.sep
+    if path.startswith(cwd):
+        return path[len(cwd) :]
+    return filename
+
+
+_active: Sampler | None = None
+
+
+def start(interval_s: float, cpu: bool, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Start this process's sampler (a running one is replaced, its samples dropped)."""
+    global _active
+    if _active is not None:
+        _active.stop()
+    _active = Sampler(interval_s, cpu=cpu, loop=loop)
+    _active.start()
+
+
+def stop() -> dict[str, Any] | None:
+    """Stop this process's sampler; its profile, or None when none was running."""
+    global _active
+    sampler, _active = _active, None
+    return sampler.stop() if sampler is not None else None
+
+
+__all__ = ["DEFAULT_INTERVAL_S", "Sampler", "start", "stop"]

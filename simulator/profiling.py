@@ -1,0 +1,217 @@
+"""`peach profile`'s actions on `peach dev` (SPEC §12): sampling every replica of an endpoint.
+
+Three ``/_peach/`` actions, for loopback clients only (like ``/_peach/reinit``)::
+
+    POST /_peach/profile/start  {"url": "/hot", "interval_s": 0.01, "cpu": false}
+         → {"status": "ok", "result": {"session": "…", "replicas": ["hot/main#1", …]}}
+    POST /_peach/profile/stop   {"session": "…"}
+         → {"status": "ok", "result": {"profiles": [{"replica": …, "component": …, <profile>}]}}
+    POST /_peach/profile/init   {"url": "/hot", "interval_s": 0.01, "cpu": false}
+         → the same as stop: the endpoint's components that have an ``init`` get new
+           replicas (as ``/_peach/reinit`` does), sampled from before their code loads
+           until ``init`` returned.
+
+The sampling itself runs inside each replica (``peach_cli.runtime.sampler``), switched on
+and off by the ``ProfileStart`` and ``ProfileStop`` messages; a profile is plain data that
+``peach_cli.profile`` turns into tables, a flame graph or a speedscope file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route as StarletteRoute
+
+from peach_cli.addresses import is_loopback
+from peach_cli.runtime import contract
+from peach_cli.runtime.plan import url_key
+from peach_cli.runtime.protocol import Message, ProfileData, ProfileStart, ProfileStop
+
+if TYPE_CHECKING:
+    from simulator.replica import Replica
+    from simulator.routing import Route
+
+COLLECT_TIMEOUT_S = 10.0
+"""How long a replica may take to send its profile."""
+MAX_SESSIONS = 16
+"""Sessions kept at most; the oldest is stopped (its samples dropped) to make room."""
+_MAX_BODY = 64 * 1024
+
+
+@dataclass
+class _InitWatch:
+    """Replicas of ``keys`` spawned while ``init`` is profiled: each starts sampling first."""
+
+    keys: frozenset[str]
+    start: ProfileStart
+    replicas: list[Replica] = field(default_factory=list)
+
+
+_WATCHES: weakref.WeakKeyDictionary[Any, _InitWatch] = weakref.WeakKeyDictionary()
+"""Spawner (one per server) → the init being profiled on it."""
+
+
+def first_messages(replica: Replica) -> list[Message]:
+    """What a new replica process gets before ``Start``: ``ProfileStart`` while its
+    component's ``init`` is profiled (``Replica._spawn`` asks)."""
+    watch = _WATCHES.get(replica.spawner)
+    if watch is None or replica.spec.key not in watch.keys:
+        return []
+    watch.replicas.append(replica)
+    return [watch.start]
+
+
+@dataclass
+class _Session:
+    replicas: list[Replica]
+    began: float = field(default_factory=time.monotonic)
+
+
+class Profiler:
+    """The profile actions of one gateway (``DevGateway``), and their sessions."""
+
+    def __init__(self, gateway: Any) -> None:
+        self.gateway = gateway
+        self.sessions: dict[str, _Session] = {}
+
+    def routes(self) -> list[StarletteRoute]:
+        return [
+            StarletteRoute("/_peach/profile/start", self._start, methods=["POST"]),
+            StarletteRoute("/_peach/profile/stop", self._stop, methods=["POST"]),
+            StarletteRoute("/_peach/profile/init", self._init, methods=["POST"]),
+        ]
+
+    # -- actions -------------------------------------------------------------------------
+
+    async def _start(self, request: Request) -> JSONResponse:
+        asked = await _read(request)
+        if isinstance(asked, JSONResponse):
+            return asked
+        route = self._route(asked)
+        if isinstance(route, JSONResponse):
+            return route
+        settings = _settings(asked)
+        if isinstance(settings, JSONResponse):
+            return settings
+        replicas = [
+            replica
+            for pool in route.pools.values()
+            for replica in pool.replicas
+            if replica.pid is not None and replica.notify(settings)
+        ]
+        if not replicas:
+            return _error(503, "unavailable", f"no replica of {route.endpoint.url} is running")
+        while len(self.sessions) >= MAX_SESSIONS:
+            oldest = next(iter(self.sessions))
+            await _collect(self.sessions.pop(oldest).replicas)
+        session = secrets.token_hex(8)
+        self.sessions[session] = _Session(replicas)
+        return _ok({"session": session, "replicas": [replica.id for replica in replicas]})
+
+    async def _stop(self, request: Request) -> JSONResponse:
+        asked = await _read(request)
+        if isinstance(asked, JSONResponse):
+            return asked
+        session = self.sessions.pop(str(asked.get("session")), None)
+        if session is None:
+            return _error(404, "not_found", "no such profile session (stopped already?)")
+        return _ok({"profiles": await _collect(session.replicas)})
+
+    async def _init(self, request: Request) -> JSONResponse:
+        asked = await _read(request)
+        if isinstance(asked, JSONResponse):
+            return asked
+        route = self._route(asked)
+        if isinstance(route, JSONResponse):
+            return route
+        settings = _settings(asked)
+        if isinstance(settings, JSONResponse):
+            return settings
+        specs = route.endpoint.components
+        keys = [spec.key for spec in specs.values() if spec.init]
+        if not keys:
+            return _error(400, "bad_request", f"{route.endpoint.url} has no component with init")
+        reinit = self.gateway.reinit
+        spawner = next((r.spawner for pool in route.pools.values() for r in pool.replicas), None)
+        if reinit is None or spawner is None:
+            return _error(503, "unavailable", "this server cannot restart replicas")
+        if spawner in _WATCHES:
+            return _error(409, "busy", "an init is already being profiled on this server")
+        watch = _InitWatch(frozenset(keys), settings)
+        _WATCHES[spawner] = watch
+        try:
+            change = await reinit(keys)
+        finally:
+            _WATCHES.pop(spawner, None)
+        profiles = await _collect(watch.replicas)
+        if change.failed:
+            message = "; ".join(f"{key}: {error}" for key, error in change.failed.items())
+            return _error(500, "init_error", f"{message} (the previous replicas keep serving)")
+        return _ok({"profiles": profiles, "components": keys})
+
+    def _route(self, asked: dict[str, Any]) -> Route | JSONResponse:
+        url = asked.get("url")
+        if not isinstance(url, str) or not url.startswith("/"):
+            return _error(400, "bad_request", 'give the endpoint as {"url": "/path"}')
+        routes = self.gateway.table.routes
+        route = routes.get(url) or routes.get(url_key(url))
+        if route is None:
+            return _error(404, "not_found", f"no endpoint at {url}")
+        return route
+
+
+async def _read(request: Request) -> dict[str, Any] | JSONResponse:
+    client = request.client.host if request.client else None
+    if not is_loopback(client):
+        return _error(403, "forbidden", "/_peach/profile is for loopback clients")
+    body = await request.body()
+    if len(body) > _MAX_BODY:
+        return _error(413, "payload_too_large", "a profile action takes a small JSON object")
+    import json
+
+    try:
+        asked = json.loads(body or b"{}")
+    except ValueError:
+        asked = None
+    if not isinstance(asked, dict):
+        return _error(400, "bad_request", "the body must be a JSON object")
+    return asked
+
+
+def _settings(asked: dict[str, Any]) -> ProfileStart | JSONResponse:
+    interval = asked.get("interval_s", 0.01)
+    if not isinstance(interval, (int, float)) or not 0.001 <= interval <= 1.0:
+        return _error(400, "bad_request", "interval_s must be between 0.001 and 1 second")
+    return ProfileStart(float(interval), bool(asked.get("cpu", False)))
+
+
+async def _collect(replicas: list[Replica]) -> list[dict[str, Any]]:
+    """Stop sampling in ``replicas`` and gather their profiles (a gone one gives none)."""
+    answers = await asyncio.gather(
+        *(replica.request(ProfileStop, COLLECT_TIMEOUT_S) for replica in replicas)
+    )
+    profiles = []
+    for replica, answer in zip(replicas, answers, strict=True):
+        if isinstance(answer, ProfileData) and answer.profile is not None:
+            profiles.append(
+                {"replica": replica.id, "component": replica.spec.name, **answer.profile}
+            )
+    return profiles
+
+
+def _ok(result: dict[str, Any]) -> JSONResponse:
+    return JSONResponse({"status": "ok", "result": result})
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse(contract.error_envelope(code, message), status_code=status)
+
+
+__all__ = ["Profiler", "first_messages"]

@@ -1,0 +1,307 @@
+"""`peach profile` (SPEC §12): a planted hot loop, a slow init and an awaiting coroutine, named
+by their notebook cell and line; the flame graph, the speedscope file, the 80-column text,
+the loopback-only actions and the refusal of a host peach cannot profile.
+
+The project (tests/projects/profile) plants the hot loop at notebooks/Hot.ipynb cell 3,
+line 4 (in ``busy``), a 0.5 s busy init at cell 2, line 7 (``slow_init``) and an
+``async def`` that awaits ``asyncio.sleep`` (cell 4).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import xml.etree.ElementTree as ElementTree
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+from cli_support import REPO, run_peach
+
+PROJECT = REPO / "tests" / "projects" / "profile"
+HOT = {"position": "notebooks/Hot.ipynb, cell 3, line 4", "function": "busy"}
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> object:
+    """`peach dev` on the profile project, every replica started."""
+    from tests.conftest import start_peach_dev
+
+    started = start_peach_dev(PROJECT, tmp_path_factory.mktemp("profile-dev") / "dev.log")
+    request.addfinalizer(started.stop)
+    started.wait_ready()
+    return started
+
+
+def profile(*args: str, columns: int = 200) -> tuple[int, str, str]:
+    done = run_peach("profile", *args, cwd=PROJECT, columns=columns, timeout=180)
+    return done.returncode, done.stdout, done.stderr
+
+
+def profile_to(written: Path, dev, *args: str, columns: int = 200) -> str:
+    """`peach profile /hot --url DEV -o WRITTEN ARGS`: its standard output (it succeeded)."""
+    code, out, err = profile("/hot", "--url", dev.url, "-o", str(written), *args, columns=columns)
+    assert code == 0, out + err
+    return out
+
+
+def without_share(line: dict) -> dict:
+    return {key: value for key, value in line.items() if key != "share"}
+
+
+@pytest.mark.slow
+def test_the_planted_hot_loop_comes_first_by_self_time() -> None:
+    """Without --url: peach profile starts the project's simulator, loads /hot, stops it."""
+    code, out, err = profile("/hot", "--duration", "2", "--format", "json")
+    assert code == 0, out + err
+    found = json.loads(out)
+    assert sorted(found) == ["duration_s", "samples", "self", "total"]
+    assert found["samples"] > 20 and found["duration_s"] >= 2
+    assert without_share(found["self"][0]) == HOT, found["self"][:3]
+    assert found["self"][0]["share"] > 0.5
+    totals = [without_share(line) for line in found["total"]]
+    caller = {"position": "notebooks/Hot.ipynb, cell 3, line 13", "function": "hot"}
+    assert caller in totals and {"position": "peach", "function": "peach"} in totals
+    shares = [line["share"] for line in found["self"]]
+    assert shares == sorted(shares, reverse=True) and abs(sum(shares) - 1) < 0.01
+
+
+@pytest.mark.slow
+def test_the_text_fits_80_columns_and_the_flame_graph_names_the_function(
+    dev, tmp_path: Path
+) -> None:
+    picture = tmp_path / "hot.svg"
+    out = profile_to(picture, dev, "n=30000", "--duration", "2", columns=80)
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 80, out
+    first = lines[lines.index("by self time (the line itself)") + 1]
+    assert first.endswith("notebooks/Hot.ipynb, cell 3, line 4 · busy"), out
+    assert "flame graph: …" in out and out.rstrip().endswith("/hot.svg")
+
+    root = ElementTree.parse(picture).getroot()  # well-formed XML, an SVG
+    assert root.tag == f"{SVG}svg"
+    assert root.find(f".//{SVG}script") is None  # nothing runs, nothing is fetched
+    assert "http" not in picture.read_text().replace("http://www.w3.org/2000/svg", "")
+    hovers = [title.text or "" for title in root.iter(f"{SVG}title")]
+    busy = [h for h in hovers if h.startswith("busy · notebooks/Hot.ipynb, cell 3, line 4")]
+    assert busy and "% of the time" in busy[0], hovers
+    labels = [text.text or "" for text in root.iter(f"{SVG}text")]
+    assert any(label.startswith("busy · notebooks/Hot.ipynb") for label in labels), labels
+
+
+SPEEDSCOPE_SCHEMA = {
+    # speedscope's file format (https://www.speedscope.app/file-format-schema.json), the
+    # parts a sampled profile uses: a file, its shared frames, its profiles.
+    "type": "object",
+    "required": ["$schema", "shared", "profiles"],
+    "properties": {
+        "$schema": {"const": "https://www.speedscope.app/file-format-schema.json"},
+        "shared": {
+            "type": "object",
+            "required": ["frames"],
+            "properties": {
+                "frames": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "file": {"type": "string"},
+                            "line": {"type": "number"},
+                            "col": {"type": "number"},
+                        },
+                    },
+                }
+            },
+        },
+        "profiles": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": [
+                    "type",
+                    "name",
+                    "unit",
+                    "startValue",
+                    "endValue",
+                    "samples",
+                    "weights",
+                ],
+                "properties": {
+                    "type": {"const": "sampled"},
+                    "name": {"type": "string"},
+                    "unit": {
+                        "enum": [
+                            "none",
+                            "nanoseconds",
+                            "microseconds",
+                            "milliseconds",
+                            "seconds",
+                            "bytes",
+                        ]  # fmt: skip
+                    },
+                    "startValue": {"type": "number"},
+                    "endValue": {"type": "number"},
+                    "samples": {
+                        "type": "array",
+                        "items": {"type": "array", "items": {"type": "number"}},
+                    },  # fmt: skip
+                    "weights": {"type": "array", "items": {"type": "number"}},
+                },
+            },
+        },
+        "name": {"type": "string"},
+        "activeProfileIndex": {"type": "number"},
+        "exporter": {"type": "string"},
+    },
+}
+
+
+@pytest.mark.slow
+def test_the_speedscope_file_follows_its_schema_and_cpu_time_finds_the_loop(
+    dev, tmp_path: Path
+) -> None:
+    import jsonschema
+
+    written = tmp_path / "hot.json"
+    out = profile_to(written, dev, "--cpu", "--duration", "2", "--format", "json")
+    assert without_share(json.loads(out)["self"][0]) == HOT  # CPU time: the loop too
+    document = json.loads(written.read_text())
+    jsonschema.validate(document, SPEEDSCOPE_SCHEMA)
+    (sampled,) = document["profiles"]
+    frames = document["shared"]["frames"]
+    assert len(sampled["samples"]) == len(sampled["weights"]) > 0
+    assert all(0 <= i < len(frames) for stack in sampled["samples"] for i in stack)
+    names = [frame["name"] for frame in frames]
+    assert "busy (notebooks/Hot.ipynb, cell 3, line 4)" in names, names
+
+
+@pytest.mark.slow
+def test_init_names_the_slow_init(dev) -> None:
+    code, out, err = profile("/hot", "--url", dev.url, "--init", "--format", "json")
+    assert code == 0, out + err
+    found = json.loads(out)
+    slow = {"position": "notebooks/Hot.ipynb, cell 2, line 7", "function": "slow_init"}
+    assert without_share(found["self"][0]) == slow, found["self"][:3]
+    assert found["duration_s"] >= 0.5
+    dev.wait_for_output(r"re-ran init of hot/main")  # its replicas were restarted
+
+
+@pytest.mark.slow
+def test_an_async_method_is_attributed_to_its_coroutine(dev) -> None:
+    code, out, err = profile("/waits", "--url", dev.url, "--duration", "1.5", "--format", "json")
+    assert code == 0, out + err
+    found = json.loads(out)
+    totals = [without_share(line) for line in found["total"]]
+    assert {"position": "notebooks/Hot.ipynb, cell 4, line 9", "function": "waits"} in totals
+    assert {"position": "notebooks/Hot.ipynb, cell 4, line 5", "function": "pause"} in totals
+    assert found["self"][0]["function"] == "sleep" and found["self"][0]["share"] > 0.8
+
+
+@pytest.mark.slow
+def test_profile_actions_refuse_clients_that_are_not_on_loopback(peach_dev) -> None:
+    from netns_support import other_machine
+
+    with other_machine() as link:
+        dev = peach_dev(PROJECT, "--host", link.host_address)
+        dev.wait_for_output(r"replicas? healthy")
+        code = (
+            "import httpx, json\n"
+            f"answers = [httpx.post({dev.url!r} + '/_peach/profile/' + action,"
+            " json={'url': '/hot'}, timeout=20) for action in ('start', 'init', 'stop')]\n"
+            "print(json.dumps([[a.status_code, a.json()] for a in answers]))\n"
+        )
+        done = link.python(code)
+    assert done.returncode == 0, done.stderr
+    for status, body in json.loads(done.stdout):
+        assert status == 403, body
+        assert body["error"]["message"] == "/_peach/profile is for loopback clients"
+
+
+class _NotPeach(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the handler's name
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"status": "error", "error": {"code": "not_found", "message": "no"}}')
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_a_host_that_is_not_a_peach_dev_is_refused_plainly() -> None:
+    """A deployed app (not on this machine, or not a `peach dev`): exit 2, one message."""
+    code, out, err = profile("/hot", "--url", "http://10.0.0.1:8000")
+    assert code == 2 and out == ""
+    assert "cannot profile http://10.0.0.1:8000: it is not a `peach dev` on this machine" in err
+    assert "Ray cluster" in err and "Traceback" not in err
+
+    server = HTTPServer(("127.0.0.1", 0), _NotPeach)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        code, out, err = profile("/hot", "--url", f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+    assert code == 2 and "is not a `peach dev` on this machine" in err, err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ({"output_file": Path("profile.txt")}, "give a file ending in .svg"),
+        ({"rate": 5.0, "concurrency": 2}, "give one"),
+        ({"init": True, "duration_s": 3.0}, "--init profiles init and sends no load"),
+        ({"output": "yaml"}, "--format must be text or json"),
+    ],
+)
+def test_usage_mistakes_are_refused_before_anything_starts(args: dict, says: str) -> None:
+    from peach_cli.commands.profile import run_profile
+    from peach_cli.errors import UsageError
+
+    with pytest.raises(UsageError, match=re.escape(says)) as refused:
+        run_profile("/hot", url="http://127.0.0.1:9", **args)
+    assert refused.value.exit_code == 2
+
+
+def test_peach_frames_fold_into_one_entry_and_the_library_calls_stay() -> None:
+    """The folding rule on a replica's raw profile: peach's frames and the standard library
+    they call are one ``peach`` frame; what the user's code calls stays as it is."""
+    from peach_cli.profile.model import Profile
+
+    frames = [
+        ["stdlib", "threading.py, line 1002", "Thread._bootstrap"],
+        ["peach", "peach_cli/runtime/contract/runner.py, line 378", "_then_finish"],
+        ["notebook", "notebooks/Hot.ipynb, cell 3, line 13", "hot"],
+        ["stdlib", "json/__init__.py, line 231", "dumps"],
+        ["notebook", "notebooks/Hot.ipynb, cell 3, line 4", "busy"],
+    ]
+    raw = {"samples": 4, "duration_s": 1.0, "frames": frames,
+           "stacks": [[[0, 1, 2, 3], 1.0], [[0, 1, 2, 4], 3.0]]}  # fmt: skip
+    merged = Profile.merge([raw, raw])
+    assert merged.samples == 8
+    assert set(merged.stacks) == {
+        (("peach", "peach"), ("notebooks/Hot.ipynb, cell 3, line 13", "hot"),
+         ("json/__init__.py, line 231", "dumps")),
+        (("peach", "peach"), ("notebooks/Hot.ipynb, cell 3, line 13", "hot"),
+         ("notebooks/Hot.ipynb, cell 3, line 4", "busy")),
+    }  # fmt: skip
+    assert [(line.function, line.share) for line in merged.hottest("self")] == [
+        ("busy", 0.75),
+        ("dumps", 0.25),
+    ]
+
+
+def test_a_long_position_is_shortened_from_its_start_to_fit() -> None:
+    from peach_cli.profile.model import Line
+    from peach_cli.views.profile import row
+
+    line = Line("notebooks/" + "deep/" * 20 + "Hot.ipynb, cell 3, line 4", "busy_function", 0.5)
+    shown = row(line)
+    assert len(shown) <= 80 and shown.endswith("Hot.ipynb, cell 3, line 4 · busy_function")
+    assert "…" in shown and shown.startswith("    50.0%  ")
