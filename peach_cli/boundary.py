@@ -60,6 +60,7 @@ CHANNELS: dict[str, str] = {
     "record": "peach dev --record files",
     "replay": "peach replay's report",
     "bench": "peach bench's report",
+    "fuzz": "peach fuzz's findings and ready cases (text and JSON)",
     "profile": "peach profile's report, its flame graph and speedscope files",
     "validate": "peach validate's findings (text and JSON)",
     "deploy-dry-run": "peach deploy --dry-run's config and file list",

@@ -101,6 +101,9 @@ class RequestLogged:
     """The A/B arm the request was routed to (endpoints with ``ab:`` only)."""
     tried: str | None = None
     """The primary's replica when the fallback answered: it served the request too."""
+    covered: str | None = None
+    """``code: message`` of the primary's error when the fallback answered in its place
+    (``peach fuzz`` reports it: the answer alone does not show it)."""
 
 
 @dataclass(frozen=True)

@@ -207,6 +207,7 @@ class DevGateway:
                     error=reply.error,
                     arm=reply.arm,
                     tried=reply.tried,
+                    covered=reply.covered,
                 )
             )
 

@@ -351,6 +351,11 @@ class Replica:
         self.supervisor.kill_now()
 
     @property
+    def spawner(self) -> Spawner:
+        """What starts its process (``supervisor.spawner``), shared by a server's replicas."""
+        return self.supervisor.spawner
+
+    @property
     def serving(self) -> bool:
         return self.state in (ReplicaState.HEALTHY, ReplicaState.RELOADING)
 

@@ -297,8 +297,9 @@ def test_ray_replicas_get_everything_the_serve_app_imports() -> None:
 def test_process_figures_come_from_psutil_not_proc() -> None:
     """Memory sampling must work where most users are (macOS): no ``/proc`` reads."""
     readers = [name for name, path in _sources().items() if '"/proc/' in path.read_text()]
-    # the stdlib runtime's process tree (no psutil in a user's env): Linux only, by design
-    assert readers == ["peach_cli.runtime.tree"]
+    # the stdlib runtime (no psutil in a user's env), Linux only by design: the process tree,
+    # and `peach profile --cpu`'s "is this thread on the CPU" (elsewhere: its CPU clock)
+    assert sorted(readers) == ["peach_cli.runtime.sampler", "peach_cli.runtime.tree"]
 
 
 _WRITERS = {

@@ -43,6 +43,20 @@ def load_plan(project: Path, *, doing: str, warnings: Warnings = "hide") -> Proj
     return plan
 
 
+def load_plan_to_check(project: Path, *, doing: str) -> ProjectPlan:
+    """``load_plan`` for a command that checks the project's endpoints (`peach test`, `peach
+    fuzz`): a project with errors, or an unreadable ``.env``, is a usage error (exit 2),
+    since nothing was checked."""
+    from peach_cli.errors import ProjectInvalid
+    from peach_cli.project.secrets import DotenvError
+
+    try:
+        return load_plan(project, doing=doing, warnings="hide")
+    except (ProjectInvalid, DotenvError) as error:
+        error.exit_code = 2
+        raise
+
+
 def check_dotenv(plan: ProjectPlan) -> None:
     """Read ``.env`` now when a secret of the plan is to come from it: a ``.env`` that
     cannot be read stops the command here (``DotenvError``, naming ``.env:LINE``) instead

@@ -125,15 +125,9 @@ def run_test(
         check_url(url if "://" in url else "http://" + url, what="--url")
         hosts.mask_secrets(root)  # what the host answers is shown with them masked
     else:
-        from peach_cli.commands.loading import load_plan
-        from peach_cli.errors import ProjectInvalid
-        from peach_cli.project.secrets import DotenvError
+        from peach_cli.commands.loading import load_plan_to_check
 
-        try:
-            plan = load_plan(project, doing="testing", warnings="hide")
-        except (ProjectInvalid, DotenvError) as error:
-            error.exit_code = EXIT_USAGE  # nothing was tested
-            raise
+        plan = load_plan_to_check(project, doing="testing")
         urls = [e.url for e in plan.endpoints.values()]
     selected = load_selected(root, files, keyword, urls)
     with hosts:

@@ -2,6 +2,7 @@
 
 cache_root()     # ~/.cache/peach/envs on Linux, ~/Library/Caches/peach/envs on macOS
 uv_cache_dir()   # beside the envs, on the same filesystem, so installs are links
+user_cache_home()  # ~/.cache (what else peach caches goes in its peach/ folder)
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ CACHE_ENV_VAR = "PEACH_ENV_CACHE"
 """Overrides where environments are cached (the tests always set it)."""
 
 
-def _user_cache_home() -> Path:
+def user_cache_home() -> Path:
+    """The user's cache folder (``~/.cache``, ``XDG_CACHE_HOME``, the platform's own)."""
     if sys.platform == "darwin":
         return Path.home() / "Library" / "Caches"
     if sys.platform == "win32":
@@ -28,7 +30,7 @@ def cache_root() -> Path:
     override = os.environ.get(CACHE_ENV_VAR)
     if override:
         return Path(override).expanduser().resolve()
-    return (_user_cache_home() / "peach" / "envs").resolve()
+    return (user_cache_home() / "peach" / "envs").resolve()
 
 
 def uv_cache_dir() -> Path:

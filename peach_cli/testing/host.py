@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,9 +91,12 @@ class Hosts:
 
 
 class _Runner:
-    def __init__(self, plan: Any, project: Path) -> None:
+    def __init__(
+        self, plan: Any, project: Path, on_event: Callable[[Any], None] | None = None
+    ) -> None:
         self.plan = plan
         self.project = project
+        self.on_event = on_event
         self.url: str | None = None
         self.error: BaseException | None = None
         self.ready = threading.Event()
@@ -121,7 +124,7 @@ class _Runner:
         from simulator.session import DevSession, SessionConfig
 
         self.stop = asyncio.Event()
-        session = DevSession(SessionConfig(self.plan, project=self.project))
+        session = DevSession(SessionConfig(self.plan, project=self.project), on_event=self.on_event)
         try:
             await session.start()
             await session.wait_ready()
@@ -142,14 +145,20 @@ class _Runner:
 
 
 @contextmanager
-def local_host(project: Path, *, plan: Any = None) -> Iterator[str]:
+def local_host(
+    project: Path, *, plan: Any = None, on_event: Callable[[Any], None] | None = None
+) -> Iterator[str]:
     """Serve ``project`` (its plan, built and checked as `peach dev` does, unless given)
-    and yield the server's URL; ``ProjectInvalid`` when the project has errors."""
+    and yield the server's URL; ``ProjectInvalid`` when the project has errors.
+
+    ``on_event`` gets the simulator's events (``simulator.events``), in the server's
+    thread: what the answers alone do not show (a fallback covering an error, a replica
+    that died)."""
     if plan is None:
         from peach_cli.checks.validate import checked_plan
 
         plan, _ = checked_plan(project, "testing")
-    runner = _Runner(plan, project)
+    runner = _Runner(plan, project, on_event)
     runner.thread.start()
     try:
         if not runner.ready.wait(START_TIMEOUT_S):

@@ -72,8 +72,11 @@ class Mismatch:
     diff: tuple[str, ...] = ()
 
 
-def request_for(case: Case, base: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
-    """The ``AskRequest`` of a case: GET params as the query string, POST as the JSON body."""
+def request_for(
+    case: Case, base: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, tool: str = "test"
+) -> Any:
+    """The ``AskRequest`` of a case: GET params as the query string, POST as the JSON body,
+    marked as sent by peach's ``tool``."""
     from peach_cli.client.items import build_request, with_tool
 
     if case.method == "POST":
@@ -89,7 +92,7 @@ def request_for(case: Case, base: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
         request = build_request(
             case.url, items, base=base, stream=case.stream, get=True, timeout_s=timeout_s
         )
-    return with_tool(request, "test")
+    return with_tool(request, tool)
 
 
 def observe(
@@ -99,7 +102,11 @@ def observe(
     return observe_request(client, request_for(case, base, timeout_s))
 
 
-def observe_request(client: Client, request: Any) -> Observed:
+def observe_request(
+    client: Client, request: Any, *, stream_limit_s: float | None = None
+) -> Observed:
+    """Send ``request`` and read the answer; a stream is read to its end, or for
+    ``stream_limit_s`` seconds past its first chunk (then closed: neither cut nor finished)."""
     observed = Observed()
     started = time.perf_counter()
     try:
@@ -107,7 +114,7 @@ def observe_request(client: Client, request: Any) -> Observed:
             observed.status = response.status
             observed.headers = dict(response.headers)
             if request.stream and response.status < 300 and response.is_stream:
-                _read_stream(response, observed)
+                _read_stream(response, observed, stream_limit_s)
             else:
                 _read_answer(response.read_all(), observed)
     except ClientError as error:
@@ -141,7 +148,7 @@ def _read_answer(reply: Reply, observed: Observed) -> None:
         observed.result = value
 
 
-def _read_stream(response: Stream, observed: Observed) -> None:
+def _read_stream(response: Stream, observed: Observed, limit_s: float | None = None) -> None:
     from peach_cli.client import framing
 
     observed.stream = True
@@ -151,6 +158,7 @@ def _read_stream(response: Stream, observed: Observed) -> None:
     raw: list[bytes] = []
     frames = 0
     raw_chunks = 0
+    until: float | None = None
 
     def take(found: list[framing.Frame]) -> None:
         nonlocal frames
@@ -172,6 +180,10 @@ def _read_stream(response: Stream, observed: Observed) -> None:
                 decoder = framing.make_decoder(kind)
                 chunk, head = head, b""
             take(decoder.feed(chunk))
+            if limit_s is not None:
+                until = until or time.perf_counter() + limit_s
+                if time.perf_counter() > until:
+                    break
     finally:
         if decoder is None:
             kind = framing.detect_framing(response.content_type, head, final=True) or "text"

@@ -42,6 +42,8 @@ class Answer:
     replica: str | None = None
     tried: str | None = None
     """The replica of the primary when the fallback answered: it served the request too."""
+    covered: str | None = None
+    """``code: message`` of the primary's error when the fallback answered in its place."""
 
     def body_bytes(self) -> bytes:
         return _ENVELOPE.encode(self.body).encode()
@@ -205,8 +207,14 @@ async def finish(
     if fallback_name and wants_fallback:
         fallback = await attempt(call, endpoint, fallback_name, timeout_s)
         if fallback.ok:
+            covered = None if primary.ok else f"{primary.code}: {primary.message}"
             return Answer(
-                200, ok_envelope(fallback.result), fallback_name, fallback.replica, primary.replica
+                200,
+                ok_envelope(fallback.result),
+                fallback_name,
+                fallback.replica,
+                primary.replica,
+                covered,
             )
         if primary.ok:  # the primary's empty result stands when the fallback fails too
             return Answer(200, ok_envelope(primary.result), name, primary.replica)

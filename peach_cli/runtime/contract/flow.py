@@ -156,6 +156,8 @@ class HttpReply:
     """The host's stream behind ``chunks``."""
     tried: str | None = None
     """The primary's replica when the fallback answered (``Answer.tried``)."""
+    covered: str | None = None
+    """The primary's error the fallback covered (``Answer.covered``)."""
 
     async def aclose(self) -> None:
         """Stop the host's stream (the user's generator) if it still runs."""
@@ -185,6 +187,7 @@ def answer_reply(answer: Answer, arm: str | None = None) -> HttpReply:
         arm,
         error,
         tried=answer.tried,
+        covered=answer.covered,
     )
 
 

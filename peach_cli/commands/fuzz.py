@@ -1,0 +1,192 @@
+"""`peach fuzz`: generated requests to every endpoint (or the named ones) of the project's
+simulator, or of a URL; each finding shrunk to a minimal request (SPEC §11).
+
+Exit codes: 0 nothing found, 1 something found, 2 the command line is wrong, the project
+has errors, or Hypothesis (the ``fuzz`` extra) is not installed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.fuzz.run import Explored
+    from peach_cli.fuzz.targets import Target
+
+FORMATS = ("text", "json")
+DEFAULT_EXAMPLES = 50
+DOCUMENT_PATH = "/_peach/openapi.json"
+URL_READ_TIMEOUT_S = 60.0
+"""The longest gap between two pieces of an answer from a ``--url`` host."""
+LOCAL_READ_SLACK_S = 30.0
+"""Past ``timeout_s``, how long the simulator's answer may take before it counts as none."""
+MISSING_EXTRA = "peach fuzz needs Hypothesis, which is not installed: pip install 'peach-cli[fuzz]'"
+
+
+def require_hypothesis() -> None:
+    """``UsageError`` (one line: what to install) when Hypothesis cannot be imported."""
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError:
+        raise UsageError(MISSING_EXTRA) from None
+
+
+def split_arguments(arguments: Sequence[str]) -> tuple[Path, list[str]]:
+    """PROJECT and TARGETS: a first argument that is an existing folder or file is the
+    project (default: the current folder); the rest name endpoints (name or url)."""
+    if arguments and Path(arguments[0]).exists():
+        return Path(arguments[0]), list(arguments[1:])
+    return Path("."), list(arguments)
+
+
+def _document_of(plan: Any) -> dict[str, Any]:
+    from peach_cli.openapi.document import build_document
+
+    return build_document(plan)
+
+
+def _fetch_document(url: str) -> dict[str, Any] | None:
+    """The host's OpenAPI document, or None when it serves none."""
+    import httpx
+
+    from peach_cli.client.items import TOOL_HEADER
+
+    try:
+        answer = httpx.get(
+            url.rstrip("/") + DOCUMENT_PATH,
+            headers={TOOL_HEADER: "fuzz"},
+            timeout=URL_READ_TIMEOUT_S,
+            follow_redirects=False,
+        )
+        document = answer.json() if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return document if isinstance(document, dict) and "paths" in document else None
+
+
+def _check_options(output_format: str, examples: int, seed: int | None) -> None:
+    if output_format not in FORMATS:
+        raise UsageError(
+            f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+        )
+    if examples < 1:
+        raise UsageError(f"--examples must be 1 or more, not {examples}")
+    if seed is not None and seed < 0:
+        raise UsageError(f"--seed must be 0 or more, not {seed}")
+
+
+def run_fuzz(
+    arguments: Sequence[str] = (),
+    *,
+    url: str | None = None,
+    examples: int = DEFAULT_EXAMPLES,
+    seed: int | None = None,
+    output_format: str = "text",
+) -> int:
+    """Fuzz the selected endpoints; print the findings (or JSON). Returns the exit code."""
+    _check_options(output_format, examples, seed)
+    require_hypothesis()
+    began = time.perf_counter()
+    if seed is None:
+        seed = random.randrange(2**32)
+    project, names = split_arguments(arguments)
+    from peach_cli.fuzz.targets import select, targets_of
+
+    plan: Any = None
+    timeout_s: float | None = None
+    if url is not None:
+        from peach_cli.client.items import check_url
+        from peach_cli.commands.test import project_root
+        from peach_cli.project.secrets import hide_declared
+
+        base = url if "://" in url else "http://" + url
+        check_url(base, what="--url")
+        hide_declared(project_root(project, need_conf=False))  # answers are shown masked
+        document = _fetch_document(base) or _local_document(project)
+        if document is None:
+            raise UsageError(
+                f"{base} serves no OpenAPI document at {DOCUMENT_PATH}, and {project} "
+                "holds no peach project to read one from",
+                hint="point --url at a peach dev or a deployed app, or give the project",
+            )
+    else:
+        from peach_cli.commands.loading import load_plan_to_check
+
+        plan = load_plan_to_check(project, doing="fuzzing")
+        document = _document_of(plan)
+        timeout_s = plan.timeout_s
+    targets = select(targets_of(document), names)
+    if not targets:
+        raise UsageError("the project has no endpoint to fuzz")
+    explored = _explore(targets, plan, project, url, examples, seed, timeout_s, output_format)
+    seconds = time.perf_counter() - began
+    findings = [f for e in explored for f in e.findings]
+    if output_format == "json":
+        from peach_cli.views.console import print_json
+
+        data = {"seed": seed, "examples": examples, "findings": [f.to_json() for f in findings]}
+        print_json(data, channel="fuzz")
+    else:
+        from peach_cli.views.fuzz import print_findings
+
+        print_findings(findings, explored, seed=seed, seconds=seconds)
+    return 1 if findings else 0
+
+
+def _local_document(project: Path) -> dict[str, Any] | None:
+    """The document of the project at ``project``, None when there is none."""
+    from peach_cli.commands.test import project_root
+
+    try:
+        root = project_root(project, need_conf=True)
+    except UsageError:
+        return None
+    from peach_cli.commands.loading import load_plan_to_check
+
+    return _document_of(load_plan_to_check(root, doing="fuzzing"))
+
+
+def _explore(
+    targets: list[Target],
+    plan: Any,
+    project: Path,
+    url: str | None,
+    examples: int,
+    seed: int,
+    timeout_s: float | None,
+    output_format: str,
+) -> list[Explored]:
+    from peach_cli.client.send import Client
+    from peach_cli.fuzz.run import fuzz_targets
+
+    on_explored: Any = lambda _explored: None  # noqa: E731
+    if output_format == "text":
+        from peach_cli.views.fuzz import print_explored, print_start
+
+        print_start(len(targets), examples, seed, url)
+        on_explored = print_explored
+    read_timeout_s = URL_READ_TIMEOUT_S if timeout_s is None else timeout_s + LOCAL_READ_SLACK_S
+    options: dict[str, Any] = dict(
+        examples=examples,
+        seed=seed,
+        timeout_s=timeout_s,
+        read_timeout_s=read_timeout_s,
+        on_explored=on_explored,
+    )
+    if url is not None:
+        base = url if "://" in url else "http://" + url
+        with Client(read_timeout_s, tls=base.startswith("https:")) as client:
+            return fuzz_targets(targets, client, base.rstrip("/"), **options)
+    from peach_cli.fuzz.watch import Watch
+    from peach_cli.testing.host import local_host
+
+    watch = Watch()
+    with local_host(project, plan=plan, on_event=watch.on_event) as served:
+        with Client(read_timeout_s) as client:
+            return fuzz_targets(targets, client, served, watch=watch, **options)

@@ -1,0 +1,88 @@
+"""`peach fuzz` on a terminal: a line per endpoint as it is done (stderr), each finding with
+its request, its error and its ready case (stdout), a summary line (stderr)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from peach_cli.views.console import stderr, stdout
+
+if TYPE_CHECKING:
+    from peach_cli.fuzz.findings import Finding
+    from peach_cli.fuzz.run import Explored
+
+
+def print_start(targets: int, examples: int, seed: int, url: str | None) -> None:
+    from peach_cli.boundary import markup
+    from peach_cli.wording import count
+
+    where = f" of {markup(url)}" if url else ""
+    _status(
+        f"[dim]fuzzing {count(targets, 'endpoint')}{where}: {examples} examples each, seed {seed}[/]"
+    )
+
+
+def print_explored(explored: Explored) -> None:
+    """``✓ /recommend  52 requests`` or ``✗ /divide  140 requests  2 findings``."""
+    from peach_cli.boundary import markup
+    from peach_cli.wording import count
+
+    found = len(explored.findings)
+    mark = "[bold red]✗[/]" if found else "[bold green]✓[/]"
+    tail = f"  [red]{count(found, 'finding')}[/]" if found else ""
+    sent = count(explored.requests, "request")
+    if explored.all_unavailable and not found:
+        why = markup(explored.unavailable_message or "no healthy replica")
+        mark, tail = "[bold yellow]![/]", f"  [yellow]each answered 503 unavailable: {why}[/]"
+    _status(f"  {mark} {markup(explored.target.url)}  [dim]{sent}[/]{tail}")
+
+
+def _status(text: str) -> None:
+    stderr().print(text, soft_wrap=True)
+
+
+def request_line(finding: Finding) -> str:
+    """``GET /divide {"a": 0, "b": 0}``, what was sent (``stream=true`` for a stream)."""
+    params = json.dumps(finding.params, ensure_ascii=False)
+    if len(params) > 300:
+        params = params[:300] + "…"
+    stream = " stream=true" if finding.stream else ""
+    return f"{finding.method} {finding.url} {params}{stream}"
+
+
+def print_finding(finding: Finding) -> None:
+    from peach_cli.boundary import markup, markup_lines
+
+    out = stdout()
+    out.print()
+    out.print(f"[bold red]✗ {markup(finding.name)}[/]", soft_wrap=True)
+    status = f" → {finding.status}" if finding.status else ""
+    out.print(f"  request: {markup(request_line(finding))}{status}", soft_wrap=True)
+    out.print(f"  error: {markup(finding.error)}", soft_wrap=True)
+    out.print("  [dim]ready case, for a *.peach-test.yaml file:[/]")
+    case = "\n".join("    " + line for line in finding.case_yaml().rstrip("\n").splitlines())
+    out.print(markup_lines(case), soft_wrap=True, highlight=False)
+
+
+def print_findings(
+    findings: list[Finding], explored: list[Explored], *, seed: int, seconds: float
+) -> None:
+    from peach_cli.views.console import print_summary
+    from peach_cli.wording import count
+
+    for finding in findings:
+        print_finding(finding)
+    requests = sum(e.requests for e in explored)
+    where = f"{count(len(explored), 'endpoint')}, {count(requests, 'request')}"
+    took = f"({seconds:.1f} s, seed {seed})"
+    if findings:
+        stdout().print()
+        print_summary(f"{count(len(findings), 'finding')} in {where} {took}", ok=False)
+        return
+    skipped = sum(e.all_unavailable for e in explored)
+    if skipped:
+        not_fuzzed = f"{count(skipped, 'endpoint')} not fuzzed: no healthy replica"
+        print_summary(f"nothing found in {where}, {not_fuzzed} {took}", ok=False)
+    else:
+        print_summary(f"nothing found in {where} {took}", ok=True)
