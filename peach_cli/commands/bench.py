@@ -50,7 +50,7 @@ def run_bench(
     """Run `peach bench`; return the exit code (usage mistakes raise ``UsageError``)."""
     from peach_cli.bench.capacity import CapacitySampler
     from peach_cli.bench.loadgen import LoadPlan, address_of, encode, run_load
-    from peach_cli.bench.summary import Recorder, compare, differing_settings
+    from peach_cli.bench.summary import Tally, compare, differing_settings
 
     if output not in ("text", "json"):
         raise UsageError(f"--format must be text or json, not {output!r}")
@@ -108,17 +108,17 @@ def run_bench(
     from peach_cli.views.bench import Progress, render_compare, render_summary
 
     sampler = CapacitySampler.for_dev(address.origin)
-    recorder = Recorder()
-    progress = Progress(recorder, plan) if sys.stderr.isatty() and output == "text" else None
+    tally = Tally()
+    progress = Progress(tally, plan) if sys.stderr.isatty() and output == "text" else None
     if sampler is not None:
         sampler.start()
     try:
-        interrupted = run_load(plan, recorder, on_tick=progress.tick if progress else None)
+        interrupted = run_load(plan, tally, on_tick=progress.tick if progress else None)
     finally:
         capacity = sampler.stop() if sampler is not None else None
         if progress is not None:
             progress.clear()
-    figures = recorder.summary(
+    figures = tally.summary(
         target=label,
         mode="open" if rate is not None else "closed",
         rate=rate,
@@ -142,7 +142,7 @@ def run_bench(
             render_compare(rows, compare_file, differences)
     if interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_NO_ANSWER if recorder.answered == 0 else 0
+    return EXIT_NO_ANSWER if tally.answered == 0 else 0
 
 
 def _read_compare(path: Path) -> dict[str, Any]:
