@@ -60,7 +60,7 @@ from simulator.routing import Route, RoutingTable
 
 if TYPE_CHECKING:
     from simulator.changes import PlanChange
-    from simulator.record import Recorder
+    from simulator.record import RecordWriter
 
 INTERNAL_PREFIX = "/_peach/"
 
@@ -92,7 +92,7 @@ class DevGateway:
         """What ``GET /_peach/metrics`` shows (every answered request is counted)."""
         self.reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
-        self.recorder: Recorder | None = None
+        self.recorder: RecordWriter | None = None
         """``peach dev --record``: every answered request, one JSON line each."""
         self.profiler = Profiler(self)
         """``/_peach/profile/…``: `peach profile` samples the replicas."""

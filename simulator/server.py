@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from simulator.debug import DebugRelay
     from simulator.fastlane import FastLane
     from simulator.gateway import DevGateway
-    from simulator.record import Recorder
+    from simulator.record import RecordWriter
 
 DRAIN_TIMEOUT_S = 300.0
 """How long a retired component may keep serving in-flight streams after a reload."""
@@ -126,7 +126,7 @@ class DevServer:
         self.gateway: DevGateway | None = None
         self.fast_lane: FastLane | None = None
         """Answers plain calls without an ASGI cycle (unless ``use_fast_lane`` is False)."""
-        self.recorder: Recorder | None = None
+        self.recorder: RecordWriter | None = None
         """Set before ``start``: the gateway records every answered request with it."""
 
     # -- events --------------------------------------------------------------------------
