@@ -26,9 +26,17 @@ From Python (``benchmarks/scale.py``)::
     from gateway import run
     ratios = run(requests=1000, seconds=2)   # {"def_median": 1.1, "async_rps": 0.95, ...}
 
+A third server, "the floor", is bare Starlette forwarding each call to one standard-library
+worker process over a Unix socket (length-prefixed JSON, one connection, calls multiplexed
+by id; ``def`` in the worker's thread pool, ``async def`` on its loop): the least any
+gateway → replica design pays. ``--previous DIR`` adds the ``peach dev`` of another checkout
+(an earlier commit) to the same run.
+
 Targets (issue 3): median ≤ 2× bare; ≥ 1,000 req/s with 16 clients; first chunk ≤ 5 ms
 after the yield; no merged yields. Issue 28: median ≤ 1.25× bare and throughput ≥ 0.9×
-bare, for ``def`` and ``async def``.
+bare, for ``def`` (its ``async def`` median target is replaced by issue 36's). Issue 36:
+``async def`` median ≤ 1.0× the floor, ``async def`` throughput ≥ 1.1× bare, and with
+``--previous`` ``def`` throughput ≥ 0.95× the earlier checkout's.
 """
 
 from __future__ import annotations
@@ -111,6 +119,100 @@ app = Starlette(
         Route("/ticks", stream_route),
     ]
 )
+"""
+
+FLOOR_WORKER = f"""\
+import asyncio, json, struct, sys
+from concurrent.futures import ThreadPoolExecutor
+
+{TRIVIAL_SOURCE}
+
+HEAD = struct.Struct("!II")
+pool = ThreadPoolExecutor()
+
+
+async def serve(reader, writer):
+    loop = asyncio.get_running_loop()
+
+    async def call(ident, request):
+        if request["kind"] == "async":
+            result = await hello_async(request["name"])
+        else:
+            result = await loop.run_in_executor(pool, hello, request["name"])
+        body = json.dumps({{"result": result, "status": "ok"}}).encode()
+        writer.write(HEAD.pack(ident, len(body)) + body)
+
+    while True:
+        try:
+            ident, size = HEAD.unpack(await reader.readexactly(HEAD.size))
+            request = json.loads(await reader.readexactly(size))
+        except asyncio.IncompleteReadError:
+            return
+        loop.create_task(call(ident, request))
+
+
+async def main():
+    server = await asyncio.start_unix_server(serve, sys.argv[1])
+    print("ready", flush=True)
+    await server.serve_forever()
+
+
+asyncio.run(main())
+"""
+
+FLOOR_APP = """\
+import asyncio, itertools, json, os, struct, subprocess, sys
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+HEAD = struct.Struct("!II")
+SOCKET = os.path.abspath("floor.sock")
+worker = subprocess.Popen(
+    [sys.executable, "-I", "-S", "floor_worker.py", SOCKET], stdout=subprocess.PIPE
+)
+assert worker.stdout.readline() == b"ready\\n"
+
+
+class Channel:
+    \"\"\"One connection to the worker; calls multiplexed by id.\"\"\"
+
+    def __init__(self):
+        self.writer = None
+        self.waiting = {}
+        self.ids = itertools.count()
+
+    async def call(self, kind, name):
+        if self.writer is None:
+            reader, self.writer = await asyncio.open_unix_connection(SOCKET)
+            asyncio.get_running_loop().create_task(self.read(reader))
+        ident = next(self.ids) & 0xFFFFFFFF
+        answer = asyncio.get_running_loop().create_future()
+        self.waiting[ident] = answer
+        body = json.dumps({"kind": kind, "name": name}).encode()
+        self.writer.write(HEAD.pack(ident, len(body)) + body)
+        return await answer
+
+    async def read(self, reader):
+        while True:
+            ident, size = HEAD.unpack(await reader.readexactly(HEAD.size))
+            self.waiting.pop(ident).set_result(await reader.readexactly(size))
+
+
+channel = Channel()
+
+
+async def hello_route(request):
+    body = await channel.call("def", request.query_params.get("name", "world"))
+    return Response(body, media_type="application/json")
+
+
+async def hello_async_route(request):
+    body = await channel.call("async", request.query_params.get("name", "world"))
+    return Response(body, media_type="application/json")
+
+
+app = Starlette(routes=[Route("/hello", hello_route), Route("/hello-async", hello_async_route)])
 """
 
 CONF = """\
@@ -205,23 +307,37 @@ class Server:
                 pass
 
 
-def start_bare(folder: Path) -> Server:
-    (folder / "bare_app.py").write_text(BARE_APP)
-    runner = (
+def _uvicorn_runner(module: str) -> str:
+    return (
         "import socket, uvicorn\n"
         "sock = socket.socket(); sock.bind(('127.0.0.1', 0)); sock.listen(2048)\n"
+        f"from {module} import app\n"
         "print('running on http://127.0.0.1:%d' % sock.getsockname()[1], flush=True)\n"
-        "from bare_app import app\n"
         "uvicorn.Server(uvicorn.Config(app, http='httptools', lifespan='off', log_level='warning',"
         " access_log=False, proxy_headers=False)).run(sockets=[sock])\n"
     )
+
+
+def start_bare(folder: Path) -> Server:
+    (folder / "bare_app.py").write_text(BARE_APP)
+    runner = _uvicorn_runner("bare_app")
     return Server("bare", [sys.executable, "-c", runner], folder, folder / "bare.log")
+
+
+def start_floor(folder: Path) -> Server:
+    """Bare Starlette over one standard-library worker process on a Unix socket."""
+    floor = folder / "floor"
+    floor.mkdir()
+    (floor / "floor_worker.py").write_text(FLOOR_WORKER)
+    (floor / "floor_app.py").write_text(FLOOR_APP)
+    runner = _uvicorn_runner("floor_app")
+    return Server("floor", [sys.executable, "-c", runner], floor, folder / "floor.log")
 
 
 def start_peach(
     folder: Path, *extra: str, repo: Path = REPO, env: dict[str, str] | None = None
 ) -> Server:
-    project = folder / "project"
+    project = folder / f"project-{len(list(folder.glob('project-*')))}"
     project.mkdir()
     (project / "peach.yaml").write_text(CONF)
     (project / "Bench.ipynb").write_text(notebook(TRIVIAL_SOURCE, STREAM_SOURCE))
@@ -236,7 +352,8 @@ def start_peach(
         "--no-reload",
         *extra,
     ]
-    return Server("peach dev", command, repo, folder / "peach.log", env)
+    env = {**(env or {}), "PYTHONPATH": str(repo)}  # that checkout's peach, whatever is installed
+    return Server("peach dev", command, repo, folder / f"{project.name}.log", env)
 
 
 # -- measurements -------------------------------------------------------------------------
@@ -332,43 +449,49 @@ def run_all(options: argparse.Namespace) -> dict[str, dict[str, float]]:
         peach_env = {"PEACH_NO_FAST_LANE": "1"} if options.no_fast_lane else {}
         repo = Path(options.repo).resolve()
 
-        def start_peach_dev(folder: Path) -> Server:
+        def start_peach_dev(folder: Path, repo: Path = repo) -> Server:
             return start_peach(folder, *peach_args, repo=repo, env=peach_env)
 
-        starters = (("bare", start_bare), ("peach dev", start_peach_dev))
+        starters = [("bare", start_bare), ("floor", start_floor), ("peach dev", start_peach_dev)]
+        if options.previous:
+            previous = Path(options.previous).resolve()
+            starters.append(("previous", lambda folder: start_peach_dev(folder, previous)))
         for name, start in starters:
             server = start(folder)
             try:
                 server.wait_ready()
-                sync = measure_latency(server, options.requests, SYNC_PATH)
-                asynchronous = measure_latency(server, options.requests, ASYNC_PATH)
-                inline = (
-                    measure_latency(server, options.requests, INLINE_PATH)
-                    if name == "bare"
-                    else sync
-                )
-                throughput = measure_throughput(server, options.clients, options.seconds, SYNC_PATH)
-                async_throughput = measure_throughput(
-                    server, options.clients, options.seconds, ASYNC_PATH
-                )
-                measure_stream(server, 1)  # warm-up: first-use imports and code paths
-                delays, received, merged = measure_stream(server, options.stream_rounds)
+                results[name] = _measure(server, options, streams=name != "floor")
+                if name != "bare":
+                    results[name]["inline_median_ms"] = results[name]["median_ms"]
             finally:
                 server.stop()
-            results[name] = {
-                "median_ms": statistics.median(sync) * 1000,
-                "p99_ms": percentile(sync, 0.99) * 1000,
-                "rps": throughput,
-                "inline_median_ms": statistics.median(inline) * 1000,
-                "async_median_ms": statistics.median(asynchronous) * 1000,
-                "async_p99_ms": percentile(asynchronous, 0.99) * 1000,
-                "async_rps": async_throughput,
-                "chunk_median_ms": statistics.median(delays) * 1000,
-                "chunk_p99_ms": percentile(delays, 0.99) * 1000,
-                "chunks": received,
-                "merged": merged,
-            }
     return results
+
+
+def _measure(server: Server, options: argparse.Namespace, *, streams: bool) -> dict[str, float]:
+    """Every figure of one server (the streams' ``nan`` where it serves none)."""
+    sync = measure_latency(server, options.requests, SYNC_PATH)
+    asynchronous = measure_latency(server, options.requests, ASYNC_PATH)
+    inline = measure_latency(server, options.requests, INLINE_PATH) if server.name == "bare" else []
+    throughput = measure_throughput(server, options.clients, options.seconds, SYNC_PATH)
+    async_throughput = measure_throughput(server, options.clients, options.seconds, ASYNC_PATH)
+    delays, received, merged = [float("nan")], 0, 0
+    if streams:
+        measure_stream(server, 1)  # warm-up: first-use imports and code paths
+        delays, received, merged = measure_stream(server, options.stream_rounds)
+    return {
+        "median_ms": statistics.median(sync) * 1000,
+        "p99_ms": percentile(sync, 0.99) * 1000,
+        "rps": throughput,
+        "inline_median_ms": statistics.median(inline or sync) * 1000,
+        "async_median_ms": statistics.median(asynchronous) * 1000,
+        "async_p99_ms": percentile(asynchronous, 0.99) * 1000,
+        "async_rps": async_throughput,
+        "chunk_median_ms": statistics.median(delays) * 1000,
+        "chunk_p99_ms": percentile(delays, 0.99) * 1000,
+        "chunks": received,
+        "merged": merged,
+    }
 
 
 ROWS = [
@@ -385,38 +508,52 @@ ROWS = [
 ]
 
 
-def ratios_of(results: dict[str, dict[str, float]]) -> dict[str, float]:
-    """peach dev / bare for every row (``def_median``, ``async_rps``, …)."""
-    bare, peach = results["bare"], results["peach dev"]
-    return {name: peach[key] / bare[key] if bare[key] else float("inf") for _, key, _, name in ROWS}
+def ratios_of(results: dict[str, dict[str, float]], against: str = "bare") -> dict[str, float]:
+    """peach dev / bare (or / ``against``: ``floor``, ``previous``) for every row
+    (``def_median``, ``async_rps``, …)."""
+    base, peach = results[against], results["peach dev"]
+    return {name: peach[key] / base[key] if base[key] else float("inf") for _, key, _, name in ROWS}
 
 
 def checks_of(results: dict[str, dict[str, float]], clients: int) -> dict[str, bool]:
     """Every target, by what it says: met or not."""
     peach = results["peach dev"]
     ratios = ratios_of(results)
-    return {
+    floor = ratios_of(results, "floor")
+    checks = {
         "def: median ≤ 2× bare": ratios["def_median"] <= 2,
         "async def: median ≤ 2× bare": ratios["async_median"] <= 2,
         f"def: ≥ 1,000 req/s with {clients} clients": peach["rps"] >= 1000,
         "first chunk ≤ 5 ms after the yield (median)": peach["chunk_median_ms"] <= 5,
         "no two yields merged": peach["merged"] == 0,
         "def: median ≤ 1.25× bare": ratios["def_median"] <= 1.25,
-        "async def: median ≤ 1.25× bare": ratios["async_median"] <= 1.25,
         f"def: throughput ≥ 0.9× bare ({clients} clients)": ratios["def_rps"] >= 0.9,
-        f"async def: throughput ≥ 0.9× bare ({clients} clients)": ratios["async_rps"] >= 0.9,
+        "async def: median ≤ 1.0× the floor": floor["async_median"] <= 1.0,
+        f"async def: throughput ≥ 1.1× bare ({clients} clients)": ratios["async_rps"] >= 1.1,
     }
+    if "previous" in results:
+        previous = ratios_of(results, "previous")
+        checks["def: throughput ≥ 0.95× the previous checkout's"] = previous["def_rps"] >= 0.95
+    return checks
 
 
 def report(results: dict[str, dict[str, float]], clients: int) -> bool:
     bare, peach = results["bare"], results["peach dev"]
-    ratios = ratios_of(results)
-    print(f"{'':38} {'bare':>12} {'peach dev':>12} {'ratio':>8}")
+    others = [name for name in ("floor", "previous") if name in results]
+    ratios = {name: ratios_of(results, name) for name in ("bare", *others)}
+    print(
+        f"{'':38} {'bare':>16}"
+        + "".join(f" {name:>16}" for name in others)
+        + f" {'peach dev':>16} {'÷ bare':>8}"
+        + "".join(f" {'÷ ' + name:>10}" for name in others)
+    )
     for label, key, unit, name in ROWS:
         label = label.format(clients=clients)
         print(
-            f"{label:38} {bare[key]:>9.2f} {unit:<2} {peach[key]:>9.2f} {unit:<2}"
-            f" {ratios[name]:>7.2f}×"
+            f"{label:38} {bare[key]:>10.2f} {unit:<5}"
+            + "".join(f" {results[o][key]:>10.2f} {unit:<5}" for o in others)
+            + f" {peach[key]:>10.2f} {unit:<5} {ratios['bare'][name]:>7.2f}×"
+            + "".join(f" {ratios[o][name]:>9.2f}×" for o in others)
         )
     print(
         f"{'chunks received / reads merged':38} {bare['chunks']:>6.0f}/{bare['merged']:<5.0f}"
@@ -444,6 +581,12 @@ def _options(argv: list[str] | None = None) -> argparse.Namespace:
         "--repo",
         default=str(REPO),
         help="the checkout whose peach dev is measured (default: the one holding this script)",
+    )
+    parser.add_argument(
+        "--previous",
+        default=None,
+        metavar="DIR",
+        help="also measure the peach dev of this checkout (an earlier commit), in the same run",
     )
     parser.add_argument(
         "--no-fast-lane",
@@ -492,7 +635,12 @@ def main() -> int:
         checks = checks_of(results, options.clients)
         print(
             json.dumps(
-                {**results, "ratios": ratios_of(results), "checks": checks},
+                {
+                    **results,
+                    "ratios": ratios_of(results),
+                    "ratios_to_floor": ratios_of(results, "floor"),
+                    "checks": checks,
+                },
                 indent=2,
                 ensure_ascii=False,
             )

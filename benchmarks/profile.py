@@ -101,13 +101,15 @@ def cost(base: str, seconds: float, rounds: int) -> list[tuple[str, float, float
         url = base + endpoint
         pid = replica_pid(base, endpoint)
         plain, profiled = [], []
+        own = []
         for _ in range(rounds):
             plain.append(bench(url, seconds, pid))
             session = action(base, "start", {"url": endpoint.split("?")[0]})["session"]
             try:
                 profiled.append(bench(url, seconds, pid))
             finally:
-                action(base, "stop", {"session": session})
+                (stopped,) = action(base, "stop", {"session": session})["profiles"]
+                own.append(stopped["cost_s"] / stopped["duration_s"])
         plain.append(bench(url, seconds, pid))
         rate_plain = statistics.median(r for r, _ in plain)
         rate_profiled = statistics.median(r for r, _ in profiled)
@@ -119,7 +121,8 @@ def cost(base: str, seconds: float, rounds: int) -> list[tuple[str, float, float
         print(f"  {endpoint:12} throughput plain {rate_plain:7.1f}/s, profiled "
               f"{rate_profiled:7.1f}/s ({rate_profiled / rate_plain:.3f}×) · replica CPU per "
               f"request {cpu_plain * 1e3:.3f} ms, profiled {cpu_profiled * 1e3:.3f} ms "
-              f"(capacity {capacity:.3f}×; the sampler adds {added:.0f} ms of CPU a second)",
+              f"(capacity {capacity:.3f}×; the replica's CPU grew {added:.0f} ms a second, the "
+              f"sampling thread's own: {statistics.median(own) * 1000:.0f} ms a second)",
               flush=True)  # fmt: skip
     return rows
 

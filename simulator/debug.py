@@ -120,8 +120,8 @@ def request_line(method: str, path: str, query: bytes) -> str:
 
 
 class Deadline(Protocol):
-    """A call's ``timeout_s`` bound as the relay suspends it: the contract's ``Deadline``,
-    or a task run's ``asyncio.Timeout`` (``simulator.tasks.run``)."""
+    """A call's or a task run's ``timeout_s`` bound as the relay suspends it: the
+    contract's ``Deadline`` (``peach_cli.runtime.contract.deadline``)."""
 
     def when(self) -> float | None: ...
 

@@ -23,7 +23,7 @@ import secrets
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -34,9 +34,10 @@ from peach_cli.runtime import contract
 from peach_cli.runtime.plan import url_key
 from peach_cli.runtime.protocol import Message, ProfileData, ProfileStart, ProfileStop
 
-if TYPE_CHECKING:
-    from simulator.replica import Replica
-    from simulator.routing import Route
+Replica = Any
+"""A ``simulator.replica.Replica`` (not imported: it imports this module)."""
+Route = Any
+"""A ``simulator.routing.Route``."""
 
 COLLECT_TIMEOUT_S = 10.0
 """How long a replica may take to send its profile."""

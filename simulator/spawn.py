@@ -197,8 +197,11 @@ class Keeper:
 
 
 def keepers_possible() -> bool:
-    """Whether workers are started by a keeper here (Linux: it needs a subreaper)."""
-    return sys.platform.startswith("linux")
+    """Whether workers may be started by a keeper here (it needs a subreaper:
+    ``peach_cli.runtime.linux``)."""
+    from peach_cli.runtime.linux import offers
+
+    return offers("subreaper")
 
 
 async def start_process(

@@ -27,7 +27,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Callable
 
 from simulator.keeper import ForkedProcess
@@ -49,8 +48,10 @@ ORPHAN_WAIT_S = 5.0
 
 
 def templates_possible() -> bool:
-    """Whether replicas may be forked from a template here."""
-    return sys.platform.startswith("linux") and hasattr(os, "fork") and hasattr(socket, "send_fds")
+    """Whether replicas may be forked from a template here (``peach_cli.runtime.linux``)."""
+    from peach_cli.runtime.linux import offers
+
+    return offers("fork")
 
 
 class Template:

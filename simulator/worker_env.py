@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from peach_cli.runtime.linux import WITHOUT_ENV
+
 KEPT = frozenset(
     {
         # the process and its user
@@ -70,6 +72,8 @@ KEPT = frozenset(
         "LOCALAPPDATA",
         "PROGRAMDATA",
         "USERNAME",
+        # Linux's features a worker does without too, as peach does (peach_cli.runtime.linux)
+        WITHOUT_ENV,
     }
 )
 """The variables of peach's environment a worker keeps (``LC_*`` too)."""

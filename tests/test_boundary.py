@@ -3,7 +3,7 @@
 A project whose `.env` holds a one-line secret and a multi-line one (a key block) answers,
 fails, crashes and prints with them; each channel of ``peach_cli.boundary.CHANNELS`` gets a
 probe that drives it for real where a laptop can (`peach dev` piped and on a pseudo-terminal,
-`peach test` in its three formats, the pytest plugin, `--record`, `replay`, `bench`,
+`peach test` in its three formats, the pytest plugin, `--record`, `replay`, `bench`, `profile`,
 `validate`, `deploy --dry-run`) and renders the views of cluster-only channels with the same
 planted text. No probe's output may hold a secret, in clear or base64, or a raw escape
 sequence or forged line from data. A channel registered without a probe fails here.
@@ -285,6 +285,20 @@ def probe_fuzz(project: Path, dev, tmp_path: Path) -> str:
     return text
 
 
+def probe_profile(project: Path, dev, tmp_path: Path) -> str:
+    """The report (text and JSON), the flame graph and the speedscope file of a profile of
+    an endpoint whose answers hold the secret."""
+    text = ""
+    for output, fmt in (("leak.svg", "text"), ("leak.json", "json")):
+        done = run_peach(
+            "profile", "/leak", f"k=={SECRET}", "--url", dev.url, "--duration", "1",
+            "-o", str(tmp_path / output), "--format", fmt, cwd=project,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        text += done.stdout + done.stderr + (tmp_path / output).read_text()
+    return text
+
+
 def probe_validate(project: Path, dev, tmp_path: Path) -> str:
     """A notebook path and a method name holding an escape and a line break; a conf value
     holding the secret (warned as a credential, its line echoed)."""
@@ -377,6 +391,7 @@ PROBES: dict[str, Callable[..., str]] = {
     "replay": probe_replay,
     "bench": probe_bench,
     "fuzz": probe_fuzz,
+    "profile": probe_profile,
     "validate": probe_validate,
     "deploy-dry-run": probe_deploy_dry_run,
     "openapi": probe_openapi,

@@ -187,11 +187,16 @@ def test_a_template_killed_takes_its_replicas_and_they_start_again(pair):
 
 
 @pytest.mark.slow
-def test_without_templates_each_replica_is_spawned(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize(
+    "knob",
+    [("PEACH_NO_TEMPLATE", "1"), ("PEACH_LINUX_WITHOUT", "fork")],
+    ids=["no-template", "without-fork"],  # the latter: macOS's fallback (no fork-based template)
+)
+def test_without_templates_each_replica_is_spawned(tmp_path: Path, monkeypatch, knob):
     root = write_project(tmp_path / "pair", PAIR, NOTEBOOK)
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PEACH_NO_TEMPLATE", "1")
+    monkeypatch.setenv(*knob)
     dev = start_peach_dev(root, tmp_path / "peach-dev.log")
     try:
         dev.wait_ready()

@@ -397,10 +397,28 @@ def test_the_network_checks_run_at_the_same_time(project, tmp_path):
     assert [c["name"] for c in json.loads(result.stdout)["checks"]][:6] == CHECKS[:6]
 
 
-def test_the_processes_check_says_where_process_trees_are_only_best_effort():
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="what Linux offers")
+def test_the_processes_check_names_what_this_system_lacks(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("PEACH_LINUX_WITHOUT", raising=False)
     here = machine.check_processes()
-    if sys.platform.startswith("linux"):
-        assert here.status == "ok" and "even a killed peach" in here.summary
-    elsewhere = machine.check_processes(platform="darwin")
-    assert elsewhere.status == "warn" and elsewhere.summary.startswith("best effort here")
-    assert elsewhere.advice
+    assert here.status == "ok" and "even a killed peach" in here.summary
+    assert here.details == {"keeper": True, "lacking": {}}
+    monkeypatch.setenv("PEACH_LINUX_WITHOUT", "fork")  # lacking templates only: a slower start
+    fork = machine.check_processes()
+    assert fork.status == "warn" and fork.summary.startswith("this system lacks fork-based warm")
+    assert fork.advice == "nothing to do: peach works without them"
+
+
+@pytest.mark.slow
+def test_peach_doctor_names_every_fallback_it_runs_on(project: Path, tmp_path: Path):
+    """As on macOS (forced here): each feature of Linux's peach does without, by name."""
+    index = f"http://127.0.0.1:{closed_port()}/simple/"
+    without = {"PEACH_LINUX_WITHOUT": "all"}
+    result = doctor_json("--offline", cwd=project, index=index, cache=tmp_path, env=without)
+    check = checks_of(result)["processes"]
+    assert check["status"] == "warn"
+    assert list(check["details"]["lacking"]) == ["subreaper", "parent-death", "proc", "fork"]
+    assert check["details"]["keeper"] is False
+    for named in ("a subreaper (prctl)", "a parent-death signal (prctl)", "/proc", "fork-based"):
+        assert named in check["summary"]
+    assert "kill -9" in check["advice"]

@@ -143,6 +143,26 @@ def test_a_replicas_tree_is_gone_within_5_s_after_peach_dev_is_killed(dev: DevPr
     assert took < 5, f"gone {took:.2f} s after peach was killed"
 
 
+def test_without_what_only_linux_offers_a_killed_peach_dev_leaves_no_tree(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """macOS's fallbacks, forced (``peach_cli.runtime.linux``): no keeper, no template, no
+    subreaper, no parent-death signal, ``ps`` for the tree. The replica learns that peach
+    died when its socket closes, and kills what it started."""
+    monkeypatch.setenv("PEACH_LINUX_WITHOUT", "all")
+    dev = start_peach_dev(project, tmp_path / "dev.log")
+    try:
+        dev.wait_ready()
+        pids = started(dev)
+        assert psutil.Process(pids["replica"]).ppid() == dev.process.pid  # spawned by peach
+        os.kill(dev.process.pid, signal.SIGKILL)
+        dev.process.wait(timeout=10)
+        took = seconds_until_gone(list(pids.values()), 10)
+        assert took < 5, f"gone {took:.2f} s after peach was killed"
+    finally:
+        dev.stop()
+
+
 @pytest.mark.parametrize("keeper", [True, False], ids=["keeper", "no-keeper"])
 def test_an_orphan_of_a_replica_is_adopted_or_gone(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keeper: bool

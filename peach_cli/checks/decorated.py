@@ -66,6 +66,28 @@ class DecoratorNotebooks:
     def decorated_endpoint(
         self, notebook: nb.Notebook, function: nb.DecoratedFunction, extraction: nb.Extraction
     ) -> EndpointSpec | None:
+        position = self._positions(notebook, function)
+        ok = self._check_decorator(notebook, function)
+        ok = self._check_name(function, position) and ok
+        url = function.options.get("url")
+        ok = self._check_url(function, url, position) and ok
+        component = self._component(function, notebook, position)
+        method = notebook.definitions.get(function.name)
+        init, init_ok = self._init(notebook, function, position)
+        self._check_args(function, position)
+        self.notebooks.check_functions(notebook, method, init, "init_state")
+        self.notebooks.check_annotations(notebook, extraction, method)
+        if not (ok and init_ok) or component is None or method is None or not isinstance(url, str):
+            return None
+        code = Code(notebook, extraction, method, init)
+        name = function.name
+        spec = self.component_spec(name, PRIMARY, url, BASE_ENV, component, code, "init_state")
+        return EndpointSpec(name, url, {PRIMARY: spec}, PRIMARY, None, decorated=True)
+
+    def _positions(
+        self, notebook: nb.Notebook, function: nb.DecoratedFunction
+    ) -> Callable[[str | None], Position]:
+        """Where an option of the decorator stands (the function's own line without one)."""
         cell = function.cell
 
         def position(option: str | None) -> Position:
@@ -76,6 +98,11 @@ class DecoratorNotebooks:
                 notebook, cell, function.function.lineno, function.function.col_offset + 1
             )
 
+        return position
+
+    def _check_decorator(self, notebook: nb.Notebook, function: nb.DecoratedFunction) -> bool:
+        """The decorator's own problems, and PC208 when it is not imported above it."""
+        cell = function.cell
         for problem in function.problems:
             self.out.report(
                 problem.code,
@@ -94,36 +121,55 @@ class DecoratorNotebooks:
                 _IMPORT_HINTS.get(decorator, f"import {decorator} above its first use"),
             )
             ok = False
+        return ok
+
+    def _check_name(
+        self, function: nb.DecoratedFunction, position: Callable[[str | None], Position]
+    ) -> bool:
+        """PC110: the endpoint's name is not taken by the conf or another notebook."""
         name = function.name
-        here = position(None)
-        if name in self.conf.endpoints or name in self.endpoints:
-            other = (
-                str(self.out.at(("endpoints", name), key=True))
-                if name in self.conf.endpoints
-                else "another decorator notebook"
-            )
+        if name not in self.conf.endpoints and name not in self.endpoints:
+            return True
+        other = (
+            str(self.out.at(("endpoints", name), key=True))
+            if name in self.conf.endpoints
+            else "another decorator notebook"
+        )
+        self.out.report(
+            "PC110",
+            f"endpoint '{name}' is defined twice: here and in {other}",
+            position(None),
+            "rename the function or the conf endpoint",
+        )
+        return False
+
+    def _check_url(
+        self,
+        function: nb.DecoratedFunction,
+        url: object,
+        position: Callable[[str | None], Position],
+    ) -> bool:
+        if "url" not in function.options:
+            return True
+        if not isinstance(url, str) or not url.startswith("/"):
             self.out.report(
-                "PC110",
-                f"endpoint '{name}' is defined twice: here and in {other}",
-                here,
-                "rename the function or the conf endpoint",
+                "PC103", f"invalid url: {url!r} is not a path starting with '/'", position("url")
             )
-            ok = False
-        url = function.options.get("url")
-        if "url" in function.options:
-            if not isinstance(url, str) or not url.startswith("/"):
-                self.out.report(
-                    "PC103",
-                    f"invalid url: {url!r} is not a path starting with '/'",
-                    position("url"),
-                )
-                ok = False
-            else:
-                self.check_url(name, url, position("url"))
+            return False
+        self.check_url(function.name, url, position("url"))
+        return True
+
+    def _component(
+        self,
+        function: nb.DecoratedFunction,
+        notebook: nb.Notebook,
+        position: Callable[[str | None], Position],
+    ) -> Component | None:
+        """The decorator's options as a conf component; schema errors reported."""
         init_name = function.options.get("init_fn")
         raw: dict[str, Any] = {
             "notebook": notebook.path,
-            "method": name,
+            "method": function.name,
             **{
                 k: function.options[k]
                 for k in ("args", "replicas", "memory", "cpus", "media_type")
@@ -134,10 +180,9 @@ class DecoratorNotebooks:
             raw["init"] = init_name
         from pydantic import ValidationError
 
-        component: Component | None = None
         try:
-            component = Component.model_validate(raw)
-        except ValidationError as error:  # reported; the functions are still checked below
+            return Component.model_validate(raw)
+        except ValidationError as error:  # reported; the functions are still checked
             for item in error.errors(include_url=False):
                 option = str(item["loc"][0]) if item["loc"] else None
                 self.out.add(
@@ -145,28 +190,42 @@ class DecoratorNotebooks:
                         item, lambda *_a, option=option, **_k: position(option), Component
                     )
                 )
-        method = notebook.definitions.get(name)
-        init = None
-        if isinstance(init_name, str):
-            init = notebook.definitions.get(init_name)
-            if init is None or init.node is None:
-                self.out.report(
-                    "PC204",
-                    f"init_fn '{init_name}' is not a top-level function of {notebook.path}",
-                    position("init_fn"),
-                    did_you_mean(init_name, notebook.functions()),
-                )
-                ok = False
-                init = None
-            elif not notebook.bound_before(init_name, cell, position("init_fn").line):
-                self.out.report(
-                    "PC204",
-                    f"init_fn '{init_name}' is defined only after this @endpoint, in cell "
-                    f"{init.cell.number}: running the notebook raises NameError here",
-                    position("init_fn"),
-                    f"move the definition of {init_name} above the decorated function",
-                )
-                ok = False
+            return None
+
+    def _init(
+        self,
+        notebook: nb.Notebook,
+        function: nb.DecoratedFunction,
+        position: Callable[[str | None], Position],
+    ) -> tuple[nb.Definition | None, bool]:
+        """The ``init_fn`` definition (PC204 when it is missing or defined below), and
+        whether it is fine."""
+        init_name = function.options.get("init_fn")
+        if not isinstance(init_name, str):
+            return None, True
+        init = notebook.definitions.get(init_name)
+        if init is None or init.node is None:
+            self.out.report(
+                "PC204",
+                f"init_fn '{init_name}' is not a top-level function of {notebook.path}",
+                position("init_fn"),
+                did_you_mean(init_name, notebook.functions()),
+            )
+            return None, False
+        if not notebook.bound_before(init_name, function.cell, position("init_fn").line):
+            self.out.report(
+                "PC204",
+                f"init_fn '{init_name}' is defined only after this @endpoint, in cell "
+                f"{init.cell.number}: running the notebook raises NameError here",
+                position("init_fn"),
+                f"move the definition of {init_name} above the decorated function",
+            )
+            return init, False
+        return init, True
+
+    def _check_args(
+        self, function: nb.DecoratedFunction, position: Callable[[str | None], Position]
+    ) -> None:
         args = function.options.get("args")
         if isinstance(args, dict) and "stream" in args:
             self.out.report(
@@ -175,10 +234,3 @@ class DecoratorNotebooks:
                 position("args"),
                 "remove it; callers send stream=true with the request",
             )
-        self.notebooks.check_functions(notebook, method, init, "init_state")
-        self.notebooks.check_annotations(notebook, extraction, method)
-        if not ok or component is None or method is None or not isinstance(url, str):
-            return None
-        code = Code(notebook, extraction, method, init)
-        spec = self.component_spec(name, PRIMARY, url, BASE_ENV, component, code, "init_state")
-        return EndpointSpec(name, url, {PRIMARY: spec}, PRIMARY, None, decorated=True)

@@ -18,7 +18,14 @@ from peach_cli.checks.modules import ProjectModules
 from peach_cli.checks.notebooks import Code, NotebookChecks
 from peach_cli.checks.report import Findings
 from peach_cli.errors import ProjectInvalid
-from peach_cli.project.conf import BASE_ENV, RESERVED_URL_PREFIX, Component, memory_bytes
+from peach_cli.project.conf import (
+    BASE_ENV,
+    RESERVED_URL_PREFIX,
+    Component,
+    Endpoint,
+    Task,
+    memory_bytes,
+)
 from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean, has_errors
 from peach_cli.project.loader import Path_, Project, load_project
 from peach_cli.runtime.plan import (
@@ -84,65 +91,90 @@ class _Checker:
         )
 
     def run(self) -> Validation:
-        conf = self.conf
-        for name, env in conf.endpoints.items():
-            self.check_py_env(("endpoints", name, "py_env"), env.py_env)
-            if env.url:
-                self.check_url(name, env.url, self.out.at(("endpoints", name, "url")))
-            if name in self.project.partial:  # its schema errors are reported already
-                section = ("endpoints", name, "components")
-                written = [  # every component written, valid or not, in file order
-                    p[3]
-                    for p in self.project.positions
-                    if len(p) == 4 and p[:3] == section and isinstance(p[3], str)
-                ]
-                if written:
-                    self.check_endpoint_components(name, written)
-                for component_name, component in env.components.items():
-                    where = ("endpoints", name, "components", component_name)
-                    self.notebooks.check_code(where, component, "model")
-                continue
-            components = self.check_endpoint_components(name, list(env.components))
-            specs = {}
-            for component_name, component in env.components.items():
-                where = ("endpoints", name, "components", component_name)
-                code = self.notebooks.check_code(where, component, "model")
-                if code is not None:
-                    specs[component_name] = self.component_spec(
-                        name, component_name, env.url, env.py_env, component, code, "model"
-                    )
-            refused = env.ab is None and ("endpoints", name, "ab") in self.project.positions
-            ab_problems, ab = check_ab(name, env, self.out.at, refused=refused)
-            for problem in ab_problems:
-                self.out.add(problem)
-            if components is not None and len(specs) == len(env.components):
-                primary, fallback = components
-                if (env.ab is not None or refused) and ab is None:
-                    continue  # the split is wrong (reported): nothing to serve
-                self.result.endpoints[name] = EndpointSpec(
-                    name, env.url, specs, primary, fallback, ab=ab
+        for name, env in self.conf.endpoints.items():
+            self.check_endpoint(name, env)
+        for name, task in self.conf.tasks.items():
+            self.check_task(name, task)
+        self.check_decorator_notebooks()
+        if self.project.schema_ok and not self.conf.endpoints and not self.conf.decorator_endpoints:
+            self.out.report(
+                "PC306",
+                "the project defines no endpoint",
+                self.out.at(()),
+                "add one under endpoints: (`peach init` writes a project with one)",
+            )
+        self.check_across()
+        self.result.diagnostics = self.out.diagnostics
+        self.result.notebooks = self.notebooks.read
+        return self.result
+
+    def check_endpoint(self, name: str, env: Endpoint) -> None:
+        """A conf endpoint: its env, url, components and A/B split; served when all hold."""
+        self.check_py_env(("endpoints", name, "py_env"), env.py_env)
+        if env.url:
+            self.check_url(name, env.url, self.out.at(("endpoints", name, "url")))
+        if name in self.project.partial:  # its schema errors are reported already
+            self.check_partial_endpoint(name, env)
+            return
+        components = self.check_endpoint_components(name, list(env.components))
+        specs = {}
+        for component_name, component in env.components.items():
+            where = ("endpoints", name, "components", component_name)
+            code = self.notebooks.check_code(where, component, "model")
+            if code is not None:
+                specs[component_name] = self.component_spec(
+                    name, component_name, env.url, env.py_env, component, code, "model"
                 )
-        for name, task in conf.tasks.items():
-            self.check_py_env(("tasks", name, "py_env"), task.py_env)
-            task_code = self.notebooks.check_code(("tasks", name), task, "model")
-            if task_code is not None:
-                self.result.tasks[name] = TaskSpec(
-                    name=name,
-                    notebook=task_code.notebook.path,
-                    source=task_code.extraction.source,
-                    source_name=task_code.notebook.path,
-                    method=task.method,
-                    init=task.init,
-                    args=dict(task.args),
-                    timeout_s=float(task.timeout_s),
-                    py_env=task.py_env,
-                    dependencies=conf.environment(task.py_env),
-                    modules=self.modules.of(task_code),
-                    line_map=task_code.extraction.line_map,
-                    **self.variables(task.env_vars, task.secrets),
-                )
+        refused = env.ab is None and ("endpoints", name, "ab") in self.project.positions
+        ab_problems, ab = check_ab(name, env, self.out.at, refused=refused)
+        for problem in ab_problems:
+            self.out.add(problem)
+        if components is not None and len(specs) == len(env.components):
+            primary, fallback = components
+            if (env.ab is not None or refused) and ab is None:
+                return  # the split is wrong (reported): nothing to serve
+            self.result.endpoints[name] = EndpointSpec(
+                name, env.url, specs, primary, fallback, ab=ab
+            )
+
+    def check_partial_endpoint(self, name: str, env: Endpoint) -> None:
+        """An endpoint whose schema failed: what it has is still checked, nothing served."""
+        section = ("endpoints", name, "components")
+        written = [  # every component written, valid or not, in file order
+            p[3]
+            for p in self.project.positions
+            if len(p) == 4 and p[:3] == section and isinstance(p[3], str)
+        ]
+        if written:
+            self.check_endpoint_components(name, written)
+        for component_name, component in env.components.items():
+            where = ("endpoints", name, "components", component_name)
+            self.notebooks.check_code(where, component, "model")
+
+    def check_task(self, name: str, task: Task) -> None:
+        self.check_py_env(("tasks", name, "py_env"), task.py_env)
+        task_code = self.notebooks.check_code(("tasks", name), task, "model")
+        if task_code is None:
+            return
+        self.result.tasks[name] = TaskSpec(
+            name=name,
+            notebook=task_code.notebook.path,
+            source=task_code.extraction.source,
+            source_name=task_code.notebook.path,
+            method=task.method,
+            init=task.init,
+            args=dict(task.args),
+            timeout_s=float(task.timeout_s),
+            py_env=task.py_env,
+            dependencies=self.conf.environment(task.py_env),
+            modules=self.modules.of(task_code),
+            line_map=task_code.extraction.line_map,
+            **self.variables(task.env_vars, task.secrets),
+        )
+
+    def check_decorator_notebooks(self) -> None:
         seen: dict[str, int] = {}
-        for index, path in enumerate(conf.decorator_endpoints):
+        for index, path in enumerate(self.conf.decorator_endpoints):
             if path in seen:
                 first = self.out.at(("decorator_endpoints", seen[path]))
                 self.out.report(
@@ -153,30 +185,22 @@ class _Checker:
                 continue
             seen[path] = index
             self.decorated.check(index, path)
-        if self.project.schema_ok and not conf.endpoints and not conf.decorator_endpoints:
-            self.out.report(
-                "PC306",
-                "the project defines no endpoint",
-                self.out.at(()),
-                "add one under endpoints: (`peach init` writes a project with one)",
-            )
+
+    def check_across(self) -> None:
+        """The checks across the whole project: undeclared imports, unknown triggered
+        tasks, variables and credentials."""
+        from peach_cli.checks.triggers import unknown_triggered_tasks
         from peach_cli.checks.undeclared import undeclared_imports
+        from peach_cli.checks.variables import check_variables, credential_warnings
 
         for diagnostic in undeclared_imports(self.project, self.notebooks.runs):
             self.out.add(diagnostic)
-        from peach_cli.checks.triggers import unknown_triggered_tasks
-
         for diagnostic in unknown_triggered_tasks(self.conf, self.notebooks.runs):
             self.out.add(diagnostic)
-        from peach_cli.checks.variables import check_variables, credential_warnings
-
         for diagnostic in check_variables(self.conf, self.out.at):
             self.out.add(diagnostic)
         for diagnostic in credential_warnings(self.conf, self.out.at, self.notebooks.runs):
             self.out.add(diagnostic)
-        self.result.diagnostics = self.out.diagnostics
-        self.result.notebooks = self.notebooks.read
-        return self.result
 
     def check_py_env(self, where: Path_, name: str) -> None:
         declared = list(dict.fromkeys([BASE_ENV, *self.conf.py_environments]))

@@ -18,10 +18,14 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from peach_cli.client.items import DEFAULT_TIMEOUT_S, AskRequest, build_request, with_tool
 from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.bench.loadgen import LoadPlan
+    from peach_cli.bench.summary import Tally
 
 EXIT_INTERRUPTED = 130
 EXIT_NO_ANSWER = 3
@@ -48,10 +52,51 @@ def run_bench(
     compare_file: Path | None = None,
 ) -> int:
     """Run `peach bench`; return the exit code (usage mistakes raise ``UsageError``)."""
-    from peach_cli.bench.capacity import CapacitySampler
-    from peach_cli.bench.loadgen import LoadPlan, address_of, encode, run_load
-    from peach_cli.bench.summary import Tally, compare, differing_settings
+    from peach_cli.bench.loadgen import LoadPlan, address_of, encode
 
+    _check_options(output, rate, concurrency, requests, duration_s, warmup_s)
+    if duration_s is None and requests is None:
+        duration_s = DEFAULT_DURATION_S
+    earlier = _read_compare(compare_file) if compare_file is not None else None
+    asked, label = _requests(target, items, url, stream, record_file, headers, timeout_s)
+    addresses = {address_of(request.url) for request in asked}
+    if len(addresses) > 1:
+        raise UsageError("every request of one run must go to one host and port")
+    (address,) = addresses
+    plan = LoadPlan(
+        [encode(request) for request in asked],
+        address,
+        rate=rate,
+        concurrency=concurrency or DEFAULT_CONCURRENCY,
+        duration_s=duration_s,
+        requests=requests,
+        warmup_s=warmup_s,
+        timeout_s=timeout_s,
+    )
+    tally, capacity, interrupted = _measure(plan, show_progress=output == "text")
+    figures = tally.summary(
+        target=label,
+        mode="open" if rate is not None else "closed",
+        rate=rate,
+        concurrency=None if rate is not None else plan.concurrency,
+        warmup_s=warmup_s,
+        interrupted=interrupted,
+    )
+    figures["capacity"] = capacity
+    _show(figures, earlier, compare_file, output)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_NO_ANSWER if tally.answered == 0 else 0
+
+
+def _check_options(
+    output: str,
+    rate: float | None,
+    concurrency: int | None,
+    requests: int | None,
+    duration_s: float | None,
+    warmup_s: float,
+) -> None:
     if output not in ("text", "json"):
         raise UsageError(f"--format must be text or json, not {output!r}")
     if rate is not None and concurrency is not None:
@@ -70,46 +115,43 @@ def run_bench(
         raise UsageError(f"--duration must be more than 0 seconds, not {duration_s:g}")
     if warmup_s < 0:
         raise UsageError(f"--warmup cannot be negative ({warmup_s:g})")
-    if duration_s is None and requests is None:
-        duration_s = DEFAULT_DURATION_S
-    earlier = _read_compare(compare_file) if compare_file is not None else None
 
+
+def _requests(
+    target: str | None,
+    items: Sequence[str],
+    url: str | None,
+    stream: bool,
+    record_file: Path | None,
+    headers: Sequence[str],
+    timeout_s: float,
+) -> tuple[list[AskRequest], str]:
+    """The requests to send (the target's, or a record file's) and the run's label."""
     if record_file is not None:
         if target is not None:
             raise UsageError("give TARGET or --from, not both")
         asked = read_record_file(record_file, url, timeout_s)
-        label = f"{len(asked)} recorded requests from {record_file}"
-    else:
-        if target is None:
-            raise UsageError("give TARGET (an endpoint like /greet) or --from RECORD_FILE")
-        asked = [
-            with_tool(
-                build_request(
-                    target, items, base=url, stream=stream, headers=headers, timeout_s=timeout_s
-                ),
-                "bench",
-            )
-        ]
-        label = f"{asked[0].method} {asked[0].url}"
-    addresses = {address_of(request.url) for request in asked}
-    if len(addresses) > 1:
-        raise UsageError("every request of one run must go to one host and port")
-    (address,) = addresses
-    plan = LoadPlan(
-        [encode(request) for request in asked],
-        address,
-        rate=rate,
-        concurrency=concurrency or DEFAULT_CONCURRENCY,
-        duration_s=duration_s,
-        requests=requests,
-        warmup_s=warmup_s,
-        timeout_s=timeout_s,
+        return asked, f"{len(asked)} recorded requests from {record_file}"
+    if target is None:
+        raise UsageError("give TARGET (an endpoint like /greet) or --from RECORD_FILE")
+    request = with_tool(
+        build_request(target, items, base=url, stream=stream, headers=headers, timeout_s=timeout_s),
+        "bench",
     )
-    from peach_cli.views.bench import Progress, render_compare, render_summary
+    return [request], f"{request.method} {request.url}"
 
-    sampler = CapacitySampler.for_dev(address.origin)
+
+def _measure(plan: LoadPlan, *, show_progress: bool) -> tuple[Tally, Any, bool]:
+    """Run the load, sampling the replicas' capacity when they are this machine's `peach dev`:
+    the tally, the capacity figures and whether Ctrl-C cut the run short."""
+    from peach_cli.bench.capacity import CapacitySampler
+    from peach_cli.bench.loadgen import run_load
+    from peach_cli.bench.summary import Tally
+    from peach_cli.views.bench import Progress
+
+    sampler = CapacitySampler.for_dev(plan.address.origin)
     tally = Tally()
-    progress = Progress(tally, plan) if sys.stderr.isatty() and output == "text" else None
+    progress = Progress(tally, plan) if show_progress and sys.stderr.isatty() else None
     if sampler is not None:
         sampler.start()
     try:
@@ -118,15 +160,15 @@ def run_bench(
         capacity = sampler.stop() if sampler is not None else None
         if progress is not None:
             progress.clear()
-    figures = tally.summary(
-        target=label,
-        mode="open" if rate is not None else "closed",
-        rate=rate,
-        concurrency=None if rate is not None else plan.concurrency,
-        warmup_s=warmup_s,
-        interrupted=interrupted,
-    )
-    figures["capacity"] = capacity
+    return tally, capacity, interrupted
+
+
+def _show(
+    figures: dict[str, Any], earlier: dict[str, Any] | None, compare_file: Path | None, output: str
+) -> None:
+    """The figures, and their comparison with ``--compare``'s, as text or JSON."""
+    from peach_cli.bench.summary import compare, differing_settings
+
     rows = compare(figures, earlier) if earlier is not None else None
     differences = differing_settings(figures, earlier) if earlier is not None else []
     if output == "json":
@@ -136,13 +178,12 @@ def run_bench(
         from peach_cli.views.console import print_json
 
         print_json(figures, channel="bench")
-    else:
-        render_summary(figures)
-        if rows is not None:
-            render_compare(rows, compare_file, differences)
-    if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_NO_ANSWER if tally.answered == 0 else 0
+        return
+    from peach_cli.views.bench import render_compare, render_summary
+
+    render_summary(figures)
+    if rows is not None:
+        render_compare(rows, compare_file, differences)
 
 
 def _read_compare(path: Path) -> dict[str, Any]:

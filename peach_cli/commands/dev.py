@@ -64,7 +64,7 @@ def run_dev(
     from peach_cli.views.dev import DevView
 
     plan = load_plan(project, doing="serving", warnings="show")
-    from peach_cli.runtime.tree import become_subreaper
+    from peach_cli.runtime.linux import become_subreaper
     from simulator.debug import terminal_reason
     from simulator.session import SessionConfig
 

@@ -68,7 +68,7 @@ def run_env_list(project: Path, *, output_format: str = "text") -> int:
 
 def run_env_build(project: Path, *, offline: bool = False, refresh: bool = False) -> int:
     from peach_cli.envs import EnvBuildError, ensure_env, project_envs
-    from peach_cli.runtime.tree import become_subreaper
+    from peach_cli.runtime.linux import become_subreaper
     from peach_cli.views import console
 
     conf = load_conf(project)

@@ -125,7 +125,7 @@ def run_task_run(
     if address is not None:
         return run_task_on_ray(plan, name, payload_text, address=address, timeout_s=timeout_s)
     from peach_cli.runtime import aio
-    from peach_cli.runtime.tree import become_subreaper
+    from peach_cli.runtime.linux import become_subreaper
 
     become_subreaper()  # what the task orphans is adopted here, not by init
 

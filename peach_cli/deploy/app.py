@@ -350,20 +350,8 @@ class ServeGateway:
     # -- /_peach/routes and /_peach/health, as under `peach dev` -------------------------
 
     async def _routes(self) -> Response:
-        endpoints: list[dict[str, Any]] = []
-        for endpoint in sorted(self.endpoints.values(), key=lambda e: e.url):
-            endpoints.append(
-                {
-                    "name": endpoint.name,
-                    "url": endpoint.url,
-                    "components": list(endpoint.components),
-                    "streams": None,  # known to the replicas only
-                }
-            )
-            ab = contract.ab_route(endpoint, self.flow.arm_requests.get(endpoint.name, {}))
-            if ab is not None:
-                endpoints[-1]["ab"] = ab
-        body = {"codops": self.codops, "endpoints": endpoints}
+        endpoints = [(e, None) for e in self.endpoints.values()]  # streams: the replicas know
+        body = contract.routes_body(self.codops, endpoints, self.flow.arm_requests)
         return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
 
     async def _health(self) -> Response:
@@ -381,7 +369,7 @@ class ServeGateway:
 
         deployments, records = await asyncio.to_thread(read)
         components = {
-            deployment: f"{name}/{component}"
+            deployment: self.endpoints[name].components[component]
             for (name, component), deployment in self.deployments.items()
         }
         body = reports.health_body(self.codops, components, deployments, records, self.unstartable)

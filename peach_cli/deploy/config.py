@@ -138,6 +138,7 @@ def gateway_to_json(plan: ProjectPlan) -> dict[str, Any]:
             "fallback": endpoint.fallback,
             "decorated": endpoint.decorated,
             "components": components,
+            "order": list(endpoint.components),  # the file's keys are sorted; the conf's order
             "ab": ab_to_json(endpoint.ab),
         }
     return {"codops": plan.codops, "timeout_s": plan.timeout_s, "endpoints": endpoints}
@@ -162,8 +163,9 @@ def endpoints_from_json(data: dict[str, Any]) -> dict[str, EndpointSpec]:
     endpoints = {}
     for name, item in data["endpoints"].items():
         components = {}
-        for component_name, component in item["components"].items():
-            fields = {k: v for k, v in component.items() if k != "deployment"}
+        listed = item["components"]
+        for component_name in item.get("order") or listed:  # as the conf lists them
+            fields = {k: v for k, v in listed[component_name].items() if k != "deployment"}
             components[component_name] = component_from_json(fields)
         endpoints[name] = EndpointSpec(
             name=item["name"],
@@ -178,6 +180,37 @@ def endpoints_from_json(data: dict[str, Any]) -> dict[str, EndpointSpec]:
 
 
 # -- the config ------------------------------------------------------------------------
+
+
+def _component_deployment(
+    spec: ComponentSpec,
+    name: str,
+    packages: tuple[Package, Package, Package],
+    secrets: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """A component's Serve deployment over ``packages``: the project's, the runtime's and
+    its own spec's."""
+    from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
+
+    project, runtime, own = packages
+    runtime_env: dict[str, Any] = {
+        "working_dir": project.uri,  # the same for every component: uploaded once
+        "py_modules": [runtime.uri, own.uri],  # replaces the application's
+        **requirements_runtime_env(spec.dependencies),  # base + its py_env's own
+    }
+    env_vars = component_env_vars(spec, secrets)
+    if env_vars:
+        runtime_env["env_vars"] = env_vars
+    actor_options: dict[str, Any] = {"num_cpus": spec.cpus}
+    if spec.memory:
+        actor_options["memory"] = spec.memory
+    actor_options["runtime_env"] = runtime_env
+    return {
+        "name": name,
+        "num_replicas": spec.replicas,
+        "max_ongoing_requests": COMPONENT_MAX_ONGOING,
+        "ray_actor_options": actor_options,
+    }
 
 
 def build_bundle(
@@ -237,26 +270,7 @@ def build_bundle(
             f"the spec of {name}",
         )
         packages[own.name] = own
-        runtime_env: dict[str, Any] = {
-            "working_dir": project.uri,  # the same for every component: uploaded once
-            "py_modules": [runtime.uri, own.uri],  # replaces the application's
-            **requirements_runtime_env(spec.dependencies),  # base + its py_env's own
-        }
-        env_vars = component_env_vars(spec, secrets)
-        if env_vars:
-            runtime_env["env_vars"] = env_vars
-        actor_options: dict[str, Any] = {"num_cpus": spec.cpus}
-        if spec.memory:
-            actor_options["memory"] = spec.memory
-        actor_options["runtime_env"] = runtime_env
-        deployments.append(
-            {
-                "name": name,
-                "num_replicas": spec.replicas,
-                "max_ongoing_requests": COMPONENT_MAX_ONGOING,
-                "ray_actor_options": actor_options,
-            }
-        )
+        deployments.append(_component_deployment(spec, name, (project, runtime, own), secrets))
     application = {
         "name": plan.codops,
         "route_prefix": route_prefix,

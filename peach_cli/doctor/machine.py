@@ -15,8 +15,12 @@ import shutil
 import socket
 import subprocess
 import sys
+from typing import TYPE_CHECKING, Any
 
 from peach_cli.doctor import Check
+
+if TYPE_CHECKING:
+    from peach_cli.runtime.linux import Feature
 
 DISTRIBUTION = "peach-cli"
 UV_VERSION_TIMEOUT_S = 10.0
@@ -186,24 +190,30 @@ def check_port(host: str, port: int) -> Check:
     return Check("port", "ok", f"port {port} is free on {host} (for peach dev)", details=details)
 
 
-def check_processes(platform: str = sys.platform) -> Check:
-    """Whether what peach starts is sure to die with it (SPEC §6): on Linux a keeper, a
-    subreaper that outlives peach only to kill what is left; elsewhere best effort."""
-    if platform.startswith("linux"):
+def check_processes(lacking: list[Feature] | None = None) -> Check:
+    """Whether what peach starts is sure to die with it (SPEC §6), and what of Linux's this
+    system lacks (default: ``peach_cli.runtime.linux.missing()``): each with what peach does
+    without it."""
+    from peach_cli.runtime.linux import missing
+
+    lacking = missing() if lacking is None else lacking
+    details: dict[str, Any] = {
+        "keeper": all(f.name != "subreaper" for f in lacking),
+        "lacking": {f.name: f.lost for f in lacking},
+    }
+    if not lacking:
         return Check(
             "processes",
             "ok",
             "what replicas and tasks start dies with them and with peach, even a killed peach",
-            details={"keeper": True},
+            details=details,
         )
-    return Check(
-        "processes",
-        "warn",
-        "best effort here: a process a replica or task starts in a session of its own may "
-        "outlive peach when peach is killed",
-        advice="stop peach with Ctrl-C rather than kill -9; check for leftover processes",
-        details={"keeper": False},
-    )
+    summary = "this system lacks " + "; ".join(f"{f.label}: {f.lost}" for f in lacking)
+    if details["keeper"]:
+        advice = "nothing to do: peach works without them"
+    else:
+        advice = "stop peach with Ctrl-C rather than kill -9; check for leftover processes"
+    return Check("processes", "warn", summary, advice=advice, details=details)
 
 
 def port_holder(port: int) -> str | None:

@@ -161,10 +161,13 @@ included. (A signal set up for uv itself in a ``preexec_fn`` would spare the bac
 
 
 def _guarded() -> list[str]:
-    """The command that runs uv under ``GUARD`` (Linux), or nothing (uv runs bare)."""
+    """The command that runs uv under ``GUARD`` (Linux), or nothing: uv runs bare, and
+    its process group is killed when it is cancelled (``peach_cli.runtime.linux``)."""
     import sys
 
-    if not sys.platform.startswith("linux"):
+    from peach_cli.runtime.linux import offers
+
+    if not offers("parent-death"):
         return []
     return [sys.executable, "-I", "-S", "-c", GUARD, str(os.getpid())]
 

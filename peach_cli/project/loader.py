@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
 import yaml
 
@@ -149,6 +149,33 @@ def read_yaml_file(
     An empty file reads as ``empty`` (default ``{}``).
     """
     name = relative_name(root, path)
+    text = _read_text(name, path, diagnostics)
+    if text is None:
+        return None
+    tree = _FileTree(name, text)
+    lines = text.splitlines()
+    node = _compose(name, text, lines, diagnostics)
+    if node is False:
+        return None
+    if node is None:
+        tree.value = {} if empty is None else empty
+        return tree
+    try:
+        tree.value = _to_value(node, (), tree, lines, diagnostics, None, 0)
+    except (_TooLarge, RecursionError):
+        diagnostics.append(
+            Diagnostic(
+                "PC004",
+                f"{name} expands to too many values (recursive or exponential aliases?)",
+                Position(name, 1, 1),
+            )
+        )
+        return None
+    return tree
+
+
+def _read_text(name: str, path: Path, diagnostics: list[Diagnostic]) -> str | None:
+    """The file's text (None: too large, unreadable or not UTF-8, reported)."""
     try:
         size = path.stat().st_size
         if size > MAX_CONF_BYTES:
@@ -179,8 +206,13 @@ def read_yaml_file(
             )
         )
         return None
-    tree = _FileTree(name, text)
-    lines = text.splitlines()
+    return text
+
+
+def _compose(
+    name: str, text: str, lines: list[str], diagnostics: list[Diagnostic]
+) -> yaml.Node | None | Literal[False]:
+    """The YAML node tree of ``text`` (None: an empty file; False: it is not YAML, reported)."""
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as error:
@@ -194,7 +226,7 @@ def read_yaml_file(
                 _syntax_hint(error, lines),
             )
         )
-        return None
+        return False
     except yaml.YAMLError as error:  # ReaderError: control characters and the like
         position = Position(name, 1, 1)
         index = getattr(error, "position", None)
@@ -202,27 +234,13 @@ def read_yaml_file(
             line = text.count("\n", 0, index)
             position = Position(name, line + 1, index - (text.rfind("\n", 0, index) + 1) + 1)
         diagnostics.append(Diagnostic("PC001", f"YAML error: {error}", position))
-        return None
+        return False
     except RecursionError:
         diagnostics.append(
             Diagnostic("PC004", f"{name} is nested too deeply", Position(name, 1, 1))
         )
-        return None
-    if node is None:
-        tree.value = {} if empty is None else empty
-        return tree
-    try:
-        tree.value = _to_value(node, (), tree, lines, diagnostics, None, 0)
-    except (_TooLarge, RecursionError):
-        diagnostics.append(
-            Diagnostic(
-                "PC004",
-                f"{name} expands to too many values (recursive or exponential aliases?)",
-                Position(name, 1, 1),
-            )
-        )
-        return None
-    return tree
+        return False
+    return node
 
 
 def _syntax_hint(error: yaml.MarkedYAMLError, lines: list[str]) -> str | None:
@@ -265,25 +283,7 @@ def _to_value(
     here = _mark_position(tree.name, node.start_mark, lines)
     tree.positions[path] = NodePosition(key_position or here, here)
     if isinstance(node, yaml.ScalarNode):
-        if node.tag not in _SAFE_SCALAR_TAGS:
-            diagnostics.append(
-                Diagnostic(
-                    "PC004",
-                    f"YAML tag {_tag(node)} is not allowed in a conf file",
-                    here,
-                    "write a plain value; peach never constructs objects from tags",
-                )
-            )
-            return None
-        if node.tag == _STR_TAG:
-            return node.value
-        try:
-            return _SCALARS.construct_object(node, deep=True)
-        except (yaml.YAMLError, ValueError, OverflowError):
-            diagnostics.append(
-                Diagnostic("PC004", f"invalid {node.tag} value {node.value!r}", here)
-            )
-            return None
+        return _scalar_value(node, here, diagnostics)
     if isinstance(node, yaml.SequenceNode):
         if node.tag != "tag:yaml.org,2002:seq":
             diagnostics.append(
@@ -300,6 +300,41 @@ def _to_value(
             Diagnostic("PC004", f"YAML tag {_tag(node)} is not allowed in a conf file", here)
         )
         return None
+    return _mapping_value(node, path, tree, lines, diagnostics, key_position, here, depth)
+
+
+def _scalar_value(node: yaml.ScalarNode, here: Position, diagnostics: list[Diagnostic]) -> Any:
+    if node.tag not in _SAFE_SCALAR_TAGS:
+        diagnostics.append(
+            Diagnostic(
+                "PC004",
+                f"YAML tag {_tag(node)} is not allowed in a conf file",
+                here,
+                "write a plain value; peach never constructs objects from tags",
+            )
+        )
+        return None
+    if node.tag == _STR_TAG:
+        return node.value
+    try:
+        return _SCALARS.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, OverflowError):
+        diagnostics.append(Diagnostic("PC004", f"invalid {node.tag} value {node.value!r}", here))
+        return None
+
+
+def _mapping_value(
+    node: yaml.MappingNode,
+    path: Path_,
+    tree: _FileTree,
+    lines: list[str],
+    diagnostics: list[Diagnostic],
+    key_position: Position | None,
+    here: Position,
+    depth: int,
+) -> dict[str, Any]:
+    """A mapping's keys and values (``<<: *anchor`` merged in); a key given twice or not
+    plain is reported and left out."""
     result: dict[str, Any] = {}
     seen: dict[str, Position] = {}
     merged: list[yaml.MappingNode] = []
@@ -365,6 +400,24 @@ def merge_files(trees: list[_FileTree], diagnostics: list[Diagnostic]) -> tuple[
             if p[: len(local)] == local:
                 positions.setdefault((*target, *p[len(local) :]), pos)
 
+    def named(tree: _FileTree, key: str, value: dict[str, Any], message: str, hint: str) -> None:
+        """The names of section ``key`` merged: one given twice (with another value, for
+        env_vars) is reported as PC110 with ``message`` (its ``{name}``, ``{other}``)."""
+        for name, item in value.items():
+            if name in merged[key] and (key != "env_vars" or merged[key][name] != item):
+                other = positions[(key, name)].key
+                diagnostics.append(
+                    Diagnostic(
+                        "PC110",
+                        message.format(name=name, other=f"{other.file}:{other.line}"),
+                        tree.positions[(key, name)].key,
+                        hint,
+                    )
+                )
+            elif name not in merged[key]:
+                merged[key][name] = item
+                take(tree, (key, name), (key, name))
+
     for tree in trees:
         for key, value in tree.value.items():
             here = tree.positions[(key,)]
@@ -388,37 +441,11 @@ def merge_files(trees: list[_FileTree], diagnostics: list[Diagnostic]) -> tuple[
                 key in _NAMED_SECTIONS and isinstance(value, dict) and isinstance(merged[key], dict)
             ):
                 what = {"endpoints": "endpoint", "tasks": "task"}.get(key, "py_environment")
-                for name, item in value.items():
-                    if name in merged[key]:
-                        other = positions[(key, name)].key
-                        diagnostics.append(
-                            Diagnostic(
-                                "PC110",
-                                f"{what} '{name}' is defined twice: here and in "
-                                f"{other.file}:{other.line}",
-                                tree.positions[(key, name)].key,
-                                "rename one of them",
-                            )
-                        )
-                    else:
-                        merged[key][name] = item
-                        take(tree, (key, name), (key, name))
+                message = what + " '{name}' is defined twice: here and in {other}"
+                named(tree, key, value, message, "rename one of them")
             elif key == "env_vars" and isinstance(value, dict) and isinstance(merged[key], dict):
-                for name, item in value.items():
-                    if name in merged[key] and merged[key][name] != item:
-                        other = positions[(key, name)].key
-                        diagnostics.append(
-                            Diagnostic(
-                                "PC110",
-                                f"env_vars '{name}' is set twice: here and in "
-                                f"{other.file}:{other.line}",
-                                tree.positions[(key, name)].key,
-                                "set it in one file",
-                            )
-                        )
-                    elif name not in merged[key]:
-                        merged[key][name] = item
-                        take(tree, (key, name), (key, name))
+                message = "env_vars '{name}' is set twice: here and in {other}"
+                named(tree, key, value, message, "set it in one file")
             elif (
                 isinstance(value, list)
                 and isinstance(merged[key], list)

@@ -555,6 +555,18 @@ def _read_decorator(function: FunctionNode, decorator: ast.expr, cell: Cell) -> 
             )
         )
         return DecoratedFunction(function.name, function, cell, options, positions, tuple(problems))
+    arguments = _decorator_arguments(decorator, problems)
+    _read_options(arguments, options, positions, problems)
+    if "url" not in positions:
+        problems.append(DecoratorProblem("PC208", "@endpoint needs a url", *where))
+    return DecoratedFunction(function.name, function, cell, options, positions, tuple(problems))
+
+
+def _decorator_arguments(
+    decorator: ast.Call, problems: list[DecoratorProblem]
+) -> list[tuple[str, ast.expr]]:
+    """The decorator's options as (name, expression), the url first; what cannot be read
+    as an option goes into ``problems``."""
     arguments: list[tuple[str, ast.expr]] = []
     for index, arg in enumerate(decorator.args):
         if isinstance(arg, ast.Starred) or index > 0:
@@ -603,6 +615,17 @@ def _read_decorator(function: FunctionNode, decorator: ast.expr, cell: Cell) -> 
             )
         else:
             arguments.append((keyword.arg, keyword.value))
+    return arguments
+
+
+def _read_options(
+    arguments: list[tuple[str, ast.expr]],
+    options: dict[str, object],
+    positions: dict[str, tuple[int, int]],
+    problems: list[DecoratorProblem],
+) -> None:
+    """Each option's literal value into ``options`` (``init_fn`` as the function's name)
+    and its position into ``positions``; a value that is no literal goes into ``problems``."""
     for name, value in arguments:
         positions[name] = (value.lineno, value.col_offset + 1)
         if name == "init_fn":
@@ -630,6 +653,3 @@ def _read_decorator(function: FunctionNode, decorator: ast.expr, cell: Cell) -> 
                     "itself (a string, number, list or dict), not a variable or a call",
                 )
             )
-    if "url" not in positions:
-        problems.append(DecoratorProblem("PC208", "@endpoint needs a url", *where))
-    return DecoratedFunction(function.name, function, cell, options, positions, tuple(problems))

@@ -39,9 +39,14 @@ from peach_cli.runtime.contract.results import (
 
 if TYPE_CHECKING:
     import pdb
+    from collections.abc import Iterator
     from types import FrameType
 
     from peach_cli.runtime.plan import NotebookCode
+
+    _PdbBase = pdb.Pdb
+else:
+    _PdbBase = object  # pdb is imported when the first session opens (``_define``)
 
 SOCKET_ENV = "PEACH_DEBUG_SOCKET"
 POST_MORTEM_ENV = "PEACH_PDB"
@@ -220,10 +225,56 @@ def _make(path: str) -> Any:
     return RelayedPdb(path)
 
 
+class _NotebookPositions(_PdbBase):
+    """pdb's stack, listings and ``list`` numbers in notebook positions (cell, line), for a
+    ``pdb.Pdb`` subclass (``_define``'s): the methods of pdb it overrides, apart from the
+    session's own."""
+
+    def get_stack(self, f: Any, t: Any) -> tuple[list[Any], int]:
+        """The stack from the first frame of notebook code (not peach's own)."""
+        stack, index = super().get_stack(f, t)
+        first = next((n for n, (frame, _) in enumerate(stack) if _in_notebook(frame)), 0)
+        return stack[first:], max(index - first, 0)
+
+    def format_stack_entry(self, frame_lineno: Any, lprefix: str = ": ") -> str:
+        text = super().format_stack_entry(frame_lineno, lprefix)
+        frame, line = frame_lineno
+        filename = frame.f_code.co_filename
+        if filename in _CODES:
+            text = text.replace(f"{filename}({line})", f"{position(filename, line)}, in ", 1)
+        return text
+
+    def _here(self) -> tuple[NotebookCode, int] | None:
+        """The notebook code of the current frame and its line (None: not notebook code)."""
+        frame = getattr(self, "curframe", None)
+        code = None if frame is None else _CODES.get(frame.f_code.co_filename)
+        return None if code is None or frame is None else (code, frame.f_lineno)
+
+    def do_list(self, arg: str) -> Any:
+        """``list N`` and ``list FIRST,LAST`` in notebook code count from the first line
+        of the current line's cell, as the listings and the banner do."""
+        here = self._here()
+        return super().do_list(arg if here is None else _list_arg(*here, arg))
+
+    do_l = do_list
+
+    def _print_lines(self, lines: Any, start: int, breaks: Any = (), frame: Any = None) -> None:
+        """Lines of notebook code numbered by their cell (``[cell N]`` before the lines
+        of another cell than the current line's), as the banner and ``where`` say."""
+        here = self._here()
+        if here is None:
+            super()._print_lines(lines, start, breaks, frame)
+            return
+        current = frame.f_lineno if frame else -1
+        raised = getattr(self, "tb_lineno", {}).get(frame, -1) if frame else -1
+        for text in _cell_lines(*here, lines, start, breaks, current, raised):
+            self.message(text)
+
+
 def _define() -> type[pdb.Pdb]:
     import pdb
 
-    class _RelayedPdb(pdb.Pdb):
+    class _RelayedPdb(_NotebookPositions, pdb.Pdb):
         """pdb over the socket to peach's terminal, notebook positions in its stack."""
 
         def __init__(self, path: str) -> None:
@@ -257,98 +308,12 @@ def _define() -> type[pdb.Pdb]:
             super().set_quit()
             self._release = True
 
-        def get_stack(self, f: Any, t: Any) -> tuple[list[Any], int]:
-            """The stack from the first frame of notebook code (not peach's own)."""
-            stack, index = super().get_stack(f, t)
-            first = next((n for n, (frame, _) in enumerate(stack) if _in_notebook(frame)), 0)
-            return stack[first:], max(index - first, 0)
-
-        def format_stack_entry(self, frame_lineno: Any, lprefix: str = ": ") -> str:
-            text = super().format_stack_entry(frame_lineno, lprefix)
-            frame, line = frame_lineno
-            filename = frame.f_code.co_filename
-            if filename in _CODES:
-                text = text.replace(f"{filename}({line})", f"{position(filename, line)}, in ", 1)
-            return text
-
-        def _here(self) -> tuple[NotebookCode, int] | None:
-            """The notebook code of the current frame and its line (None: not notebook code)."""
-            frame = getattr(self, "curframe", None)
-            code = None if frame is None else _CODES.get(frame.f_code.co_filename)
-            return None if code is None or frame is None else (code, frame.f_lineno)
-
-        def do_list(self, arg: str) -> Any:
-            """``list N`` and ``list FIRST,LAST`` in notebook code count from the first line
-            of the current line's cell, as the listings and the banner do."""
-            here = self._here()
-            parts = arg.split(",") if arg else []
-            if here is None or not parts or not all(p.strip().isdigit() for p in parts):
-                return super().do_list(arg)
-            code, at = here
-            cell, _ = cell_line(code, at)
-            numbers = [int(part) for part in parts]
-            count = len(numbers) == 2 and numbers[1] < numbers[0]  # FIRST,COUNT
-            for n, number in enumerate(numbers):
-                line = module_line(code, cell, number) if cell is not None else None
-                if line is not None and not (count and n == 1):
-                    numbers[n] = line
-            return super().do_list(",".join(map(str, numbers)))
-
-        do_l = do_list
-
-        def _print_lines(self, lines: Any, start: int, breaks: Any = (), frame: Any = None) -> None:
-            """Lines of notebook code numbered by their cell (``[cell N]`` before the lines
-            of another cell than the current line's), as the banner and ``where`` say."""
-            here = self._here()
-            if here is None:
-                super()._print_lines(lines, start, breaks, frame)
-                return
-            code, at = here
-            current = frame.f_lineno if frame else -1
-            raised = getattr(self, "tb_lineno", {}).get(frame, -1) if frame else -1
-            shown_cell, _ = cell_line(code, at)
-            # the blank line that ends each cell in the joined module is in no cell
-            starts = [first for first, _, _ in code.line_map][1:]
-            joins = {first - 1 for first in starts} | {code.source.count("\n")}
-            for lineno, line in enumerate(lines, start):
-                if lineno in joins and not line.strip():
-                    continue
-                cell, number = cell_line(code, lineno)
-                if cell != shown_cell:
-                    self.message(f"[cell {cell}]")
-                    shown_cell = cell
-                mark = "B" if lineno in breaks else " "
-                mark += "->" if lineno == current else (">>" if lineno == raised else "")
-                self.message(f"{str(number).rjust(3):<4}{mark}\t{line.rstrip()}")
-
         def _connect(self, frame: Any, tb: Any) -> bool:
-            if frame is None and tb is not None:
-                while tb.tb_next is not None:
-                    tb = tb.tb_next
-                frame, line = tb.tb_frame, tb.tb_lineno
-            else:
-                line = frame.f_lineno if frame is not None else 0
-            where = position(frame.f_code.co_filename, line) if frame is not None else ""
-            hello = {
-                "who": _who,
-                "request": REQUEST.get(),
-                "where": where,
-                "pid": os.getpid(),
-                "error": self.post_mortem_of,
-            }
-            try:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.connect(self.path)
-                sock.sendall(json.dumps(hello).encode() + b"\n")
-                file = sock.makefile("rw", encoding="utf-8", errors="replace", newline="\n")
-                if file.readline().strip() != "go":  # peach is stopping
-                    file.close()
-                    sock.close()
-                    return False
-            except OSError:
+            session = _open_session(self.path, _hello(frame, tb, self.post_mortem_of))
+            if session is None:
                 return False
-            self._sock, self._file = sock, file
-            self.stdin = self.stdout = file
+            self._sock, self._file = session
+            self.stdin = self.stdout = self._file
             return True
 
         def close(self) -> None:
@@ -364,3 +329,81 @@ def _define() -> type[pdb.Pdb]:
                         pass
 
     return _RelayedPdb
+
+
+def _list_arg(code: NotebookCode, at: int, arg: str) -> str:
+    """``list``'s argument with its numbers, counted from the first line of the cell of
+    line ``at``, turned into the module's (``FIRST,COUNT``'s count stays as it is)."""
+    parts = arg.split(",") if arg else []
+    if not parts or not all(p.strip().isdigit() for p in parts):
+        return arg
+    cell, _ = cell_line(code, at)
+    numbers = [int(part) for part in parts]
+    count = len(numbers) == 2 and numbers[1] < numbers[0]  # FIRST,COUNT
+    for n, number in enumerate(numbers):
+        line = module_line(code, cell, number) if cell is not None else None
+        if line is not None and not (count and n == 1):
+            numbers[n] = line
+    return ",".join(map(str, numbers))
+
+
+def _cell_lines(
+    code: NotebookCode,
+    at: int,
+    lines: Any,
+    start: int,
+    breaks: Any,
+    current: int,
+    raised: int,
+) -> Iterator[str]:
+    """pdb's listing of ``lines`` (from module line ``start``) numbered by their cell, with
+    ``[cell N]`` before the lines of another cell than line ``at``'s."""
+    shown_cell, _ = cell_line(code, at)
+    # the blank line that ends each cell in the joined module is in no cell
+    starts = [first for first, _, _ in code.line_map][1:]
+    joins = {first - 1 for first in starts} | {code.source.count("\n")}
+    for lineno, line in enumerate(lines, start):
+        if lineno in joins and not line.strip():
+            continue
+        cell, number = cell_line(code, lineno)
+        if cell != shown_cell:
+            yield f"[cell {cell}]"
+            shown_cell = cell
+        mark = "B" if lineno in breaks else " "
+        mark += "->" if lineno == current else (">>" if lineno == raised else "")
+        yield f"{str(number).rjust(3):<4}{mark}\t{line.rstrip()}"
+
+
+def _hello(frame: Any, tb: Any, error: str | None) -> dict[str, Any]:
+    """The JSON line a session opens with: who stopped, at which request, where."""
+    if frame is None and tb is not None:
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        frame, line = tb.tb_frame, tb.tb_lineno
+    else:
+        line = frame.f_lineno if frame is not None else 0
+    where = position(frame.f_code.co_filename, line) if frame is not None else ""
+    return {
+        "who": _who,
+        "request": REQUEST.get(),
+        "where": where,
+        "pid": os.getpid(),
+        "error": error,
+    }
+
+
+def _open_session(path: str, hello: dict[str, Any]) -> tuple[socket.socket, Any] | None:
+    """The socket to peach's terminal and its file, once peach says ``go`` (None: peach is
+    not there, or is stopping)."""
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        sock.sendall(json.dumps(hello).encode() + b"\n")
+        file = sock.makefile("rw", encoding="utf-8", errors="replace", newline="\n")
+        if file.readline().strip() != "go":  # peach is stopping
+            file.close()
+            sock.close()
+            return None
+    except OSError:
+        return None
+    return sock, file

@@ -2,7 +2,7 @@
 
 Every worker process one peach runs (replicas, spares, templates, tasks) is started by this
 process, not by peach itself, so that all of them and everything they start live under it.
-The keeper is their *child subreaper* (``peach_cli.runtime.tree``): a process that loses its
+The keeper is their *child subreaper* (``peach_cli.runtime.linux``): a process that loses its
 parent — a daemon made with ``setsid`` and a double fork, the children of a replica that was
 killed — is adopted here instead of by init. The keeper outlives peach only to clean up:
 when peach is gone (its socket closes: it exited, or was killed with SIGKILL), the keeper
@@ -43,7 +43,8 @@ import select
 import signal
 import socket
 
-from peach_cli.runtime.tree import become_subreaper, children, kill_descendants
+from peach_cli.runtime.linux import become_subreaper, children
+from peach_cli.runtime.tree import kill_descendants
 
 REQUEST_BYTES = 1 << 20
 """The largest request (an environment copied whole with ``--inherit-env`` fits)."""

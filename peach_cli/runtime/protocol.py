@@ -35,7 +35,6 @@ import os
 import pickle
 import signal
 import socket
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
@@ -567,16 +566,10 @@ def _read_exactly(sock: socket.socket, count: int, *, started: bool) -> bytes:
 
 
 def die_with_parent() -> None:
-    """Ask Linux to kill this worker when its parent dies (best effort elsewhere); exit
-    now when the parent is already gone."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
+    """Ask Linux to kill this worker when its parent dies (elsewhere the worker exits when
+    its socket to peach closes: ``peach_cli.runtime.linux``); exit now when the parent is
+    already gone."""
+    from peach_cli.runtime.linux import set_parent_death_signal
 
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent is already gone
+    if set_parent_death_signal(signal.SIGKILL) and os.getppid() == 1:  # the parent is gone
         os._exit(0)

@@ -45,6 +45,7 @@ from peach_cli.runtime.contract import (
     StreamCut,
     method_kind,
 )
+from peach_cli.runtime.linux import become_subreaper
 from peach_cli.runtime.protocol import (
     STREAM_WINDOW_BYTES,
     STREAM_WINDOW_CHUNKS,
@@ -78,7 +79,7 @@ from peach_cli.runtime.protocol import (
     die_with_parent,
     encode,
 )
-from peach_cli.runtime.tree import become_subreaper, kill_descendants
+from peach_cli.runtime.tree import kill_descendants
 
 _EAGER = sys.version_info >= (3, 12)
 """Calls start as eager tasks (``asyncio.Task(eager_start=True)`` is new in 3.12)."""

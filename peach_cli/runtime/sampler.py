@@ -32,7 +32,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 import peach_cli
-from peach_cli.runtime import debug
+from peach_cli.runtime import debug, linux
 
 DEFAULT_INTERVAL_S = 0.01
 """100 samples a second, as py-spy's default."""
@@ -79,23 +79,33 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="peach-sampler", daemon=True)
         self._clocks: dict[int, int | None] = {}
+        self._natives: dict[int, int | None] = {}
+        self._proc = linux.offers("proc")
+        """Whether a thread's system call can be read (``/proc``: Linux)."""
         self._cpu_seen: dict[int, float] = {}
         self._kinds: dict[str, str] = {}
         self._codes: dict[int, CodeType] = {}
         """``id(code)`` → the code (kept alive, so its id is never another's)."""
         self._verdicts: dict[tuple[Stack, bool], bool] = {}
+        self._idle = {id(code) for code in _idle_worker_codes()}
+        """The code of a thread pool's worker waiting for work (its leaf frame then)."""
         self.started = 0.0
         self.ended = 0.0
         self._switch: float | None = None
+        self.cost_s = 0.0
+        """The CPU time the sampling thread has used (its own cost)."""
 
     def start(self) -> None:
         self.started = time.perf_counter()
         # A thread that wants the GIL gets it after the switch interval (5 ms): longer
-        # than many a call's stretch of Python, which CPU sampling would then never catch
-        # running — only at the points where it lets go of the GIL itself. A fraction of
-        # the sampling interval puts the samples where the time is (measured: it costs
-        # some 5 % of a CPU-bound replica's capacity, against 1 % without).
-        if self.cpu:  # (wall-clock mode counts the threads waiting for the GIL anyway)
+        # than many a call's stretch of Python (a sort, a scoring loop), which the sampler
+        # then catches only when it lets go of the GIL (at I/O). In CPU mode those
+        # stretches are the point: the switch interval is cut to a twentieth of the
+        # sampling interval while it samples. Not in wall-clock mode (the default), by
+        # measurement (benchmarks/RESULTS.md): with several calls running at once it
+        # costs the replica some 5 % of a core in GIL hand-overs, and wall-clock time
+        # shows where calls wait, which a 5 ms switch does not hide.
+        if self.cpu:
             self._switch = sys.getswitchinterval()
             sys.setswitchinterval(min(self._switch, self.interval_s / 20))
         self._thread.start()
@@ -124,15 +134,17 @@ class Sampler:
                 continue
             finally:
                 last = now
+                self.cost_s = time.thread_time()
 
     def _sample(self, elapsed: float, me: int) -> None:
         self.samples += 1
         stacks = self.stacks
         codes = self._codes
         main = threading.main_thread().ident
+        idle = self._idle
         for ident, frame in sys._current_frames().items():
-            if ident == me:
-                continue
+            if ident == me or (id(frame.f_code) in idle and ident != main):
+                continue  # a worker thread waiting for work: nothing of the user's below
             stack = _stack_of(frame, codes)
             if self.cpu:
                 weight = self._cpu_weight(ident, ident == main, stack, elapsed)
@@ -166,17 +178,35 @@ class Sampler:
         return 0.0 if previous is None else max(0.0, used - previous)
 
     def _cpu_weight(self, ident: int, main: bool, stack: Stack, elapsed: float) -> float:
-        """The CPU time to put on ``stack``: what its thread used since the last sample —
-        all of it for the event loop's (``main``) thread, whose work is peach's unless its
-        stack says otherwise; for another thread only when its stack is in the user's code
-        (a worker thread that has just finished a call has used its CPU in that call, not
-        where it stands now: that time is left out rather than put on peach)."""
-        used = self._cpu_used(ident)
-        if used is None:  # no thread clocks: count the threads that do not wait
-            return 0.0 if self._waits(stack, thread=main) else elapsed
-        if main or not self._waits(stack):
-            return used
-        return 0.0
+        """The CPU time to put on ``stack``: for the event loop's (``main``) thread, what
+        it used since the last sample (peach's work, unless its stack says otherwise); for
+        another thread in the user's code, the interval when it is on the CPU now — in C
+        code that let go of the GIL, or waiting for the GIL this sampler holds (Linux: its
+        system call in ``/proc``) — and nothing while it sleeps or waits for I/O. (The CPU
+        a worker thread used since the last sample was mostly spent elsewhere: calls are
+        shorter than the interval.) Without ``/proc``: its CPU time since the last sample."""
+        if main:
+            used = self._cpu_used(ident)
+            return elapsed if used is None else used
+        if self._waits(stack):
+            return 0.0
+        running = self._on_cpu(ident)
+        if running is None:
+            used = self._cpu_used(ident)
+            return elapsed if used is None else used
+        return elapsed if running else 0.0
+
+    def _on_cpu(self, ident: int) -> bool | None:
+        """Whether thread ``ident`` runs or waits for the GIL (None: cannot tell here)."""
+        if not self._proc:
+            return None
+        native = self._natives.get(ident)
+        if native is None:
+            self._natives = {t.ident: t.native_id for t in threading.enumerate() if t.ident}
+            native = self._natives.get(ident)
+            if native is None:
+                return None
+        return linux.thread_on_cpu(native)
 
     def _waits(self, stack: Stack, *, thread: bool = False) -> bool:
         """Whether ``stack`` is left out: it has no frame of the user's code or a library's
@@ -223,6 +253,7 @@ class Sampler:
             "mode": "cpu" if self.cpu else "wall",
             "interval_s": self.interval_s,
             "samples": self.samples,
+            "cost_s": self.cost_s,
             "duration_s": max(0.0, (self.ended or time.perf_counter()) - self.started),
             "frames": frames,
             "stacks": stacks,
@@ -278,11 +309,23 @@ def _waiting_coroutines(loop: asyncio.AbstractEventLoop, codes: dict[int, CodeTy
     return found
 
 
+def _idle_worker_codes() -> list[CodeType]:
+    """``concurrent.futures.thread._worker``: the leaf frame of a pool thread that waits
+    for work (its queue's ``get`` is C), called by the thread's ``run``, so with nothing of
+    the user's below it."""
+    from concurrent.futures import thread
+
+    worker = getattr(thread, "_worker", None)
+    code = getattr(worker, "__code__", None)
+    return [code] if isinstance(code, CodeType) else []
+
+
 def _kind_of(filename: str) -> str:
     if filename.startswith("<") and filename.endswith(">"):
         if debug.is_notebook(filename):
             return "notebook"
-        return "stdlib" if filename.startswith("<frozen ") else "library"
+        # <frozen importlib._bootstrap>, and <string>: what dataclasses and namedtuples compile
+        return "stdlib" if filename.startswith(("<frozen ", "<string>")) else "library"
     path = os.path.abspath(filename)
     if path.startswith(_PEACH_DIR):
         return "peach"

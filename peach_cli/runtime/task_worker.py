@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> None:
         os.setpgid(0, 0)  # its own group: the scheduler kills the whole tree at once
     except OSError:
         pass
-    from peach_cli.runtime.tree import become_subreaper, kill_descendants
+    from peach_cli.runtime.linux import become_subreaper
+    from peach_cli.runtime.tree import kill_descendants
 
     parent = os.getppid()
     become_subreaper()  # what the task starts stays in this tree, even a daemon
@@ -83,7 +84,8 @@ def _die_with_tree(sock: socket.socket, parent: int) -> None:
     import signal
     import threading
 
-    from peach_cli.runtime.tree import kill_descendants, set_parent_death_signal
+    from peach_cli.runtime.linux import set_parent_death_signal
+    from peach_cli.runtime.tree import kill_descendants
 
     def end(*_: object) -> None:
         kill_descendants()

@@ -1,13 +1,11 @@
-"""A process's tree, with the standard library only (Linux: ``prctl`` and ``/proc``).
+"""A process's tree, with the standard library only.
 
-A task worker makes itself the *child subreaper* of what its task starts: a process that
-loses its parent (a daemon made with ``setsid`` and a double fork) is adopted by the
-worker instead of init, so it stays in the worker's tree, where ``kill_descendants`` finds
-it. ``peach`` makes itself one too (``become_subreaper``) for what it starts. Elsewhere
-these are no-ops, and only the process group is left to kill (best effort).
+A worker makes itself the *child subreaper* of what its code starts
+(``peach_cli.runtime.linux``): a process that loses its parent (a daemon made with
+``setsid`` and a double fork) is adopted by the worker instead of init, so it stays in the
+worker's tree, where ``kill_descendants`` finds it. Where there is no subreaper, only what
+still descends from the worker is found (and its process group killed, best effort).
 
-    become_subreaper()             # True on Linux
-    set_parent_death_signal(signal.SIGTERM)
     kill_descendants()             # how many processes were killed
 """
 
@@ -15,69 +13,17 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def _prctl(option: int, value: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def become_subreaper() -> bool:
-    """Adopt this process's orphaned descendants (Linux); whether it worked."""
-    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-
-
-def set_parent_death_signal(signum: int) -> bool:
-    """Get ``signum`` when the parent dies (Linux); whether it worked."""
-    return _prctl(_PR_SET_PDEATHSIG, int(signum))
-
-
-def children() -> set[int]:
-    """This process's children, adopted ones included (Linux's
-    ``/proc/self/task/*/children``; empty where there is none)."""
-    found: set[int] = set()
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/children") as listed:
-                found.update(int(pid) for pid in listed.read().split())
-        except OSError:
-            continue
-    return found
+from peach_cli.runtime.linux import parents
 
 
 def descendants(pid: int | None = None) -> list[int]:
-    """The pids below ``pid`` (default: this process), parents before children, from
-    ``/proc`` (empty where there is none)."""
+    """The pids below ``pid`` (default: this process), parents before children (from
+    ``/proc``, or ``ps``: ``peach_cli.runtime.linux.parents``)."""
     root = os.getpid() if pid is None else pid
     children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields and fields[0] != b"Z":  # a zombie is dead already
-            children.setdefault(int(fields[1]), []).append(int(entry))
+    for child, parent in parents().items():
+        children.setdefault(parent, []).append(child)
     found: list[int] = []
     todo = [root]
     while todo:
@@ -118,10 +64,4 @@ def _reap() -> None:
             return
 
 
-__all__ = [
-    "become_subreaper",
-    "children",
-    "descendants",
-    "kill_descendants",
-    "set_parent_death_signal",
-]
+__all__ = ["descendants", "kill_descendants"]

@@ -12,6 +12,8 @@ from peach_cli.views.console import stdout
 from peach_cli.wording import count, human_size
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from peach_cli.bench.loadgen import LoadPlan
     from peach_cli.bench.summary import Tally
 
@@ -62,7 +64,20 @@ class Progress:
 
 
 def render_summary(figures: dict[str, Any]) -> None:
+    """The run's heading, a row per figure, each replica's capacity, and the warnings."""
     console = stdout()
+    _print_heading(console, figures)
+    rows = _summary_rows(figures)
+    width = max(len(name) for name, _ in rows)
+    for name, text in rows:
+        console.print(f"  {name:<{width}}  {text}", markup=False, highlight=False, soft_wrap=True)
+    warnings = [_print_capacity(console, use, width) for use in figures.get("capacity") or []]
+    for warning in warnings:
+        if warning is not None:
+            console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+
+
+def _print_heading(console: Console, figures: dict[str, Any]) -> None:
     if figures["mode"] == "open":
         how = f"open loop at {figures['rate']:g} requests/s"
     else:
@@ -76,6 +91,11 @@ def render_summary(figures: dict[str, Any]) -> None:
     )
     if figures.get("interrupted"):
         console.print("[yellow]interrupted (Ctrl-C): the figures cover what was sent[/]")
+
+
+def _summary_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summary's (name, text) rows: requests, latency, status, failures, components,
+    replicas and streams, each when the run has it."""
     requests = figures["requests"]
     rows: list[tuple[str, str]] = [
         (
@@ -129,39 +149,38 @@ def render_summary(figures: dict[str, Any]) -> None:
                 f" · gap p99 {_ms(stream['gap_ms_p99'])} · {_n(stream['cut'])} cut",
             )
         )
-    width = max(len(name) for name, _ in rows)
-    for name, text in rows:
-        console.print(f"  {name:<{width}}  {text}", markup=False, highlight=False, soft_wrap=True)
-    warnings = []
-    for use in figures.get("capacity") or []:
-        request = use["memory_request_bytes"]
-        memory = f"peak {human_size(use['peak_rss_bytes'])} RSS"
-        pss = use.get("peak_pss_bytes")
-        if pss and pss != use["peak_rss_bytes"]:
-            memory += f", {human_size(pss)} PSS"
-        memory += f" of {human_size(request)} requested" if request else " (no memory request)"
-        cpu = (
-            f"CPU {use['cpu_percent_mean']:.0f} % (peak {use['cpu_percent_peak']:.0f} %)"
-            if use["cpu_percent_mean"] is not None
-            else "CPU -"
-        )
-        if use["cpus"]:
-            cpu += f" of {use['cpus']:g} cpu{'s' if use['cpus'] != 1 else ''}"
-        console.print(
-            f"  {'capacity':<{width}}  {use['replica']}: {memory} · {cpu}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-        if use["over_memory"]:
-            warnings.append(
-                f"replica {use['replica']} peaked at"
-                f" {human_size(use['peak_rss_bytes'])}, past its memory request of"
-                f" {human_size(request)}: the platform sizes (and may stop) the replica by that"
-                " request; raise `memory` or use less"
-            )
-    for warning in warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    return rows
+
+
+def _print_capacity(console: Console, use: dict[str, Any], width: int) -> str | None:
+    """One replica's capacity row; the warning when it peaked past its memory request."""
+    request = use["memory_request_bytes"]
+    memory = f"peak {human_size(use['peak_rss_bytes'])} RSS"
+    pss = use.get("peak_pss_bytes")
+    if pss and pss != use["peak_rss_bytes"]:
+        memory += f", {human_size(pss)} PSS"
+    memory += f" of {human_size(request)} requested" if request else " (no memory request)"
+    cpu = (
+        f"CPU {use['cpu_percent_mean']:.0f} % (peak {use['cpu_percent_peak']:.0f} %)"
+        if use["cpu_percent_mean"] is not None
+        else "CPU -"
+    )
+    if use["cpus"]:
+        cpu += f" of {use['cpus']:g} cpu{'s' if use['cpus'] != 1 else ''}"
+    console.print(
+        f"  {'capacity':<{width}}  {use['replica']}: {memory} · {cpu}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    if not use["over_memory"]:
+        return None
+    return (
+        f"replica {use['replica']} peaked at"
+        f" {human_size(use['peak_rss_bytes'])}, past its memory request of"
+        f" {human_size(request)}: the platform sizes (and may stop) the replica by that"
+        " request; raise `memory` or use less"
+    )
 
 
 def render_compare(

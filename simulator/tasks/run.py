@@ -15,10 +15,12 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from peach_cli.runtime.contract.deadline import Deadline, bounded
 from peach_cli.runtime.plan import TaskSpec
 from peach_cli.runtime.protocol import (
     Message,
@@ -97,7 +99,6 @@ async def execute_task(
     timeout waits.
     """
     limit = spec.timeout_s if timeout_s is None else timeout_s
-    loop = asyncio.get_running_loop()
     began = time.perf_counter()
     try:
         process, sock = await (spawner or Spawner()).worker(launch)
@@ -105,6 +106,41 @@ async def execute_task(
         return TaskRunEnded(
             spec.name, run_id, RunStatus.FAILED, 0.0, error=f"cannot start: {error}"
         )
+    run = RunTask(spec, str(launch.root), payload, run_id, dict(variables or {}))
+    outcome, victims, answered = await _run(run, process, sock, limit, on_output, debugger)
+    seconds = answered - began
+    if outcome is TIMED_OUT:
+        return TaskRunEnded(
+            spec.name,
+            run_id,
+            RunStatus.TIMED_OUT,
+            seconds,
+            error=f"timed out after {limit:g} s",
+            triggered=triggered,
+            timeout_s=limit,
+            timeout_from="timeout_s" if timeout_s is None else "--timeout-s",
+            killed=len(victims),
+        )
+    return _ended(spec, run_id, outcome, process.returncode, seconds, triggered)
+
+
+TIMED_OUT = object()
+"""``_run``'s outcome when the run's deadline passed (its process tree then killed)."""
+
+
+async def _run(
+    run: RunTask,
+    process: WorkerProcess,
+    sock: socket.socket,
+    limit: float,
+    on_output: Callable[[str], None] | None,
+    debugger: DebugRelay | None,
+) -> tuple[object, set[int], float]:
+    """Send ``run`` to the worker, report its output, and wait for its answer under the
+    contract's ``Deadline`` (which the debugger relay suspends at a breakpoint, SPEC §7):
+    the answer (``TIMED_OUT``; None when the worker was lost), the processes killed, and
+    when (``time.perf_counter``) the run ended, before its worker was let exit."""
+    loop = asyncio.get_running_loop()
     answer: asyncio.Future[Message | ProtocolError | None] = loop.create_future()
 
     def on_message(message: Message) -> None:
@@ -120,18 +156,20 @@ async def execute_task(
     transport, channel = await loop.create_connection(
         lambda: MessageChannel(on_message, on_lost), sock=sock
     )
-    channel.send(RunTask(spec, str(launch.root), payload, run_id, dict(variables or {})))
-    status, killed, victims = RunStatus.FAILED, 0, set[int]()
-    outcome: Message | ProtocolError | None = None
-    relay, who = debugger, f"task {spec.name}"
+    channel.send(run)
+    relay, who = debugger, f"task {run.spec.name}"
+
+    async def wait(deadline: Deadline) -> Message | ProtocolError | None:
+        if relay is not None:  # stopped in the debugger, the run waits (SPEC §7)
+            relay.register(who, None, deadline)
+        return await asyncio.shield(answer)
+
+    outcome: object
+    victims: set[int] = set()
     try:
-        async with asyncio.timeout(limit) as deadline:
-            if relay is not None:  # stopped in the debugger, the run waits (SPEC §7)
-                relay.register(who, None, deadline)
-            outcome = await asyncio.shield(answer)
+        outcome = await bounded(limit, wait)
     except TimeoutError:
-        victims = kill_tree(process.pid)
-        status, killed = RunStatus.TIMED_OUT, len(victims)
+        outcome, victims = TIMED_OUT, kill_tree(process.pid)
     except asyncio.CancelledError:
         await _finish(process, reading, kill_tree(process.pid))
         transport.close()
@@ -139,21 +177,21 @@ async def execute_task(
     finally:
         if relay is not None:
             relay.unregister(who, None)
-    seconds = time.perf_counter() - began
+    answered = time.perf_counter()
     await _finish(process, reading, victims)
     transport.close()
-    if status is RunStatus.TIMED_OUT:
-        return TaskRunEnded(
-            spec.name,
-            run_id,
-            status,
-            seconds,
-            error=f"timed out after {limit:g} s",
-            triggered=triggered,
-            timeout_s=limit,
-            timeout_from="timeout_s" if timeout_s is None else "--timeout-s",
-            killed=killed,
-        )
+    return outcome, victims, answered
+
+
+def _ended(
+    spec: TaskSpec,
+    run_id: str,
+    outcome: object,
+    returncode: int | None,
+    seconds: float,
+    triggered: bool,
+) -> TaskRunEnded:
+    """The run's end from the worker's answer (or its lack of one)."""
     match outcome:
         case TaskReturned(result=result):
             return TaskRunEnded(
@@ -170,8 +208,9 @@ async def execute_task(
                 triggered=triggered,
             )
         case None:
-            code = process.returncode
-            why = f"the task's process exited with code {code} before {spec.method}() returned"
+            why = (
+                f"the task's process exited with code {returncode} before {spec.method}() returned"
+            )
         case ProtocolError():
             why = f"the task's process sent {outcome}"
         case _:
