@@ -2,7 +2,7 @@
 
 A transport around ``contract.Flow`` (SPEC §2, written once for both hosts): it looks the
 url up in the routing table, hands the request to the flow with the endpoint's pools as
-its host (``_Pools``: a call, or a stream opened on the best replica), and sends the reply
+its components (``_Pools``: a call, or a stream opened on the best replica), and sends the reply
 back — an envelope, or a stream chunk by chunk with no buffering and no compression. A
 client that goes away closes the user's generator in the replica. The routing table is
 replaced as a whole by a reload; requests that began on the old table finish on it.
@@ -66,7 +66,7 @@ from simulator.routing import Route, RoutingTable
 
 if TYPE_CHECKING:
     from simulator.changes import PlanChange
-    from simulator.record import Recorder
+    from simulator.record import RecordWriter
 
 INTERNAL_PREFIX = "/_peach/"
 
@@ -98,7 +98,7 @@ class DevGateway:
         """What ``GET /_peach/metrics`` shows (every answered request is counted)."""
         self.reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
-        self.recorder: Recorder | None = None
+        self.recorder: RecordWriter | None = None
         """``peach dev --record``: every answered request, one JSON line each."""
         self.profiler = Profiler(self)
         """``/_peach/profile/…``: `peach profile` samples the replicas."""
@@ -155,8 +155,8 @@ class DevGateway:
         request = HttpRequest(
             scope["method"], scope["query_string"], scope.get("headers", ()), receive
         )
-        host = _Pools(route.pools, receive)
-        reply = await self.flow.handle(route.endpoint, request, host, table.timeout_s)
+        components = _Pools(route.pools, receive)
+        reply = await self.flow.handle(route.endpoint, request, components, table.timeout_s)
         try:
             if recording is not None and reply.chunks is not None:
                 reply.chunks = recording.wrap(reply.chunks)
@@ -322,7 +322,7 @@ async def _send_reply(send: Any, reply: HttpReply) -> None:
 
 
 class _Pools:
-    """The flow's host under `peach dev`: an endpoint's replica pools (``contract.Host``)."""
+    """An endpoint's components under `peach dev`: their replica pools (``contract.Components``)."""
 
     __slots__ = ("pools", "receive")
 

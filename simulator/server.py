@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from simulator.debug import DebugRelay
     from simulator.fastlane import FastLane
     from simulator.gateway import DevGateway
-    from simulator.record import Recorder
+    from simulator.record import RecordWriter
 
 __all__ = ["DRAIN_TIMEOUT_S", "DevServer", "ServeError"]
 
@@ -99,7 +99,7 @@ class DevServer:
         self._applying = asyncio.Lock()
         """Held by ``apply_plan``: a reload and an on-demand re-init never overlap."""
         self.gateway: DevGateway | None = None
-        self.recorder: Recorder | None = None
+        self.recorder: RecordWriter | None = None
         """Set before ``start``: the gateway records every answered request with it."""
 
     @property

@@ -10,7 +10,7 @@
 * one ``ServeGateway`` ingress deployment — the per-codops gateway: a transport around
   ``contract.Flow``, the SPEC §2 request flow `peach dev` runs too (body, parameters, A/B
   arm, ``timeout_s``, fallback, envelope, streams), over the component deployments as its
-  host (``_Deployments``): one unary remote call, or one ``handle.options(stream=True)``
+  components (``_Deployments``): one unary remote call, or one ``handle.options(stream=True)``
   call relayed chunk by chunk and cut if the generator fails. It reads
   Serve's status every second: a component none of whose replicas runs because they fail
   to start is answered with 503 and the user's init error, as under `peach dev` — and so
@@ -341,8 +341,8 @@ class ServeGateway:
         incoming = contract.HttpRequest(
             request.method, scope["query_string"], scope.get("headers", ()), request.receive
         )
-        host = _Deployments(self, endpoint)
-        return _response(await self.flow.handle(endpoint, incoming, host, self.timeout_s))
+        components = _Deployments(self, endpoint)
+        return _response(await self.flow.handle(endpoint, incoming, components, self.timeout_s))
 
     def _endpoint_for(self, path: str) -> EndpointSpec | None:
         return self._by_url.get(url_key(path))
@@ -381,8 +381,9 @@ class Unstartable(Exception):
 
 
 class _Deployments:
-    """The flow's host on Ray: an endpoint's components through their deployments' handles
-    (``contract.Host``). A component whose replicas fail to start is ``unavailable`` at once."""
+    """An endpoint's components on Ray, through their deployments' handles
+    (``contract.Components``). A component whose replicas fail to start is ``unavailable``
+    at once."""
 
     __slots__ = ("endpoint", "gateway")
 

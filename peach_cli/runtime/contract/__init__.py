@@ -7,9 +7,9 @@ can observe lives here, one concept a module:
 * ``errors`` — the stable error codes, ``ContractError``, ``InitError``, ``ResultNotJSON``;
 * ``request`` — ``parse_request`` (405/413/400, query + JSON body merge, ``stream`` taken
   out before any default applies);
-* ``flow`` — ``Flow``: the whole request flow over a ``Host`` (read the body, parse, choose
-  the arm, stream or call, the reply and all its headers), in steps every driver calls
-  (``prepare``, ``settle``, ``finish``); each gateway is a transport;
+* ``flow`` — ``Flow``: the whole request flow over an endpoint's ``Components`` (read the
+  body, parse, choose the arm, stream or call, the reply and all its headers), in steps
+  every driver calls (``prepare``, ``settle``, ``finish``); each gateway is a transport;
 * ``deadline`` — ``Deadline``: ``timeout_s`` of one call, one loop timer on every path,
   which the debugger relay suspends;
 * ``transport`` — what both gateways share: ``read_body`` up to the limit, the ``dispatch``
@@ -66,8 +66,8 @@ from peach_cli.runtime.contract.errors import (
 from peach_cli.runtime.contract.flow import (
     Caller,
     ClientGone,
+    Components,
     Flow,
-    Host,
     HttpReply,
     HttpRequest,
     Opened,
@@ -122,6 +122,7 @@ __all__ = [
     "Attempt",
     "CallResult",
     "Caller",
+    "Components",
     "ComponentCall",
     "ComponentRunner",
     "ClientGone",
@@ -129,7 +130,6 @@ __all__ = [
     "Deadline",
     "Dispatch",
     "Flow",
-    "Host",
     "HttpRequest",
     "InitError",
     "LoadedCode",
