@@ -59,7 +59,7 @@ class FastLane:
         self.service = service
         self.calls = 0
         """Requests the fast lane has sent on to a replica (the others took the general path)."""
-        self.answering: set[asyncio.Task[None]] = set()
+        self.replies_pending: set[asyncio.Task[None]] = set()
         """Answers that went on to ``Flow.finish`` or wait for a replica, until sent."""
 
     def claim(
@@ -154,9 +154,11 @@ class FastCall:
         self._prepared = prepared
         self.lane.calls += 1
         replica = route.pools[prepared.arm].pick()
-        request_id = None if replica is None else replica.send_call(prepared.params, self._answered)
+        request_id = (
+            None if replica is None else replica.send_call(prepared.params, self._on_result)
+        )
         if replica is None or request_id is None:  # none ready: the pool waits for one
-            self._in_task(self._serve_waiting(prepared))
+            self._reply_later(self._serve_waiting(prepared))
             return True
         self._replica = replica
         self._request_id = request_id
@@ -174,9 +176,9 @@ class FastCall:
         assert replica is not None and prepared is not None
         replica.cancel_call(self._request_id)
         attempt = Attempt(prepared.arm, replica.id)
-        self._answered(timed_out(prepared.endpoint, attempt, self.timeout_s))
+        self._on_result(timed_out(prepared.endpoint, attempt, self.timeout_s))
 
-    def _answered(self, result: CallResult) -> None:
+    def _on_result(self, result: CallResult) -> None:
         """The arm's result: a success is written now, anything else goes on to
         ``Flow.finish``. Called from the replica's channel: whatever goes wrong here must
         not reach it (it would close the channel)."""
@@ -200,18 +202,18 @@ class FastCall:
         if reply is not None:
             self._reply(reply)
             return
-        self._in_task(flow.finish(prepared, result, self.route, self.timeout_s))
+        self._reply_later(flow.finish(prepared, result, self.route, self.timeout_s))
 
     async def _serve_waiting(self, prepared: Prepared) -> HttpReply:
         return await self.lane.gateway.flow.serve_call(prepared, self.route, self.timeout_s)
 
-    def _in_task(self, replying: Coroutine[Any, Any, HttpReply]) -> None:
-        task = asyncio.ensure_future(self._reply_when(replying))
-        answering = self.lane.answering
-        answering.add(task)
-        task.add_done_callback(answering.discard)
+    def _reply_later(self, replying: Coroutine[Any, Any, HttpReply]) -> None:
+        task = asyncio.ensure_future(self._reply_awaited(replying))
+        pending = self.lane.replies_pending
+        pending.add(task)
+        task.add_done_callback(pending.discard)
 
-    async def _reply_when(self, replying: Coroutine[Any, Any, HttpReply]) -> None:
+    async def _reply_awaited(self, replying: Coroutine[Any, Any, HttpReply]) -> None:
         try:
             self._reply(await replying)
         except Exception:  # noqa: BLE001 - as uvicorn does for an app that raises

@@ -2,7 +2,7 @@
 
 A transport around ``contract.Flow`` (SPEC §2, written once for both hosts): it looks the
 url up in the routing table, hands the request to the flow with the endpoint's pools as
-its host (``_Pools``: a call, or a stream opened on the best replica), and sends the reply
+its components (``_Pools``: a call, or a stream opened on the best replica), and sends the reply
 back — an envelope, or a stream chunk by chunk with no buffering and no compression. A
 client that goes away closes the user's generator in the replica. The routing table is
 replaced as a whole by a reload; requests that began on the old table finish on it.
@@ -47,12 +47,18 @@ from peach_cli.runtime.contract import (
     dispatch,
     read_body,
 )
+from peach_cli.runtime.contract.status import (
+    component_health,
+    health_body,
+    replica_health,
+    routes_body,
+)
 from peach_cli.runtime.plan import EndpointSpec, url_key
 from simulator import debug
 from simulator.docs_page import DocsPage
 from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from simulator.metrics import DevMetrics
+from simulator.metrics import DevMetrics, deployment_name
 from simulator.pool import ReplicaPool, Unavailable
 from simulator.profiling import Profiler
 from simulator.replica import ReplicaGone
@@ -60,7 +66,7 @@ from simulator.routing import Route, RoutingTable
 
 if TYPE_CHECKING:
     from simulator.changes import PlanChange
-    from simulator.record import Recorder
+    from simulator.record import RecordWriter
 
 INTERNAL_PREFIX = "/_peach/"
 
@@ -92,7 +98,7 @@ class DevGateway:
         """What ``GET /_peach/metrics`` shows (every answered request is counted)."""
         self.reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
-        self.recorder: Recorder | None = None
+        self.recorder: RecordWriter | None = None
         """``peach dev --record``: every answered request, one JSON line each."""
         self.profiler = Profiler(self)
         """``/_peach/profile/…``: `peach profile` samples the replicas."""
@@ -149,8 +155,8 @@ class DevGateway:
         request = HttpRequest(
             scope["method"], scope["query_string"], scope.get("headers", ()), receive
         )
-        host = _Pools(route.pools, receive)
-        reply = await self.flow.handle(route.endpoint, request, host, table.timeout_s)
+        components = _Pools(route.pools, receive)
+        reply = await self.flow.handle(route.endpoint, request, components, table.timeout_s)
         try:
             if recording is not None and reply.chunks is not None:
                 reply.chunks = recording.wrap(reply.chunks)
@@ -222,22 +228,11 @@ class DevGateway:
 
     async def _list_routes(self, request: Request) -> JSONResponse:
         table = self.table
-        endpoints: list[dict[str, Any]] = []
-        for route in sorted(table.routes.values(), key=lambda r: r.endpoint.url):
+        endpoints = []
+        for route in table.routes.values():
             kind = route.pools[route.endpoint.primary].method_kind
-            endpoints.append(
-                {
-                    "name": route.endpoint.name,
-                    "url": route.endpoint.url,
-                    "components": list(route.endpoint.components),
-                    "streams": None if kind is None else kind in STREAMING_KINDS,
-                }
-            )
-            counts = self.flow.arm_requests.get(route.endpoint.name, {})
-            ab = contract.ab_route(route.endpoint, counts)
-            if ab is not None:
-                endpoints[-1]["ab"] = ab
-        return JSONResponse({"codops": table.codops, "endpoints": endpoints})
+            endpoints.append((route.endpoint, None if kind is None else kind in STREAMING_KINDS))
+        return JSONResponse(routes_body(table.codops, endpoints, self.flow.arm_requests))
 
     async def _openapi(self, request: Request) -> Response:
         """The project's OpenAPI document (SPEC §11), read from the code the table serves:
@@ -258,43 +253,33 @@ class DevGateway:
 
     async def _health(self, request: Request) -> JSONResponse:
         components = []
-        ready = True
+        starting = False
         healthy = True
         for pool in self.table.pools():
             replicas = []
             for replica in pool.replicas:
                 if replica.state in (ReplicaState.STARTING, ReplicaState.RESTARTING):
-                    ready = False
+                    starting = True
                 if replica.state is not ReplicaState.HEALTHY:
                     healthy = False
                 replicas.append(
-                    {
-                        "id": replica.id,
-                        "state": replica.state.value,
-                        "pid": replica.pid,
-                        "outstanding": replica.outstanding,
-                        "rss": replica.rss,
-                        "pss": replica.pss,
-                        "error": replica.error,
-                    }
+                    replica_health(
+                        replica.id,
+                        replica.state.value,
+                        replica.pid,
+                        replica.error,
+                        outstanding=replica.outstanding,
+                        rss=replica.rss,
+                        pss=replica.pss,
+                    )
                 )
-            components.append(
-                {
-                    "component": pool.key,
-                    "memory": pool.spec.memory,
-                    "cpus": pool.spec.cpus,
-                    "replicas": replicas,
-                }
-            )
-        status = "ok" if healthy else ("starting" if not ready else "degraded")
-        return JSONResponse(
-            {
-                "status": status,
-                "ready": ready,
-                "codops": self.table.codops,
-                "components": components,
-            }
-        )
+            # the error none of its replicas got past: every one is unhealthy with it
+            stuck = all(r.state is ReplicaState.UNHEALTHY for r in pool.replicas)
+            error = next((r.error for r in pool.replicas if r.error), None) if stuck else None
+            deployment = deployment_name(pool.spec.endpoint, pool.spec.name)
+            components.append(component_health(pool.spec, deployment, replicas, error))
+        body = health_body(self.table.codops, components, starting=starting, healthy=healthy)
+        return JSONResponse(body)
 
     async def _reinit(self, request: Request) -> JSONResponse:
         """Re-run ``init`` of an endpoint's components that have one, or of one component:
@@ -337,7 +322,7 @@ async def _send_reply(send: Any, reply: HttpReply) -> None:
 
 
 class _Pools:
-    """The flow's host under `peach dev`: an endpoint's replica pools (``contract.Host``)."""
+    """An endpoint's components under `peach dev`: their replica pools (``contract.Components``)."""
 
     __slots__ = ("pools", "receive")
 

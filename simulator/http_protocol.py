@@ -4,7 +4,8 @@ httptools buffers a header value in full before handing it over, and uvicorn set
 on it (h11 has one, at some cost in speed), so a client could make the gateway hold
 megabytes of header. This protocol counts the bytes received while a request's head is
 being read and answers ``431 Request Header Fields Too Large`` (and closes) past
-``MAX_HEAD_BYTES``.
+``MAX_HEAD_BYTES``. Its refusals (431 and the 408s below) are the contract's error answers
+(``headers_too_large``, ``request_timeout``), counted in ``/_peach/metrics``.
 
 uvicorn arms its keep-alive timeout only once a response is complete, and cancels it at the
 first byte received, so a connection that sends half a head, or half a body, and then nothing
@@ -43,6 +44,8 @@ from typing import Any, Protocol
 import httptools
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from peach_cli.runtime.contract import answer_reply, error_answer
 
 MAX_HEAD_BYTES = 64 * 1024
 """Request line plus headers; browsers and proxies stay well under 16 KiB."""
@@ -160,6 +163,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     fast_lane: Lane | None = None
     """Takes plain calls without an ASGI cycle (``simulator.fastlane``); set per server."""
+    on_refusal: Callable[[str, int], None] | None = None
+    """Counts a request refused here, ``(method, status)`` (``DevMetrics.refused``); set
+    per server."""
+    _method = b""
+    """The method of the request being read, once its head is in."""
     _fast: LaneConnection | None = None
     """The request whose body the fast lane is reading."""
     _reading_head = True
@@ -213,10 +221,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.logger.info(why)
         self._refused = True
         if answer:
-            self.transport.write(
-                b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-            )
+            wait = f"{self.head_timeout_s:g} s"
+            self._refuse("request_timeout", f"the request did not arrive in {wait}")
         self.transport.close()
+
+    def _refuse(self, code: str, message: str) -> None:
+        """Answer the contract's error ``code`` and close (the connection cannot go on),
+        counted as a refusal."""
+        reply = answer_reply(error_answer(code, message))
+        head = [STATUS_LINE[reply.status]]
+        for name, value in reply.headers:
+            head += (name, b": ", value, b"\r\n")
+        head += (b"connection: close\r\n\r\n", reply.body)
+        self.transport.write(b"".join(head))
+        self.transport.close()
+        if self.on_refusal is not None:
+            self.on_refusal(self._method.decode("ascii", "replace"), reply.status)
 
     def _body_paused(self) -> None:
         """The body timer: close the connection if the body received nothing for
@@ -240,6 +260,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._method = b""
         self._in_head = True  # the first byte of a request line: its head's time starts
         self._cancel_head_timer()  # (armed at the end of this read if the head is not all in)
 
@@ -264,6 +285,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._body_timer = self.loop.call_later(self.head_timeout_s, self._body_paused)
 
     def on_headers_complete(self) -> None:
+        self._method = self.parser.get_method()
         self._reading_head = False
         self._in_head = False
         self._cancel_head_timer()
@@ -350,13 +372,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         message = f"the request's headers are over {MAX_HEAD_BYTES // 1024} KiB"
         self.logger.warning("Refused a request: %s.", message)
-        self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-            b"content-type: text/plain; charset=utf-8\r\n"
-            b"content-length: " + str(len(message)).encode() + b"\r\n"
-            b"connection: close\r\n\r\n" + message.encode()
-        )
-        self.transport.close()
+        self._refuse("headers_too_large", message)
 
 
 class ReadResumes(FlowControl):
@@ -434,11 +450,16 @@ class HeadWithBody:
 
 
 def protocol_with(
-    head_timeout_s: float | None, fast_lane: Lane | None = None
+    head_timeout_s: float | None,
+    fast_lane: Lane | None = None,
+    on_refusal: Callable[[str, int], None] | None = None,
 ) -> type[BoundedHttpToolsProtocol]:
     """The protocol class, with its head timeout changed when ``head_timeout_s`` is given
-    (None: ``HEAD_TIMEOUT_S``), and plain calls taken by ``fast_lane``."""
+    (None: ``HEAD_TIMEOUT_S``), plain calls taken by ``fast_lane``, and its refusals (408,
+    431) counted by ``on_refusal``."""
     settings: dict[str, Any] = {"fast_lane": fast_lane}
+    if on_refusal is not None:
+        settings["on_refusal"] = staticmethod(on_refusal)
     if head_timeout_s is not None and head_timeout_s > 0:
         settings["head_timeout_s"] = float(head_timeout_s)
     return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), settings)

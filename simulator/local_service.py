@@ -16,12 +16,12 @@ sees a request when
 - it is for ``/_peach/*`` from a peer that is not on loopback, whatever ``--host`` says:
   ``forbidden``.
 
-The answer is the gateway's error envelope, and the refusal is logged as any request is.
+The answer is the contract's error answer (its envelope), and the refusal is logged and
+counted (``/_peach/metrics``) as any request is, by ``on_refusal`` (``DevGateway.log``).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from peach_cli.addresses import is_loopback
 from peach_cli.runtime import contract
-from simulator.events import Event, RequestLogged
+from peach_cli.runtime.contract import HttpReply
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 _WILDCARDS = ("0.0.0.0", "::", "")
@@ -91,10 +91,12 @@ class LocalService:
         listen_host: str,
         allow_hosts: Iterable[str] = (),
         allow_origins: Iterable[str] = (),
-        on_event: Callable[[Event], None] | None = None,
+        on_refusal: Callable[[str, str, None, HttpReply, float], None] | None = None,
     ) -> None:
         self.app = app
-        self.on_event = on_event
+        self.on_refusal = on_refusal
+        """Logs and counts a refusal: ``(method, path, None, reply, started)`` (no
+        endpoint took it), as ``DevGateway.log`` does any answered request."""
         hosts = {*LOOPBACK_NAMES, *(host_name(h) for h in allow_hosts)}
         if host_name(listen_host) not in _WILDCARDS:
             hosts.add(host_name(listen_host))
@@ -171,29 +173,10 @@ class LocalService:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        code, message = refused
-        body = json.dumps(contract.error_envelope(code, message)).encode()
+        reply = contract.answer_reply(contract.error_answer(*refused))
         await send(
-            {
-                "type": "http.response.start",
-                "status": contract.ERROR_STATUS[code],
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
+            {"type": "http.response.start", "status": reply.status, "headers": reply.headers}
         )
-        await send({"type": "http.response.body", "body": body})
-        if self.on_event is not None:
-            self.on_event(
-                RequestLogged(
-                    scope.get("method", "?"),
-                    scope.get("path", ""),
-                    403,
-                    None,
-                    None,
-                    None,
-                    time.perf_counter() - started,
-                    error=f"{code}: {message}",
-                )
-            )
+        await send({"type": "http.response.body", "body": reply.body})
+        if self.on_refusal is not None:
+            self.on_refusal(scope.get("method", "?"), scope.get("path", ""), None, reply, started)

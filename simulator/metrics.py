@@ -21,7 +21,8 @@ application}`` (the replica's resident memory, as the dev view shows it) and
 share is ``component="fallback"``).
 
 ``route`` is the endpoint's url, ``application`` the codops (``""`` for a request no route
-took, as Ray's proxy labels it), ``deployment``
+took, as Ray's proxy labels it: a 404, and the dev server's refusals — ``403`` of a foreign
+Host or Origin, ``408`` of a stalled head or body, ``431`` of an oversized head), ``deployment``
 ``endpoint.component`` as `peach deploy` names it.
 """
 
@@ -120,6 +121,15 @@ class DevMetrics:
         for increment in counters:
             increment()
         latency(seconds * 1000.0)
+
+    def refused(self, method: str, status: int) -> None:
+        """One request the server refused before any route took it, with no latency to
+        tell (a head or body that stopped arriving, a head over its limit): counted under
+        ``route=""`` and ``application=""``, as Ray's proxy labels a request no route took;
+        ``method`` is ``""`` when the head never said it."""
+        code = str(status)
+        self.requests.labels("", method, "", code).inc()
+        self.errors.labels("", code, method, "").inc()
 
     def _series_of(
         self,

@@ -1,6 +1,6 @@
 """``peach dev --record FILE``: one JSON line per request the gateway answers (SPEC §8).
 
-The gateway hands the request's raw pieces over as it finishes it (``Recorder.begin`` wraps
+The gateway hands the request's raw pieces over as it finishes it (``RecordWriter.begin`` wraps
 ``receive`` to keep the body, ``Recording.wrap`` keeps a stream's chunks); turning them into
 JSON and writing the line happen in a writer thread, off the request path. A line::
 
@@ -71,7 +71,7 @@ class Recording:
             yield chunk
 
 
-class Recorder:
+class RecordWriter:
     """Appends one JSON line per finished request to ``path``, from a writer thread.
 
     The request path only appends a tuple to a deque; the writer wakes every

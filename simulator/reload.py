@@ -112,7 +112,6 @@ class Reloader:
         self.server = server
         self.project = Path(project)
         self.on_event = on_event
-        self.served = Snapshot.take(server.plan)
         self.filter = project_filter_for(self.project, server.plan)
         self.step_ms = step_ms
         self.debounce_ms = debounce_ms
@@ -123,6 +122,11 @@ class Reloader:
         self.mode = mode
         self.rejected = False
         """The last save was rejected (the served version is older than the files)."""
+
+    @property
+    def served(self) -> Snapshot:
+        """What the server serves (``DevServer.served``): each save is compared with it."""
+        return self.server.served
 
     def emit(self, event: ReloadEvent) -> None:
         if self.on_event is not None:
@@ -232,20 +236,17 @@ class Reloader:
         if changes.empty:
             before = self.served.plan.tasks
             tasks = tuple(n for n, spec in plan.tasks.items() if before.get(n) != spec)
-            self.served = snapshot
+            self.server.adopt(snapshot)
             event = ReloadSkipped(changed, recovered, tasks)
             self.emit(event)
             return event
         self.emit(ReloadStarted(changed, tuple(changes.needs_new_replicas), tuple(changes.patched)))
-        result = await self.server.apply_plan(plan, patch=changes.patched)
+        result = await self.server.apply_plan(snapshot, patch=changes.patched)
         changes = changes.with_restarts(result.patch_failed)
         failed = dict(result.failed)
-        served = snapshot
         for key, message in failed.items():
             if key in self.served.fingerprints:  # the previous version still serves
-                served = served.replace(key, self.served)
                 self.emit(ReloadFailed(key, message))
-        self.served = served
         event = Reloaded(
             changed,
             changes,

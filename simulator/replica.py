@@ -1,25 +1,23 @@
 """One replica: a worker process hosting one component, seen from the gateway.
 
-A ``Replica`` starts a worker (``simulator.spawn``: cwd = the project root), sends it the
-component, and waits for ``init``: the replica becomes healthy, or unhealthy with the init
-error. Calls and streams are multiplexed over the replica's socket by request id; the
-replica counts what is outstanding (the pool's load-balancing signal). When the process
-dies, every in-flight call fails at once with an error saying so, in-flight streams end,
-and the replica restarts itself (with a growing pause if it keeps dying).
+A ``Replica`` starts a worker (its ``ProcessSupervisor``, ``simulator.supervisor``: cwd =
+the project root), sends it the component, and waits for ``init``: the replica becomes
+healthy, or unhealthy with the init error. Calls, streams, pings and patches are multiplexed
+over the replica's socket by request id, in one table of requests in flight, each settled
+one way (``_settle``: what the process sent for it, or its death). The replica counts the
+calls and streams outstanding (the pool's load-balancing signal). When the process dies,
+every request in flight fails at once with an error saying so, streams end, and the
+supervisor restarts the process (with a growing pause if it keeps dying).
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-import psutil
-
-from peach_cli.procmem import Memory, process_memory
 from peach_cli.runtime.contract import (
     CallResult,
     ContractError,
@@ -69,52 +67,106 @@ from simulator.events import (
     ReplicaState,
 )
 from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
-from simulator.trees import kill_tree, reap
+from simulator.supervisor import (
+    STOP_TIMEOUT_S,
+    ProcessSupervisor,
+    exit_description,
+    resident_memory,
+)
 
 HEALTH_INTERVAL_S = 1.0
 PSS_EVERY = 5
 """The RSS is sampled every ``HEALTH_INTERVAL_S``, the PSS (costlier: each second, for a
 hundred replicas, it would cost the gateway about 7 % of a core) the first time and every 5th after."""
-STOP_TIMEOUT_S = 3.0
-RESTART_PAUSES_S = (0.0, 0.5, 1.0, 2.0, 5.0)
-"""Pause before each successive restart of a replica that keeps dying soon after start."""
-STABLE_AFTER_S = 10.0
-"""A replica that ran this long resets its restart pause."""
 INIT_STUCK_S = 10.0
 """An init (or code) still running after this long is reported (the replica keeps waiting
 for it); a session's ``Knobs.init_stuck_s`` changes it (tests say it sooner)."""
-OUTPUT_LINES_PER_S = 100
-"""Lines of a replica's output shown per second; the others are counted, then summarised."""
-OUTPUT_LINE_BYTES = 4096
-"""Longer lines of a replica's output are cut (the size of the rest is shown)."""
-
-
-def resident_memory(pid: int, *, pss: bool = True) -> Memory | None:
-    """Process ``pid``'s RSS and PSS in bytes (psutil: Linux, macOS, Windows; PSS is the
-    RSS where the system does not say; 0 with ``pss=False``); None when it is gone."""
-    try:
-        return process_memory(psutil.Process(pid), pss=pss)
-    except psutil.Error:
-        return None
 
 
 class ReplicaGone(Exception):
     """The replica process died before a stream it was asked for started."""
 
 
-StreamEvent = StreamStarted | Chunk | StreamEnded | StreamCutOff | StreamRefused | ReplicaGone
+StreamEvent = Message | ReplicaGone
 """What arrives for one stream: its messages, or the replica's death."""
 
 
-def _exit_description(returncode: int | None) -> str:
-    if returncode is None:
-        return "closed its connection"
-    if returncode < 0:
-        try:
-            return f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with code {returncode}"
+class InFlight:
+    """A request in flight on a replica: where what arrives for it goes (``deliver``: a
+    message the process sent for it, or ``ReplicaGone`` when the process died).
+
+    A call and a stream count in the replica's ``outstanding`` (``counted``); a stream
+    takes many messages and leaves the table when its reader releases it (``lasting``),
+    every other request when its one answer is delivered."""
+
+    __slots__ = ()
+    counted: ClassVar[bool] = False
+    lasting: ClassVar[bool] = False
+
+    def deliver(self, outcome: Message | ReplicaGone) -> None:
+        raise NotImplementedError
+
+
+class _CallInFlight(InFlight):
+    """A non-streaming call: its ``CallResult`` goes to ``on_answer``."""
+
+    __slots__ = ("on_answer", "replica_id")
+    counted = True
+
+    def __init__(self, on_answer: Callable[[CallResult], None], replica_id: str) -> None:
+        self.on_answer = on_answer
+        self.replica_id = replica_id
+
+    def deliver(self, outcome: Message | ReplicaGone) -> None:
+        if type(outcome) is Result:
+            self.on_answer(outcome.call_result())
+            return
+        message = (
+            str(outcome)
+            if isinstance(outcome, ReplicaGone)
+            else f"the replica {self.replica_id} sent {type(outcome).__name__} for a call"
+        )
+        self.on_answer(CallResult.failure("method_error", message, self.replica_id))
+
+
+class _StreamInFlight(InFlight):
+    """A stream: its messages queue for its ``ReplicaStream``."""
+
+    __slots__ = ("queue",)
+    counted = True
+    lasting = True
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
+
+    def deliver(self, outcome: Message | ReplicaGone) -> None:
+        self.queue.put_nowait(outcome)
+
+
+class _ReplyInFlight(InFlight):
+    """A request with one answer of kind ``expected`` (a ping, a patch), for ``future``;
+    ``gone`` makes the answer of a process that died (or answered something else)."""
+
+    __slots__ = ("future", "expected", "gone")
+
+    def __init__(
+        self,
+        future: asyncio.Future[Any],
+        expected: type | tuple[type, ...],
+        gone: Callable[[str], object],
+    ) -> None:
+        self.future = future
+        self.expected = expected
+        self.gone = gone
+
+    def deliver(self, outcome: Message | ReplicaGone) -> None:
+        if self.future.done():
+            return
+        if isinstance(outcome, self.expected):
+            self.future.set_result(outcome)
+        else:
+            reason = str(outcome) if isinstance(outcome, ReplicaGone) else type(outcome).__name__
+            self.future.set_result(self.gone(reason))
 
 
 class ReplicaStream:
@@ -202,8 +254,8 @@ class Replica:
         self.root = Path(root).resolve()
         self.launch = launch or WorkerLaunch(self.root)
         """How this replica's process is started (its interpreter, its environment)."""
-        self.spawner = spawner or Spawner()
-        """Starts the process (a spare when hot reload keeps one for ``launch``)."""
+        self.supervisor = ProcessSupervisor(spawner or Spawner(), self._output)
+        """Starts, watches, restarts and kills the process."""
         self.variables: dict[str, str] = {}
         """Its component's env_vars and secrets: the worker sets them when it takes the
         component, so a spare never holds another component's secrets."""
@@ -225,22 +277,13 @@ class Replica:
         a replica of its own on the platform) and PSS (shared pages counted once)."""
         self.method_kind: str | None = None
         self.outstanding = 0
-        self._process: WorkerProcess | None = None
         self._channel: MessageChannel | None = None
-        self._answers: dict[int, Callable[[CallResult], None]] = {}
-        """The calls in flight (``send_call``): where each one's ``CallResult`` goes."""
-        self._streams: dict[int, asyncio.Queue[StreamEvent]] = {}
-        self._pings: dict[int, asyncio.Future[Pong | None]] = {}
-        self._patches: dict[int, asyncio.Future[PatchReady | PatchFailed]] = {}
-        self._replies: dict[int, asyncio.Future[Message]] = {}
-        """Requests sent with ``request`` (a profile), waiting for their reply."""
+        self._in_flight: dict[int, InFlight] = {}
+        """Every request in flight (calls, streams, pings, patches, profiles) by request id."""
         self._prepared_kind: str | None = None
         self._next_id = 0
         self._started: asyncio.Future[None] | None = None
         self._stopping = False
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._ready_at = 0.0
-        self._restarts = 0
         self._over_limit = False
         self._idle = asyncio.Event()
         self._idle.set()
@@ -256,25 +299,22 @@ class Replica:
     async def _spawn(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            worker = await self.spawner.worker(self.launch)
+            process, parent_end = await self.supervisor.spawn(self.launch)
         except OSError as error:
             self._set_state(ReplicaState.UNHEALTHY, error=f"could not start a replica: {error}")
             return
-        process, parent_end = worker
-        self._process = process
         self.pid = process.pid
         channel = MessageChannel(self._on_message, lambda exc: self._on_lost(process, exc))
         self._channel = channel
         await loop.create_connection(lambda: channel, sock=parent_end)
         self._started = loop.create_future()
-        self._background(self._pump_output(process))
         for first in profiling.first_messages(self):  # `peach profile --init`
             channel.send(first)
         channel.send(Start(self.spec, str(self.root), self.id, self.variables))
         try:
             await asyncio.wait_for(asyncio.shield(self._started), self.init_stuck_s)
         except TimeoutError:
-            if self.state is ReplicaState.STARTING and process is self._process:
+            if self.state is ReplicaState.STARTING and process is self.supervisor.process:
                 stuck = (
                     f"init has not returned after {self.init_stuck_s:g} s; still waiting for it"
                     if self.spec.init
@@ -293,23 +333,11 @@ class Replica:
     async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Stop the process: its streams are closed first; killed if it does not exit."""
         self._stopping = True
-        process = self._process
         if self._channel is not None:
             self._channel.send(Stop())
-        if process is not None and process.returncode is None:
-            try:
-                await asyncio.wait_for(process.wait(), timeout_s)
-            except TimeoutError:  # its loop is blocked: it and what its code started die
-                killed = kill_tree(process.pid)
-                await process.wait()
-                reap(killed - {process.pid})
+        await self.supervisor.stop(timeout_s)
         self._fail_in_flight(f"the replica {self.id} was stopped")
-        current = asyncio.current_task()
-        pending = [task for task in self._tasks if task is not current]
-        for task in pending:
-            task.cancel()
-        # awaited, so that none is left pending when the loop closes after the last stop
-        await asyncio.gather(*pending, return_exceptions=True)
+        await self.supervisor.stop_watching()
         if self.state is not ReplicaState.STOPPED:
             self._set_state(ReplicaState.STOPPED)
 
@@ -320,9 +348,12 @@ class Replica:
 
     def kill_now(self) -> None:
         """Last resort at interpreter exit: SIGKILL it and its tree without waiting."""
-        process = self._process
-        if process is not None and process.returncode is None:
-            kill_tree(process.pid)
+        self.supervisor.kill_now()
+
+    @property
+    def spawner(self) -> Spawner:
+        """What starts its process (``supervisor.spawner``), shared by a server's replicas."""
+        return self.supervisor.spawner
 
     @property
     def serving(self) -> bool:
@@ -332,20 +363,44 @@ class Replica:
         """Wait until no call or stream is in flight on this replica."""
         await self._idle.wait()
 
-    # -- calls and streams ---------------------------------------------------------------
+    # -- requests in flight: one table, one way in (``_track``), one way out (``_settle``)
 
     def _new_id(self) -> int:
         self._next_id += 1
         return self._next_id
 
-    def _begin(self) -> None:
-        self.outstanding += 1
-        self._idle.clear()
+    def _track(self, request_id: int, entry: InFlight) -> None:
+        self._in_flight[request_id] = entry
+        if entry.counted:
+            self.outstanding += 1
+            self._idle.clear()
 
-    def _end(self) -> None:
-        self.outstanding -= 1
-        if self.outstanding == 0:
-            self._idle.set()
+    def _forget(self, request_id: int) -> InFlight | None:
+        """Take a request out of the table (its answer, if one comes, is dropped)."""
+        entry = self._in_flight.pop(request_id, None)
+        if entry is not None and entry.counted:
+            self.outstanding -= 1
+            if self.outstanding == 0:
+                self._idle.set()
+        return entry
+
+    def _settle(self, request_id: int, outcome: Message | ReplicaGone) -> None:
+        """The one way a request in flight gets its outcome: what the process sent for it,
+        or its death (``ReplicaGone``). A request with one answer leaves the table first; a
+        stream stays until its reader releases it."""
+        entry = self._in_flight.get(request_id)
+        if entry is None:
+            return  # cancelled or released meanwhile, or failed when the process died
+        if not entry.lasting:
+            self._forget(request_id)
+        entry.deliver(outcome)
+
+    def _fail_in_flight(self, message: str) -> None:
+        gone = ReplicaGone(message)
+        for request_id in list(self._in_flight):
+            self._settle(request_id, gone)
+
+    # -- calls and streams ---------------------------------------------------------------
 
     async def call(self, params: RequestParams, deadline: Deadline | None = None) -> CallResult:
         """One non-streaming call; cancelling it cancels the call in the replica. A
@@ -384,14 +439,12 @@ class Replica:
         request_id = self._new_id()
         if channel is None or not channel.send(Call(request_id, params.query, params.body)):
             return None
-        self._answers[request_id] = on_answer
-        self._begin()
+        self._track(request_id, _CallInFlight(on_answer, self.id))
         return request_id
 
     def cancel_call(self, request_id: int) -> None:
         """Forget a ``send_call`` call and cancel it in the process (its answer is dropped)."""
-        if self._answers.pop(request_id, None) is not None:
-            self._end()
+        if self._forget(request_id) is not None:
             channel = self._channel
             if channel is not None:
                 channel.send(Cancel(request_id))
@@ -407,15 +460,14 @@ class Replica:
         if channel is None:
             raise ReplicaGone(f"the replica {self.id} is not running")
         request_id = self._new_id()
-        queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
-        self._streams[request_id] = queue
+        entry = _StreamInFlight()
+        self._track(request_id, entry)
         if self.debugger is not None:  # a breakpoint's banner names the request
             self.debugger.register(self.id, request_id, None)
-        self._begin()
-        stream = ReplicaStream(self, channel, request_id, queue)
+        stream = ReplicaStream(self, channel, request_id, entry.queue)
         try:
             channel.send(OpenStream(request_id, params.query, params.body))
-            event = await queue.get()
+            event = await entry.queue.get()
         except BaseException:
             stream.release(finished=False)
             raise
@@ -432,12 +484,11 @@ class Replica:
         raise ReplicaGone(f"the replica {self.id} sent {type(event).__name__} before the stream")
 
     def _stream_done(self, request_id: int, channel: MessageChannel, finished: bool) -> None:
-        self._streams.pop(request_id, None)
+        self._forget(request_id)
         if self.debugger is not None:
             self.debugger.unregister(self.id, request_id)
         if not finished:
             channel.send(Cancel(request_id))
-        self._end()
 
     async def ping(self, timeout_s: float = 2.0) -> Pong | None:
         """The replica's answer, or None when it is gone or does not answer in time."""
@@ -446,7 +497,7 @@ class Replica:
             return None
         request_id = self._new_id()
         future: asyncio.Future[Pong | None] = asyncio.get_running_loop().create_future()
-        self._pings[request_id] = future
+        self._track(request_id, _ReplyInFlight(future, Pong, lambda _reason: None))
         try:
             if not channel.send(Ping(request_id)):
                 return None
@@ -454,7 +505,7 @@ class Replica:
         except TimeoutError:
             return None
         finally:
-            self._pings.pop(request_id, None)
+            self._forget(request_id)
 
     def notify(self, message: Message) -> bool:
         """Send ``message``, which has no reply; False when the process is gone."""
@@ -468,8 +519,8 @@ class Replica:
         if channel is None:
             return None
         request_id = self._new_id()
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._replies[request_id] = future
+        future: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
+        self._track(request_id, _ReplyInFlight(future, ProfileData, lambda _reason: None))
         try:
             if not channel.send(make(request_id)):
                 return None
@@ -477,7 +528,7 @@ class Replica:
         except TimeoutError:
             return None
         finally:
-            self._replies.pop(request_id, None)
+            self._forget(request_id)
 
     # -- hot patches (simulator.hotpatch) -------------------------------------------------
 
@@ -494,13 +545,17 @@ class Replica:
         future: asyncio.Future[PatchReady | PatchFailed] = (
             asyncio.get_running_loop().create_future()
         )
-        self._patches[request_id] = future
+
+        def gone(reason: str) -> PatchFailed:
+            return PatchFailed(request_id, reason, "")
+
+        self._track(request_id, _ReplyInFlight(future, (PatchReady, PatchFailed), gone))
         try:
             answer = await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             return request_id, f"the new code did not finish running within {timeout_s:g} s"
         finally:
-            self._patches.pop(request_id, None)
+            self._forget(request_id)
         match answer:
             case PatchReady(method_kind=kind):
                 self._prepared_kind = kind
@@ -509,6 +564,7 @@ class Replica:
                 # The traceback is not logged here: the restart that follows a failed patch
                 # runs the same code and reports it, with the error, if it fails again.
                 return request_id, message
+        return request_id, f"the replica {self.id} sent {type(answer).__name__} for a patch"
 
     def commit_patch(self, request_id: int, spec: ComponentSpec, *, commit: bool) -> None:
         """Serve (``commit``) or drop the code prepared as ``request_id``. Calls sent after
@@ -524,27 +580,19 @@ class Replica:
 
     def _on_message(self, message: Message) -> None:
         match message:
-            case Result(request_id=request_id):
-                on_answer = self._answers.pop(request_id, None)
-                if on_answer is not None:  # else: cancelled, or failed when the process died
-                    self._end()
-                    on_answer(message.call_result())
-            case Chunk() | StreamEnded() | StreamCutOff() | StreamStarted() | StreamRefused():
-                queue = self._streams.get(message.request_id)
-                if queue is not None:
-                    queue.put_nowait(message)
-            case PatchReady() | PatchFailed():
-                patch = self._patches.get(message.request_id)
-                if patch is not None and not patch.done():
-                    patch.set_result(message)
-            case ProfileData(request_id=request_id):
-                reply = self._replies.get(request_id)
-                if reply is not None and not reply.done():
-                    reply.set_result(message)
-            case Pong(request_id=request_id):
-                ping = self._pings.get(request_id)
-                if ping is not None and not ping.done():
-                    ping.set_result(message)
+            case (
+                Result()
+                | Chunk()
+                | StreamEnded()
+                | StreamCutOff()
+                | StreamStarted()
+                | StreamRefused()
+                | Pong()
+                | PatchReady()
+                | PatchFailed()
+                | ProfileData()
+            ):
+                self._settle(message.request_id, message)
             case ReinitState(reinitializing=reinitializing, error=error):
                 if self.state in (ReplicaState.DRAINING, ReplicaState.STOPPED):
                     return  # retired: it only finishes what it has, whatever its state
@@ -564,17 +612,17 @@ class Replica:
                 self.on_event(ReplicaLog(self.spec.key, self.id, level, text))
             case Ready(method_kind=kind):
                 self.method_kind = kind
-                self._ready_at = time.monotonic()
-                restarted = "restarted" if self._restarts else None
+                self.supervisor.ready()
+                restarted = "restarted" if self.supervisor.restarted else None
                 self._set_state(ReplicaState.HEALTHY, message=restarted)
-                self._background(self._monitor())
-                self._settle()
+                self.supervisor.watch(self._monitor())
+                self._init_done()
             case InitFailed(message=text, details=details):
                 if details:
                     self.on_event(ReplicaLog(self.spec.key, self.id, "error", details))
                 error = explain_init_error(text, self.launch)
                 self._set_state(ReplicaState.UNHEALTHY, error=error)
-                self._settle()
+                self._init_done()
             case _:
                 self.on_event(
                     ReplicaLog(
@@ -586,35 +634,31 @@ class Replica:
                     )
                 )
 
-    def _settle(self) -> None:
+    def _init_done(self) -> None:
+        """``start`` (or a restart) stops waiting: init ended, one way or another."""
         if self._started is not None and not self._started.done():
             self._started.set_result(None)
 
     def _on_lost(self, process: WorkerProcess, error: Exception | None) -> None:
-        if process is not self._process:
+        if process is not self.supervisor.process:
             return
         if isinstance(error, ProtocolError):
             self.on_event(ReplicaLog(self.spec.key, self.id, "error", f"the replica sent {error}"))
         self._channel = None
-        self._background(self._after_exit(process))
+        self.supervisor.watch(self._after_exit(process))
 
     async def _after_exit(self, process: WorkerProcess) -> None:
-        try:
-            returncode: int | None = await asyncio.wait_for(process.wait(), 2.0)
-        except TimeoutError:  # its socket closed but it lives on: it and its tree die
-            killed = kill_tree(process.pid)
-            returncode = await process.wait()
-            reap(killed - {process.pid})
+        returncode = await self.supervisor.wait_exit(process)
         if self._stopping or self.state is ReplicaState.UNHEALTHY:
-            self._settle()
+            self._init_done()
             return
-        how = _exit_description(returncode)
+        how = exit_description(returncode)
         if self.state is ReplicaState.DRAINING:  # retired by a reload: not restarted
             self._fail_in_flight(
                 f"the replica {self.id} (pid {process.pid}) {how} while handling the request"
             )
             self._set_state(ReplicaState.STOPPED, error=f"the replica process {how}")
-            self._settle()
+            self._init_done()
             return
         self._fail_in_flight(
             f"the replica {self.id} (pid {process.pid}) {how} while handling the request; "
@@ -625,66 +669,26 @@ class Replica:
         else:
             error = f"the replica process {how}"
         self._set_state(ReplicaState.RESTARTING, error=error, message=f"{error}; restarting")
-        self._settle()
-        ran_for = time.monotonic() - self._ready_at if self._ready_at else 0.0
-        if ran_for > STABLE_AFTER_S:
-            self._restarts = 0
-        pause = RESTART_PAUSES_S[min(self._restarts, len(RESTART_PAUSES_S) - 1)]
-        self._restarts += 1
-        if pause:
-            await asyncio.sleep(pause)
+        self._init_done()
+        await self.supervisor.pause_before_restart()
         if not self._stopping:
             await self._spawn()
 
-    def _fail_in_flight(self, message: str) -> None:
-        answers, self._answers = self._answers, {}
-        for on_answer in answers.values():
-            self._end()
-            on_answer(CallResult.failure("method_error", message, self.id))
-        for queue in list(self._streams.values()):
-            queue.put_nowait(ReplicaGone(message))
-        for ping in list(self._pings.values()):
-            if not ping.done():
-                ping.set_result(None)
-        for request_id, patch in list(self._patches.items()):
-            if not patch.done():
-                patch.set_result(PatchFailed(request_id, message, ""))
+    # -- watching ------------------------------------------------------------------------
 
-    # -- background work -----------------------------------------------------------------
-
-    def _background(self, coroutine: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _pump_output(self, process: WorkerProcess) -> None:
-        """Forward what the replica prints (the user's prints, crashes) as log events.
-
-        A replica printing without pause must not starve the gateway: long lines are cut
-        and lines over ``OUTPUT_LINES_PER_S`` are counted and summarised, not shown.
-        """
-        stream = process.stdout
-        if stream is None:
-            return
-        output = _OutputLimiter(
-            lambda text: self.on_event(ReplicaLog(self.spec.key, self.id, "output", text))
-        )
-        while True:
-            try:
-                data = await asyncio.wait_for(stream.read(1 << 16), output.seconds_to_summary())
-            except TimeoutError:
-                output.summarise()
-                continue
-            if not data:
-                output.close()
-                return
-            output.feed(data)
+    def _output(self, text: str) -> None:
+        """A line the process printed (the user's prints, crashes): a log event."""
+        self.on_event(ReplicaLog(self.spec.key, self.id, "output", text))
 
     async def _monitor(self) -> None:
         """Sample memory about once a second; warn once each time it crosses the limit."""
-        process = self._process
+        process = self.supervisor.process
         samples = 0
-        while process is self._process and process is not None and process.returncode is None:
+        while (
+            process is self.supervisor.process
+            and process is not None
+            and process.returncode is None
+        ):
             info = await self.ping()
             pss = samples % PSS_EVERY == 0
             memory = resident_memory(process.pid, pss=pss) if info is not None else None
@@ -715,64 +719,3 @@ class Replica:
         )
         if self.on_change is not None:
             self.on_change()
-
-
-class _OutputLimiter:
-    """Splits a replica's output into lines, cut at ``OUTPUT_LINE_BYTES`` and shown at
-    most ``OUTPUT_LINES_PER_S`` a second; ``emit`` gets each shown line and the summaries."""
-
-    def __init__(self, emit: Callable[[str], None]) -> None:
-        self.emit = emit
-        self.line = bytearray()
-        self.cut = 0
-        self.shown = 0
-        self.hidden = 0
-        self.window = time.monotonic()
-
-    def feed(self, data: bytes) -> None:
-        if time.monotonic() - self.window >= 1.0:
-            self.summarise()
-        pieces = data.split(b"\n")
-        self._add(pieces[0])
-        for piece in pieces[1:]:
-            self._end_line()
-            self._add(piece)
-
-    def _add(self, piece: bytes) -> None:
-        room = OUTPUT_LINE_BYTES - len(self.line)
-        if room > 0:
-            self.line += piece[:room]
-        self.cut += max(0, len(piece) - max(room, 0))
-
-    def _end_line(self) -> None:
-        if self.shown < OUTPUT_LINES_PER_S:
-            self.shown += 1
-            text = self.line.decode("utf-8", "replace")
-            if self.cut:
-                text += f" … ({self.cut} more bytes not shown)"
-            self.emit(text)
-        else:
-            self.hidden += 1
-        self.line.clear()
-        self.cut = 0
-
-    def seconds_to_summary(self) -> float | None:
-        """How long until hidden lines are due to be summarised (None: nothing hidden)."""
-        if not self.hidden:
-            return None
-        return max(0.0, 1.0 - (time.monotonic() - self.window))
-
-    def summarise(self) -> None:
-        if self.hidden:
-            self.emit(
-                f"… {self.hidden} more lines of output not shown "
-                f"(at most {OUTPUT_LINES_PER_S} lines a second are)"
-            )
-        self.hidden = 0
-        self.shown = 0
-        self.window = time.monotonic()
-
-    def close(self) -> None:
-        if self.line or self.cut:
-            self._end_line()
-        self.summarise()

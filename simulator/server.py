@@ -1,4 +1,4 @@
-"""``DevServer``: a project plan served locally — replica pools, the gateway, uvicorn.
+"""``DevServer``: a project plan served locally — its replica pools, their plan's lifecycle.
 
 Usage (inside a running event loop)::
 
@@ -10,6 +10,9 @@ Usage (inside a running event loop)::
     await server.apply_plan(new_plan)   # swap only the components that changed
     await server.stop()           # streams closed, replicas stopped, socket closed
 
+``server.served`` is what it serves: the plan as applied and each component's fingerprint
+(``simulator.changes.Snapshot``), the one record hot reload compares a save with. The HTTP
+side (uvicorn, its protocol, ``LocalService``, the fast lane) is ``simulator.http_server``'s.
 The server reports what happens through ``on_event`` (see ``simulator.events``); it never
 prints. Replica processes exit when the server stops, and on their own when its process
 dies (their socket closes), so none is left behind.
@@ -18,19 +21,15 @@ dies (their socket closes), so none is left behind.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-import socket
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.errors import PeachError
-from peach_cli.runtime.contract import StreamCut
 from peach_cli.runtime.plan import ComponentSpec, ProjectPlan, url_key
-from simulator.changes import PlanChange, served_fingerprint
+from simulator.changes import PlanChange, Snapshot
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import Event, ReplicaState
+from simulator.http_server import HttpServer, ServeError
 from simulator.pool import ReplicaNumbers, ReplicaPool
 from simulator.replica import INIT_STUCK_S
 from simulator.routing import Route, RoutingTable
@@ -40,32 +39,12 @@ if TYPE_CHECKING:
     from simulator.debug import DebugRelay
     from simulator.fastlane import FastLane
     from simulator.gateway import DevGateway
-    from simulator.record import Recorder
+    from simulator.record import RecordWriter
+
+__all__ = ["DRAIN_TIMEOUT_S", "DevServer", "ServeError"]
 
 DRAIN_TIMEOUT_S = 300.0
 """How long a retired component may keep serving in-flight streams after a reload."""
-UVICORN_SHUTDOWN_S = 2
-
-
-class ServeError(PeachError):
-    """The server could not start (the port is taken, the address is wrong)."""
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as error:
-        sock.close()
-        raise ServeError(
-            f"cannot listen on {host}:{port}: {error.strerror or error}",
-            hint="use --port 0 to pick a free port" if port else None,
-        ) from None
-    sock.setblocking(False)
-    return sock
 
 
 class DevServer:
@@ -88,34 +67,30 @@ class DevServer:
         init_stuck_s: float = INIT_STUCK_S,
         debugger: DebugRelay | None = None,
     ) -> None:
-        self.plan = plan
-        self.allow_hosts = tuple(allow_hosts)
-        self.allow_origins = tuple(allow_origins)
-        self.head_timeout_s = head_timeout_s
-        """A request head incomplete for this long closes its connection (None: the
-        default of ``simulator.http_protocol``)."""
-        self.use_fast_lane = fast_lane
-        """False: every request takes the gateway's general path (``simulator.fastlane``
-        says which ones the fast lane takes), for comparing the two."""
-        self.init_stuck_s = init_stuck_s
-        """A replica's start-up still running after this long is reported."""
-        self.debugger = debugger
-        """The session's pdb relay (``simulator.debug``): calls register with it."""
-        self.host = host
-        self.port = port
+        self.served = Snapshot.take(plan)
+        """What is served: the plan as applied, each component's fingerprint (a component
+        whose restart a reload refused keeps its previous version here)."""
         self.timeout_override = timeout_s
         self.environments = environments or Environments(plan.root, isolated=False)
         """The interpreters replicas run in (default: peach's own, shared by all)."""
         self.spawner = spawner or Spawner()
         """Starts replica processes (taking the spares hot reload keeps)."""
+        self.http = HttpServer(
+            host,
+            port,
+            allow_hosts=allow_hosts,
+            allow_origins=allow_origins,
+            head_timeout_s=head_timeout_s,
+            fast_lane=fast_lane,
+        )
+        """The socket, uvicorn and the app in front of the gateway."""
+        self.init_stuck_s = init_stuck_s
+        """A replica's start-up still running after this long is reported."""
+        self.debugger = debugger
+        """The session's pdb relay (``simulator.debug``): calls register with it."""
         self._numbers = ReplicaNumbers()
-        self._cut_filter = _CutStreamFilter()
         self._on_event = on_event
         self._pools: dict[str, ReplicaPool] = {}
-        self._fingerprints: dict[str, str] = {}
-        self._socket: socket.socket | None = None
-        self._uvicorn: Any = None
-        self._serve_task: asyncio.Task[None] | None = None
         self._starting: asyncio.Future[Any] | None = None
         self._draining: set[asyncio.Task[None]] = set()
         self._retiring: set[ReplicaPool] = set()
@@ -124,10 +99,18 @@ class DevServer:
         self._applying = asyncio.Lock()
         """Held by ``apply_plan``: a reload and an on-demand re-init never overlap."""
         self.gateway: DevGateway | None = None
-        self.fast_lane: FastLane | None = None
-        """Answers plain calls without an ASGI cycle (unless ``use_fast_lane`` is False)."""
-        self.recorder: Recorder | None = None
+        self.recorder: RecordWriter | None = None
         """Set before ``start``: the gateway records every answered request with it."""
+
+    @property
+    def plan(self) -> ProjectPlan:
+        """The plan served (``served.plan``)."""
+        return self.served.plan
+
+    @property
+    def fast_lane(self) -> FastLane | None:
+        """Answers plain calls without an ASGI cycle (``simulator.http_server``)."""
+        return self.http.fast_lane
 
     # -- events --------------------------------------------------------------------------
 
@@ -139,18 +122,14 @@ class DevServer:
 
     @property
     def url(self) -> str:
-        assert self._socket is not None, "start() first"
-        host, port = self._socket.getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
-        return f"http://{shown}:{port}"
+        return self.http.url
 
     def _timeout(self, plan: ProjectPlan) -> float:
         return self.timeout_override if self.timeout_override is not None else plan.timeout_s
 
     async def start(self) -> None:
         """Bind, start serving, and start every replica (``wait_ready`` waits for them)."""
-        self._socket = _bind(self.host, self.port)
-        logging.getLogger("uvicorn.error").addFilter(self._cut_filter)  # until ``stop``
+        self.http.bind()
         for spec in self.plan.components():
             self._pools[spec.key] = self._new_pool(spec)
         # Replica processes start first: they boot while the HTTP stack is imported.
@@ -158,46 +137,13 @@ class DevServer:
         self._starting = asyncio.ensure_future(
             asyncio.gather(*(self._start_pool(pool) for pool in self._pools.values()))
         )
-        import uvicorn
-
-        from simulator.fastlane import FastLane
         from simulator.gateway import DevGateway
-        from simulator.http_protocol import protocol_with
-        from simulator.local_service import LocalService
 
         table = self._table(self.plan, self._pools)
         self.gateway = DevGateway(table, self._on_event, debugger=self.debugger)
         self.gateway.reinit = self.reinit
         self.gateway.recorder = self.recorder
-        app = LocalService(
-            self.gateway,
-            listen_host=self.host,
-            allow_hosts=self.allow_hosts,
-            allow_origins=self.allow_origins,
-            on_event=self._on_event,
-        )
-        if self.use_fast_lane and self.recorder is None:
-            self.fast_lane = FastLane(self.gateway, app)  # --record sees every request whole
-        config = uvicorn.Config(
-            app,
-            http=protocol_with(self.head_timeout_s, self.fast_lane),
-            ws="none",
-            lifespan="off",
-            log_config=None,
-            access_log=False,
-            proxy_headers=False,
-            server_header=False,
-            timeout_graceful_shutdown=UVICORN_SHUTDOWN_S,
-            timeout_keep_alive=30,
-        )
-        server = _QuietServer(config)
-        self._uvicorn = server
-        self._serve_task = asyncio.ensure_future(server.serve(sockets=[self._socket]))
-        while not server.started:
-            if self._serve_task.done():
-                self._serve_task.result()
-                raise ServeError(f"the server on {self.host}:{self.port} stopped at startup")
-            await asyncio.sleep(0.002)
+        await self.http.serve(self.gateway)
 
     async def wait_ready(self) -> None:
         """Wait until every replica has started (healthy) or failed (unhealthy, restarting)."""
@@ -206,8 +152,7 @@ class DevServer:
 
     async def wait_closed(self) -> None:
         """Wait until the HTTP server stops (it stops only through ``stop``)."""
-        if self._serve_task is not None:
-            await asyncio.shield(self._serve_task)
+        await self.http.wait_closed()
 
     async def stop(self) -> None:
         """Stop serving: close streams, stop every replica, close the socket."""
@@ -221,9 +166,7 @@ class DevServer:
             self.environments.release()  # every replica has stopped: prune may remove the envs
 
     async def _stop(self) -> None:
-        server = self._uvicorn
-        if server is not None:
-            server.should_exit = True
+        self.http.begin_stop()
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()  # an init still running: nobody waits for it any more
             self._starting.add_done_callback(_consume)
@@ -235,18 +178,7 @@ class DevServer:
         # Stopping a replica closes its generators (their `finally` runs) and ends the
         # streams relaying them, so the HTTP connections can finish.
         await asyncio.gather(*(pool.stop() for pool in pools), return_exceptions=True)
-        if self._serve_task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._serve_task), UVICORN_SHUTDOWN_S + 2)
-            except (TimeoutError, asyncio.CancelledError):
-                if server is not None:
-                    server.force_exit = True
-                self._serve_task.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._serve_task
-        if self._socket is not None:
-            self._socket.close()
-        logging.getLogger("uvicorn.error").removeFilter(self._cut_filter)
+        await self.http.stop()
 
     def kill_replicas(self) -> None:
         """Kill every replica process at once, without waiting (a second Ctrl-C)."""
@@ -265,7 +197,6 @@ class DevServer:
     # -- plans and reloads ---------------------------------------------------------------
 
     def _new_pool(self, spec: ComponentSpec) -> ReplicaPool:
-        self._fingerprints[spec.key] = served_fingerprint(spec, self.plan.root)
         return ReplicaPool(
             spec,
             self.plan.root,
@@ -315,27 +246,30 @@ class DevServer:
 
     async def apply_plan(
         self,
-        new_plan: ProjectPlan,
+        new_plan: ProjectPlan | Snapshot,
         *,
         patch: Collection[str] = (),
         restart: Collection[str] = (),
     ) -> PlanChange:
         """Serve ``new_plan``: new replicas only for components that changed.
 
-        Changed and new components get new pools, started before the switch; unchanged ones
-        keep their replicas and state. The routing table is swapped at once; requests and
-        streams that began before finish on the old replicas, which are then stopped. A
-        changed component whose new replicas do not become healthy keeps its old ones
-        (``PlanChange.failed`` says why). Cancelled while the new replicas start (a newer
-        save supersedes this one), it stops them and leaves everything as it was.
+        A ``Snapshot`` (hot reload's, taken when the plan was built) says what changed by
+        its fingerprints; a plan is snapshotted now. Changed and new components get new
+        pools, started before the switch; unchanged ones keep their replicas and state. The
+        routing table is swapped at once; requests and streams that began before finish on
+        the old replicas, which are then stopped. A changed component whose new replicas do
+        not become healthy keeps its old ones (``PlanChange.failed`` says why; ``served``
+        keeps its previous version). Cancelled while the new replicas start (a newer save
+        supersedes this one), it stops them and leaves everything as it was.
 
         The components in ``patch`` (their method alone changed) are patched in their
         running replicas instead (``simulator.hotpatch``); one that cannot be is restarted
         (``PlanChange.patch_failed`` says why). Those in ``restart`` get new replicas even
         if unchanged (``init`` re-run on demand).
         """
+        snapshot = new_plan if isinstance(new_plan, Snapshot) else Snapshot.take(new_plan)
         async with self._applying:
-            return await self._apply(new_plan, patch, restart)
+            return await self._apply(snapshot, patch, restart)
 
     async def _patch(
         self, new_plan: ProjectPlan, keys: Collection[str], change: PlanChange
@@ -351,29 +285,28 @@ class DevServer:
         for (_, spec), outcome in zip(targets, outcomes, strict=True):
             if outcome.ok:
                 change.patched.append(spec.key)
-                self._fingerprints[spec.key] = served_fingerprint(spec, new_plan.root)
             else:
                 change.patch_failed[spec.key] = outcome.error or "the patch failed"
 
     async def _apply(
-        self, new_plan: ProjectPlan, patch: Collection[str], restart: Collection[str]
+        self, snapshot: Snapshot, patch: Collection[str], restart: Collection[str]
     ) -> PlanChange:
         assert self.gateway is not None, "start() first"
+        new_plan = snapshot.plan
         change = PlanChange()
         if patch:
             await self._patch(new_plan, patch, change)
+        previous = self.served
+        for key in change.patched:  # the patched replicas serve the new code already
+            previous = previous.replace(key, snapshot)
         began = time.perf_counter()  # what follows is starting new replicas
-        old_fingerprints = dict(self._fingerprints)
         old_table = self.gateway.table
         old_pools = dict(self._pools)
-        old_plan = self.plan
         pools: dict[str, ReplicaPool] = {}
         fresh: list[ReplicaPool] = []
-        self.plan = new_plan
         for spec in new_plan.components():
-            fingerprint = served_fingerprint(spec, new_plan.root)
             existing = old_pools.get(spec.key)
-            same = self._fingerprints.get(spec.key) == fingerprint
+            same = previous.fingerprints.get(spec.key) == snapshot.fingerprints[spec.key]
             if existing is not None and same and spec.key not in restart:
                 pools[spec.key] = existing
                 if spec.key not in change.patched:
@@ -386,11 +319,11 @@ class DevServer:
         try:
             await asyncio.gather(*(self._start_pool(pool) for pool in fresh))
         except asyncio.CancelledError:  # a newer save supersedes this one: nothing changes
-            self.plan = old_plan
-            self._fingerprints = old_fingerprints
+            self.served = previous
             await asyncio.shield(asyncio.gather(*(pool.stop() for pool in fresh)))
             raise
         rejected: list[ReplicaPool] = []
+        served = snapshot
         for pool in [p for p in fresh if not _all_healthy(p)]:
             # The new version cannot serve but the previous one can: keep it (on the
             # platform the new replicas would stay unhealthy; the caller says so).
@@ -399,11 +332,12 @@ class DevServer:
                 change.unstarted.append(pool.key)  # unhealthy, and nothing to keep serving
                 continue
             pools[pool.key] = existing
-            self._fingerprints[pool.key] = old_fingerprints[pool.key]
+            served = served.replace(pool.key, previous)
             change.started.remove(pool.key)
             change.kept.append(pool.key)
             change.failed[pool.key] = _start_error(pool)
             rejected.append(pool)
+        self.served = served
         self._pools = pools
         self.gateway.table = self._table(new_plan, pools)
         kept = {id(pool) for pool in pools.values()}
@@ -418,6 +352,11 @@ class DevServer:
         change.seconds = time.perf_counter() - began
         return change
 
+    def adopt(self, snapshot: Snapshot) -> None:
+        """Take ``snapshot`` as what is served, where it needs no new replica, no patch
+        and no new route (hot reload found nothing to apply: a task changed, say)."""
+        self.served = snapshot
+
     async def reinit(self, keys: Collection[str]) -> PlanChange:
         """Re-run ``init`` of the components ``keys`` (``endpoint/component``) on demand.
 
@@ -428,7 +367,7 @@ class DevServer:
         from simulator.events import Reinitialized
 
         began = time.perf_counter()
-        change = await self.apply_plan(self.plan, restart=keys)
+        change = await self.apply_plan(self.served, restart=keys)
         self.emit(Reinitialized(tuple(keys), time.perf_counter() - began, dict(change.failed)))
         return change
 
@@ -472,24 +411,3 @@ def _all_healthy(pool: ReplicaPool) -> bool:
 def _start_error(pool: ReplicaPool) -> str:
     errors = [r.error for r in pool.replicas if r.error]
     return errors[0] if errors else "its replicas did not become healthy"
-
-
-class _CutStreamFilter(logging.Filter):
-    """Drops uvicorn's "Exception in ASGI application" for a stream the gateway cut on
-    purpose (``StreamCut``): the cut is the answer, and the request line reports it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, StreamCut)
-
-
-def _QuietServer(config: Any) -> Any:  # noqa: N802 - a class factory, named as the class
-    """uvicorn's server without its own signal handling: the caller decides when to stop."""
-    import uvicorn
-
-    class QuietServer(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    return QuietServer(config)

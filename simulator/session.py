@@ -210,9 +210,9 @@ class DevSession:
                 debugger=self.debugger,
             )
             if config.record is not None:
-                from simulator.record import Recorder
+                from simulator.record import RecordWriter
 
-                self.server.recorder = Recorder(config.record)
+                self.server.recorder = RecordWriter(config.record)
         self._starting: asyncio.Task[None] | None = None
         self._stopped = False
         self._stopping = asyncio.Event()

@@ -357,7 +357,7 @@ def test_the_open_loop_counts_the_wait_for_a_connection_in_each_latency(slow_ser
     # ~ 1.6 s). Timed from the moment each left the queue, every one would take ~250 ms and
     # hide the queue (coordinated omission).
     from peach_cli.bench.loadgen import LoadPlan, address_of, encode, run_load
-    from peach_cli.bench.summary import Recorder
+    from peach_cli.bench.summary import Tally
     from peach_cli.client.items import build_request
 
     request = build_request(slow_server, get=True)
@@ -369,9 +369,9 @@ def test_the_open_loop_counts_the_wait_for_a_connection_in_each_latency(slow_ser
         requests=10,
         max_connections=1,
     )
-    recorder = Recorder()
-    run_load(plan, recorder)
-    result = recorder.summary()
+    tally = Tally()
+    run_load(plan, tally)
+    result = tally.summary()
     assert result["requests"] == {"sent": 10, "answered": 10, "failed": 0}
     latency = result["latency_ms"]
     assert latency["p50"] >= 600, latency

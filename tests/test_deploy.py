@@ -397,6 +397,13 @@ def test_plan_round_trips_through_the_gateway_and_component_json():
             original.ab,
         )
         assert all(c.source == "" for c in endpoint.components.values())  # no code
+    # the gateway's file has sorted keys; its components keep the conf's order (routes)
+    from peach_cli.deploy.packaging import json_bytes
+
+    packed = endpoints_from_json(json.loads(json_bytes(gateway_to_json(plan))))
+    assert [list(e.components) for e in packed.values()] == [
+        list(plan.endpoints[name].components) for name in packed
+    ]
 
 
 def test_merge_keeps_the_other_applications_and_the_running_http_options():

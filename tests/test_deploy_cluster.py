@@ -36,18 +36,38 @@ ENVS = PROJECTS / "deploy_envs"
 REPO = TESTS.parent
 
 
+def keep_only(head: RayHead, *names: str) -> None:
+    """Remove every Serve application but ``names``; wait until they are gone."""
+    with DashboardClient(head.dashboard_url) as dashboard:
+        details = dashboard.serve_details()
+        applications = details.get("applications") or {}
+        if set(applications) - set(names):
+            kept = [
+                applications[name]["deployed_app_config"] for name in names if name in applications
+            ]
+            dashboard.put_applications({"applications": kept})
+        deadline = time.monotonic() + 60
+        while set(dashboard.serve_details().get("applications") or {}) - set(names):
+            assert time.monotonic() < deadline, "applications did not go away"
+            time.sleep(0.2)
+
+
 @pytest.fixture
 def cluster(ray_cluster: RayHead) -> RayHead:
     """The cluster, with no Serve application left by an earlier test."""
-    head = ray_cluster
-    with DashboardClient(head.dashboard_url) as dashboard:
-        if dashboard.serve_details().get("applications"):
-            dashboard.put_applications({"applications": []})
-        deadline = time.monotonic() + 60
-        while dashboard.serve_details().get("applications"):
-            assert time.monotonic() < deadline, "applications did not go away"
-            time.sleep(0.2)
-    return head
+    keep_only(ray_cluster)
+    return ray_cluster
+
+
+@pytest.fixture
+def basic_app(ray_cluster: RayHead) -> RayHead:
+    """The cluster with ``deploy_basic`` running as it is in the project, and no other
+    application: the shared app of the tests that start from it. An earlier test's
+    deploy-basic is kept, so an unchanged one costs no replica start (a changed one
+    restarts only its changed components, a deleted one is deployed again)."""
+    keep_only(ray_cluster, "deploy-basic")
+    deploy(plan_of(BASIC), address=ray_cluster.dashboard_url, http_port=ray_cluster.http_port)
+    return ray_cluster
 
 
 def peach(*args: str, timeout: float = 110) -> subprocess.CompletedProcess[str]:
@@ -100,24 +120,8 @@ def test_deploy_waits_until_running_then_answers_and_shows_status(cluster):
     assert "deploy-basic" in text.stdout and "hello.main" in text.stdout and "2/2" in text.stdout
 
 
-def test_declared_dependencies_are_installed_for_the_replica_by_the_cluster(cluster):
-    # neither pyjokes (the env's own) nor tomli-w (base's) is installed in Ray's Python
-    for module in ("pyjokes", "tomli_w"):
-        missing = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
-        assert missing.returncode != 0, f"{module} is installed next to Ray: pick another"
-    result = peach(
-        "deploy", str(ENVS), "--address", cluster.dashboard_url,
-        "--http-port", str(cluster.http_port), timeout=110,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    response = httpx.get(f"{cluster.serve_url}/joke", timeout=10)
-    assert response.status_code == 200, response.text
-    answer = response.json()["result"]
-    assert answer["joke"] and answer["toml"] == 'language = "en"\n'
-    assert answer["prefix"] != sys.prefix  # the packages live in the runtime env's own prefix
-
-
-def test_redeploy_keeps_unchanged_replicas_and_restarts_only_changed_ones(cluster, tmp_path):
+def test_redeploy_keeps_unchanged_replicas_and_restarts_only_changed_ones(basic_app, tmp_path):
+    cluster = basic_app  # deploy-basic runs already: this deploy of a copy changes nothing
     project = tmp_path / "project"
     shutil.copytree(BASIC, project)
     deploy(plan_of(project), address=cluster.dashboard_url, http_port=cluster.http_port)
@@ -144,6 +148,53 @@ def test_redeploy_keeps_unchanged_replicas_and_restarts_only_changed_ones(cluste
     assert not set(after["deploy-basic/hello.main"]) & set(before["deploy-basic/hello.main"])
     greeting = httpx.get(f"{cluster.serve_url}/hello", timeout=10).json()["result"]["greeting"]
     assert greeting == "hi world"
+
+
+def test_delete_removes_one_application_and_keeps_the_others(basic_app):
+    cluster = basic_app  # deploy-basic runs
+    # a second application under another route prefix, deployed through the same API
+    other = build_bundle(plan_of(BASIC))
+    other.application["name"] = "other"
+    other.application["route_prefix"] = "/other"
+    with DashboardClient(cluster.dashboard_url) as dashboard:
+        for package in other.packages:
+            if not dashboard.package_exists(package.name):
+                dashboard.upload_package(package.name, package.data)
+        config, _ = merge_applications(
+            other, dashboard.serve_details(), http_host=None, http_port=None
+        )
+        dashboard.put_applications(config)
+        wait_until_running(dashboard, "other", timeout_s=90, reporter=Reporter())
+    assert httpx.get(f"{cluster.serve_url}/other/hello", timeout=10).status_code == 200
+
+    result = peach("delete", "deploy-basic", "--address", cluster.dashboard_url)
+    assert result.returncode == 0, result.stderr
+    assert "deleted deploy-basic (still running: other)" in result.stderr
+    apps = replica_ids(cluster)
+    assert not any(name.startswith("deploy-basic/") for name in apps)
+    response = httpx.get(f"{cluster.serve_url}/other/hello", timeout=10)
+    assert response.status_code == 200 and response.json()["result"]["greeting"] == "hello world"
+
+    missing = peach("delete", "deploy-basic", "--address", cluster.dashboard_url)
+    assert missing.returncode == 1
+    assert "no application 'deploy-basic'" in missing.stderr and "other" in missing.stderr
+
+
+def test_declared_dependencies_are_installed_for_the_replica_by_the_cluster(cluster):
+    # neither pyjokes (the env's own) nor tomli-w (base's) is installed in Ray's Python
+    for module in ("pyjokes", "tomli_w"):
+        missing = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
+        assert missing.returncode != 0, f"{module} is installed next to Ray: pick another"
+    result = peach(
+        "deploy", str(ENVS), "--address", cluster.dashboard_url,
+        "--http-port", str(cluster.http_port), timeout=110,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    response = httpx.get(f"{cluster.serve_url}/joke", timeout=10)
+    assert response.status_code == 200, response.text
+    answer = response.json()["result"]
+    assert answer["joke"] and answer["toml"] == 'language = "en"\n'
+    assert answer["prefix"] != sys.prefix  # the packages live in the runtime env's own prefix
 
 
 @pytest.mark.serial  # its bound: 30 s
@@ -319,36 +370,6 @@ def test_a_fixed_init_redeploys_over_the_failing_version_that_holds_the_cpus(clu
     assert result.app.ready
     response = httpx.get(f"{cluster.serve_url}/broken", params={"x": "3"}, timeout=10)
     assert response.status_code == 200 and response.json()["result"] == 3
-
-
-def test_delete_removes_one_application_and_keeps_the_others(cluster):
-    deploy(plan_of(BASIC), address=cluster.dashboard_url, http_port=cluster.http_port)
-    # a second application under another route prefix, deployed through the same API
-    other = build_bundle(plan_of(BASIC))
-    other.application["name"] = "other"
-    other.application["route_prefix"] = "/other"
-    with DashboardClient(cluster.dashboard_url) as dashboard:
-        for package in other.packages:
-            if not dashboard.package_exists(package.name):
-                dashboard.upload_package(package.name, package.data)
-        config, _ = merge_applications(
-            other, dashboard.serve_details(), http_host=None, http_port=None
-        )
-        dashboard.put_applications(config)
-        wait_until_running(dashboard, "other", timeout_s=90, reporter=Reporter())
-    assert httpx.get(f"{cluster.serve_url}/other/hello", timeout=10).status_code == 200
-
-    result = peach("delete", "deploy-basic", "--address", cluster.dashboard_url)
-    assert result.returncode == 0, result.stderr
-    assert "deleted deploy-basic (still running: other)" in result.stderr
-    apps = replica_ids(cluster)
-    assert not any(name.startswith("deploy-basic/") for name in apps)
-    response = httpx.get(f"{cluster.serve_url}/other/hello", timeout=10)
-    assert response.status_code == 200 and response.json()["result"]["greeting"] == "hello world"
-
-    missing = peach("delete", "deploy-basic", "--address", cluster.dashboard_url)
-    assert missing.returncode == 1
-    assert "no application 'deploy-basic'" in missing.stderr and "other" in missing.stderr
 
 
 def test_a_project_larger_than_the_cluster_is_refused_with_the_numbers(cluster):

@@ -20,14 +20,14 @@ import httpx
 import pytest
 from cli_support import run_peach
 from ray_cluster import RayHead
-from test_deploy_cluster import cluster, plan_of, replica_ids  # noqa: F401 - fixtures
+from test_deploy_cluster import basic_app, cluster, plan_of, replica_ids  # noqa: F401 - fixtures
 from waiting import poll as poll_until
 
 from peach_cli.deploy.config import build_bundle
 from peach_cli.deploy.deployer import deploy
 from peach_cli.deploy.progress import read_application
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]  # the first test starts the cluster
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(450)]  # the first test starts the cluster
 
 TESTS = Path(__file__).resolve().parent
 PROJECTS = TESTS / "projects"
@@ -38,7 +38,7 @@ REPO = TESTS.parent
 
 
 def peach(
-    *args: str, timeout: float = 110, env: dict[str, str] | None = None
+    *args: str, timeout: float = 200, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return run_peach(*args, timeout=timeout, env=env)
 
@@ -109,7 +109,61 @@ def nodes(head: RayHead) -> tuple[str, set[str]]:
     return head_id, placed
 
 
-def test_projects_share_the_cluster_under_their_own_prefixes(cluster, tmp_path):  # noqa: F811
+def test_a_redeploy_under_load_fails_no_request_and_keeps_unchanged_replicas(
+    basic_app,  # noqa: F811
+    tmp_path,
+):
+    cluster = basic_app  # noqa: F811 - deploy-basic runs already: this deploy of a copy changes nothing
+    project = tmp_path / "project"
+    shutil.copytree(BASIC, project)
+    deploy(plan_of(project), address=cluster.dashboard_url)
+    before = replica_ids(cluster)
+    serve = cluster.serve_url
+    stop = threading.Event()
+    failures: list[str] = []
+    calls = {"hello": 0, "count": 0, "new": 0}
+
+    def client() -> None:
+        with httpx.Client(base_url=serve, timeout=30) as http:
+            while not stop.is_set():
+                try:
+                    hello = http.get("/hello", params={"name": "load"})
+                    if hello.status_code != 200:
+                        failures.append(f"/hello {hello.status_code} {hello.text[:200]}")
+                    elif hello.json()["result"]["greeting"] == "hi load":
+                        calls["new"] += 1
+                    calls["hello"] += 1
+                    count = http.get("/count", params={"stream": "1", "n": "2"})
+                    if count.status_code != 200 or count.content != b"0\n1\n":
+                        failures.append(f"/count {count.status_code} {count.content[:200]!r}")
+                    calls["count"] += 1
+                except httpx.HTTPError as error:
+                    failures.append(f"{type(error).__name__}: {error}")
+
+    clients = [threading.Thread(target=client) for _ in range(2)]
+    for thread in clients:
+        thread.start()
+    try:
+        poll(lambda: calls["hello"] >= 20, "the clients did not get going")
+        notebook = project / "notebooks" / "Hello.ipynb"
+        notebook.write_text(notebook.read_text().replace("hello {name}", "hi {name}"))
+        deploy(plan_of(project), address=cluster.dashboard_url)
+        served = calls["hello"]
+        poll(lambda: calls["hello"] >= served + 20, "the clients stopped after the redeploy")
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join(timeout=40)
+    assert failures == [], failures[:5]
+    assert calls["new"] > 0 and calls["count"] > 40, calls
+    after = replica_ids(cluster)
+    assert after["deploy-basic/count.main"] == before["deploy-basic/count.main"]
+    assert after["deploy-basic/gateway"] == before["deploy-basic/gateway"]
+    assert not set(after["deploy-basic/hello.main"]) & set(before["deploy-basic/hello.main"])
+
+
+def test_projects_share_the_cluster_under_their_own_prefixes(basic_app, tmp_path):  # noqa: F811
+    cluster = basic_app  # noqa: F811 - deploy-basic runs already: the deploy of its copy changes nothing
     serve = cluster.serve_url
     address = ("--address", cluster.dashboard_url)
     basic = tmp_path / "basic"
@@ -342,55 +396,3 @@ def test_logs_health_and_status_show_prints_init_errors_and_failed_reinits(clust
     )
     ours = set(stopped_replicas(text)) - earlier
     assert 1 <= len(ours) <= 2, text  # this deploy's failed replicas: two at most
-
-
-def test_a_redeploy_under_load_fails_no_request_and_keeps_unchanged_replicas(
-    cluster,  # noqa: F811
-    tmp_path,
-):
-    project = tmp_path / "project"
-    shutil.copytree(BASIC, project)
-    deploy(plan_of(project), address=cluster.dashboard_url)
-    before = replica_ids(cluster)
-    serve = cluster.serve_url
-    stop = threading.Event()
-    failures: list[str] = []
-    calls = {"hello": 0, "count": 0, "new": 0}
-
-    def client() -> None:
-        with httpx.Client(base_url=serve, timeout=30) as http:
-            while not stop.is_set():
-                try:
-                    hello = http.get("/hello", params={"name": "load"})
-                    if hello.status_code != 200:
-                        failures.append(f"/hello {hello.status_code} {hello.text[:200]}")
-                    elif hello.json()["result"]["greeting"] == "hi load":
-                        calls["new"] += 1
-                    calls["hello"] += 1
-                    count = http.get("/count", params={"stream": "1", "n": "2"})
-                    if count.status_code != 200 or count.content != b"0\n1\n":
-                        failures.append(f"/count {count.status_code} {count.content[:200]!r}")
-                    calls["count"] += 1
-                except httpx.HTTPError as error:
-                    failures.append(f"{type(error).__name__}: {error}")
-
-    clients = [threading.Thread(target=client) for _ in range(2)]
-    for thread in clients:
-        thread.start()
-    try:
-        poll(lambda: calls["hello"] >= 20, "the clients did not get going")
-        notebook = project / "notebooks" / "Hello.ipynb"
-        notebook.write_text(notebook.read_text().replace("hello {name}", "hi {name}"))
-        deploy(plan_of(project), address=cluster.dashboard_url)
-        served = calls["hello"]
-        poll(lambda: calls["hello"] >= served + 20, "the clients stopped after the redeploy")
-    finally:
-        stop.set()
-        for thread in clients:
-            thread.join(timeout=40)
-    assert failures == [], failures[:5]
-    assert calls["new"] > 0 and calls["count"] > 40, calls
-    after = replica_ids(cluster)
-    assert after["deploy-basic/count.main"] == before["deploy-basic/count.main"]
-    assert after["deploy-basic/gateway"] == before["deploy-basic/gateway"]
-    assert not set(after["deploy-basic/hello.main"]) & set(before["deploy-basic/hello.main"])

@@ -19,6 +19,7 @@ from peach_cli.deploy.gateway_health import proxy_url
 from peach_cli.deploy.logs import choose_application
 from peach_cli.deploy.reports import health_body
 from peach_cli.errors import DeployError, UsageError
+from peach_cli.runtime.plan import ComponentSpec
 
 TESTS = Path(__file__).resolve().parent
 BASIC = TESTS / "projects" / "deploy_basic"
@@ -175,9 +176,13 @@ def test_the_health_answer_has_the_shape_of_peach_devs():
         },
     }
     records = {("hello.main", "b2"): {"error": "re-init after drift failed, keeping …"}}
+
+    def spec(endpoint: str) -> ComponentSpec:
+        return ComponentSpec(endpoint, "main", f"/{endpoint}", "n.ipynb", "", "n", "m")
+
     body = health_body(
         "zzacc",
-        {"hello.main": "hello/main", "broken.main": "broken/main"},
+        {"hello.main": spec("hello"), "broken.main": spec("broken")},
         deployments,
         records,
         {"broken.main": "load() raised OSError: no weights"},

@@ -301,3 +301,51 @@ def test_both_hosts_answer_every_request_alike(hosts: tuple[str, str]) -> None:
     compare()
     seen = set().union(*(features(request) for request in sent))
     assert seen == COVERED, f"{len(sent)} requests sent; never: {sorted(COVERED - seen)}"
+
+
+REPLICA_FIELDS = {"id", "state", "pid", "error"}
+"""What every host says of a replica in ``/_peach/health`` (each adds figures of its own)."""
+
+
+def test_both_hosts_answer_routes_and_health_in_one_shape(hosts: tuple[str, str]) -> None:
+    """``/_peach/routes`` and ``/_peach/health`` are built by one function
+    (``contract.status``) for both hosts: the same keys at every level, the same endpoints,
+    components and A/B splits; only what one host cannot know differs (whether an endpoint
+    streams is the replicas' on Ray: null; the requests each arm got; each replica's own
+    figures)."""
+    import httpx
+
+    answers = {}
+    for url in hosts:
+        routes = httpx.get(f"{url}/_peach/routes", timeout=30).json()
+        health = httpx.get(f"{url}/_peach/health", timeout=30).json()
+        answers[url] = routes, health
+    (dev_routes, dev_health), (ray_routes, ray_health) = answers.values()
+
+    def endpoint_shape(endpoint: dict[str, Any]) -> tuple[Any, ...]:
+        ab = endpoint.get("ab")
+        ab_shape = (
+            None if ab is None else (sorted(ab), ab["by"], ab["split"], sorted(ab["requests"]))
+        )
+        return sorted(endpoint), endpoint["name"], endpoint["url"], endpoint["components"], ab_shape
+
+    assert sorted(dev_routes) == sorted(ray_routes) == ["codops", "endpoints"]
+    assert dev_routes["codops"] == ray_routes["codops"]
+    dev_endpoints = [endpoint_shape(e) for e in dev_routes["endpoints"]]
+    assert dev_endpoints == [endpoint_shape(e) for e in ray_routes["endpoints"]]
+    assert any(shape[-1] is not None for shape in dev_endpoints)  # an A/B test is compared
+    assert {e["streams"] for e in ray_routes["endpoints"]} == {None}
+
+    assert sorted(dev_health) == sorted(ray_health) == ["codops", "components", "ready", "status"]
+
+    def components(health: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+        return {
+            c["component"]: (sorted(c), c["deployment"], c["memory"], c["cpus"])
+            for c in health["components"]
+        }
+
+    assert components(dev_health) == components(ray_health)
+    for health in (dev_health, ray_health):
+        for component in health["components"]:
+            for replica in component["replicas"]:
+                assert REPLICA_FIELDS <= set(replica), replica

@@ -112,14 +112,14 @@ def serve(
     """Run ``scenario(server, client)`` against a ``DevServer`` of ``project`` (with
     ``record``: recording its requests there, as ``peach dev --record`` does; with
     ``head_timeout_s``: cutting stalled heads and bodies after that long)."""
-    from simulator.record import Recorder
+    from simulator.record import RecordWriter
     from simulator.server import DevServer
 
     async def run() -> None:
         plan, diagnostics = build_plan(project)
         assert plan is not None, diagnostics
         server = DevServer(plan, port=0, head_timeout_s=head_timeout_s, fast_lane=fast_lane)
-        server.recorder = Recorder(record) if record is not None else None
+        server.recorder = RecordWriter(record) if record is not None else None
         await server.start()
         try:
             await server.wait_ready()

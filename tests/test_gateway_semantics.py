@@ -664,7 +664,9 @@ def test_unknown_url_is_404(client):
 
 @pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
 def test_other_methods_are_405(client, method):
-    error(client.request(method, "/token"), 405, "method_not_allowed")
+    answer = client.request(method, "/token")
+    error(answer, 405, "method_not_allowed")
+    assert answer.headers["allow"] == "GET, POST"  # RFC 9110: a 405 says what is allowed
 
 
 # -- A/B tests ------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ log lines or escape sequences from request data, slow clients cut."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from conftest import PROJECTS, DevProcess, start_peach_dev
+from test_fastlane import raw_exchange
 
 FUZZ = PROJECTS / "faults" / "fuzz"
 HEAD_TIMEOUT_S = 1.0
@@ -254,3 +256,83 @@ def test_a_second_host_header_cannot_launder_a_foreign_first_one(server, path):
     received = exchange(server, head.encode())
     assert received.startswith(b"HTTP/1.1 403 "), received
     assert b'"code": "forbidden_host"' in received
+
+
+# -- refusals are counted (issue 36) --------------------------------------------------------
+
+
+def refused_count(
+    server: DevProcess, status: int, method: str, route: str = ""
+) -> tuple[float, float]:
+    """``/_peach/metrics``: ``method`` requests to ``route`` (``""``: no route took them)
+    answered ``status``, and those counted as errors."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{server.url}/_peach/metrics", timeout=10).text
+    counts = {"requests": 0.0, "errors": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if labels.get("route") != route or labels.get("method") != method:
+                continue
+            if sample.name == "ray_serve_num_http_requests_total":
+                counts["requests"] += sample.value * (labels["status_code"] == str(status))
+            elif sample.name == "ray_serve_num_http_error_requests_total":
+                counts["errors"] += sample.value * (labels["error_code"] == str(status))
+    return counts["requests"], counts["errors"]
+
+
+def first_answer(server: DevProcess, data: bytes) -> bytes:
+    """Send ``data`` on one connection: the first answer, whole (or what came before the
+    server closed the connection)."""
+    return raw_exchange(server.url, data, timeout_s=10 * HEAD_TIMEOUT_S)
+
+
+def foreign_host(server: DevProcess) -> bytes:
+    return first_answer(server, f"GET /echo HTTP/1.1\r\nHost: {ATTACKER}\r\n\r\n".encode())
+
+
+def foreign_origin(server: DevProcess) -> bytes:
+    page = f"Origin: http://{ATTACKER}\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n"
+    return first_answer(
+        server, f"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n{page}\r\n{{}}".encode()
+    )
+
+
+def stalled_body(server: DevProcess) -> bytes:
+    return first_answer(server, LANE_BODY)
+
+
+def oversized_body(server: DevProcess) -> bytes:
+    head = b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 20000000\r\n\r\n"
+    return first_answer(server, head + b"{")
+
+
+def oversized_head(server: DevProcess) -> bytes:
+    header = b"X-Big: " + b"a" * (70 * 1024) + b"\r\n"
+    return first_answer(server, b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\n" + header + b"\r\n")
+
+
+@pytest.mark.parametrize(
+    ("refuse", "status", "code", "method", "route"),
+    [
+        (foreign_host, 403, "forbidden_host", "GET", ""),
+        (foreign_origin, 403, "forbidden_origin", "POST", ""),
+        (stalled_body, 408, "request_timeout", "POST", ""),
+        (oversized_body, 413, "payload_too_large", "POST", "/echo"),
+        (oversized_head, 431, "headers_too_large", "GET", ""),
+    ],
+    ids=["host", "origin", "stalled-body", "oversized-body", "oversized-head"],
+)
+def test_each_refusal_is_the_error_envelope_and_is_counted_in_the_metrics(
+    server, refuse, status, code, method, route
+):
+    """A refusal answers the contract's error envelope and is counted under its status
+    (the refusals no route took under ``route=""``, as Ray's proxy labels them)."""
+    before = refused_count(server, status, method, route)
+    answer = refuse(server)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
+    assert json.loads(body)["error"]["code"] == code
+    requests, errors = before
+    assert refused_count(server, status, method, route) == (requests + 1, errors + 1)

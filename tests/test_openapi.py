@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -244,3 +246,80 @@ def test_a_saved_signature_change_shows_in_the_next_get(peach_dev, tmp_path: Pat
         {"name": "times", "in": "query", "schema": {"type": "integer", "default": 2}},
     ]
     assert served_document(dev.url) == document(project)
+
+
+# -- Schemathesis against the examples' `peach dev` -------------------------------------------
+
+CHECKS = ",".join(
+    [
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_headers_conformance",
+        "response_schema_conformance",
+        "unsupported_method",
+    ]
+)
+"""What an answer must do to keep the document's word. Not ``not_a_server_error`` (a 500
+``method_error`` is a documented answer of a method that raises) nor the request-validation
+checks: a JSON body's values reach the method as sent (SPEC §2), the method decides."""
+
+
+def schemathesis(url: str, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``schemathesis run`` in ``folder`` (where it keeps its cache)."""
+    command = ["schemathesis", "run", url + "/_peach/openapi.json", "--checks", CHECKS]
+    command += ["--mode", "positive", "--seed", "1", "--workers", "1", "--no-color"]
+    command += ["--request-timeout", "30", "--generation-database", "none", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=folder)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("example", sorted(p.name for p in (REPO / "examples").iterdir()))
+def test_schemathesis_finds_no_answer_that_breaks_the_document(
+    peach_dev, example: str, tmp_path: Path
+) -> None:
+    """Every operation with Schemathesis's coverage phase (boundary values, each status),
+    the operations that do not stream with its fuzzing phase too: a stream of generated
+    size (``words=10**9``) never ends, so it is not fuzzed. (Breaking the document's
+    envelope by hand, ``status: {const: okay}``, fails it with ST108: checked.)"""
+    project = tmp_path / example  # a copy: a fuzzed task trigger writes into its project
+    shutil.copytree(REPO / "examples" / example, project)
+    dev = peach_dev(project)
+    dev.wait_ready()
+    found = served_document(dev.url)
+    streaming = [
+        operation["operationId"]
+        for item in found["paths"].values()
+        if "stream" in [p["name"] for p in item["get"].get("parameters", [])]
+        for operation in item.values()
+    ]
+    covered = schemathesis(
+        dev.url, tmp_path, "--phases", "examples,coverage", "--max-examples", "10"
+    )
+    assert covered.returncode == 0, covered.stdout[-6000:] + covered.stderr[-2000:]
+    if len(streaming) < 2 * len(found["paths"]):
+        excluded = [arg for op in streaming for arg in ("--exclude-operation-id", op)]
+        fuzzed = schemathesis(
+            dev.url, tmp_path, "--phases", "fuzzing", "--max-examples", "25", *excluded
+        )
+        assert fuzzed.returncode == 0, fuzzed.stdout[-6000:] + fuzzed.stderr[-2000:]
+
+
+def test_a_deploy_ships_the_document_with_its_route_prefix_to_the_gateway() -> None:
+    """What the Ray gateway serves at PREFIX/_peach/openapi.json: the file the CLI puts in
+    its package (the Serve app reads no notebook); served on a cluster in
+    tests/test_peach_test_ray.py."""
+    import io
+    import zipfile
+
+    from peach_cli.deploy.config import build_bundle
+    from peach_cli.deploy.packaging import OPENAPI_FILE
+
+    plan, _ = build_plan(REPO / "examples" / "quickstart")
+    assert plan is not None
+    bundle = build_bundle(plan, route_prefix="/qs")
+    (gateway,) = [p for p in bundle.packages if p.kind == "gateway"]
+    shipped = json.loads(zipfile.ZipFile(io.BytesIO(gateway.data)).read(OPENAPI_FILE))
+    assert shipped == build_document(plan, route_prefix="/qs")
+    assert shipped["servers"] == [{"url": "/qs"}]
+    assert {**shipped, "servers": [{"url": "/"}]} == build_document(plan)

@@ -94,3 +94,18 @@ def test_dev_traffic_replays_the_same_against_the_deployed_app(deployed, recordi
     differs = run_peach("replay", str(snapshot.with_name("changed.jsonl")), "--url", deployed)
     assert differs.returncode == 1
     assert ": 0 same, 1 differ, 0 failed" in differs.stderr
+
+
+def test_the_openapi_document_is_the_commands_on_both_hosts(deployed, recording_dev):
+    """SPEC §11: the deployed app serves the command's document under its route prefix,
+    with the prefix in ``servers``; `peach dev` serves the same one."""
+    dev, _ = recording_dev
+    printed = run_peach("openapi", str(QUICKSTART))
+    assert printed.returncode == 0, printed.stderr
+    command = json.loads(printed.stdout)
+    on_ray = httpx.get(deployed + "/_peach/openapi.json", timeout=30)
+    on_dev = httpx.get(dev.url + "/_peach/openapi.json", timeout=30)
+    assert on_ray.status_code == on_dev.status_code == 200
+    assert on_ray.json()["servers"] == [{"url": PREFIX}]
+    assert on_dev.json() == command and command["servers"] == [{"url": "/"}]
+    assert {**on_ray.json(), "servers": command["servers"]} == command

@@ -14,7 +14,7 @@ from reload_support import copy_project, edit_cell, edit_file
 
 from peach_cli.checks.validate import build_plan
 from peach_cli.runtime.plan import ProjectPlan
-from simulator.changes import PlanChange
+from simulator.changes import PlanChange, Snapshot
 from simulator.events import (
     Reloaded,
     ReloadFailed,
@@ -33,18 +33,29 @@ pytestmark = pytest.mark.timeout(60)
 
 
 class RecordingServer:
-    """Has what the reloader uses of ``DevServer``: ``plan`` and ``apply_plan``."""
+    """Has what the reloader uses of ``DevServer``: ``plan``, ``served`` (what it serves,
+    the previous version of a component whose restart failed included), ``apply_plan``
+    and ``adopt``."""
 
     def __init__(self, plan: ProjectPlan) -> None:
         self.plan = plan
+        self.served = Snapshot.take(plan)
         self.timeout_override: float | None = None
         self.applied: list[ProjectPlan] = []
         self.fail: dict[str, str] = {}
 
-    async def apply_plan(self, plan: ProjectPlan, **_: Any) -> PlanChange:
-        self.applied.append(plan)
-        self.plan = plan
+    async def apply_plan(self, snapshot: Snapshot, **_: Any) -> PlanChange:
+        self.applied.append(snapshot.plan)
+        self.plan = snapshot.plan
+        served = snapshot
+        for key in self.fail:  # as DevServer: the previous version keeps serving
+            served = served.replace(key, self.served)
+        self.served = served
         return PlanChange(failed=dict(self.fail), seconds=0.01)
+
+    def adopt(self, snapshot: Snapshot) -> None:
+        self.plan = snapshot.plan
+        self.served = snapshot
 
     async def wait_ready(self) -> None:
         return None

@@ -449,6 +449,147 @@ def test_the_gateways_drive_the_flow_and_keep_no_timer_of_a_call() -> None:
     assert "simulator.fastlane" in _sources()  # the lane is looked at
 
 
+def _class(path: Path, name: str) -> ast.ClassDef:
+    tree = ast.parse(path.read_text())
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def _self_attribute(node: ast.AST) -> str | None:
+    """``x`` of ``self.x``, else None."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    ):
+        return node.attr
+    return None
+
+
+def test_a_replica_keeps_one_table_of_requests_in_flight_settled_one_way() -> None:
+    """Calls, streams, pings and patches in flight on a ``Replica`` are in one table keyed
+    by request id: one method puts a request in (``_track``), one takes it out
+    (``_forget``), and every outcome — a message, or the process's death — reaches it
+    through ``_settle`` (issue 36)."""
+    replica = _class(ROOT / "simulator" / "replica.py", "Replica")
+    methods = {f.name: f for f in replica.body if isinstance(f, ast.FunctionDef)}
+    tables = [
+        _self_attribute(node.target)
+        for node in ast.walk(methods["__init__"])
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.annotation, ast.Subscript)
+        and ast.unparse(node.annotation).startswith(("dict[int", "set[int"))
+    ]
+    assert tables == ["_in_flight"]
+    fills, empties, deliveries = set(), set(), set()
+    for name, method in methods.items():
+        for node in ast.walk(method):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+                if _self_attribute(node.value) == "_in_flight":
+                    fills.add(name)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr == "pop" and _self_attribute(node.func.value) == "_in_flight":
+                    empties.add(name)
+                if node.func.attr == "deliver":
+                    deliveries.add(name)
+    assert fills == {"_track"}
+    assert empties == {"_forget"}
+    assert deliveries == {"_settle"}
+
+
+def test_a_replica_leaves_its_process_to_its_supervisor() -> None:
+    """Starting, reaping, killing and restarting a replica's process is
+    ``simulator.supervisor``'s; ``simulator.replica`` speaks to the process only through
+    its socket (issue 36)."""
+    source = (ROOT / "simulator" / "replica.py").read_text()
+    tree = ast.parse(source)
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    } | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert imported & {"kill_tree", "reap", "psutil", "signal", "subprocess"} == set()
+    starts_or_ends = {"worker", "kill_tree", "reap", "kill", "terminate", "send_signal"}
+    assert _called_names(tree) & starts_or_ends == set()
+    assert "ProcessSupervisor" in source
+
+
+def test_the_dev_server_keeps_what_it_serves_once_and_leaves_http_to_its_own_module() -> None:
+    """The fingerprints of what ``peach dev`` serves are one record, ``DevServer.served``
+    (hot reload reads it, and keeps none of its own); uvicorn, its protocol, the
+    ``LocalService`` checks and the fast lane are assembled by ``simulator.http_server``,
+    which knows nothing of plans (issue 36)."""
+    sources = _sources()
+    keepers = sorted(
+        f"{name}: self.{_self_attribute(target)}"
+        for name, path in sources.items()
+        if name.startswith("simulator.")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if _self_attribute(target) in ("served", "_fingerprints", "fingerprints")
+    )
+    assert keepers == ["simulator.server: self.served"] * len(keepers) and keepers
+    known = set(sources)
+    server_imports = _imports(sources["simulator.server"], known)
+    http_side = {"simulator.http_protocol", "simulator.local_service", "simulator.fastlane"}
+    assert server_imports & http_side == set()
+    server_tree = ast.parse(sources["simulator.server"].read_text())
+    assert not any(
+        isinstance(node, (ast.Import, ast.ImportFrom)) and "uvicorn" in ast.unparse(node)
+        for node in ast.walk(server_tree)
+    )
+    assert _imports(sources["simulator.http_server"], known) >= http_side
+    planning = {"simulator.changes", "simulator.pool", "simulator.routing", "simulator.reload"}
+    assert _imports(sources["simulator.http_server"], known) & planning == set()
+
+
+def _dict_keys(tree: ast.AST) -> list[set[str]]:
+    """The string keys of every dict display in ``tree``."""
+    return [
+        {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Dict)
+    ]
+
+
+def test_both_hosts_build_routes_health_and_refusals_with_the_contract() -> None:
+    """``/_peach/routes`` and ``/_peach/health`` are built by ``contract.status`` for both
+    hosts (no other module writes their dicts), and no refusal of the dev server is written
+    by hand: a status line comes from uvicorn's table, the body from the contract's error
+    answer (issue 36)."""
+    answers = ({"codops", "endpoints"}, {"status", "ready", "codops", "components"})
+    parts = ({"component", "replicas"}, {"url", "components", "streams"})
+
+    def builds(keys: set[str]) -> bool:
+        return keys in answers or any(part <= keys for part in parts)
+
+    builders = sorted(
+        name
+        for name, path in _sources().items()
+        if name.startswith(("simulator.", "peach_cli.deploy.", "peach_cli.runtime."))
+        and any(builds(keys) for keys in _dict_keys(ast.parse(path.read_text())))
+    )
+    assert builders == ["peach_cli.runtime.contract.status"]
+    written = sorted(
+        name
+        for name, path in _sources().items()
+        if name.startswith("simulator.")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, bytes)
+        and node.value.startswith(b"HTTP/1.")
+    )
+    assert written == []
+    for name in ("simulator.local_service", "simulator.http_protocol"):
+        assert "error_answer" in _called_names(ast.parse(_sources()[name].read_text())), name
+
+
 FILE_NAMES = {"peach.yaml", "peach.yml", "peach.conf", ".env", ".peach-test.yaml"}
 NAMED_AS_WORDS = {("peach_cli.project.conf", "peach.conf"): "the schema's title: the conf's name"}
 

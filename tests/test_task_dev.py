@@ -11,12 +11,13 @@ import json
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
+from conftest import DevProcess, start_peach_dev
 
 TASKS = Path(__file__).resolve().parent / "projects" / "tasks"
 
@@ -24,6 +25,31 @@ TASKS = Path(__file__).resolve().parent / "projects" / "tasks"
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return Path(shutil.copytree(TASKS, tmp_path / "tasks"))
+
+
+@pytest.fixture(scope="module")
+def trigger_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(shutil.copytree(TASKS, tmp_path_factory.mktemp("triggers") / "tasks"))
+
+
+@pytest.fixture(scope="module")
+def trigger_dev(trigger_project: Path) -> Iterator[DevProcess]:
+    """One `peach dev` of the tasks project (no ``--tasks``: triggered runs only) for the
+    tests that trigger runs from its endpoints."""
+    dev = start_peach_dev(trigger_project, trigger_project.parent / "peach-dev.log")
+    try:
+        dev.wait_ready()
+        yield dev
+    finally:
+        dev.stop()
+
+
+@pytest.fixture
+def triggers(trigger_dev: DevProcess, trigger_project: Path) -> tuple[DevProcess, Path]:
+    """``trigger_dev`` and its project, with no run recorded yet (an earlier test's runs
+    have all ended: each test waits for its own)."""
+    (trigger_project / "runs.jsonl").unlink(missing_ok=True)
+    return trigger_dev, trigger_project
 
 
 def runs(project: Path) -> list[dict]:
@@ -59,17 +85,16 @@ def test_the_loop_goes_on_past_a_failing_and_a_hanging_task(project: Path, peach
 
 @pytest.mark.slow
 def test_a_trigger_from_an_endpoint_reaches_the_task_with_its_payload(
-    project: Path, peach_dev
+    triggers: tuple[DevProcess, Path],
 ) -> None:
-    dev = peach_dev(project)  # no --tasks: triggered runs only
-    dev.wait_ready()
+    dev, project = triggers
     answer = httpx.get(f"{dev.url}/kick", params={"value": 42}, timeout=10).json()
     run_id = answer["result"]["run_id"]
     assert run_id.startswith("record#")
     wait_for(lambda: len(runs(project)) == 1, "the triggered run")
     assert runs(project)[0]["payload"] == {"value": 42}
     dev.wait_for_output(rf"task record triggered run {run_id} ok in [\d.]+ s: returned")
-    assert 'record | recorded {"value": 42}' in dev.output()
+    assert 'record | recorded {"value": 42}' in dev.output_since_mark()
 
     unknown = httpx.get(f"{dev.url}/kick", params={"task": "nope"}, timeout=10)
     assert unknown.status_code == 500
@@ -84,9 +109,10 @@ def test_a_trigger_from_an_endpoint_reaches_the_task_with_its_payload(
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_burst_of_100_triggers_runs_each_once_in_order(project: Path, peach_dev) -> None:
-    dev = peach_dev(project)
-    dev.wait_ready()
+def test_a_burst_of_100_triggers_runs_each_once_in_order(
+    triggers: tuple[DevProcess, Path],
+) -> None:
+    dev, project = triggers
     run_ids = httpx.get(f"{dev.url}/burst", params={"n": 100}, timeout=30).json()["result"]
     assert len(set(run_ids)) == 100
     wait_for(lambda: len(runs(project)) >= 100, "100 runs", timeout_s=200)

@@ -14,7 +14,7 @@ a benchmark measures. Two loops (SPEC §9):
 Timers run on a ``select``-based event loop in the open loop: epoll rounds its timeout up to
 the next millisecond, which would add up to 1 ms of the generator's own to every latency.
 
-Every answer goes to a ``Recorder`` (``peach_cli.bench.summary``); requests that started
+Every answer goes to a ``Tally`` (``peach_cli.bench.summary``); requests that started
 during the warm-up are sent but not recorded.
 """
 
@@ -34,7 +34,7 @@ from urllib.parse import urlencode, urlsplit
 import httptools
 
 if TYPE_CHECKING:
-    from peach_cli.bench.summary import Recorder
+    from peach_cli.bench.summary import Tally
     from peach_cli.client.items import AskRequest
 
 USER_AGENT = "peach-bench"
@@ -133,8 +133,8 @@ class _Exchange:
 class _Connection(asyncio.Protocol):
     """A keep-alive connection carrying one exchange at a time."""
 
-    def __init__(self, recorder: Recorder, clock: Callable[[], float]) -> None:
-        self.recorder = recorder
+    def __init__(self, tally: Tally, clock: Callable[[], float]) -> None:
+        self.tally = tally
         self.clock = clock
         self.transport: asyncio.Transport | None = None
         self.exchange: _Exchange | None = None
@@ -200,9 +200,9 @@ class _Connection(asyncio.Protocol):
             now = exchange.last
             if exchange.chunks == 0:
                 exchange.first_chunk = now
-                self.recorder.first_chunk(now - exchange.scheduled, exchange.recorded)
+                self.tally.first_chunk(now - exchange.scheduled, exchange.recorded)
             else:
-                self.recorder.gap(now - exchange.previous, exchange.recorded)
+                self.tally.gap(now - exchange.previous, exchange.recorded)
             exchange.previous = now
             exchange.chunks += 1
 
@@ -232,7 +232,7 @@ class _Connection(asyncio.Protocol):
         if exchange.body:
             error_code = _error_code(b"".join(exchange.body))
         streamed = exchange.shot.stream and exchange.status == 200 and not exchange.content_length
-        self.recorder.record_answer(
+        self.tally.record_answer(
             now - exchange.scheduled,
             exchange.status,
             exchange.component,
@@ -254,7 +254,7 @@ class _Connection(asyncio.Protocol):
         if exchange is None:
             return
         self.exchange = None
-        self.recorder.record_failure(reason, exchange.recorded)
+        self.tally.record_failure(reason, exchange.recorded)
         self.close()
         if not exchange.waiter.done():
             exchange.waiter.set_result(False)
@@ -301,11 +301,11 @@ class LoadPlan:
 
 
 class LoadGenerator:
-    """Runs one ``LoadPlan`` against its address, reporting to a ``Recorder``."""
+    """Runs one ``LoadPlan`` against its address, reporting to a ``Tally``."""
 
-    def __init__(self, plan: LoadPlan, recorder: Recorder) -> None:
+    def __init__(self, plan: LoadPlan, tally: Tally) -> None:
         self.plan = plan
-        self.recorder = recorder
+        self.tally = tally
         self.stopping = asyncio.Event()
         self._connections: set[_Connection] = set()
         self._idle: list[_Connection] = []
@@ -329,17 +329,17 @@ class LoadGenerator:
         sweeper = loop.create_task(self._sweep())
         began = self._clock()
         self.started = began + plan.warmup_s
-        self.recorder.begin(self.started)
+        self.tally.begin(self.started)
         try:
             if plan.rate is not None:
                 await self._open_loop(plan.rate)
             else:
                 await self._closed_loop(plan.concurrency)
-            self.recorder.sending_ended = self._clock()
+            self.tally.sending_ended = self._clock()
             await self._drain(plan.timeout_s if not self.stopping.is_set() else 1.0)
         finally:
             self.ended = self._clock()
-            self.recorder.end(self.ended)
+            self.tally.end(self.ended)
             sweeper.cancel()
             for connection in list(self._connections):
                 connection.close()
@@ -353,7 +353,7 @@ class LoadGenerator:
         plan = self.plan
         if self.stopping.is_set():
             return True
-        if plan.requests is not None and self.recorder.sent >= plan.requests:
+        if plan.requests is not None and self.tally.sent >= plan.requests:
             return True
         return plan.duration_s is not None and due >= self.started + plan.duration_s
 
@@ -384,7 +384,7 @@ class LoadGenerator:
     def _launch(self, shot: Shot, scheduled: float) -> None:
         recorded = self._measuring(scheduled)
         if recorded:
-            self.recorder.note_sent(scheduled)
+            self.tally.note_sent(scheduled)
         while self._idle:
             connection = self._idle.pop()
             if connection.open and connection.exchange is None:
@@ -434,7 +434,7 @@ class LoadGenerator:
         try:
             _, protocol = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: _Connection(self.recorder, self._clock),
+                    lambda: _Connection(self.tally, self._clock),
                     address.host,
                     address.port,
                     ssl=self._ssl,
@@ -443,7 +443,7 @@ class LoadGenerator:
                 timeout=min(self.plan.timeout_s, 10.0),
             )
         except (OSError, TimeoutError, ssl.SSLError) as error:
-            self.recorder.record_failure(_connect_reason(error, address), recorded)
+            self.tally.record_failure(_connect_reason(error, address), recorded)
             return None
         self._connections.add(protocol)
         return protocol
@@ -468,7 +468,7 @@ class LoadGenerator:
             index += self.plan.concurrency
             recorded = self._measuring(scheduled)
             if recorded:
-                self.recorder.note_sent(scheduled)
+                self.tally.note_sent(scheduled)
             if connection is None or not connection.open:
                 connection = await self._connect(recorded)
                 if connection is None:
@@ -512,9 +512,7 @@ def _connect_reason(error: BaseException, address: Address) -> str:
     return f"cannot connect to {address.host}:{address.port} ({reason})"
 
 
-def run_load(
-    plan: LoadPlan, recorder: Recorder, *, on_tick: Callable[[], None] | None = None
-) -> bool:
+def run_load(plan: LoadPlan, tally: Tally, *, on_tick: Callable[[], None] | None = None) -> bool:
     """Run ``plan`` to its end on a fresh event loop; True when Ctrl-C stopped it early.
 
     Ctrl-C stops sending, lets what is in flight finish for up to a second, and returns what
@@ -522,7 +520,7 @@ def run_load(
     """
     selector = selectors.SelectSelector() if plan.rate is not None else None
     loop = asyncio.SelectorEventLoop(selector) if selector else asyncio.new_event_loop()
-    generator = LoadGenerator(plan, recorder)
+    generator = LoadGenerator(plan, tally)
     interrupted = False
 
     def on_sigint() -> None:

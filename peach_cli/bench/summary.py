@@ -1,6 +1,6 @@
-"""What `peach bench` measured: the ``Recorder`` the generator reports to, and the figures.
+"""What `peach bench` measured: the ``Tally`` the generator reports to, and the figures.
 
-``Recorder.summary()`` gives the figures as one JSON-ready dict; its keys are documented
+``Tally.summary()`` gives the figures as one JSON-ready dict; its keys are documented
 (docs/load.md) and stable, so ``--format json`` output can be kept and compared later
 (``--compare``)::
 
@@ -33,7 +33,7 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
-class Recorder:
+class Tally:
     """Counts and histograms of the measured requests (those started after the warm-up)."""
 
     def __init__(self) -> None:
@@ -250,4 +250,4 @@ def compare(current: dict[str, Any], earlier: dict[str, Any]) -> list[dict[str, 
     return rows
 
 
-__all__ = ["COMPARED", "PERCENTILES", "SETTINGS", "Recorder", "compare", "differing_settings"]
+__all__ = ["COMPARED", "PERCENTILES", "SETTINGS", "Tally", "compare", "differing_settings"]

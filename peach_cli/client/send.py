@@ -218,7 +218,7 @@ def _mapped(url: str, timeout_s: float, state: dict[str, bool]) -> Iterator[None
 
 
 @dataclass
-class Reply:
+class CompleteResponse:
     """A complete (non-streaming) response."""
 
     status: int
@@ -297,10 +297,10 @@ class Stream:
                     yield chunk
         self.stats.ended = time.perf_counter()
 
-    def read_all(self) -> Reply:
-        """Read the rest of the body as one Reply (for a non-streaming answer)."""
+    def read_all(self) -> CompleteResponse:
+        """Read the rest of the body as one CompleteResponse (for a non-streaming answer)."""
         body = b"".join(self.chunks())
-        return Reply(
+        return CompleteResponse(
             self.status, self.reason, self.headers, body, time.perf_counter() - self.stats.started
         )
 
@@ -340,7 +340,7 @@ class Client:
                 headers=list(request.headers),
             )
 
-    def send(self, request: AskRequest) -> Reply:
+    def send(self, request: AskRequest) -> CompleteResponse:
         """Send and read the whole answer."""
         with self.stream(request) as stream:
             return stream.read_all()
@@ -457,7 +457,7 @@ def _closest_url(path: str, urls: list[str]) -> list[str]:
     return []
 
 
-def check_answer(answer: Reply, client: Client, url: str) -> tuple[bool, Any]:
+def check_answer(answer: CompleteResponse, client: Client, url: str) -> tuple[bool, Any]:
     """Raise for an error answer (404, error envelope, redirect, 4xx/5xx).
 
     Returns ``(is_json, value)`` of the body for a successful answer.

@@ -25,7 +25,7 @@ from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.bench.loadgen import LoadPlan
-    from peach_cli.bench.summary import Recorder
+    from peach_cli.bench.summary import Tally
 
 EXIT_INTERRUPTED = 130
 EXIT_NO_ANSWER = 3
@@ -73,8 +73,8 @@ def run_bench(
         warmup_s=warmup_s,
         timeout_s=timeout_s,
     )
-    recorder, capacity, interrupted = _measure(plan, show_progress=output == "text")
-    figures = recorder.summary(
+    tally, capacity, interrupted = _measure(plan, show_progress=output == "text")
+    figures = tally.summary(
         target=label,
         mode="open" if rate is not None else "closed",
         rate=rate,
@@ -86,7 +86,7 @@ def run_bench(
     _show(figures, earlier, compare_file, output)
     if interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_NO_ANSWER if recorder.answered == 0 else 0
+    return EXIT_NO_ANSWER if tally.answered == 0 else 0
 
 
 def _check_options(
@@ -141,26 +141,26 @@ def _requests(
     return [request], f"{request.method} {request.url}"
 
 
-def _measure(plan: LoadPlan, *, show_progress: bool) -> tuple[Recorder, Any, bool]:
+def _measure(plan: LoadPlan, *, show_progress: bool) -> tuple[Tally, Any, bool]:
     """Run the load, sampling the replicas' capacity when they are this machine's `peach dev`:
-    the recorder, the capacity figures and whether Ctrl-C cut the run short."""
+    the tally, the capacity figures and whether Ctrl-C cut the run short."""
     from peach_cli.bench.capacity import CapacitySampler
     from peach_cli.bench.loadgen import run_load
-    from peach_cli.bench.summary import Recorder
+    from peach_cli.bench.summary import Tally
     from peach_cli.views.bench import Progress
 
     sampler = CapacitySampler.for_dev(plan.address.origin)
-    recorder = Recorder()
-    progress = Progress(recorder, plan) if show_progress and sys.stderr.isatty() else None
+    tally = Tally()
+    progress = Progress(tally, plan) if show_progress and sys.stderr.isatty() else None
     if sampler is not None:
         sampler.start()
     try:
-        interrupted = run_load(plan, recorder, on_tick=progress.tick if progress else None)
+        interrupted = run_load(plan, tally, on_tick=progress.tick if progress else None)
     finally:
         capacity = sampler.stop() if sampler is not None else None
         if progress is not None:
             progress.clear()
-    return recorder, capacity, interrupted
+    return tally, capacity, interrupted
 
 
 def _show(

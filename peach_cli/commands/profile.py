@@ -326,7 +326,7 @@ def _load(
 ) -> tuple[dict[str, Any], bool]:
     """`peach bench`'s load for ``duration_s``: its figures, and whether Ctrl-C stopped it."""
     from peach_cli.bench.loadgen import LoadPlan, address_of, encode, run_load
-    from peach_cli.bench.summary import Recorder
+    from peach_cli.bench.summary import Tally
 
     plan = LoadPlan(
         [encode(request)],
@@ -336,9 +336,9 @@ def _load(
         duration_s=duration_s or DEFAULT_DURATION_S,
         timeout_s=timeout_s,
     )
-    recorder = Recorder()
-    interrupted = run_load(plan, recorder)
-    figures = recorder.summary(
+    tally = Tally()
+    interrupted = run_load(plan, tally)
+    figures = tally.summary(
         target=f"{request.method} {request.url}",
         mode="open" if rate is not None else "closed",
         rate=rate,

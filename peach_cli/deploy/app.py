@@ -10,7 +10,7 @@
 * one ``ServeGateway`` ingress deployment — the per-codops gateway: a transport around
   ``contract.Flow``, the SPEC §2 request flow `peach dev` runs too (body, parameters, A/B
   arm, ``timeout_s``, fallback, envelope, streams), over the component deployments as its
-  host (``_Deployments``): one unary remote call, or one ``handle.options(stream=True)``
+  components (``_Deployments``): one unary remote call, or one ``handle.options(stream=True)``
   call relayed chunk by chunk and cut if the generator fails. It reads
   Serve's status every second: a component none of whose replicas runs because they fail
   to start is answered with 503 and the user's init error, as under `peach dev` — and so
@@ -341,8 +341,8 @@ class ServeGateway:
         incoming = contract.HttpRequest(
             request.method, scope["query_string"], scope.get("headers", ()), request.receive
         )
-        host = _Deployments(self, endpoint)
-        return _response(await self.flow.handle(endpoint, incoming, host, self.timeout_s))
+        components = _Deployments(self, endpoint)
+        return _response(await self.flow.handle(endpoint, incoming, components, self.timeout_s))
 
     def _endpoint_for(self, path: str) -> EndpointSpec | None:
         return self._by_url.get(url_key(path))
@@ -350,20 +350,8 @@ class ServeGateway:
     # -- /_peach/routes and /_peach/health, as under `peach dev` -------------------------
 
     async def _routes(self) -> Response:
-        endpoints: list[dict[str, Any]] = []
-        for endpoint in sorted(self.endpoints.values(), key=lambda e: e.url):
-            endpoints.append(
-                {
-                    "name": endpoint.name,
-                    "url": endpoint.url,
-                    "components": list(endpoint.components),
-                    "streams": None,  # known to the replicas only
-                }
-            )
-            ab = contract.ab_route(endpoint, self.flow.arm_requests.get(endpoint.name, {}))
-            if ab is not None:
-                endpoints[-1]["ab"] = ab
-        body = {"codops": self.codops, "endpoints": endpoints}
+        endpoints = [(e, None) for e in self.endpoints.values()]  # streams: the replicas know
+        body = contract.routes_body(self.codops, endpoints, self.flow.arm_requests)
         return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
 
     async def _health(self) -> Response:
@@ -381,7 +369,7 @@ class ServeGateway:
 
         deployments, records = await asyncio.to_thread(read)
         components = {
-            deployment: f"{name}/{component}"
+            deployment: self.endpoints[name].components[component]
             for (name, component), deployment in self.deployments.items()
         }
         body = reports.health_body(self.codops, components, deployments, records, self.unstartable)
@@ -393,8 +381,9 @@ class Unstartable(Exception):
 
 
 class _Deployments:
-    """The flow's host on Ray: an endpoint's components through their deployments' handles
-    (``contract.Host``). A component whose replicas fail to start is ``unavailable`` at once."""
+    """An endpoint's components on Ray, through their deployments' handles
+    (``contract.Components``). A component whose replicas fail to start is ``unavailable``
+    at once."""
 
     __slots__ = ("endpoint", "gateway")
 

@@ -138,6 +138,7 @@ def gateway_to_json(plan: ProjectPlan) -> dict[str, Any]:
             "fallback": endpoint.fallback,
             "decorated": endpoint.decorated,
             "components": components,
+            "order": list(endpoint.components),  # the file's keys are sorted; the conf's order
             "ab": ab_to_json(endpoint.ab),
         }
     return {"codops": plan.codops, "timeout_s": plan.timeout_s, "endpoints": endpoints}
@@ -162,8 +163,9 @@ def endpoints_from_json(data: dict[str, Any]) -> dict[str, EndpointSpec]:
     endpoints = {}
     for name, item in data["endpoints"].items():
         components = {}
-        for component_name, component in item["components"].items():
-            fields = {k: v for k, v in component.items() if k != "deployment"}
+        listed = item["components"]
+        for component_name in item.get("order") or listed:  # as the conf lists them
+            fields = {k: v for k, v in listed[component_name].items() if k != "deployment"}
             components[component_name] = component_from_json(fields)
         endpoints[name] = EndpointSpec(
             name=item["name"],

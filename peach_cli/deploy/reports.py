@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from peach_cli.runtime.plan import ComponentSpec
 
 NAMESPACE = "peach"
 logger = logging.getLogger("ray.serve")
@@ -72,20 +75,24 @@ def _text(value: Any) -> str:
 
 def health_body(
     codops: str,
-    components: dict[str, str],
+    components: dict[str, ComponentSpec],
     deployments: dict[str, Any],
     records: dict[tuple[str, str], dict[str, Any]],
     unstartable: dict[str, str],
 ) -> dict[str, Any]:
-    """The ``/_peach/health`` answer, in the shape ``peach dev`` gives it.
+    """The ``/_peach/health`` answer, in the shape ``peach dev`` gives it
+    (``contract.status``).
 
-    ``components``: deployment → component key (``hello/main``); ``deployments``: Serve's
-    details of the application's deployments; ``unstartable``: deployment → the init error
-    of a component none of whose replicas can start.
+    ``components``: deployment → its component; ``deployments``: Serve's details of the
+    application's deployments; ``unstartable``: deployment → the init error of a component
+    none of whose replicas can start.
     """
+    from peach_cli.runtime.contract.status import component_health, health_body, replica_health
+
     items = []
-    ready = healthy = True
-    for deployment, key in sorted(components.items(), key=lambda item: item[1]):
+    starting = False
+    healthy = True
+    for deployment, spec in sorted(components.items(), key=lambda item: item[1].key):
         details = deployments.get(deployment) or {}
         init_error = unstartable.get(deployment)
         replicas = []
@@ -95,25 +102,22 @@ def health_body(
             record = records.get((deployment, unique)) or {}
             error = record.get("error") or (init_error if state != "RUNNING" else None)
             if state in ("STARTING", "PENDING_MIGRATION"):
-                ready = False
+                starting = True
             if state != "RUNNING" or error:
                 healthy = False
             replicas.append(
-                {
-                    "id": f"{key}#{unique}",
-                    "replica_id": unique,
-                    "state": state.lower(),
-                    "pid": replica.get("pid"),
-                    "node_ip": replica.get("node_ip"),
-                    "error": error,
-                }
+                replica_health(
+                    f"{spec.key}#{unique}",
+                    state.lower(),
+                    replica.get("pid"),
+                    error,
+                    replica_id=unique,
+                    node_ip=replica.get("node_ip"),
+                )
             )
         if init_error or _text(details.get("status", "")) != "HEALTHY":
             healthy = False
         if not replicas and not init_error:
-            ready = False
-        items.append(
-            {"component": key, "deployment": deployment, "error": init_error, "replicas": replicas}
-        )
-    status = "ok" if healthy else ("starting" if not ready else "degraded")
-    return {"status": status, "ready": ready, "codops": codops, "components": items}
+            starting = True
+        items.append(component_health(spec, deployment, replicas, init_error))
+    return health_body(codops, items, starting=starting, healthy=healthy)

@@ -179,15 +179,14 @@ class Notebook:
         """
         definition = self.definitions.get(name)
         after = definition.cell.number if definition is not None else 0
+        broken = [cell for cell in self.broken_cells() if cell.number > after]
+        if not broken:  # the usual case: no pattern to build (a project asks for hundreds)
+            return []
         pattern = re.compile(
             rf"^(?:(?:async[ \t]+)?def|class)[ \t]+{re.escape(name)}\b|^{re.escape(name)}[ \t]*=",
             re.MULTILINE,
         )
-        return [
-            cell
-            for cell in self.broken_cells()
-            if cell.number > after and pattern.search(cell.source)
-        ]
+        return [cell for cell in broken if pattern.search(cell.source)]
 
     def extract(self, names: Iterable[str] | None = None) -> Extraction:
         """The module made of the cells defining ``names`` (all code cells when None)."""

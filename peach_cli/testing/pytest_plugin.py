@@ -184,7 +184,7 @@ def _diagnostic_text(diagnostic: Any) -> str:
 
 
 @dataclass
-class Reply:
+class AskReply:
     """One answer: what a test asserts on."""
 
     status: int
@@ -236,14 +236,14 @@ class Peach:
         items = [f"{key}:={json.dumps(value)}" for key, value in params.items()]
         return build_request(url, items, base=self.url, get=True, stream=stream)
 
-    def ask(self, url: str, **params: Any) -> Reply:
+    def ask(self, url: str, **params: Any) -> AskReply:
         """GET ``url`` with ``params`` as the query string; the whole answer."""
         from peach_cli.testing.run import MISSING, observe_request
 
         observed = observe_request(self._hosts.client, self._request(url, params, False))
         if observed.failure is not None:
             raise ConnectionError(observed.failure)
-        return Reply(
+        return AskReply(
             status=observed.status,
             result=None if observed.result is MISSING else observed.result,
             error_code=observed.error_code,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from peach_cli.errors import ClientError
 
 if TYPE_CHECKING:
-    from peach_cli.client.send import Client, Reply, Stream
+    from peach_cli.client.send import Client, CompleteResponse, Stream
     from peach_cli.testing.cases import Case, Expect
 
 MISSING: Any = object()
@@ -131,7 +131,7 @@ def observe_request(
     return observed
 
 
-def _read_answer(reply: Reply, observed: Observed) -> None:
+def _read_answer(reply: CompleteResponse, observed: Observed) -> None:
     from peach_cli.client.send import envelope_error, is_ok_envelope
 
     observed.elapsed_ms = reply.latency_s * 1000

@@ -26,7 +26,7 @@ from peach_cli.client.framing import (
 from peach_cli.wording import count, human_size
 
 if TYPE_CHECKING:
-    from peach_cli.client.send import Client, Reply, Stream, StreamStats
+    from peach_cli.client.send import Client, CompleteResponse, Stream, StreamStats
 
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
@@ -36,7 +36,7 @@ EXIT_BROKEN_PIPE = 141
 
 
 def render_answer(
-    answer: Reply, client: Client, url: str, *, tty: bool, raw: bool, md: bool = False
+    answer: CompleteResponse, client: Client, url: str, *, tty: bool, raw: bool, md: bool = False
 ) -> int:
     from peach_cli.client.send import check_answer, is_ok_envelope
 

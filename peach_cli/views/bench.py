@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from peach_cli.bench.loadgen import LoadPlan
-    from peach_cli.bench.summary import Recorder
+    from peach_cli.bench.summary import Tally
 
 
 def _ms(value: float | None) -> str:
@@ -37,14 +37,14 @@ def _n(number: int) -> str:
 class Progress:
     """One line on stderr, rewritten twice a second: elapsed, sent, answered, p50/p99."""
 
-    def __init__(self, recorder: Recorder, plan: LoadPlan) -> None:
-        self.recorder = recorder
+    def __init__(self, tally: Tally, plan: LoadPlan) -> None:
+        self.tally = tally
         self.plan = plan
         self.began = time.monotonic()
         self.shown = False
 
     def tick(self) -> None:
-        r = self.recorder
+        r = self.tally
         elapsed = time.monotonic() - self.began
         p50, p99 = r.latency.percentile(50.0), r.latency.percentile(99.0)
         line = (

@@ -7,15 +7,17 @@ can observe lives here, one concept a module:
 * ``errors`` — the stable error codes, ``ContractError``, ``InitError``, ``ResultNotJSON``;
 * ``request`` — ``parse_request`` (405/413/400, query + JSON body merge, ``stream`` taken
   out before any default applies);
-* ``flow`` — ``Flow``: the whole request flow over a ``Host`` (read the body, parse, choose
-  the arm, stream or call, the reply and all its headers), in steps every driver calls
-  (``prepare``, ``settle``, ``finish``); each gateway is a transport;
+* ``flow`` — ``Flow``: the whole request flow over an endpoint's ``Components`` (read the
+  body, parse, choose the arm, stream or call, the reply and all its headers), in steps
+  every driver calls (``prepare``, ``settle``, ``finish``); each gateway is a transport;
 * ``deadline`` — ``Deadline``: ``timeout_s`` of one call, one loop timer on every path,
   which the debugger relay suspends;
 * ``transport`` — what both gateways share: ``read_body`` up to the limit, the ``dispatch``
   decision (stream, ``stream_required`` or plain call), the 503 message;
 * ``ab`` — ``choose_arm``: which component (arm) of an A/B test answers a request, and
   ``ab_route``: how ``/_peach/routes`` shows the test;
+* ``status`` — ``routes_body`` and ``health_body``: ``/_peach/routes`` and ``/_peach/health``
+  in the one shape both hosts answer;
 * ``answers`` — ``answer`` (the per-codops timeout, fallback on a raise, a timeout or an
   empty result, the envelope) and ``stream_required_answer``;
 * ``binding`` — arguments bound to the method's signature (``model``/``init_state``
@@ -64,8 +66,8 @@ from peach_cli.runtime.contract.errors import (
 from peach_cli.runtime.contract.flow import (
     Caller,
     ClientGone,
+    Components,
     Flow,
-    Host,
     HttpReply,
     HttpRequest,
     Opened,
@@ -92,6 +94,12 @@ from peach_cli.runtime.contract.results import (
     user_traceback,
 )
 from peach_cli.runtime.contract.runner import ComponentRunner, LoadedCode, MethodKind, method_kind
+from peach_cli.runtime.contract.status import (
+    component_health,
+    health_body,
+    replica_health,
+    routes_body,
+)
 from peach_cli.runtime.contract.transport import (
     STREAMING_KINDS,
     Dispatch,
@@ -114,6 +122,7 @@ __all__ = [
     "Attempt",
     "CallResult",
     "Caller",
+    "Components",
     "ComponentCall",
     "ComponentRunner",
     "ClientGone",
@@ -121,7 +130,6 @@ __all__ = [
     "Deadline",
     "Dispatch",
     "Flow",
-    "Host",
     "HttpRequest",
     "InitError",
     "LoadedCode",
@@ -139,6 +147,7 @@ __all__ = [
     "assignment_value",
     "bind_arguments",
     "bucket",
+    "component_health",
     "choose_arm",
     "convert_body_value",
     "convert_query_value",
@@ -147,6 +156,7 @@ __all__ = [
     "encode_chunk",
     "error_answer",
     "error_envelope",
+    "health_body",
     "is_empty",
     "is_truthy",
     "method_kind",
@@ -156,6 +166,8 @@ __all__ = [
     "parse_query_string",
     "parse_request",
     "read_body",
+    "replica_health",
+    "routes_body",
     "split_drift",
     "stream_reply",
     "stream_required_answer",

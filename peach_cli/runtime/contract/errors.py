@@ -15,7 +15,9 @@ ERROR_STATUS: dict[str, int] = {
     "forbidden_origin": 403,  # a web origin the dev server does not answer (SPEC §6)
     "not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,  # the dev server's own: a head or body that stopped arriving
     "payload_too_large": 413,
+    "headers_too_large": 431,  # the dev server's own: a request head over its limit
     "method_error": 500,
     "unavailable": 503,
     "timeout": 504,

@@ -18,12 +18,12 @@ answered through a callback instead of awaited; it decides nothing of its own.
 
 A gateway is only a transport around it, as an httpx transport is around the client's
 logic. It hands over the request (``HttpRequest``: method, query string, headers and the
-ASGI ``receive`` the body comes from), provides a ``Host`` — how the endpoint's components
+ASGI ``receive`` the body comes from), provides the endpoint's ``Components`` — how they
 are reached: one ``call``, or ``open_stream`` on a replica — and sends back the ``HttpReply``
 the flow returns: a status, the headers and either the body or the chunks of a stream.
 The flow never knows which host it runs on; every header of an answer is written here.
 
-A host's part, for each component of the endpoint:
+What ``Components`` does, for each component of the endpoint:
 
 * ``call(component, params, attempt)`` — one non-streaming call on a replica (recorded in
   ``attempt.replica``), waiting for one that is starting. It returns the replica's
@@ -63,6 +63,7 @@ from peach_cli.runtime.contract.answers import (
 )
 from peach_cli.runtime.contract.errors import ContractError, StreamCut
 from peach_cli.runtime.contract.request import (
+    ALLOWED_METHODS,
     MAX_BODY_BYTES,
     RequestParams,
     parse_query_string,
@@ -75,6 +76,7 @@ Headers = list[tuple[bytes, bytes]]
 """Response headers as ASGI sends them: lower-case names and values, as bytes."""
 
 _JSON = (b"content-type", b"application/json")
+_ALLOW = (b"allow", ", ".join(sorted(ALLOWED_METHODS)).encode())
 _COMPONENT = COMPONENT_HEADER.lower().encode()
 _REPLICA = REPLICA_HEADER.lower().encode()
 _STREAM_HEADERS = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
@@ -119,8 +121,8 @@ class Caller(Protocol):
         ...
 
 
-class Host(Caller, Protocol):
-    """How a gateway reaches the components of one endpoint (see the module docstring)."""
+class Components(Caller, Protocol):
+    """The components of one endpoint, as a gateway reaches them (see the module docstring)."""
 
     async def open_stream(self, component: str, params: RequestParams, attempt: Attempt) -> Opened:
         """A stream request to ``component``; raises ``ContractError`` or ``ClientGone``."""
@@ -173,6 +175,8 @@ def answer_reply(answer: Answer, arm: str | None = None) -> HttpReply:
         headers.append((_COMPONENT, answer.component.encode()))
     if answer.replica:
         headers.append((_REPLICA, answer.replica.encode()))
+    if answer.status == 405:  # RFC 9110: a 405 lists the methods the resource allows
+        headers.append(_ALLOW)
     error = None
     if answer.status >= 400:
         details = answer.body.get("error") or {}
@@ -290,20 +294,20 @@ class Flow:
         return None if answered is None else answer_reply(answered, prepared.logged_arm)
 
     async def finish(
-        self, prepared: Prepared, primary: CallResult, host: Caller, timeout_s: float
+        self, prepared: Prepared, primary: CallResult, components: Caller, timeout_s: float
     ) -> HttpReply:
         """The reply for an arm's result ``settle`` did not settle: the fallback's (each of
         its calls bounded by ``timeout_s``), or the error answer."""
         params = prepared.params
 
         async def call(component: str, attempt: Attempt) -> CallResult:
-            return await host.call(component, params, attempt)
+            return await components.call(component, params, attempt)
 
         answered = await answers.finish(prepared.endpoint, call, timeout_s, prepared.arm, primary)
         return answer_reply(answered, prepared.logged_arm)
 
     async def handle(
-        self, endpoint: EndpointSpec, request: HttpRequest, host: Host, timeout_s: float
+        self, endpoint: EndpointSpec, request: HttpRequest, components: Components, timeout_s: float
     ) -> HttpReply:
         """Serve one request to ``endpoint``: the reply to send (see the module docstring)."""
         try:
@@ -322,7 +326,7 @@ class Flow:
         if prepared.stream:
             attempt = Attempt(arm)
             try:
-                opened = await host.open_stream(arm, params, attempt)
+                opened = await components.open_stream(arm, params, attempt)
             except ContractError as error:
                 refused = error_answer(
                     error.code, error.message, component=arm, replica=attempt.replica
@@ -345,39 +349,41 @@ class Flow:
                 )
             opened_on = attempt.replica  # not a generator: the envelope answers
 
-        caller: Caller = host
+        caller: Caller = components
         if opened is not None and opened.result is not None:
-            caller = _OpeningCall(host, arm, opened.result, opened_on)
+            caller = _OpeningCall(components, arm, opened.result, opened_on)
         return await self.serve_call(prepared, caller, timeout_s)
 
-    async def serve_call(self, prepared: Prepared, host: Caller, timeout_s: float) -> HttpReply:
+    async def serve_call(
+        self, prepared: Prepared, components: Caller, timeout_s: float
+    ) -> HttpReply:
         """A call, awaited: the arm bounded by ``timeout_s``, then ``settle`` or ``finish``."""
         params = prepared.params
 
         async def call(component: str, attempt: Attempt) -> CallResult:
-            return await host.call(component, params, attempt)
+            return await components.call(component, params, attempt)
 
         primary = await answers.attempt(call, prepared.endpoint, prepared.arm, timeout_s)
         settled = self.settle(prepared, primary)
         if settled is not None:
             return settled
-        return await self.finish(prepared, primary, host, timeout_s)
+        return await self.finish(prepared, primary, components, timeout_s)
 
 
 class _OpeningCall:
-    """The host, but for the arm's call when the call that opened a stream carries its
-    result (on Ray): that call answers it, once (the fallback is called through the host)."""
+    """The components, but for the arm's call when the call that opened a stream carries its
+    result (on Ray): that call answers it, once (the fallback is called through them)."""
 
-    __slots__ = ("host", "arm", "result", "replica")
+    __slots__ = ("components", "arm", "result", "replica")
 
     def __init__(
         self,
-        host: Caller,
+        components: Caller,
         arm: str,
         result: Callable[[Attempt], Awaitable[CallResult]],
         replica: str | None,
     ) -> None:
-        self.host = host
+        self.components = components
         self.arm = arm
         self.result: Callable[[Attempt], Awaitable[CallResult]] | None = result
         self.replica = replica
@@ -385,7 +391,7 @@ class _OpeningCall:
     async def call(self, component: str, params: RequestParams, attempt: Attempt) -> CallResult:
         result = self.result
         if result is None or component != self.arm:
-            return await self.host.call(component, params, attempt)
+            return await self.components.call(component, params, attempt)
         self.result = None
         attempt.replica = self.replica
         return await result(attempt)

@@ -1,0 +1,234 @@
+"""A replica's process, supervised: started, watched, restarted, killed.
+
+``ProcessSupervisor`` is what a ``simulator.replica.Replica`` knows of the operating system:
+it starts the worker (``simulator.spawn``: a spare when one is kept, else through the
+keeper), forwards what the worker prints as lines (cut and rate-limited: a replica printing
+without pause must not starve the gateway), waits for it to exit (killing it and its tree
+when it lives on after closing its socket, or does not stop in time), and paces restarts
+(a growing pause for a process that keeps dying soon after it started). What the replica
+says, and the requests in flight on it, are the ``Replica``'s.
+
+    supervisor = ProcessSupervisor(spawner, on_output=print)
+    process, sock = await supervisor.spawn(launch)   # the worker's end of the socket is its
+    ...                                              # (its output is forwarded meanwhile)
+    code = await supervisor.wait_exit(process)          # its socket closed: its exit code
+    await supervisor.pause_before_restart()          # 0 s, 0.5 s, 1 s, 2 s, 5 s, ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import psutil
+
+from peach_cli.procmem import Memory, process_memory
+from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
+from simulator.trees import kill_tree, reap
+
+STOP_TIMEOUT_S = 3.0
+REAP_TIMEOUT_S = 2.0
+"""How long a process whose socket closed may take to exit before it and its tree are killed."""
+RESTART_PAUSES_S = (0.0, 0.5, 1.0, 2.0, 5.0)
+"""Pause before each successive restart of a replica that keeps dying soon after start."""
+STABLE_AFTER_S = 10.0
+"""A replica that ran this long resets its restart pause."""
+OUTPUT_LINES_PER_S = 100
+"""Lines of a replica's output shown per second; the others are counted, then summarised."""
+OUTPUT_LINE_BYTES = 4096
+"""Longer lines of a replica's output are cut (the size of the rest is shown)."""
+
+
+def resident_memory(pid: int, *, pss: bool = True) -> Memory | None:
+    """Process ``pid``'s RSS and PSS in bytes (psutil: Linux, macOS, Windows; PSS is the
+    RSS where the system does not say; 0 with ``pss=False``); None when it is gone."""
+    try:
+        return process_memory(psutil.Process(pid), pss=pss)
+    except psutil.Error:
+        return None
+
+
+def exit_description(returncode: int | None) -> str:
+    """How a process ended, as a replica's error says it (``was killed by SIGKILL``)."""
+    if returncode is None:
+        return "closed its connection"
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+class ProcessSupervisor:
+    """The process of one replica, and the tasks that watch it."""
+
+    def __init__(self, spawner: Spawner, on_output: Callable[[str], None]) -> None:
+        self.spawner = spawner
+        """Starts the process (a spare when hot reload keeps one for the launch)."""
+        self.process: WorkerProcess | None = None
+        """The current process (None before the first start)."""
+        self._on_output = on_output
+        self._ready_at = 0.0
+        self._restarts = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def spawn(self, launch: WorkerLaunch) -> tuple[WorkerProcess, socket.socket]:
+        """Start a process (``OSError`` when it cannot be) and forward its output; returns
+        it and peach's end of its socket."""
+        process, parent_end = await self.spawner.worker(launch)
+        self.process = process
+        self.watch(self._pump_output(process))
+        return process, parent_end
+
+    def ready(self) -> None:
+        """The process took its component: a restart pause counts from now."""
+        self._ready_at = time.monotonic()
+
+    @property
+    def restarted(self) -> bool:
+        """The process is not the first this replica started."""
+        return self._restarts > 0
+
+    async def wait_exit(self, process: WorkerProcess) -> int | None:
+        """The exit code of ``process``, whose socket closed; it and its tree are killed
+        when it lives on ``REAP_TIMEOUT_S`` after."""
+        try:
+            return await asyncio.wait_for(process.wait(), REAP_TIMEOUT_S)
+        except TimeoutError:
+            return await self._kill(process)
+
+    async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Wait for the current process to exit (it was told to stop); killed, with its
+        tree, when it does not within ``timeout_s`` (its loop is blocked)."""
+        process = self.process
+        if process is not None and process.returncode is None:
+            try:
+                await asyncio.wait_for(process.wait(), timeout_s)
+            except TimeoutError:
+                await self._kill(process)
+
+    def kill_now(self) -> None:
+        """Last resort at interpreter exit: SIGKILL the process and its tree, not waiting."""
+        process = self.process
+        if process is not None and process.returncode is None:
+            kill_tree(process.pid)
+
+    async def pause_before_restart(self) -> None:
+        """Wait before the next start: longer each time the process died soon after it
+        started (``RESTART_PAUSES_S``), none after it ran ``STABLE_AFTER_S``."""
+        ran_for = time.monotonic() - self._ready_at if self._ready_at else 0.0
+        if ran_for > STABLE_AFTER_S:
+            self._restarts = 0
+        pause = RESTART_PAUSES_S[min(self._restarts, len(RESTART_PAUSES_S) - 1)]
+        self._restarts += 1
+        if pause:
+            await asyncio.sleep(pause)
+
+    def watch(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coroutine`` beside the process until it ends or ``stop_watching``."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop_watching(self) -> None:
+        """Cancel every watching task (but the one calling) and wait for them, so that
+        none is left pending when the loop closes."""
+        current = asyncio.current_task()
+        pending = [task for task in self._tasks if task is not current]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    @staticmethod
+    async def _kill(process: WorkerProcess) -> int | None:
+        killed = kill_tree(process.pid)
+        returncode = await process.wait()
+        reap(killed - {process.pid})
+        return returncode
+
+    async def _pump_output(self, process: WorkerProcess) -> None:
+        """Forward what the process prints (the user's prints, crashes), line by line.
+
+        Long lines are cut and lines over ``OUTPUT_LINES_PER_S`` are counted and
+        summarised, not shown.
+        """
+        stream = process.stdout
+        if stream is None:
+            return
+        output = _OutputLimiter(self._on_output)
+        while True:
+            try:
+                data = await asyncio.wait_for(stream.read(1 << 16), output.seconds_to_summary())
+            except TimeoutError:
+                output.summarise()
+                continue
+            if not data:
+                output.close()
+                return
+            output.feed(data)
+
+
+class _OutputLimiter:
+    """Splits a replica's output into lines, cut at ``OUTPUT_LINE_BYTES`` and shown at
+    most ``OUTPUT_LINES_PER_S`` a second; ``emit`` gets each shown line and the summaries."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self.emit = emit
+        self.line = bytearray()
+        self.cut = 0
+        self.shown = 0
+        self.hidden = 0
+        self.window = time.monotonic()
+
+    def feed(self, data: bytes) -> None:
+        if time.monotonic() - self.window >= 1.0:
+            self.summarise()
+        pieces = data.split(b"\n")
+        self._add(pieces[0])
+        for piece in pieces[1:]:
+            self._end_line()
+            self._add(piece)
+
+    def _add(self, piece: bytes) -> None:
+        room = OUTPUT_LINE_BYTES - len(self.line)
+        if room > 0:
+            self.line += piece[:room]
+        self.cut += max(0, len(piece) - max(room, 0))
+
+    def _end_line(self) -> None:
+        if self.shown < OUTPUT_LINES_PER_S:
+            self.shown += 1
+            text = self.line.decode("utf-8", "replace")
+            if self.cut:
+                text += f" … ({self.cut} more bytes not shown)"
+            self.emit(text)
+        else:
+            self.hidden += 1
+        self.line.clear()
+        self.cut = 0
+
+    def seconds_to_summary(self) -> float | None:
+        """How long until hidden lines are due to be summarised (None: nothing hidden)."""
+        if not self.hidden:
+            return None
+        return max(0.0, 1.0 - (time.monotonic() - self.window))
+
+    def summarise(self) -> None:
+        if self.hidden:
+            self.emit(
+                f"… {self.hidden} more lines of output not shown "
+                f"(at most {OUTPUT_LINES_PER_S} lines a second are)"
+            )
+        self.hidden = 0
+        self.shown = 0
+        self.window = time.monotonic()
+
+    def close(self) -> None:
+        if self.line or self.cut:
+            self._end_line()
+        self.summarise()
