@@ -218,7 +218,12 @@ def _deployed(origin: str) -> bool:
             "deployed peach app (it does not answer /_peach/health as they do)",
             hint="give --url of a running `peach dev` or of a deployed app's proxy",
         )
-    return any(isinstance(c, dict) and "deployment" in c for c in components)
+    return any(  # a replica on Ray names its node; `peach dev`'s run here
+        isinstance(replica, dict) and "node_ip" in replica
+        for component in components
+        if isinstance(component, dict)
+        for replica in component.get("replicas") or []
+    )
 
 
 def _profile_deployed(
