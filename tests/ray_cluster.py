@@ -183,7 +183,17 @@ class RayHead:
         return env
 
     def _run_start(self, command: list[str], log_path: Path) -> int:
-        """Run one `ray start` in a new session; return that session's id."""
+        """Run one `ray start` in a new session; return that session's id. A start whose
+        GCS did not answer in time (``Deadline Exceeded``: a machine busy with other work)
+        is stopped and made once more."""
+        try:
+            return self._run_start_once(command, log_path)
+        except RuntimeError as error:
+            if "Deadline Exceeded" not in str(error):
+                raise
+            return self._run_start_once(command, log_path)
+
+    def _run_start_once(self, command: list[str], log_path: Path) -> int:
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 command,
