@@ -92,15 +92,10 @@ class Profiler:
     # -- actions -------------------------------------------------------------------------
 
     async def _start(self, request: Request) -> JSONResponse:
-        asked = await _read(request)
-        if isinstance(asked, JSONResponse):
-            return asked
-        route = self._route(asked)
-        if isinstance(route, JSONResponse):
-            return route
-        settings = _settings(asked)
-        if isinstance(settings, JSONResponse):
-            return settings
+        read = await self._read_action(request)
+        if isinstance(read, JSONResponse):
+            return read
+        route, settings = read
         replicas = [
             replica
             for pool in route.pools.values()
@@ -126,15 +121,10 @@ class Profiler:
         return _ok({"profiles": await _collect(session.replicas)})
 
     async def _init(self, request: Request) -> JSONResponse:
-        asked = await _read(request)
-        if isinstance(asked, JSONResponse):
-            return asked
-        route = self._route(asked)
-        if isinstance(route, JSONResponse):
-            return route
-        settings = _settings(asked)
-        if isinstance(settings, JSONResponse):
-            return settings
+        read = await self._read_action(request)
+        if isinstance(read, JSONResponse):
+            return read
+        route, settings = read
         specs = route.endpoint.components
         keys = [spec.key for spec in specs.values() if spec.init]
         if not keys:
@@ -156,6 +146,20 @@ class Profiler:
             message = "; ".join(f"{key}: {error}" for key, error in change.failed.items())
             return _error(500, "init_error", f"{message} (the previous replicas keep serving)")
         return _ok({"profiles": profiles, "components": keys})
+
+    async def _read_action(self, request: Request) -> tuple[Route, ProfileStart] | JSONResponse:
+        """The endpoint and the sampler's settings a start or init action asks for, or the
+        answer refusing it."""
+        asked = await _read(request)
+        if isinstance(asked, JSONResponse):
+            return asked
+        route = self._route(asked)
+        if isinstance(route, JSONResponse):
+            return route
+        settings = _settings(asked)
+        if isinstance(settings, JSONResponse):
+            return settings
+        return route, settings
 
     def _route(self, asked: dict[str, Any]) -> Route | JSONResponse:
         url = asked.get("url")

@@ -492,20 +492,8 @@ class Replica:
 
     async def ping(self, timeout_s: float = 2.0) -> Pong | None:
         """The replica's answer, or None when it is gone or does not answer in time."""
-        channel = self._channel
-        if channel is None:
-            return None
-        request_id = self._new_id()
-        future: asyncio.Future[Pong | None] = asyncio.get_running_loop().create_future()
-        self._track(request_id, _ReplyInFlight(future, Pong, lambda _reason: None))
-        try:
-            if not channel.send(Ping(request_id)):
-                return None
-            return await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            return None
-        finally:
-            self._forget(request_id)
+        reply = await self._ask(Ping, Pong, timeout_s)
+        return reply if isinstance(reply, Pong) else None
 
     def notify(self, message: Message) -> bool:
         """Send ``message``, which has no reply; False when the process is gone."""
@@ -515,12 +503,18 @@ class Replica:
     async def request(self, make: Callable[[int], Message], timeout_s: float) -> Message | None:
         """Send ``make(request_id)`` and return the reply carrying that id (a ``ProfileData``);
         None when the process is gone or does not reply within ``timeout_s``."""
+        return await self._ask(make, ProfileData, timeout_s)
+
+    async def _ask(
+        self, make: Callable[[int], Message], reply: type, timeout_s: float
+    ) -> Message | None:
+        """Send ``make(request_id)``; the ``reply`` message carrying that id, or None."""
         channel = self._channel
         if channel is None:
             return None
         request_id = self._new_id()
         future: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
-        self._track(request_id, _ReplyInFlight(future, ProfileData, lambda _reason: None))
+        self._track(request_id, _ReplyInFlight(future, reply, lambda _reason: None))
         try:
             if not channel.send(make(request_id)):
                 return None

@@ -97,6 +97,18 @@ def _check_options(
     duration_s: float | None,
     warmup_s: float,
 ) -> None:
+    check_load_options(output, rate, concurrency, duration_s)
+    if requests is not None and requests < 1:
+        raise UsageError(f"--requests must be at least 1, not {requests}")
+    if warmup_s < 0:
+        raise UsageError(f"--warmup cannot be negative ({warmup_s:g})")
+
+
+def check_load_options(
+    output: str, rate: float | None, concurrency: int | None, duration_s: float | None
+) -> None:
+    """The options `peach bench` and `peach profile` share: ``--format``, the loop's kind
+    (``--rate`` or ``--concurrency``, not both) and ``--duration``."""
     if output not in ("text", "json"):
         raise UsageError(f"--format must be text or json, not {output!r}")
     if rate is not None and concurrency is not None:
@@ -109,12 +121,8 @@ def _check_options(
         raise UsageError(f"--rate must be more than 0, not {rate:g}")
     if concurrency is not None and concurrency < 1:
         raise UsageError(f"--concurrency must be at least 1, not {concurrency}")
-    if requests is not None and requests < 1:
-        raise UsageError(f"--requests must be at least 1, not {requests}")
     if duration_s is not None and duration_s <= 0:
         raise UsageError(f"--duration must be more than 0 seconds, not {duration_s:g}")
-    if warmup_s < 0:
-        raise UsageError(f"--warmup cannot be negative ({warmup_s:g})")
 
 
 def _requests(

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from peach_cli.client.items import DEFAULT_TIMEOUT_S, build_request, with_tool
+from peach_cli.commands.bench import check_load_options
 from peach_cli.errors import PeachError, UsageError
 
 EXIT_NO_ANSWER = 3
@@ -58,20 +59,7 @@ def run_profile(
     address: str | None = None,
 ) -> int:
     """Run `peach profile`; return the exit code (usage mistakes raise ``UsageError``)."""
-    if output not in ("text", "json"):
-        raise UsageError(f"--format must be text or json, not {output!r}")
-    if rate is not None and concurrency is not None:
-        raise UsageError(
-            "--rate and --concurrency are two ways to load: give one",
-            hint="--rate R sends R requests a second (open loop); --concurrency C keeps C in "
-            "flight (closed loop)",
-        )
-    if rate is not None and rate <= 0:
-        raise UsageError(f"--rate must be more than 0, not {rate:g}")
-    if concurrency is not None and concurrency < 1:
-        raise UsageError(f"--concurrency must be at least 1, not {concurrency}")
-    if duration_s is not None and duration_s <= 0:
-        raise UsageError(f"--duration must be more than 0 seconds, not {duration_s:g}")
+    check_load_options(output, rate, concurrency, duration_s)
     if output_file is not None and output_file.suffix.lower() not in OUTPUT_SUFFIXES:
         raise UsageError(
             f"-o {output_file}: give a file ending in .svg (a flame graph) or .json (speedscope)"
