@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 
 from peach_cli.procmem import Memory, process_memory
+from peach_cli.runtime.protocol import CRASH_EXIT, THREADS_HELD_EXIT
 from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
 from simulator.trees import kill_tree, reap
 
@@ -61,6 +62,10 @@ def exit_description(returncode: int | None) -> str:
             return f"was killed by {signal.Signals(-returncode).name}"
         except ValueError:
             return f"was killed by signal {-returncode}"
+    if returncode == THREADS_HELD_EXIT:
+        return "left: every thread it has for sync calls is held by a call that never returned"
+    if returncode == CRASH_EXIT:
+        return "stopped on an error of peach's replica runtime (its traceback is above)"
     return f"exited with code {returncode}"
 
 

@@ -442,6 +442,13 @@ def decode(body: bytes | bytearray | memoryview) -> Message:
     return _new(cls, fields[1:])  # type: ignore[return-value]
 
 
+THREADS_HELD_EXIT = 75  # sysexits EX_TEMPFAIL
+"""The exit code of a replica that left because every thread is held by a call that never
+returned (the gateway names the reason even when the log line that says it is lost)."""
+CRASH_EXIT = 70  # sysexits EX_SOFTWARE
+"""The exit code of a replica whose own loop failed (a defect of peach, never user code)."""
+
+
 class MessageChannel(asyncio.BufferedProtocol):
     """An asyncio protocol that splits the byte stream into messages and hands each on.
 

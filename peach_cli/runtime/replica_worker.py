@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import threading
+import traceback
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -47,8 +48,10 @@ from peach_cli.runtime.contract import (
 )
 from peach_cli.runtime.linux import become_subreaper
 from peach_cli.runtime.protocol import (
+    CRASH_EXIT,
     STREAM_WINDOW_BYTES,
     STREAM_WINDOW_CHUNKS,
+    THREADS_HELD_EXIT,
     Call,
     Cancel,
     Chunk,
@@ -148,6 +151,8 @@ class Worker:
         self.patches: dict[int, LoadedCode] = {}
         """New code executed by ``Patch`` messages, waiting for their ``CommitPatch``."""
         self.closed = asyncio.Event()
+        self.exit_code = 0
+        """What the process exits with once ``closed`` (``THREADS_HELD_EXIT``, or 0)."""
         ready = getattr(self.loop, "_ready", None)
         self._ready: collections.deque[asyncio.Handle] | None = (
             ready if not _EAGER and isinstance(ready, collections.deque) else None
@@ -157,10 +162,12 @@ class Worker:
         self._patching: int | None = None
         """The latest ``Patch`` whose code runs (in a thread of its own) or has run."""
 
-    async def run(self) -> None:
+    async def run(self) -> int:
+        """Serve until the gateway stops this replica or its socket closes; the exit code."""
         await self.loop.create_connection(lambda: self.channel, sock=self.sock)
         await self.closed.wait()
         await self.close_all()
+        return self.exit_code
 
     def send_threadsafe(self, message: Message) -> None:
         try:
@@ -310,6 +317,7 @@ class Worker:
             runner.max_threads,
             runner.spec.method,
         )
+        self.exit_code = THREADS_HELD_EXIT
         transport = self.channel.transport
         if transport is not None:
             transport.close()  # sends what is buffered (the log line) first
@@ -395,7 +403,7 @@ class Worker:
             await asyncio.wait(tasks, timeout=STOP_GRACE_S)
 
 
-async def serve(fd: int) -> None:
+async def serve(fd: int) -> int:
     from peach_cli.runtime.triggers import install_task_helpers
 
     install_task_helpers()  # pipe_algorithms_lib.task_helpers, unless the real one is installed
@@ -405,7 +413,7 @@ async def serve(fd: int) -> None:
     worker = Worker(sock)
     logging.getLogger("peach").addHandler(_ForwardLogs(worker))
     logging.getLogger("peach").setLevel(logging.INFO)
-    await worker.run()
+    return await worker.run()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -426,14 +434,19 @@ def run_replica(fd: int) -> None:
     ignore_stop_signals()
     die_with_parent()
     become_subreaper()  # what the user's code starts stays below this process, even a daemon
+    code = CRASH_EXIT
     try:
-        run(serve(fd))
+        code = run(serve(fd))
+    except SystemExit as leave:  # the user's code called sys.exit(): its code, as Python's
+        code = leave.code if isinstance(leave.code, int) else 0 if leave.code is None else 1
+    except BaseException:  # noqa: BLE001 - said on the way out: os._exit skips the default
+        traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         kill_descendants()  # what the user's code started ends with the replica
         # Threads still running a slow sync call must not keep the process alive.
-        os._exit(0)
+        os._exit(code)
 
 
 def ignore_stop_signals() -> None:
