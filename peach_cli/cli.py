@@ -184,6 +184,58 @@ def openapi(
     raise typer.Exit(run_openapi(project, output_format=format))
 
 
+ReloadModeOption = Annotated[
+    str,
+    typer.Option(
+        "--reload",
+        metavar="patch|restart",
+        help="patch: a save that changes only a method keeps the replicas and their init "
+        "state; restart: every change starts new replicas.",
+    ),
+]
+TimeoutOverrideOption = Annotated[
+    Optional[float],
+    typer.Option("--timeout-s", help="Override the conf's timeout_s for non-streaming calls."),
+]
+TasksOption = Annotated[
+    bool,
+    typer.Option(
+        "--tasks", help="Run the tasks loop too: every task once, a pause, again, forever."
+    ),
+]
+TaskIntervalOption = Annotated[
+    float,
+    typer.Option("--task-interval", help="Seconds the tasks loop pauses between rounds."),
+]
+AllowHostOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--allow-host",
+        metavar="NAME",
+        help="Also answer requests whose Host is NAME (repeatable); loopback names and "
+        "the bound address always are.",
+    ),
+]
+AllowOriginOption = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--allow-origin",
+        metavar="ORIGIN",
+        help="Also answer browser requests from ORIGIN, like http://app.test:3000 "
+        "(repeatable); loopback origins always are.",
+    ),
+]
+RecordOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--record",
+        metavar="FILE",
+        help="Append one JSON line per answered request to FILE (for peach replay).",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def dev(
     project: ProjectArg = Path("."),
@@ -192,61 +244,18 @@ def dev(
     no_reload: Annotated[
         bool, typer.Option("--no-reload", help="Do not watch files for changes.")
     ] = False,
-    reload_mode: Annotated[
-        str,
-        typer.Option(
-            "--reload",
-            metavar="patch|restart",
-            help="patch: a save that changes only a method keeps the replicas and their init "
-            "state; restart: every change starts new replicas.",
-        ),
-    ] = "patch",
-    timeout_s: Annotated[
-        Optional[float],
-        typer.Option("--timeout-s", help="Override the conf's timeout_s for non-streaming calls."),
-    ] = None,
+    reload_mode: ReloadModeOption = "patch",
+    timeout_s: TimeoutOverrideOption = None,
     shared_env: SharedEnvOption = False,
     inherit_env: InheritEnvOption = False,
     offline: OfflineOption = False,
-    tasks: Annotated[
-        bool,
-        typer.Option(
-            "--tasks", help="Run the tasks loop too: every task once, a pause, again, forever."
-        ),
-    ] = False,
-    task_interval: Annotated[
-        float,
-        typer.Option("--task-interval", help="Seconds the tasks loop pauses between rounds."),
-    ] = 60.0,
-    allow_host: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--allow-host",
-            metavar="NAME",
-            help="Also answer requests whose Host is NAME (repeatable); loopback names and "
-            "the bound address always are.",
-        ),
-    ] = None,
-    allow_origin: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--allow-origin",
-            metavar="ORIGIN",
-            help="Also answer browser requests from ORIGIN, like http://app.test:3000 "
-            "(repeatable); loopback origins always are.",
-        ),
-    ] = None,
+    tasks: TasksOption = False,
+    task_interval: TaskIntervalOption = 60.0,
+    allow_host: AllowHostOption = None,
+    allow_origin: AllowOriginOption = None,
     no_debug: NoDebugOption = False,
     pdb: PdbOption = False,
-    record: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--record",
-            metavar="FILE",
-            help="Append one JSON line per answered request to FILE (for peach replay).",
-            show_default=False,
-        ),
-    ] = None,
+    record: RecordOption = None,
 ) -> None:
     """Serve every endpoint locally with the platform's semantics, reloading on save.
 
@@ -516,6 +525,63 @@ def replay(
     )
 
 
+LoadItemsArg = Annotated[
+    Optional[list[str]],
+    typer.Argument(help="Parameters, as `peach ask` takes them.", show_default=False),
+]
+BenchRateOption = Annotated[
+    Optional[float],
+    typer.Option(
+        "--rate",
+        help="Open loop: start this many requests a second, whatever the answers;"
+        " latency counts from each request's scheduled start.",
+        show_default=False,
+    ),
+]
+ConcurrencyOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--concurrency",
+        "-c",
+        help="Closed loop: keep this many requests in flight (default 8).",
+        show_default=False,
+    ),
+]
+BenchDurationOption = Annotated[
+    Optional[float],
+    typer.Option(
+        "--duration",
+        "-d",
+        help="Seconds to load, after the warm-up (default 10, unless --requests).",
+        show_default=False,
+    ),
+]
+RequestsOption = Annotated[
+    Optional[int],
+    typer.Option("--requests", "-n", help="Stop after this many requests.", show_default=False),
+]
+FromRecordOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--from",
+        help="Send the requests of a `peach dev --record` file, in turn.",
+        show_default=False,
+    ),
+]
+RequestTimeoutOption = Annotated[
+    float,
+    typer.Option("--timeout", help="Seconds a request may go without an answer."),
+]
+CompareOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--compare",
+        help="An earlier `--format json` output: show each figure against it.",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def bench(
     target: Annotated[
@@ -526,42 +592,12 @@ def bench(
             autocompletion=complete_target,
         ),
     ] = None,
-    items: Annotated[
-        Optional[list[str]],
-        typer.Argument(help="Parameters, as `peach ask` takes them.", show_default=False),
-    ] = None,
+    items: LoadItemsArg = None,
     url: BaseUrlOption = None,
-    rate: Annotated[
-        Optional[float],
-        typer.Option(
-            "--rate",
-            help="Open loop: start this many requests a second, whatever the answers;"
-            " latency counts from each request's scheduled start.",
-            show_default=False,
-        ),
-    ] = None,
-    concurrency: Annotated[
-        Optional[int],
-        typer.Option(
-            "--concurrency",
-            "-c",
-            help="Closed loop: keep this many requests in flight (default 8).",
-            show_default=False,
-        ),
-    ] = None,
-    duration: Annotated[
-        Optional[float],
-        typer.Option(
-            "--duration",
-            "-d",
-            help="Seconds to load, after the warm-up (default 10, unless --requests).",
-            show_default=False,
-        ),
-    ] = None,
-    requests: Annotated[
-        Optional[int],
-        typer.Option("--requests", "-n", help="Stop after this many requests.", show_default=False),
-    ] = None,
+    rate: BenchRateOption = None,
+    concurrency: ConcurrencyOption = None,
+    duration: BenchDurationOption = None,
+    requests: RequestsOption = None,
     warmup: Annotated[
         float,
         typer.Option("--warmup", help="Seconds of load sent first and not measured."),
@@ -569,28 +605,11 @@ def bench(
     stream: Annotated[
         bool, typer.Option("--stream", "-s", help="Ask for streams and measure their chunks.")
     ] = False,
-    record_file: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--from",
-            help="Send the requests of a `peach dev --record` file, in turn.",
-            show_default=False,
-        ),
-    ] = None,
+    record_file: FromRecordOption = None,
     header: HeaderOption = None,
-    timeout: Annotated[
-        float,
-        typer.Option("--timeout", help="Seconds a request may go without an answer."),
-    ] = 60.0,
+    timeout: RequestTimeoutOption = 60.0,
     format: FormatOption = "text",
-    compare_file: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--compare",
-            help="An earlier `--format json` output: show each figure against it.",
-            show_default=False,
-        ),
-    ] = None,
+    compare_file: CompareOption = None,
 ) -> None:
     """Load an endpoint and report latency, throughput, status and error counts, the fallback's share, each replica's share, stream figures and, against `peach dev`, each replica's peak memory and CPU.
 
@@ -618,6 +637,35 @@ def bench(
     )
 
 
+ProfileProjectOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--project",
+        "-p",
+        help="The project to start the simulator of, without --url; with --url of a "
+        "deployed app, the project whose cells name the lines (default: here).",
+        show_default=False,
+    ),
+]
+ProfileInitOption = Annotated[
+    bool,
+    typer.Option(
+        "--init",
+        help="Profile the components' init instead: their replicas"
+        " restart with the profiler on; no load is sent.",
+    ),
+]
+ProfileOutputOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write FILE.svg (a flame graph) or FILE.json (a speedscope file).",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def profile(
     target: Annotated[
@@ -627,65 +675,27 @@ def profile(
             autocompletion=complete_target,
         ),
     ],
-    items: Annotated[
-        Optional[list[str]],
-        typer.Argument(help="Parameters, as `peach ask` takes them.", show_default=False),
-    ] = None,
+    items: LoadItemsArg = None,
     url: BaseUrlOption = None,
-    project: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--project",
-            "-p",
-            help="The project to start the simulator of, without --url; with --url of a "
-            "deployed app, the project whose cells name the lines (default: here).",
-            show_default=False,
-        ),
-    ] = None,
+    project: ProfileProjectOption = None,
     rate: Annotated[
         Optional[float],
         typer.Option(
             "--rate", help="Open loop: start this many requests a second.", show_default=False
         ),
     ] = None,  # fmt: skip
-    concurrency: Annotated[
-        Optional[int],
-        typer.Option(
-            "--concurrency",
-            "-c",
-            help="Closed loop: keep this many requests in flight (default 8).",
-            show_default=False,
-        ),
-    ] = None,  # fmt: skip
+    concurrency: ConcurrencyOption = None,
     duration: Annotated[
         Optional[float],
         typer.Option("--duration", "-d", help="Seconds to load (default 10).", show_default=False),
     ] = None,  # fmt: skip
-    init: Annotated[
-        bool,
-        typer.Option(
-            "--init",
-            help="Profile the components' init instead: their replicas"
-            " restart with the profiler on; no load is sent.",
-        ),
-    ] = False,  # fmt: skip
+    init: ProfileInitOption = False,
     cpu: Annotated[
         bool, typer.Option("--cpu", help="Sample CPU time instead of wall-clock time.")
     ] = False,
-    output_file: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--output",
-            "-o",
-            help="Write FILE.svg (a flame graph) or FILE.json (a speedscope file).",
-            show_default=False,
-        ),
-    ] = None,  # fmt: skip
+    output_file: ProfileOutputOption = None,
     header: HeaderOption = None,
-    timeout: Annotated[
-        float,
-        typer.Option("--timeout", help="Seconds a request may go without an answer."),
-    ] = 60.0,
+    timeout: RequestTimeoutOption = 60.0,
     format: FormatOption = "text",
     address: AddressOption = None,
 ) -> None:
