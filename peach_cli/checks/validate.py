@@ -17,7 +17,6 @@ from peach_cli.checks.decorated import DecoratorNotebooks
 from peach_cli.checks.modules import ProjectModules
 from peach_cli.checks.notebooks import Code, NotebookChecks
 from peach_cli.checks.report import Findings
-from peach_cli.errors import ProjectInvalid
 from peach_cli.project.conf import (
     BASE_ENV,
     RESERVED_URL_PREFIX,
@@ -26,7 +25,13 @@ from peach_cli.project.conf import (
     Task,
     memory_bytes,
 )
-from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean, has_errors
+from peach_cli.project.diagnostics import (
+    Diagnostic,
+    Position,
+    did_you_mean,
+    has_errors,
+    invalid,
+)
 from peach_cli.project.loader import Path_, Project, load_project
 from peach_cli.runtime.plan import (
     FALLBACK,
@@ -332,14 +337,3 @@ def checked_plan(project: Path, doing: str) -> tuple[ProjectPlan, list[Diagnosti
     if plan is None or has_errors(diagnostics):
         raise invalid(project, diagnostics, doing)
     return plan, [d for d in diagnostics if d.severity == "warning"]
-
-
-def invalid(
-    project: Path, diagnostics: list[Diagnostic], doing: str | None = None
-) -> ProjectInvalid:
-    """The error for a project with errors: ``2 errors in examples/bad: not serving``."""
-    from peach_cli.wording import count
-
-    errors = sum(d.severity == "error" for d in diagnostics)
-    summary = f"{count(errors, 'error')} in {project}"
-    return ProjectInvalid(f"{summary}: not {doing}" if doing else summary, diagnostics)

@@ -102,12 +102,11 @@ def run_fuzz(
     timeout_s: float | None = None
     if url is not None:
         from peach_cli.client.items import check_url
-        from peach_cli.commands.test import project_root
-        from peach_cli.project.secrets import hide_declared
+        from peach_cli.commands.loading import masked_root
 
         base = url if "://" in url else "http://" + url
         check_url(base, what="--url")
-        hide_declared(project_root(project, need_conf=False))  # answers are shown masked
+        masked_root(project)  # answers are shown masked
         document = _fetch_document(base) or _local_document(project)
         if document is None:
             raise UsageError(
@@ -141,7 +140,7 @@ def run_fuzz(
 
 def _local_document(project: Path) -> dict[str, Any] | None:
     """The document of the project at ``project``, None when there is none."""
-    from peach_cli.commands.test import project_root
+    from peach_cli.commands.loading import project_root
 
     try:
         root = project_root(project, need_conf=True)
@@ -187,6 +186,6 @@ def _explore(
     from peach_cli.testing.host import local_host
 
     watch = Watch()
-    with local_host(project, plan=plan, on_event=watch.on_event) as served:
+    with local_host(project, plan, on_event=watch.on_event) as served:
         with Client(read_timeout_s) as client:
             return fuzz_targets(targets, client, served, watch=watch, **options)

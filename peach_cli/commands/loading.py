@@ -68,10 +68,43 @@ def check_dotenv(plan: ProjectPlan) -> None:
     missing_secrets(plan.root, names)
 
 
+def project_root(project: Path, *, need_conf: bool) -> Path:
+    """The root of the project at ``project``: where its conf is, else (``need_conf``
+    false) the folder itself (a folder whose cases or endpoints are on another host)."""
+    from peach_cli.errors import UsageError
+    from peach_cli.project.loader import find_conf_files
+
+    if not need_conf and not project.exists():
+        raise UsageError(f"{project} does not exist")
+    try:
+        return find_conf_files(project)[0]
+    except UsageError:
+        if need_conf:
+            raise
+        return project if project.is_dir() else project.parent
+
+
+def masked_root(project: Path) -> Path:
+    """``project_root`` of a project whose answers come from another host (``--url``),
+    its conf read once: the values of the secrets it declares are masked from now on (a
+    conf with errors is read as far as it goes; a folder with no conf declares none)."""
+    from peach_cli.errors import UsageError
+    from peach_cli.project.loader import load_project
+    from peach_cli.project.secrets import hide_declared
+
+    try:
+        loaded, _ = load_project(project)
+    except UsageError:
+        loaded = None
+    if loaded is None:  # no conf here, or none could be read: none is declared
+        return project_root(project, need_conf=False)
+    hide_declared(loaded.root, loaded.conf)
+    return loaded.root
+
+
 def load_conf(project: Path) -> PeachConf:
     """The project's conf alone (no notebook read); raises ``ProjectInvalid`` on errors."""
-    from peach_cli.checks.validate import invalid
-    from peach_cli.project.diagnostics import has_errors, sort_key
+    from peach_cli.project.diagnostics import has_errors, invalid, sort_key
     from peach_cli.project.loader import load_project
     from peach_cli.project.secrets import hide_declared
 

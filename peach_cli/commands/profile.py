@@ -166,11 +166,13 @@ def _host(project: Path | None, url: str | None) -> Iterator[str | None]:
     if url is not None:
         yield url
         return
-    from peach_cli.commands.test import project_root
+    from peach_cli.checks.validate import checked_plan
+    from peach_cli.commands.loading import project_root
     from peach_cli.testing.host import local_host
 
     root = project_root(project or Path.cwd(), need_conf=True)
-    with local_host(root) as served:
+    plan, _ = checked_plan(root, "testing")  # as `peach test` says it of a broken project
+    with local_host(root, plan) as served:
         yield served
 
 
@@ -261,7 +263,7 @@ def _line_maps(project: Path | None) -> dict[str, dict[str, Any]]:
     """By deployment, its component's notebook code by compiled name (``notebooks/X.ipynb``),
     to name the lines py-spy reports as cells; empty when there is no project here."""
     from peach_cli.checks.validate import build_plan
-    from peach_cli.commands.test import project_root
+    from peach_cli.commands.loading import project_root
 
     try:
         root = project_root(project or Path.cwd(), need_conf=True)

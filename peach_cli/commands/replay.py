@@ -30,13 +30,13 @@ def run_replay(
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
-    from peach_cli.project.secrets import hide_declared
+    from peach_cli.project.secrets import hide_declared_in
     from peach_cli.testing.replay import counts, parse_path, read_recording, replay
 
     for path in ignore or []:
         parse_path(path)  # a bad path is a usage error before anything is sent
     entries = read_recording(file)
-    hide_declared(Path("."))  # a recording stores them as ***: compared and shown masked
+    hide_declared_in(Path("."))  # a recording stores them as ***: compared and shown masked
     began = time.perf_counter()
     outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=timeout_s)
     seconds = time.perf_counter() - began

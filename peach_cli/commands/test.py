@@ -10,18 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from peach_cli.errors import UsageError
 from peach_cli.project.filenames import CASE_SUFFIX
 
-if TYPE_CHECKING:
-    from peach_cli.testing.cases import CaseFile
-    from peach_cli.testing.host import Hosts
-    from peach_cli.testing.report import Outcome
-
 FORMATS = ("text", "json", "junit")
-EXIT_USAGE = 2
 
 
 def split_paths(paths: Sequence[Path]) -> tuple[Path, list[Path]]:
@@ -39,64 +33,6 @@ def split_paths(paths: Sequence[Path]) -> tuple[Path, list[Path]]:
     return project, files
 
 
-def project_root(project: Path, *, need_conf: bool) -> Path:
-    from peach_cli.project.loader import find_conf_files
-
-    if not need_conf and not project.exists():
-        raise UsageError(f"{project} does not exist")
-    try:
-        return find_conf_files(project)[0]
-    except UsageError:
-        if need_conf:
-            raise
-        return project if project.is_dir() else project.parent
-
-
-def select(files: list[CaseFile], keyword: str | None) -> list[CaseFile]:
-    if not keyword:
-        return files
-    for case_file in files:
-        case_file.cases = [c for c in case_file.cases if keyword in c.case.name]
-    return [f for f in files if f.cases]
-
-
-def load_selected(
-    root: Path, files: list[Path], keyword: str | None, urls: list[str] | None
-) -> list[CaseFile]:
-    """The case files' cases selected by ``keyword``; ``ProjectInvalid`` on errors,
-    ``UsageError`` when no case is found."""
-    from peach_cli.checks.validate import invalid
-    from peach_cli.project.diagnostics import has_errors, sort_key
-    from peach_cli.testing.cases import check_urls, load_cases
-    from peach_cli.wording import count
-
-    loaded, diagnostics = load_cases(root, files or None)
-    if urls is not None:
-        diagnostics += check_urls(loaded, urls)
-    if has_errors(diagnostics):
-        diagnostics.sort(key=sort_key)
-        error = invalid(root, diagnostics, "testing")
-        error.exit_code = EXIT_USAGE
-        raise error
-    names = [c.case.name for f in loaded for c in f.cases]
-    selected = select(loaded, keyword)
-    if not any(f.cases for f in selected):
-        where = ", ".join(str(f) for f in files) if files else str(root)
-        if keyword and names:
-            shown = ", ".join(repr(name) for name in names[:5])
-            more = f", … ({len(names) - 5} more)" if len(names) > 5 else ""
-            raise UsageError(
-                f"no case matches -k {keyword!r}: no case name contains it",
-                hint=f"{count(len(names), 'case')} in {count(len(loaded), 'file')}: "
-                f"{shown}{more} (-k is case-sensitive; leave it out to run them all)",
-            )
-        raise UsageError(
-            f"no case found in {where}",
-            hint=f"write cases in a file ending in {CASE_SUFFIX} (see `peach schema --tests`)",
-        )
-    return selected
-
-
 def run_test(
     paths: Sequence[Path] = (),
     *,
@@ -112,26 +48,32 @@ def run_test(
         )
     began = time.perf_counter()
     project, files = split_paths(paths)
-    root = project_root(project, need_conf=url is None)
-    from peach_cli.testing.host import Hosts
-    from peach_cli.testing.run import DEFAULT_TIMEOUT_S
-
-    hosts = Hosts(url, timeout_s=timeout_s or DEFAULT_TIMEOUT_S)  # nothing started yet
     plan = None
     urls: list[str] | None = None
-    if url is not None:
-        from peach_cli.client.items import check_url
-
-        check_url(url if "://" in url else "http://" + url, what="--url")
-        hosts.mask_secrets(root)  # what the host answers is shown with them masked
-    else:
+    if url is None:
         from peach_cli.commands.loading import load_plan_to_check
 
         plan = load_plan_to_check(project, doing="testing")
-        urls = [e.url for e in plan.endpoints.values()]
-    selected = load_selected(root, files, keyword, urls)
-    with hosts:
-        outcomes = run_cases(selected, hosts, hosts.url_for(root, plan=plan), output_format)
+        root, urls = plan.root, [e.url for e in plan.endpoints.values()]
+    else:
+        from peach_cli.client.items import check_url
+        from peach_cli.commands.loading import masked_root
+
+        root = masked_root(project)  # what the host answers is shown with them masked
+        check_url(url if "://" in url else "http://" + url, what="--url")
+    from peach_cli.testing.cases import select_cases
+    from peach_cli.testing.host import Hosts
+    from peach_cli.testing.run import DEFAULT_TIMEOUT_S, run_cases
+
+    selected = select_cases(root, files, keyword, urls)
+    shown: dict[str, Any] = {}
+    if output_format == "text":  # each outcome as it comes
+        from peach_cli.views.testing import print_file, print_outcome
+
+        shown = {"on_file": print_file, "on_outcome": print_outcome}
+    with Hosts(url, timeout_s=timeout_s or DEFAULT_TIMEOUT_S) as hosts:
+        base = url if url is not None else hosts.simulator_url(root, plan)
+        outcomes = run_cases(selected, hosts.client, base, hosts.timeout_s, **shown)
     seconds = time.perf_counter() - began
     from peach_cli.testing.report import summary_counts, to_json, to_junit
 
@@ -149,29 +91,3 @@ def run_test(
 
         print_test_summary(passed, failed, seconds)
     return 1 if failed else 0
-
-
-def run_cases(
-    selected: list[CaseFile], hosts: Hosts, base: str, output_format: str
-) -> list[Outcome]:
-    """Each selected case sent to the host at ``base``, its outcome printed as it comes
-    (with ``output_format`` text)."""
-    from peach_cli.testing.report import Outcome
-    from peach_cli.testing.run import compare, observe
-
-    text = output_format == "text"
-    if text:
-        from peach_cli.views.testing import print_file, print_outcome
-    outcomes: list[Outcome] = []
-    for case_file in selected:
-        if text:
-            print_file(case_file.name)
-        for loaded in case_file.cases:
-            observed = observe(hosts.client, base, loaded.case, hosts.timeout_s)
-            outcome = Outcome(
-                case_file.name, loaded, observed, compare(loaded.case.expect, observed)
-            )
-            outcomes.append(outcome)
-            if text:
-                print_outcome(outcome)
-    return outcomes

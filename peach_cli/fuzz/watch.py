@@ -7,7 +7,7 @@ its events to ``Watch.on_event``; the fuzzer sends one request at a time and, on
 answer is in, ``Watch.settle`` waits for the gateway's log of that request::
 
     watch = Watch()
-    with local_host(root, plan=plan, on_event=watch.on_event) as url:
+    with local_host(root, plan, on_event=watch.on_event) as url:
         mark = watch.mark()
         ...send one request...
         heard = watch.settle(mark)      # Heard(covered="method_error: …", died=[…])

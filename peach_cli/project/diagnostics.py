@@ -12,7 +12,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from peach_cli.errors import ProjectInvalid
 
 Severity = Literal["error", "warning", "info"]
 
@@ -258,3 +263,15 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
 
 def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
     return any(d.severity == "error" for d in diagnostics)
+
+
+def invalid(
+    project: Path, diagnostics: list[Diagnostic], doing: str | None = None
+) -> ProjectInvalid:
+    """The error for a project with errors: ``2 errors in examples/bad: not serving``."""
+    from peach_cli.errors import ProjectInvalid
+    from peach_cli.wording import count
+
+    errors = sum(d.severity == "error" for d in diagnostics)
+    summary = f"{count(errors, 'error')} in {project}"
+    return ProjectInvalid(f"{summary}: not {doing}" if doing else summary, diagnostics)

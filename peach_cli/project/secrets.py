@@ -190,20 +190,23 @@ def known_values(root: Path, names: Iterable[str]) -> list[str]:
         return [os.environ[name] for name in names if name in os.environ]
 
 
-def hide_declared(root: Path, conf: object | None = None) -> None:
-    """Mask, in everything this process shows from now on, the values of the secrets the
-    project declares (``conf``, or the conf read from ``root``; those set nowhere and a
-    conf that cannot be read are skipped: this only ever hides more)."""
+def hide_declared(root: Path, conf: object) -> None:
+    """Mask, in everything this process shows from now on, the values of the secrets
+    ``conf`` (a conf or a plan of the project at ``root``) declares; those set nowhere are
+    skipped."""
     from peach_cli.boundary import hide
 
-    if conf is None:
-        from peach_cli.project.loader import load_project
-
-        try:
-            loaded, _ = load_project(root)
-        except PeachError:
-            return
-        if loaded is None:
-            return
-        conf = loaded.conf
     hide(known_values(root, declared_names(conf)))
+
+
+def hide_declared_in(root: Path) -> None:
+    """``hide_declared`` with the conf read from ``root`` (a conf that cannot be read
+    declares nothing: this only ever hides more)."""
+    from peach_cli.project.loader import load_project
+
+    try:
+        loaded, _ = load_project(root)
+    except PeachError:
+        return
+    if loaded is not None:
+        hide_declared(root, loaded.conf)

@@ -63,15 +63,6 @@ class Expect(BaseModel):
         None, gt=0, description="Answered (or first chunk) within this many milliseconds."
     )
 
-    def given(self) -> list[str]:
-        """The keys the case file sets, in the model's order."""
-        return [name for name in type(self).model_fields if name in self.model_fields_set]
-
-    def expected_status(self) -> int | None:
-        if self.status is not None:
-            return self.status
-        return None if self.error_code is not None else 200
-
 
 class Case(BaseModel):
     """One request and what its answer must be."""
@@ -189,6 +180,47 @@ def load_cases(
         for path in (find_case_files(root) if files is None else files)
     ]
     return [f for f in loaded if f is not None], diagnostics
+
+
+def select_cases(
+    root: Path, files: list[Path], keyword: str | None, urls: list[str] | None
+) -> list[CaseFile]:
+    """The cases of the project at ``root`` (or of ``files``) whose name holds ``keyword``;
+    with ``urls`` (the project's endpoints), a case whose url is none of them is an error.
+    ``ProjectInvalid`` (exit 2) when a case file has errors, ``UsageError`` when no case is
+    selected."""
+    from peach_cli.errors import UsageError
+    from peach_cli.project.diagnostics import has_errors, invalid, sort_key
+    from peach_cli.wording import count
+
+    loaded, diagnostics = load_cases(root, files or None)
+    if urls is not None:
+        diagnostics += check_urls(loaded, urls)
+    if has_errors(diagnostics):
+        diagnostics.sort(key=sort_key)
+        error = invalid(root, diagnostics, "testing")
+        error.exit_code = 2  # nothing was tested
+        raise error
+    names = [c.case.name for f in loaded for c in f.cases]
+    if keyword:
+        for case_file in loaded:
+            case_file.cases = [c for c in case_file.cases if keyword in c.case.name]
+    selected = [f for f in loaded if f.cases]
+    if selected:
+        return selected
+    if keyword and names:
+        shown = ", ".join(repr(name) for name in names[:5])
+        more = f", … ({len(names) - 5} more)" if len(names) > 5 else ""
+        raise UsageError(
+            f"no case matches -k {keyword!r}: no case name contains it",
+            hint=f"{count(len(names), 'case')} in {count(len(loaded), 'file')}: "
+            f"{shown}{more} (-k is case-sensitive; leave it out to run them all)",
+        )
+    where = ", ".join(str(f) for f in files) if files else str(root)
+    raise UsageError(
+        f"no case found in {where}",
+        hint=f"write cases in a file ending in {CASE_SUFFIX} (see `peach schema --tests`)",
+    )
 
 
 def read_case_file(root: Path, path: Path, diagnostics: list[Diagnostic]) -> CaseFile | None:

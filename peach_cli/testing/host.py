@@ -11,7 +11,7 @@ the requests; closing it stops every simulator it started::
 free loopback port, no live view, replicas in their envs) on an event loop of its own, in a
 background thread, so the caller may send blocking requests to it::
 
-    with local_host(Path("examples/quickstart")) as url:
+    with local_host(Path("examples/quickstart"), plan) as url:
         httpx.get(f"{url}/recommend?item_id=apple")
 
 It returns once every replica has started, and stops every replica on exit.
@@ -50,14 +50,24 @@ class Hosts:
         self._client: Client | None = None
         self._masked: set[Path] = set()
 
-    def url_for(self, project: Path, *, plan: Any = None) -> str:
+    def url_for(self, project: Path) -> str:
         """The base URL ``project``'s cases are sent to: ``url``, else its simulator's
-        (serving ``plan`` when given; started now if it has not been)."""
+        (its plan built and checked as `peach dev` does, and started now if it has not
+        been; ``ProjectInvalid`` when the project has errors)."""
         if self.url is not None:
             return self.url
+        if project.resolve() not in self._urls:
+            from peach_cli.checks.validate import checked_plan
+
+            self.simulator_url(project, checked_plan(project, "testing")[0])
+        return self._urls[project.resolve()]
+
+    def simulator_url(self, project: Path, plan: Any) -> str:
+        """The URL of ``project``'s simulator serving ``plan`` (started now if it has not
+        been)."""
         key = project.resolve()
         if key not in self._urls:
-            self._urls[key] = self._stack.enter_context(local_host(project, plan=plan))
+            self._urls[key] = self._stack.enter_context(local_host(project, plan))
         return self._urls[key]
 
     @property
@@ -75,9 +85,9 @@ class Hosts:
         on (once a project: a host that is no simulator of ours does not mask them)."""
         if project not in self._masked:
             self._masked.add(project)
-            from peach_cli.project.secrets import hide_declared
+            from peach_cli.project.secrets import hide_declared_in
 
-            hide_declared(project)
+            hide_declared_in(project)
 
     def close(self) -> None:
         """Close the client and stop every simulator started."""
@@ -146,18 +156,14 @@ class _Runner:
 
 @contextmanager
 def local_host(
-    project: Path, *, plan: Any = None, on_event: Callable[[Any], None] | None = None
+    project: Path, plan: Any, *, on_event: Callable[[Any], None] | None = None
 ) -> Iterator[str]:
-    """Serve ``project`` (its plan, built and checked as `peach dev` does, unless given)
-    and yield the server's URL; ``ProjectInvalid`` when the project has errors.
+    """Serve ``plan`` (``project``'s, built and checked as `peach dev` does) and yield the
+    server's URL.
 
     ``on_event`` gets the simulator's events (``simulator.events``), in the server's
     thread: what the answers alone do not show (a fallback covering an error, a replica
     that died)."""
-    if plan is None:
-        from peach_cli.checks.validate import checked_plan
-
-        plan, _ = checked_plan(project, "testing")
     runner = _Runner(plan, project, on_event)
     runner.thread.start()
     try:

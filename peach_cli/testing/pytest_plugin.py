@@ -143,19 +143,14 @@ class CaseItem(pytest.Item):
         self.details = ""
 
     def runtest(self) -> None:
-        from peach_cli.testing.run import compare, observe
+        from peach_cli.testing.run import run_case
 
         hosts = self.config.stash[_SESSION].hosts
-        observed = observe(hosts.client, hosts.url_for(self.project), self.loaded.case)
-        mismatches = compare(self.loaded.case.expect, observed)
-        if mismatches:
-            lines: list[str] = []
-            for mismatch in mismatches:
-                lines.append(f"{mismatch.key}: {mismatch.message}")
-                lines += [f"  {line}" for line in mismatch.diff]
+        outcome = run_case(hosts.client, hosts.url_for(self.project), "", self.loaded)
+        if not outcome.passed:
             from peach_cli.boundary import shown_lines
 
-            self.details = shown_lines("\n".join(lines))  # the report: no secret, no escape
+            self.details = shown_lines(outcome.details())  # the report: no secret, no escape
             raise CaseFailed(self.details)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:

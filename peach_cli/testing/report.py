@@ -9,70 +9,10 @@ case, an ``<error>`` for a case that got no answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from peach_cli.testing.cases import LoadedCase
-    from peach_cli.testing.run import Mismatch, Observed
-
-
-@dataclass
-class Outcome:
-    """One case run: what was observed and the expect keys it did not meet."""
-
-    file: str
-    loaded: LoadedCase
-    observed: Observed
-    mismatches: list[Mismatch] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return self.loaded.case.name
-
-    @property
-    def place(self) -> str:
-        """``tests/greet.peach-test.yaml:12``: the file and line where the case starts."""
-        return f"{self.file}:{self.loaded.position.line}"
-
-    @property
-    def passed(self) -> bool:
-        return not self.mismatches
-
-    @property
-    def ms(self) -> float:
-        return self.observed.total_ms
-
-    @property
-    def unanswered(self) -> bool:
-        """No answer came (a refused connection, the client's timeout): an error of the
-        run, not a mismatch of the endpoint."""
-        return self.observed.failure is not None
-
-    def message(self) -> str:
-        return "; ".join(m.message for m in self.mismatches)
-
-    def details(self) -> str:
-        """Every mismatch with its diff, as plain text."""
-        lines: list[str] = []
-        for mismatch in self.mismatches:
-            lines.append(f"{mismatch.key}: {mismatch.message}")
-            lines += [f"  {line}" for line in mismatch.diff]
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "name": self.name,
-            "line": self.loaded.position.line,
-            "passed": self.passed,
-            "ms": round(self.ms, 1),
-            "status": self.observed.status,
-            "component": self.observed.component,
-            "failures": [
-                {"key": m.key, "message": m.message, "diff": list(m.diff)} for m in self.mismatches
-            ],
-        }
+    from peach_cli.testing.run import Outcome
 
 
 def summary_counts(outcomes: list[Outcome]) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from peach_cli.errors import ClientError
 
 if TYPE_CHECKING:
     from peach_cli.client.send import Client, CompleteResponse, Stream
-    from peach_cli.testing.cases import Case, Expect
+    from peach_cli.testing.cases import Case, CaseFile, Expect, LoadedCase
 
 MISSING: Any = object()
 DEFAULT_TIMEOUT_S = 60.0
@@ -70,6 +71,95 @@ class Mismatch:
     key: str
     message: str
     diff: tuple[str, ...] = ()
+
+
+@dataclass
+class Outcome:
+    """One case run: what was observed and the expect keys it did not meet."""
+
+    file: str
+    loaded: LoadedCase
+    observed: Observed
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.loaded.case.name
+
+    @property
+    def place(self) -> str:
+        """``tests/greet.peach-test.yaml:12``: the file and line where the case starts."""
+        return f"{self.file}:{self.loaded.position.line}"
+
+    @property
+    def passed(self) -> bool:
+        return not self.mismatches
+
+    @property
+    def ms(self) -> float:
+        return self.observed.total_ms
+
+    @property
+    def unanswered(self) -> bool:
+        """No answer came (a refused connection, the client's timeout): an error of the
+        run, not a mismatch of the endpoint."""
+        return self.observed.failure is not None
+
+    def message(self) -> str:
+        return "; ".join(m.message for m in self.mismatches)
+
+    def details(self) -> str:
+        """Every mismatch with its diff, as plain text."""
+        lines: list[str] = []
+        for mismatch in self.mismatches:
+            lines.append(f"{mismatch.key}: {mismatch.message}")
+            lines += [f"  {line}" for line in mismatch.diff]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "name": self.name,
+            "line": self.loaded.position.line,
+            "passed": self.passed,
+            "ms": round(self.ms, 1),
+            "status": self.observed.status,
+            "component": self.observed.component,
+            "failures": [
+                {"key": m.key, "message": m.message, "diff": list(m.diff)} for m in self.mismatches
+            ],
+        }
+
+
+def run_case(
+    client: Client, base: str, file: str, loaded: LoadedCase, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Outcome:
+    """One case of ``file`` sent to the host at ``base``, and what came of it."""
+    observed = observe(client, base, loaded.case, timeout_s)
+    return Outcome(file, loaded, observed, compare(loaded.case.expect, observed))
+
+
+def run_cases(
+    selected: list[CaseFile],
+    client: Client,
+    base: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    *,
+    on_file: Callable[[str], None] | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Each selected case sent to the host at ``base``, in file order; ``on_file`` is told
+    each file before its cases run, ``on_outcome`` each outcome as it comes."""
+    outcomes: list[Outcome] = []
+    for case_file in selected:
+        if on_file is not None:
+            on_file(case_file.name)
+        for loaded in case_file.cases:
+            outcome = run_case(client, base, case_file.name, loaded, timeout_s)
+            outcomes.append(outcome)
+            if on_outcome is not None:
+                on_outcome(outcome)
+    return outcomes
 
 
 def request_for(
@@ -270,7 +360,9 @@ def compare(expect: Expect, observed: Observed) -> list[Mismatch]:
         diff = json_diff(expected, got) if as_json else _scalar_diff(expected, got)
         problems.append(Mismatch(key, message, diff))
 
-    status = expect.expected_status()
+    status = expect.status
+    if status is None and expect.error_code is None:
+        status = 200  # the default, unless an error code is expected
     if status is not None and observed.status != status:
         detail = (
             f" ({observed.error_code}: {observed.error_message})" if observed.error_code else ""
@@ -281,7 +373,7 @@ def compare(expect: Expect, observed: Observed) -> list[Mismatch]:
             status,
             observed.status,
         )
-    given = set(expect.given())
+    given = expect.model_fields_set  # the keys the case file sets
     if "component" in given and observed.component != expect.component:
         fail("component", "another component answered", expect.component, observed.component)
     if "result" in given and (
