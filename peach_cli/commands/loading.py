@@ -89,15 +89,17 @@ def masked_root(project: Path) -> Path:
     its conf read once: the values of the secrets it declares are masked from now on (a
     conf with errors is read as far as it goes; a folder with no conf declares none)."""
     from peach_cli.errors import UsageError
-    from peach_cli.project.loader import load_project
+    from peach_cli.project.loader import find_conf_files, load_project
     from peach_cli.project.secrets import hide_declared
 
+    if not project.exists():
+        raise UsageError(f"{project} does not exist")
     try:
         loaded, _ = load_project(project)
-    except UsageError:
-        loaded = None
-    if loaded is None:  # no conf here, or none could be read: none is declared
-        return project_root(project, need_conf=False)
+    except UsageError:  # no conf here: the folder is its own root, and declares nothing
+        return project if project.is_dir() else project.parent
+    if loaded is None:  # no conf file could be read: none is declared
+        return find_conf_files(project)[0]
     hide_declared(loaded.root, loaded.conf)
     return loaded.root
 

@@ -28,7 +28,6 @@ from peach_cli.project.loader import (
     Path_,
     link_outside,
     read_yaml_file,
-    relative_name,
     schema_diagnostic,
 )
 
@@ -128,7 +127,7 @@ def find_case_files(root: Path) -> list[Path]:
         if lines:
             rules = [
                 *rules,
-                (relative_name(root, folder), pathspec.GitIgnoreSpec.from_lines(lines)),
+                (_relative(root, folder), pathspec.GitIgnoreSpec.from_lines(lines)),
             ]
         try:
             entries = list(os.scandir(folder))
@@ -174,11 +173,9 @@ def load_cases(
     root: Path, files: list[Path] | None = None
 ) -> tuple[list[CaseFile], list[Diagnostic]]:
     """The case files of the project at ``root`` (or ``files``), and every problem in them."""
+    paths = find_case_files(root) if files is None else files
     diagnostics: list[Diagnostic] = []
-    loaded = [
-        read_case_file(root, path, diagnostics)
-        for path in (find_case_files(root) if files is None else files)
-    ]
+    loaded = [read_case_file(root, path, diagnostics) for path in paths]
     return [f for f in loaded if f is not None], diagnostics
 
 
