@@ -731,3 +731,102 @@ def test_functions_split_along_their_steps() -> None:
     """No function past 80 lines: a long one is split where its steps are (a Typer
     command's long options are named types beside it, as ``ProjectArg`` is)."""
     assert _long_functions() == {}
+
+
+PROJECT_READERS = {"load_project", "find_conf_files", "build_plan", "checked_plan"}
+"""What finds or reads a project's conf (``peach_cli.project.loader``, the plan built on it)."""
+
+
+def _calls_in(tree: ast.AST) -> list[str]:
+    """The names ``tree`` calls, in the order they are written."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                found.append((node.lineno, node.col_offset, func.id))
+            elif isinstance(func, ast.Attribute):
+                found.append((node.lineno, node.col_offset, func.attr))
+    return [name for *_, name in sorted(found)]
+
+
+def _functions(path: Path) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The module's functions and its classes' methods (``Class.method``)."""
+    found = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found[f"{node.name}.{item.name}"] = item
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[node.name] = node
+    return found
+
+
+def test_peach_test_walks_one_way_down() -> None:
+    """`peach test` goes down once: the command loads the project (the plan, or for
+    ``--url`` the conf that masks its secrets), then reads and selects the case files
+    against it, then starts the host with that plan, runs the cases, reports. Below the
+    command nothing reads the project again: masking takes the loaded conf, the simulator
+    the loaded plan, and the command calls no step of its own once it has gone down."""
+    sources = _sources()
+    command = _functions(sources["peach_cli.commands.test"])
+    own = set(command) - {"run_test"}
+    steps = _calls_in(command["run_test"])
+    assert steps.index("split_paths") < steps.index("load_plan_to_check")
+    assert steps.index("load_plan_to_check") < steps.index("masked_root")
+    assert steps.index("masked_root") < steps.index("select_cases") < steps.index("Hosts")
+    assert steps.index("Hosts") < steps.index("simulator_url") < steps.index("run_cases")
+    first_down = steps.index("load_plan_to_check")
+    assert own.isdisjoint(steps[first_down:]), "a step of the command after going down"
+    assert "url_for" not in steps  # the host of a loaded plan: nothing is loaded again
+    below = {
+        "peach_cli.testing.cases": None,
+        "peach_cli.testing.run": None,
+        "peach_cli.testing.report": None,
+        "peach_cli.testing.host": {"Hosts.url_for"},  # the pytest plugin's: it has no plan
+        "peach_cli.project.secrets": {"hide_declared_in"},  # for a command with no conf
+    }
+    for module, allowed in below.items():
+        for name, function in _functions(sources[module]).items():
+            if name in (allowed or ()):
+                continue
+            reads = PROJECT_READERS & set(_calls_in(function))
+            assert not reads, f"{module}:{name} reads the project again ({sorted(reads)})"
+
+
+def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
+    """One run of `peach test` finds the project's conf files once and reads them once,
+    with its own simulator (up to the cases, here none selected) or with ``--url`` (a
+    host that refuses: every case is an error)."""
+    import socket
+
+    from peach_cli.commands.test import run_test
+    from peach_cli.errors import UsageError
+    from peach_cli.project import loader
+
+    counted = {loader.find_conf_files.__code__: "find", loader.load_project.__code__: "read"}
+    calls: list[str] = []
+
+    def count(frame: object, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code in counted:  # type: ignore[attr-defined]
+            calls.append(counted[frame.f_code])  # type: ignore[attr-defined]
+
+    quickstart = ROOT / "examples" / "quickstart"
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{free.getsockname()[1]}"
+    runs = [
+        {"url": None, "keyword": "no case is named so"},
+        {"url": refused, "keyword": None, "output_format": "json"},
+    ]
+    for options in runs:
+        calls.clear()
+        sys.setprofile(count)
+        try:
+            run_test([quickstart], **options)  # type: ignore[arg-type]
+        except UsageError:
+            pass  # no case selected: the run stops before any host is started
+        finally:
+            sys.setprofile(None)
+        assert sorted(calls) == ["find", "read"], options
