@@ -24,6 +24,7 @@ from simulator.spawn import Spawner, WorkerLaunch
 
 if TYPE_CHECKING:
     from simulator.debug import DebugRelay
+    from simulator.environments import Environments
 
 STARTUP_WAIT_S = 60.0
 """How long a request waits for a replica that is starting or restarting."""
@@ -95,6 +96,23 @@ class ReplicaPool:
             if variables is not None:
                 replica.variables = dict(variables)
         await asyncio.gather(*(replica.start() for replica in self.replicas))
+
+    async def start_in(self, environments: Environments) -> None:
+        """Start every replica in its env's interpreter (building the env first), with its
+        env_vars and secrets; a pool whose env cannot be built, or a secret of which is set
+        nowhere, is unhealthy with that message."""
+        from peach_cli.boundary import hide
+        from peach_cli.project.secrets import DotenvError, MissingSecret, variables_of
+        from simulator.environments import EnvUnavailable
+
+        try:
+            variables = variables_of(self.spec, self.root)
+            hide(variables[name] for name in self.spec.secrets)  # printed as ***
+            launch = await environments.launch_for(self.spec)
+        except (MissingSecret, DotenvError, EnvUnavailable) as error:
+            self.fail(str(error))  # its requests get 503 with this message
+            return
+        await self.start(launch, variables)
 
     def fail(self, error: str) -> None:
         """Mark every replica unhealthy with ``error`` without starting it (its env could

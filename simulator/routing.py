@@ -10,7 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from peach_cli.runtime.contract import Attempt, CallResult, RequestParams
-from peach_cli.runtime.plan import EndpointSpec
+from peach_cli.runtime.plan import EndpointSpec, ProjectPlan, url_key
 from simulator.pool import ReplicaPool
 
 
@@ -51,6 +51,17 @@ class RoutingTable:
     codops: str
     timeout_s: float
     routes: dict[str, Route]
+
+    @classmethod
+    def of(cls, plan: ProjectPlan, pools: dict[str, ReplicaPool], timeout_s: float) -> RoutingTable:
+        """The table serving ``plan`` with ``pools`` (by component key)."""
+        routes = {}
+        for endpoint in plan.endpoints.values():
+            routes[url_key(endpoint.url)] = Route(
+                endpoint,
+                {name: pools[spec.key] for name, spec in endpoint.components.items()},
+            )
+        return cls(plan.codops, timeout_s, routes)
 
     def pools(self) -> list[ReplicaPool]:
         seen: dict[int, ReplicaPool] = {}

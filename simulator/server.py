@@ -25,14 +25,14 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.runtime.plan import ComponentSpec, ProjectPlan, url_key
+from peach_cli.runtime.plan import ComponentSpec, ProjectPlan
 from simulator.changes import PlanChange, Snapshot
-from simulator.environments import Environments, EnvUnavailable
+from simulator.environments import Environments
 from simulator.events import Event, ReplicaState
 from simulator.http_server import HttpServer, ServeError
 from simulator.pool import ReplicaNumbers, ReplicaPool
 from simulator.replica import INIT_STUCK_S
-from simulator.routing import Route, RoutingTable
+from simulator.routing import RoutingTable
 from simulator.spawn import Spawner, WorkerLaunch
 
 if TYPE_CHECKING:
@@ -135,11 +135,11 @@ class DevServer:
         # Replica processes start first: they boot while the HTTP stack is imported.
         # Requests that arrive before their component is up wait for it (or its init error).
         self._starting = asyncio.ensure_future(
-            asyncio.gather(*(self._start_pool(pool) for pool in self._pools.values()))
+            asyncio.gather(*(pool.start_in(self.environments) for pool in self._pools.values()))
         )
         from simulator.gateway import DevGateway
 
-        table = self._table(self.plan, self._pools)
+        table = RoutingTable.of(self.plan, self._pools, self._timeout(self.plan))
         self.gateway = DevGateway(table, self._on_event, debugger=self.debugger)
         self.gateway.reinit = self.reinit
         self.gateway.recorder = self.recorder
@@ -207,42 +207,9 @@ class DevServer:
             debugger=self.debugger,
         )
 
-    async def _start_pool(self, pool: ReplicaPool) -> None:
-        """Start a pool's replicas in its env's interpreter (building the env first); a
-        pool whose env cannot be built is unhealthy with the builder's message."""
-        from peach_cli.boundary import hide
-        from peach_cli.project.secrets import (
-            DotenvError,
-            MissingSecret,
-            secret_values,
-            variables_of,
-        )
-
-        try:
-            variables = variables_of(pool.spec, self.plan.root)
-        except (MissingSecret, DotenvError) as error:  # the components that read it fail
-            pool.fail(str(error))
-            return
-        hide(secret_values(self.plan.root, pool.spec.secrets).values())  # printed as ***
-        try:
-            launch = await self.environments.launch_for(pool.spec)
-        except EnvUnavailable as error:
-            pool.fail(str(error))
-            return
-        await pool.start(launch, variables)
-
     def launches(self) -> list[WorkerLaunch]:
         """How replicas are started, one per env in use (spares are kept for each)."""
         return self.environments.launches()
-
-    def _table(self, plan: ProjectPlan, pools: dict[str, ReplicaPool]) -> RoutingTable:
-        routes = {}
-        for endpoint in plan.endpoints.values():
-            routes[url_key(endpoint.url)] = Route(
-                endpoint,
-                {name: pools[spec.key] for name, spec in endpoint.components.items()},
-            )
-        return RoutingTable(plan.codops, self._timeout(plan), routes)
 
     async def apply_plan(
         self,
@@ -317,7 +284,7 @@ class DevServer:
                 fresh.append(pool)
                 change.started.append(spec.key)
         try:
-            await asyncio.gather(*(self._start_pool(pool) for pool in fresh))
+            await asyncio.gather(*(pool.start_in(self.environments) for pool in fresh))
         except asyncio.CancelledError:  # a newer save supersedes this one: nothing changes
             self.served = previous
             await asyncio.shield(asyncio.gather(*(pool.stop() for pool in fresh)))
@@ -339,7 +306,7 @@ class DevServer:
             rejected.append(pool)
         self.served = served
         self._pools = pools
-        self.gateway.table = self._table(new_plan, pools)
+        self.gateway.table = RoutingTable.of(new_plan, pools, self._timeout(new_plan))
         kept = {id(pool) for pool in pools.values()}
         retired = [pool for key, pool in old_pools.items() if id(pool) not in kept]
         change.retired = [pool.key for pool in retired]
