@@ -75,17 +75,18 @@ def run_test(
         base = url if url is not None else hosts.simulator_url(root, plan)
         outcomes = run_cases(selected, hosts.client, base, hosts.timeout_s, **shown)
     seconds = time.perf_counter() - began
-    from peach_cli.testing.report import summary_counts, to_json, to_junit
+    from peach_cli.testing.report import rendered, summary_counts
 
     passed, failed = summary_counts(outcomes)
+    document = rendered(outcomes, seconds, output_format)
     if output_format == "json":
         from peach_cli.views.console import print_json
 
-        print_json(to_json(outcomes, seconds), channel="test-json")
+        print_json(document, channel="test-json")
     elif output_format == "junit":
         from peach_cli.boundary import write_report
 
-        write_report(to_junit(outcomes, seconds), channel="test-junit")
+        write_report(document, channel="test-junit")
     else:
         from peach_cli.views.testing import print_test_summary
 

@@ -196,7 +196,8 @@ def hide_declared(root: Path, conf: object) -> None:
     skipped."""
     from peach_cli.boundary import hide
 
-    hide(known_values(root, declared_names(conf)))
+    values = known_values(root, declared_names(conf))
+    hide(values)
 
 
 def hide_declared_in(root: Path) -> None:

@@ -30,6 +30,16 @@ def to_json(outcomes: list[Outcome], seconds: float) -> dict[str, Any]:
     }
 
 
+def rendered(outcomes: list[Outcome], seconds: float, output_format: str) -> Any:
+    """The run as ``output_format`` asks: the JSON document (``json``), the JUnit XML
+    (``junit``), or None (``text``: each outcome was printed as it came)."""
+    if output_format == "json":
+        return to_json(outcomes, seconds)
+    if output_format == "junit":
+        return to_junit(outcomes, seconds)
+    return None
+
+
 def junit_classname(file: str) -> str:
     """A case's ``classname``: its file as pytest's JUnit report names a collected file's
     items (``tests/greet.peach-test.yaml`` → ``tests.greet.peach-test.yaml``), so that
