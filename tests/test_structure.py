@@ -830,3 +830,16 @@ def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
         finally:
             sys.setprofile(None)
         assert sorted(calls) == ["find", "read"], options
+
+
+def test_a_reload_applies_its_plan_one_way_down() -> None:
+    """``DevServer.apply_plan`` decides which pools stay and which start, then leaves each
+    new pool to start itself (``ReplicaPool.start_in``: its secrets read once, then its env,
+    then its replicas) and the routes to ``RoutingTable.of``: the server does not reach
+    into the secrets, the envs or the routes between two steps of its own."""
+    sources = _sources()
+    server = set(_calls_in(ast.parse(sources["simulator.server"].read_text())))
+    assert server.isdisjoint({"variables_of", "secret_values", "launch_for", "Route"})
+    start = _calls_in(_functions(sources["simulator.pool"])["ReplicaPool.start_in"])
+    assert start.count("variables_of") == 1 and "secret_values" not in start
+    assert start.index("variables_of") < start.index("launch_for") < start.index("start")
