@@ -146,7 +146,8 @@ class CaseItem(pytest.Item):
         from peach_cli.testing.run import run_case
 
         hosts = self.config.stash[_SESSION].hosts
-        outcome = run_case(hosts.client, hosts.url_for(self.project), "", self.loaded)
+        base = hosts.url_for(self.project)  # the project's plan loaded, its simulator started
+        outcome = run_case(hosts.client, base, "", self.loaded)
         if not outcome.passed:
             from peach_cli.boundary import shown_lines
 
