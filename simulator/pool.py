@@ -1,6 +1,7 @@
 """The replicas of one component, and the choice of which one serves a request.
 
-``ReplicaPool`` starts ``spec.replicas`` replicas, sends each request to the healthy replica
+``ReplicaPool`` starts ``spec.replicas`` replicas (``start_in``: in their env's interpreter,
+with their env_vars and secrets), sends each request to the healthy replica
 with the fewest outstanding requests (ties go round-robin), avoids a replica that is
 re-running ``init`` after drift while another one is healthy, waits for replicas that are
 still starting or restarting, and reports ``unavailable`` with the init error when none can

@@ -7,7 +7,9 @@ mistake is a ``Diagnostic`` at file:line:col, unknown keys with "did you mean"::
     files[0].cases[0].name, files[0].cases[0].url      # ('recommends two', '/recommend')
 
 ``check_urls`` adds the cases whose url is not an endpoint of the project (``peach
-validate`` calls it with the validated endpoints). Nothing here sends a request.
+validate`` calls it with the validated endpoints); ``select_cases`` is `peach test`'s step:
+the cases read, checked against the loaded project's urls, selected by ``-k``, or the error
+to show. Nothing here sends a request.
 """
 
 from __future__ import annotations

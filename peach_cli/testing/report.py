@@ -1,4 +1,5 @@
-"""Outcomes of a `peach test` run, and their machine-readable forms: JSON and JUnit XML.
+"""A `peach test` run's outcomes (``peach_cli.testing.run.Outcome``) in their machine-readable
+forms: JSON and JUnit XML (``rendered`` picks the one ``--format`` asks for).
 
 JUnit XML is what CI systems read, valid against Jenkins' xUnit schema (``junit-10.xsd``,
 ``tests/data``): one ``<testsuite>`` per case file (``file`` the file), one ``<testcase>``

@@ -8,7 +8,10 @@ a connection closed before the end is ``ResponseCut``: the same code as `peach a
         observed = observe(client, "http://127.0.0.1:8000", case)
         mismatches = compare(case.expect, observed)       # [] when the case passes
 
-Nothing here prints; ``peach_cli.views.testing`` renders outcomes.
+``run_case`` does both for one case of a case file and keeps what came of it (an
+``Outcome``): `peach test` runs its selected files with ``run_cases``, the pytest plugin each
+case item with ``run_case``. Nothing here prints; ``peach_cli.views.testing`` renders
+outcomes (``run_cases`` hands each one to its caller as it comes).
 """
 
 from __future__ import annotations
