@@ -109,3 +109,13 @@ def test_the_openapi_document_is_the_commands_on_both_hosts(deployed, recording_
     assert on_ray.json()["servers"] == [{"url": PREFIX}]
     assert on_dev.json() == command and command["servers"] == [{"url": "/"}]
     assert {**on_ray.json(), "servers": command["servers"]} == command
+
+
+def test_fuzz_with_a_url_fuzzes_the_deployed_app_under_its_prefix(deployed):
+    """SPEC §11: `peach fuzz --url` reads the deployed app's document under its prefix and
+    sends its requests there; the quickstart has nothing to find."""
+    fuzzed = run_peach("fuzz", "--url", deployed, "--examples", "10", "--seed", "3")
+    assert fuzzed.returncode == 0, fuzzed.stdout + fuzzed.stderr
+    shown = fuzzed.stdout + fuzzed.stderr
+    assert "/recommend  10 requests" in shown and "/story  10 requests" in shown, shown
+    assert "nothing found in 2 endpoints, 20 requests" in shown, shown

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean
+from peach_cli.project.notebook import walk
 
 if TYPE_CHECKING:
     from peach_cli.checks.undeclared import Run
@@ -26,7 +27,7 @@ def triggered_names(tree: ast.AST) -> Iterator[tuple[str, ast.expr]]:
     >>> [name for name, _ in triggered_names(ast.parse('trigger_task_with_event("a", {})'))]
     ['a']
     """
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if not isinstance(node, ast.Call):
             continue
         function = node.func
@@ -45,10 +46,12 @@ def unknown_triggered_tasks(conf: PeachConf, runs: list[Run]) -> list[Diagnostic
     """A PC310 warning for each literal task name that is not a task of ``conf``."""
     tasks = sorted(conf.tasks)
     found: list[Diagnostic] = []
+    visited: set[tuple[str, int]] = set()  # a cell shared by many components is read once
     for _where, notebook, extraction in runs:
         for cell in extraction.cells:
-            if cell.tree is None:
+            if cell.tree is None or (notebook.path, cell.number) in visited:
                 continue
+            visited.add((notebook.path, cell.number))
             for name, node in triggered_names(cell.tree):
                 if name in conf.tasks:
                     continue

@@ -33,6 +33,7 @@ from peach_cli.project.diagnostics import (
     invalid,
 )
 from peach_cli.project.loader import Path_, Project, load_project
+from peach_cli.project.notebook import fewer_collections
 from peach_cli.runtime.plan import (
     FALLBACK,
     PRIMARY,
@@ -317,10 +318,11 @@ def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:
 
     The plan is None when any diagnostic is an error.
     """
-    project, diagnostics = load_project(path)
-    if project is None:
-        return None, diagnostics
-    result = validate_project(project)
+    with fewer_collections():
+        project, diagnostics = load_project(path)
+        if project is None:
+            return None, diagnostics
+        result = validate_project(project)
     diagnostics += result.diagnostics
     if has_errors(diagnostics):
         return None, diagnostics

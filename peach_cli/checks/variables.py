@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from peach_cli.project.conf import VARIABLE_PATTERN
 from peach_cli.project.diagnostics import Diagnostic, Position
+from peach_cli.project.notebook import walk
 
 if TYPE_CHECKING:
     from peach_cli.checks.undeclared import Run
@@ -213,10 +214,12 @@ def credential_warnings(
                     )
                 )
     seen: set[tuple[str, int, int]] = set()
+    visited: set[tuple[str, int]] = set()  # a cell shared by many components is read once
     for _where, notebook, extraction in runs:
         for cell in extraction.cells:
-            if cell.tree is None:
+            if cell.tree is None or (notebook.path, cell.number) in visited:
                 continue
+            visited.add((notebook.path, cell.number))
             for node, label in _literals(cell.tree):
                 found_in = looks_like_credential(str(node.value), label)
                 if found_in is None:
@@ -247,7 +250,7 @@ def _literals(tree: ast.AST) -> Iterator[tuple[ast.Constant, str | None]]:
     keyword argument, a dict key), when there is one. Docstrings are skipped."""
     names: dict[int, str] = {}
     docstrings: set[int] = set()
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
@@ -264,7 +267,7 @@ def _literals(tree: ast.AST) -> Iterator[tuple[ast.Constant, str | None]]:
             for key, value in zip(node.keys, node.values, strict=False):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     names[id(value)] = key.value
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)

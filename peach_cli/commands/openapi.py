@@ -22,8 +22,10 @@ def run_openapi(project: Path, *, output_format: str = "json") -> int:
         )
     from peach_cli.commands.loading import load_plan
     from peach_cli.openapi import build_document
+    from peach_cli.project.notebook import fewer_collections
     from peach_cli.views.console import print_document
 
     plan = load_plan(project, doing="describing", warnings="lines")
-    print_document(build_document(plan), output_format)
+    with fewer_collections():
+        print_document(build_document(plan), output_format)
     return 0

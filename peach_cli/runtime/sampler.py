@@ -142,10 +142,15 @@ class Sampler:
         codes = self._codes
         main = threading.main_thread().ident
         idle = self._idle
-        for ident, frame in sys._current_frames().items():
-            if ident == me or (id(frame.f_code) in idle and ident != main):
-                continue  # a worker thread waiting for work: nothing of the user's below
-            stack = _stack_of(frame, codes)
+        # Every stack is read before anything that lets go of the GIL (the reads of /proc
+        # below): a thread that runs meanwhile may finish its call, and the frame object
+        # read after that would name the line where the call returned.
+        snapshot = [
+            (ident, _stack_of(frame, codes))
+            for ident, frame in sys._current_frames().items()
+            if ident != me and (ident == main or id(frame.f_code) not in idle)
+        ]  # (a worker thread waiting for work has nothing of the user's below)
+        for ident, stack in snapshot:
             if self.cpu:
                 weight = self._cpu_weight(ident, ident == main, stack, elapsed)
             else:  # wall-clock: the time requests spend in the user's code, waits included
