@@ -309,3 +309,16 @@ def test_a_long_position_is_shortened_from_its_start_to_fit() -> None:
     shown = row(line)
     assert len(shown) <= 80 and shown.endswith("Hot.ipynb, cell 3, line 4 · busy_function")
     assert "…" in shown and shown.startswith("    50.0%  ")
+
+
+def test_a_broken_project_is_shown_as_validate_shows_it_and_not_profiled(tmp_path: Path) -> None:
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(PROJECT, broken)
+    conf = broken / "peach.yaml"
+    conf.write_text(conf.read_text().replace("method: hot\n", "method: hott\n", 1))
+    code, out, err = profile("/hot", "-p", str(broken), "--duration", "1")
+    assert code == 1, out + err
+    assert "error PC204 method 'hott' is not defined" in out + err
+    assert f"✗ 1 error in {broken}: not profiling" in out + err

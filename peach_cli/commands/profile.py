@@ -171,7 +171,7 @@ def _host(project: Path | None, url: str | None) -> Iterator[str | None]:
     from peach_cli.testing.host import local_host
 
     root = project_root(project or Path.cwd(), need_conf=True)
-    plan, _ = checked_plan(root, "testing")  # as `peach test` says it of a broken project
+    plan, _ = checked_plan(root, "profiling")  # "2 errors in X: not profiling"
     with local_host(root, plan) as served:
         yield served
 

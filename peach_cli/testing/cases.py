@@ -4,7 +4,7 @@ Read with the conf's YAML-with-positions reader (``peach_cli.project.loader``), 
 mistake is a ``Diagnostic`` at file:line:col, unknown keys with "did you mean"::
 
     files, diagnostics = load_cases(Path("examples/quickstart"))
-    files[0].cases[0].name, files[0].cases[0].url      # ('recommends two', '/recommend')
+    files[0].cases[0].case.name, files[0].cases[0].case.url  # ("recommends two", "/recommend")
 
 ``check_urls`` adds the cases whose url is not an endpoint of the project (``peach
 validate`` calls it with the validated endpoints); ``select_cases`` is `peach test`'s step:
