@@ -746,3 +746,32 @@ def test_ab_keys_missing_unknown_or_of_the_wrong_shape(tmp_path, ab, code, where
     write_project(tmp_path, ab_endpoint(ab), NB)
     found = [(d.code, str(d.position)) for d in diagnose(tmp_path) if d.severity == "error"]
     assert found == [(code, where)]
+
+
+def test_overlapping_reads_collect_less_often_and_restore_the_thresholds_once_all_left() -> None:
+    """Two reads of a project in two threads (a reload's and another's), the first leaving
+    before the second: Python's collection thresholds are back as they were at the end,
+    not left at the reads' (what a naive save-and-restore per read would do)."""
+    import gc
+    import threading
+
+    from peach_cli.project.notebook import fewer_collections
+
+    before = gc.get_threshold()
+    second_in, first_out = threading.Event(), threading.Event()
+    seen: list[tuple[int, int, int]] = []
+
+    def second() -> None:
+        with fewer_collections():
+            second_in.set()
+            first_out.wait(10)
+            seen.append(gc.get_threshold())  # the first read has left; this one is inside
+
+    thread = threading.Thread(target=second)
+    with fewer_collections():
+        inside = gc.get_threshold()
+        thread.start()
+        assert second_in.wait(10)
+    first_out.set()
+    thread.join(10)
+    assert inside != before and seen == [inside] and gc.get_threshold() == before

@@ -16,6 +16,7 @@ import contextlib
 import gc
 import json
 import re
+import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -435,12 +436,26 @@ def fewer_collections() -> Iterator[None]:
     hundreds of thousands of objects that all stay alive, and each collection of the young
     generation walks them for nothing (about a tenth of ``peach openapi``'s time on 300
     endpoints). The thresholds are mypy's for the same job; restored on exit."""
-    before = gc.get_threshold()
-    gc.set_threshold(200_000, 30, 30)
+    with _Readers.lock:  # reads may overlap (a reload's thread and another's): the first
+        if _Readers.inside == 0:  # in saves the thresholds, the last out restores them
+            _Readers.saved = gc.get_threshold()
+            gc.set_threshold(200_000, 30, 30)
+        _Readers.inside += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _Readers.lock:
+            _Readers.inside -= 1
+            if _Readers.inside == 0:
+                gc.set_threshold(*_Readers.saved)
+
+
+class _Readers:
+    """Who is inside ``fewer_collections``, and the thresholds before the first came in."""
+
+    lock = threading.Lock()
+    inside = 0
+    saved: tuple[int, int, int] = (700, 10, 10)
 
 
 _WALKED: weakref.WeakKeyDictionary[ast.AST, list[ast.AST]] = weakref.WeakKeyDictionary()
