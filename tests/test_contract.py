@@ -96,6 +96,16 @@ class TestParseRequest:
             parse_request("POST", [], b"{}" + b" " * 20, max_body_bytes=10)
         assert caught.value.status == 413
 
+    def test_the_body_limit_is_exact(self) -> None:
+        """A body of exactly the limit is read; one byte more is 413 (SPEC §2's limit, not
+        a margin above it)."""
+        at_limit = b'{"a": 1}' + b" " * 2
+        params, _ = parse_request("POST", [], at_limit, max_body_bytes=len(at_limit))
+        assert params.body == {"a": 1}
+        with pytest.raises(ContractError) as caught:
+            parse_request("POST", [], at_limit + b" ", max_body_bytes=len(at_limit))
+        assert caught.value.status == 413
+
 
 class TestBinding:
     def test_init_state_reaches_model_and_args_fill_defaults(self) -> None:
