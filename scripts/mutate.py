@@ -36,6 +36,7 @@ CONTRACT = (
     "tests/test_fuzz_http.py",
 )
 PRINTABLE = (
+    "tests/test_boundary.py",
     "tests/test_local_service.py",
     "tests/test_fuzz_http.py",
     "tests/test_hostile_conf.py",
