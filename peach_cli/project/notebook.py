@@ -215,12 +215,29 @@ def names_from_other_cells(
     bound: set[str] = set()
     loads: list[tuple[Cell, ast.Name]] = []
     for cell in extraction.cells:
-        names = _cell_names(cell)
-        if names is None:  # it does not parse, or it imports *
+        if cell.tree is None:
             return []
-        cell_bound, cell_loads = names
-        bound |= cell_bound
-        loads += [(cell, node) for node in cell_loads]
+        for node in walk(cell.tree):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    loads.append((cell, node))
+                else:
+                    bound.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    if alias.name == "*":
+                        return []
+                    bound.add(alias.asname or alias.name.split(".")[0])
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                bound.update(node.names)
+            elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+                bound.add(node.name)
+            elif isinstance(node, ast.MatchMapping) and node.rest:
+                bound.add(node.rest)
     found: dict[str, tuple[Cell, ast.Name, Definition]] = {}
     for cell, node in loads:
         definition = notebook.definitions.get(node.id)
@@ -469,46 +486,6 @@ def walk(tree: ast.AST) -> list[ast.AST]:
     if nodes is None:
         nodes = _WALKED[tree] = list(ast.walk(tree))
     return nodes
-
-
-_NAMES: weakref.WeakKeyDictionary[ast.AST, tuple[set[str], list[ast.Name]] | None] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _cell_names(cell: Cell) -> tuple[set[str], list[ast.Name]] | None:
-    """The names a cell binds anywhere and the names it reads, in order; None when it
-    does not parse or has a ``*`` import. Read once per cell (many components share one)."""
-    if cell.tree is None:
-        return None
-    if cell.tree in _NAMES:
-        return _NAMES[cell.tree]
-    bound: set[str] = set()
-    loads: list[ast.Name] = []
-    result: tuple[set[str], list[ast.Name]] | None = (bound, loads)
-    for node in walk(cell.tree):
-        if isinstance(node, ast.Name):
-            if isinstance(node.ctx, ast.Load):
-                loads.append(node)
-            else:
-                bound.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any(alias.name == "*" for alias in node.names):
-                result = None
-                break
-            bound.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            bound.update(node.names)
-        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
-            bound.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            bound.add(node.rest)
-    _NAMES[cell.tree] = result
-    return result
 
 
 def imported_modules(tree: ast.AST) -> list[tuple[str, int]]:
