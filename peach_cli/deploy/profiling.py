@@ -139,7 +139,7 @@ def cpu_profile(dashboard: DashboardClient, replica: Replica, seconds: int, *, i
         return text
     reason = " ".join(text.split()) or f"HTTP {status}"
     if status == 404:
-        reason = f"it has no {PROFILE_PATH} (a Ray older than 2.x?)"
+        reason = f"it has no {PROFILE_PATH} route (this Ray version does not offer it)"
     raise ProfilingRefused(
         f"the Ray dashboard at {dashboard.shown} cannot profile {replica.name}: {reason[:600]}"
     )
