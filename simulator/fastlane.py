@@ -11,6 +11,11 @@ one write:
     Flow.prepare → the call sent to a replica, bounded by a contract ``Deadline``
     → Flow.settle on its result (or Flow.finish, in a task: the fallback, the error answers)
 
+A request is one object, ``FastCall``: the protocol's cycle while it is answered and the
+call in flight on its replica, whose result reaches it in one callback (``answered``). It
+holds no reference cycle, so it is freed as soon as it is answered (the garbage
+collector's passes would cost every request).
+
 It decides nothing the flow decides (the parameters, the A/B arm and its count, stream or
 call, the answers and every header are the flow's) and keeps no timer of its own; it logs
 and counts the request as the gateway does (``DevGateway.log``). What it keeps is what is
@@ -36,12 +41,12 @@ from peach_cli.runtime.contract import Attempt, CallResult, Deadline, HttpReply,
 from peach_cli.runtime.contract.answers import timed_out
 from simulator import debug
 from simulator.gateway import lookup
+from simulator.http_protocol import LaneConnection
+from simulator.replica import CallInFlight
 
 if TYPE_CHECKING:
     from simulator.gateway import DevGateway
-    from simulator.http_protocol import LaneConnection
     from simulator.local_service import LocalService
-    from simulator.replica import Replica
     from simulator.routing import Route
 
 logger = logging.getLogger("uvicorn.error")
@@ -56,6 +61,8 @@ class FastLane:
 
     def __init__(self, gateway: DevGateway, service: LocalService) -> None:
         self.gateway = gateway
+        self.flow = gateway.flow
+        """The gateway's ``Flow``: the steps each request goes through."""
         self.service = service
         self.calls = 0
         """Requests the fast lane has sent on to a replica (the others took the general path)."""
@@ -102,8 +109,10 @@ class FastLane:
         return FastCall(self, route, method.decode("ascii"), path, query, table.timeout_s)
 
 
-class FastCall:
-    """One request in the fast lane, from its body to its answer on ``connection``."""
+class FastCall(LaneConnection, CallInFlight):
+    """One request in the fast lane, from its body to its answer: the connection's cycle
+    while it is answered (``LaneConnection``) and, once sent, the call in flight on its
+    replica (``CallInFlight``, whose result comes to ``answered``) — one object a request."""
 
     __slots__ = (
         "lane",
@@ -113,9 +122,8 @@ class FastCall:
         "query",
         "timeout_s",
         "started",
-        "_connection",
+        "replica",
         "_prepared",
-        "_replica",
         "_request_id",
         "_deadline",
     )
@@ -130,23 +138,19 @@ class FastCall:
         self.query = query
         self.timeout_s = timeout_s
         self.started = time.perf_counter()
-        self._connection: LaneConnection | None = None
         self._prepared: Prepared | None = None
-        self._replica: Replica | None = None
         self._request_id = 0
         self._deadline: Deadline | None = None
 
-    def start(self, connection: LaneConnection) -> bool:
-        """The whole body is in (``connection.body``): serve the request, answering on
-        ``connection``; False when the general path must take it (it streams, or may)."""
+    def start(self) -> bool:
+        """The whole body is in: serve the request; False when the general path must take
+        it (it streams, or may)."""
         route = self.route
-        flow = self.lane.gateway.flow
-        prepared = flow.prepare(
-            route.endpoint, self.method, self.query, connection.body, calls_only=route.method_kind
+        prepared = self.lane.flow.prepare(
+            route.endpoint, self.method, self.query, self.body, calls_only=route.method_kind
         )
         if prepared is None:
             return False
-        self._connection = connection
         route.enter()
         if isinstance(prepared, HttpReply):  # the contract refuses it
             self._reply(prepared)
@@ -154,58 +158,55 @@ class FastCall:
         self._prepared = prepared
         self.lane.calls += 1
         replica = route.pools[prepared.arm].pick()
-        request_id = (
-            None if replica is None else replica.send_call(prepared.params, self._on_result)
-        )
-        if replica is None or request_id is None:  # none ready: the pool waits for one
+        request_id = None
+        if replica is not None:
+            self.replica = replica
+            request_id = replica.send_call(prepared.params, self)
+        if request_id is None:  # no replica ready: the pool waits for one
             self._reply_later(self._serve_waiting(prepared))
             return True
-        self._replica = replica
         self._request_id = request_id
-        deadline = self._deadline = Deadline(connection.loop, self.timeout_s, self._timed_out)
+        deadline = self._deadline = Deadline(self.loop, self.timeout_s, self._timed_out)
         relay = self.lane.gateway.debugger
         if relay is not None:  # a breakpoint in this call suspends its timeout
             line = debug.request_line(self.method, self.path, self.query)
-            relay.register(replica.id, request_id, deadline, line)
+            relay.register(self.replica.id, request_id, deadline, line)
         return True
 
     # -- the answer ------------------------------------------------------------------------
 
     def _timed_out(self) -> None:
-        replica, prepared = self._replica, self._prepared
-        assert replica is not None and prepared is not None
+        replica, prepared = self.replica, self._prepared
+        assert prepared is not None
         replica.cancel_call(self._request_id)
         attempt = Attempt(prepared.arm, replica.id)
-        self._on_result(timed_out(prepared.endpoint, attempt, self.timeout_s))
+        self.answered(timed_out(prepared.endpoint, attempt, self.timeout_s))
 
-    def _on_result(self, result: CallResult) -> None:
+    def answered(self, result: CallResult) -> None:
         """The arm's result: a success is written now, anything else goes on to
         ``Flow.finish``. Called from the replica's channel: whatever goes wrong here must
         not reach it (it would close the channel)."""
         try:
-            self._settle(result)
+            deadline, replica, prepared = self._deadline, self.replica, self._prepared
+            assert deadline is not None and prepared is not None
+            deadline.cancel()
+            relay = self.lane.gateway.debugger
+            if relay is not None:
+                relay.unregister(replica.id, self._request_id)
+            if result.replica is None:
+                result.replica = replica.id
+            flow = self.lane.flow
+            reply = flow.settle(prepared, result)
+            if reply is not None:
+                self._reply(reply)
+                return
+            self._reply_later(flow.finish(prepared, result, self.route, self.timeout_s))
         except Exception:  # noqa: BLE001 - as uvicorn does for an app that raises
             logger.exception("Exception in the fast lane")
             self._failed()
 
-    def _settle(self, result: CallResult) -> None:
-        deadline, replica, prepared = self._deadline, self._replica, self._prepared
-        assert deadline is not None and replica is not None and prepared is not None
-        deadline.cancel()
-        relay = self.lane.gateway.debugger
-        if relay is not None:
-            relay.unregister(replica.id, self._request_id)
-        if result.replica is None:
-            result.replica = replica.id
-        flow = self.lane.gateway.flow
-        reply = flow.settle(prepared, result)
-        if reply is not None:
-            self._reply(reply)
-            return
-        self._reply_later(flow.finish(prepared, result, self.route, self.timeout_s))
-
     async def _serve_waiting(self, prepared: Prepared) -> HttpReply:
-        return await self.lane.gateway.flow.serve_call(prepared, self.route, self.timeout_s)
+        return await self.lane.flow.serve_call(prepared, self.route, self.timeout_s)
 
     def _reply_later(self, replying: Coroutine[Any, Any, HttpReply]) -> None:
         task = asyncio.ensure_future(self._reply_awaited(replying))
@@ -223,18 +224,13 @@ class FastCall:
     def _failed(self) -> None:
         """The reply could not be made: close the connection, as uvicorn does when an
         application raises, and let the route drain."""
-        connection = self._connection
-        assert connection is not None
-        if connection.close_unanswered():
+        if self.close_unanswered():
             self.route.leave()
 
     def _reply(self, reply: HttpReply) -> None:
-        """Write the reply (the connection writes the head as uvicorn's cycle does), then
-        log and count it."""
-        connection = self._connection
-        assert connection is not None
+        """Write the reply (as uvicorn's cycle writes one), then log and count it."""
         try:
-            connection.reply(reply.status, reply.headers, reply.body)
+            self.reply(reply.status, reply.headers, reply.body)
         finally:
             self.route.leave()
         self.lane.gateway.log(self.method, self.path, self.route.endpoint, reply, self.started)

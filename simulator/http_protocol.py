@@ -23,9 +23,9 @@ the request is for, and the server must use it instead of ``Host``: the protocol
 the request's ``Host`` header, so that the Host check (``LocalService``) judges it, on both
 paths (the fast lane takes only targets that are a path).
 
-A request a lane takes (``simulator.fastlane``) has no ASGI cycle: the protocol gives it a
-``LaneConnection`` instead, which stands in for uvicorn's cycle (what the protocol reads of
-one) and writes the lane's answer as uvicorn's cycle writes one. Everything of uvicorn's
+A request a lane takes (``simulator.fastlane``) has no ASGI cycle: the lane gives the
+protocol a ``LaneConnection`` of its own kind instead, which stands in for uvicorn's cycle
+(what the protocol reads of one) and writes the lane's answer as uvicorn's cycle writes one. Everything of uvicorn's
 internals this server relies on is in this module (``tests/test_uvicorn_shape.py`` checks
 their shape against the installed uvicorn).
 
@@ -54,15 +54,6 @@ HEAD_TIMEOUT_S = 30.0
 (SPEC §6)."""
 
 
-class TakenRequest(Protocol):
-    """A request a ``Lane`` took at its head."""
-
-    def start(self, connection: LaneConnection) -> bool:
-        """The body is in (``connection.body``): answer it on ``connection`` (False: the
-        general path must take it after all)."""
-        ...
-
-
 class Lane(Protocol):
     """Takes requests whose answer needs no ASGI cycle (``simulator.fastlane``)."""
 
@@ -73,9 +64,9 @@ class Lane(Protocol):
         url: bytes,
         headers: list[tuple[bytes, bytes]],
         client: str | None,
-    ) -> TakenRequest | None:
+    ) -> LaneConnection | None:
         """The request whose head has just been read (``client``: its address), if the lane
-        takes it."""
+        takes it: a ``LaneConnection`` of its own kind, which the protocol then opens."""
         ...
 
 
@@ -92,9 +83,10 @@ _NO_EVENT = _NoEvent()
 
 
 class LaneConnection:
-    """The connection as a lane's request sees it, and the protocol's ``cycle`` meanwhile:
-    it has what uvicorn reads of one (``response_complete``, ``disconnected``,
-    ``keep_alive``, ``message_event``), and ``reply`` writes the answer."""
+    """A request a lane took, as the connection sees it: the protocol's ``cycle`` while it
+    is answered. It has what uvicorn reads of one (``response_complete``, ``disconnected``,
+    ``keep_alive``, ``message_event``), ``reply`` writes the answer, and the lane's own
+    subclass (``FastCall``) answers it in ``start``: one object a request."""
 
     __slots__ = (
         "body",
@@ -104,12 +96,10 @@ class LaneConnection:
         "keep_alive",
         "message_event",
         "_protocol",
-        "_taken",
     )
 
-    def __init__(
-        self, protocol: BoundedHttpToolsProtocol, taken: TakenRequest, keep_alive: bool
-    ) -> None:
+    def open(self, protocol: BoundedHttpToolsProtocol, keep_alive: bool) -> None:
+        """The protocol takes it as its cycle; the body is read next."""
         self.body = b""
         """The request's body, as it arrives."""
         self.loop = protocol.loop
@@ -119,10 +109,11 @@ class LaneConnection:
         """False after ``Connection: close`` (and when uvicorn shuts down meanwhile)."""
         self.message_event = _NO_EVENT
         self._protocol = protocol
-        self._taken = taken
 
     def start(self) -> bool:
-        return self._taken.start(self)
+        """The whole body is in (``body``): answer the request (``reply``); False when the
+        general path must take it after all."""
+        raise NotImplementedError
 
     def reply(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """Write the answer as uvicorn's cycle writes one (its status line, its default
@@ -303,15 +294,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if cycle is None or cycle.response_complete:
                 parser = self.parser
                 client = self.client
-                taken = lane.claim(
-                    parser.get_method(),
+                fast = lane.claim(
+                    self._method,
                     parser.get_http_version(),
                     self.url,
                     self.headers,
                     client[0] if client else None,
                 )
-                if taken is not None:
-                    fast = LaneConnection(self, taken, parser.should_keep_alive())
+                if fast is not None:
+                    fast.open(self, parser.should_keep_alive())
                     self._fast = fast
                     self.cycle = fast  # type: ignore[assignment]
                     return

@@ -107,26 +107,44 @@ class InFlight:
         raise NotImplementedError
 
 
-class _CallInFlight(InFlight):
-    """A non-streaming call: its ``CallResult`` goes to ``on_answer``."""
+class CallInFlight(InFlight):
+    """A non-streaming call: its ``CallResult`` goes to ``answered``, once (what the process
+    sent, or a failure: it died, or sent something else), sent to ``replica``.
+    ``Replica.call`` awaits one; the gateway's fast lane is one (``FastCall``)."""
 
-    __slots__ = ("on_answer", "replica_id")
+    __slots__ = ()
     counted = True
+    replica: Replica
+    """The replica the call was sent to."""
 
-    def __init__(self, on_answer: Callable[[CallResult], None], replica_id: str) -> None:
-        self.on_answer = on_answer
-        self.replica_id = replica_id
+    def answered(self, result: CallResult) -> None:
+        raise NotImplementedError
 
     def deliver(self, outcome: Message | ReplicaGone) -> None:
         if type(outcome) is Result:
-            self.on_answer(outcome.call_result())
+            self.answered(outcome.call_result())
             return
         message = (
             str(outcome)
             if isinstance(outcome, ReplicaGone)
-            else f"the replica {self.replica_id} sent {type(outcome).__name__} for a call"
+            else f"the replica {self.replica.id} sent {type(outcome).__name__} for a call"
         )
-        self.on_answer(CallResult.failure("method_error", message, self.replica_id))
+        self.answered(CallResult.failure("method_error", message, self.replica.id))
+
+
+class _AwaitedCall(CallInFlight):
+    """``Replica.call``'s: its result goes to ``future`` (unless cancelled meanwhile: its
+    ``Cancel`` is on its way)."""
+
+    __slots__ = ("future", "replica")
+
+    def __init__(self, future: asyncio.Future[CallResult], replica: Replica) -> None:
+        self.future = future
+        self.replica = replica
+
+    def answered(self, result: CallResult) -> None:
+        if not self.future.done():
+            self.future.set_result(result)
 
 
 class _StreamInFlight(InFlight):
@@ -406,12 +424,7 @@ class Replica:
         """One non-streaming call; cancelling it cancels the call in the replica. A
         breakpoint in it suspends ``deadline`` (its ``timeout_s``)."""
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
-
-        def answered(result: CallResult) -> None:
-            if not future.done():  # cancelled meanwhile (its Cancel is on its way)
-                future.set_result(result)
-
-        request_id = self.send_call(params, answered)
+        request_id = self.send_call(params, _AwaitedCall(future, self))
         if request_id is None:
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id
@@ -428,18 +441,16 @@ class Replica:
             if relay is not None:
                 relay.unregister(self.id, request_id)
 
-    def send_call(
-        self, params: RequestParams, on_answer: Callable[[CallResult], None]
-    ) -> int | None:
-        """Send one non-streaming call whose ``CallResult`` goes to ``on_answer``, called
-        once, from the loop, as soon as it arrives (or fails: the process died); its
-        request id, or None when the process is not running. ``cancel_call`` takes it back.
-        ``call`` awaits one; the gateway's fast lane answers from ``on_answer`` directly."""
+    def send_call(self, params: RequestParams, call: CallInFlight) -> int | None:
+        """Send one non-streaming call (``call.replica`` is this one) whose ``CallResult``
+        goes to ``call.answered``, once, from the loop, as soon as it arrives (or fails: the
+        process died); its request id, or None when the process is not running.
+        ``cancel_call`` takes it back. ``call`` awaits one; the gateway's fast lane is one."""
         channel = self._channel
         request_id = self._new_id()
         if channel is None or not channel.send(Call(request_id, params.query, params.body)):
             return None
-        self._track(request_id, _CallInFlight(on_answer, self.id))
+        self._track(request_id, call)
         return request_id
 
     def cancel_call(self, request_id: int) -> None:

@@ -27,6 +27,15 @@ def ok_envelope(result: Any) -> dict[str, Any]:
     return {"result": result, "status": "ok"}
 
 
+def ok_body(result: Any) -> bytes:
+    """``ok_envelope(result)`` as JSON (``Answer.body_bytes``), without the envelope's dict.
+
+    >>> ok_body({"x": "é"}) == Answer(200, ok_envelope({"x": "é"})).body_bytes()
+    True
+    """
+    return b'{"result": ' + _ENVELOPE.encode(result).encode() + b', "status": "ok"}'
+
+
 def error_envelope(code: str, message: str) -> dict[str, Any]:
     return {"status": "error", "error": {"code": code, "message": message}}
 
@@ -172,10 +181,15 @@ async def attempt(
     return result
 
 
+def settles(primary: CallResult) -> bool:
+    """The primary's result settles the request alone: a success that is not empty (no
+    fallback is asked)."""
+    return primary.ok and not primary.empty
+
+
 def succeeded(primary: CallResult, name: str) -> Answer | None:
-    """The answer when the primary's result settles it alone (a result that is not empty:
-    no fallback is asked), else None."""
-    if primary.ok and not primary.empty:
+    """The answer when the primary's result settles it alone (``settles``), else None."""
+    if settles(primary):
         return Answer(200, ok_envelope(primary.result), name, primary.replica)
     return None
 

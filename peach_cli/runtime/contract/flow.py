@@ -59,7 +59,8 @@ from peach_cli.runtime.contract.answers import (
     Attempt,
     CallResult,
     error_answer,
-    succeeded,
+    ok_body,
+    settles,
 )
 from peach_cli.runtime.contract.errors import ContractError, StreamCut
 from peach_cli.runtime.contract.request import (
@@ -133,7 +134,7 @@ class ClientGone(Exception):
     """The client went away before its answer began: there is nothing to send."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class HttpReply:
     """What a gateway sends back, and what happened, for its log.
 
@@ -169,29 +170,54 @@ class HttpReply:
 
 def answer_reply(answer: Answer, arm: str | None = None) -> HttpReply:
     """The reply carrying an envelope answer: JSON, with the component and replica headers."""
-    body = answer.body_bytes()
-    headers = [_JSON, (b"content-length", str(len(body)).encode())]
-    if answer.component:
-        headers.append((_COMPONENT, answer.component.encode()))
-    if answer.replica:
-        headers.append((_REPLICA, answer.replica.encode()))
-    if answer.status == 405:  # RFC 9110: a 405 lists the methods the resource allows
-        headers.append(_ALLOW)
     error = None
     if answer.status >= 400:
         details = answer.body.get("error") or {}
         error = f"{details.get('code')}: {details.get('message')}"
-    return HttpReply(
+    return _envelope_reply(
         answer.status,
-        headers,
-        body,
-        None,
+        answer.body_bytes(),
         answer.component,
         answer.replica,
         arm,
         error,
-        tried=answer.tried,
-        covered=answer.covered,
+        answer.tried,
+        answer.covered,
+    )
+
+
+def _envelope_reply(
+    status: int,
+    body: bytes,
+    component: str | None,
+    replica: str | None,
+    arm: str | None,
+    error: str | None = None,
+    tried: str | None = None,
+    covered: str | None = None,
+) -> HttpReply:
+    """The reply of an envelope already encoded (``body``), with its headers."""
+    headers = [_JSON, (b"content-length", str(len(body)).encode())]
+    if component:
+        headers.append((_COMPONENT, component.encode()))
+    if replica:
+        headers.append((_REPLICA, replica.encode()))
+    if status == 405:  # RFC 9110: a 405 lists the methods the resource allows
+        headers.append(_ALLOW)
+    return HttpReply(
+        status,
+        headers,
+        body,
+        None,
+        component,
+        replica,
+        arm,
+        error,
+        False,
+        False,
+        None,
+        tried,
+        covered,
     )
 
 
@@ -290,8 +316,11 @@ class Flow:
     def settle(self, prepared: Prepared, primary: CallResult) -> HttpReply | None:
         """The reply when the arm's result settles the request alone (a success that is not
         empty: no fallback is asked), else None: ``finish`` answers."""
-        answered = succeeded(primary, prepared.arm)
-        return None if answered is None else answer_reply(answered, prepared.logged_arm)
+        if not settles(primary):
+            return None
+        # the envelope succeeded() would build, encoded without its dict
+        body = ok_body(primary.result)
+        return _envelope_reply(200, body, prepared.arm, primary.replica, prepared.logged_arm)
 
     async def finish(
         self, prepared: Prepared, primary: CallResult, components: Caller, timeout_s: float
