@@ -18,6 +18,7 @@ requests, a client that leaves mid-call, a timeout, a replica that dies mid-call
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import re
 import socket
@@ -337,6 +338,40 @@ def test_the_fast_lane_answers_one_request_after_another_on_a_keep_alive_connect
             assert await asyncio.wait_for(reader.read(), 20) == b""  # closed by the server
         finally:
             writer.close()
+
+    serve(lane_project, scenario)
+
+
+def test_an_answered_call_is_freed_at_once_not_left_to_the_garbage_collector(lane_project):
+    """A request the lane answered (its call, its deadline, what the flow prepared) makes
+    no reference cycle: it is freed when answered. Cycles would be freed only by the
+    garbage collector, whose passes then cost every request (issue 36's per-call cost)."""
+    from peach_cli.runtime.contract import Deadline, Prepared
+    from simulator.fastlane import FastCall
+
+    async def scenario(server: Any, client: httpx.AsyncClient) -> None:
+        lane = server.fast_lane
+        host, port = server.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a pass finds is kept in gc.garbage
+        try:
+            before = lane.calls
+            for n in range(20):
+                url = "/hello" if n % 2 else f"/split?user_id=u-{n}"
+                writer.write(f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+                answer = await asyncio.wait_for(read_answer(reader), 20)
+                assert answer.startswith(b"HTTP/1.1 200 "), answer
+            assert lane.calls - before == 20
+            gc.collect()
+            left = [
+                type(o).__name__ for o in gc.garbage if type(o) in (FastCall, Deadline, Prepared)
+            ]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            writer.close()
+        assert left == []
 
     serve(lane_project, scenario)
 

@@ -21,9 +21,13 @@ T = TypeVar("T")
 
 
 class Deadline:
-    """A call's ``timeout_s``: ``expire`` is called when it runs out (see the module)."""
+    """A call's ``timeout_s``: ``expire`` is called when it runs out (see the module).
 
-    __slots__ = ("timeout_s", "expired", "_loop", "_expire", "_when", "_timer", "_ended")
+    Once ended (cancelled or run out) it lets go of ``expire``: a caller that keeps its
+    deadline (the fast lane's call, whose ``expire`` is its own method) makes no reference
+    cycle, and is freed as soon as it is answered, not by the garbage collector."""
+
+    __slots__ = ("timeout_s", "expired", "_loop", "_expire", "_when", "_timer")
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, timeout_s: float, expire: Callable[[], object]
@@ -32,10 +36,10 @@ class Deadline:
         self.expired = False
         """It ran out (``expire`` was called)."""
         self._loop = loop
-        self._expire = expire
+        self._expire: Callable[[], object] | None = expire
+        """None once ended."""
         self._when: float | None = loop.time() + timeout_s
         self._timer: asyncio.TimerHandle | None = loop.call_at(self._when, self._run_out)
-        self._ended = False
 
     def when(self) -> float | None:
         """The loop's time at which it runs out (None: suspended)."""
@@ -43,7 +47,7 @@ class Deadline:
 
     def reschedule(self, when: float | None) -> None:
         """Run out at ``when`` instead (None: not until rescheduled). Nothing, once ended."""
-        if self._ended:
+        if self._expire is None:
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -54,16 +58,17 @@ class Deadline:
 
     def cancel(self) -> None:
         """The call answered: the deadline ends without running out."""
-        self._ended = True
+        self._expire = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     def _run_out(self) -> None:
-        self._timer = None
-        self._ended = True
-        self.expired = True
-        self._expire()
+        expire = self._expire
+        self._timer = self._expire = None
+        if expire is not None:
+            self.expired = True
+            expire()
 
 
 async def bounded(timeout_s: float, run: Callable[[Deadline], Awaitable[T]]) -> T:
