@@ -82,6 +82,26 @@ class _NoEvent:
 _NO_EVENT = _NoEvent()
 
 
+class _DefaultHead:
+    """uvicorn's default headers (``date``, ``server``) written out once each time uvicorn
+    replaces them (once a second), not once a request."""
+
+    __slots__ = ("_headers", "_written")
+
+    def __init__(self) -> None:
+        self._headers: list[tuple[bytes, bytes]] | None = None
+        self._written = b""
+
+    def of(self, headers: list[tuple[bytes, bytes]]) -> bytes:
+        if headers is not self._headers:  # (held here: its id is not reused meanwhile)
+            self._written = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+            self._headers = headers
+        return self._written
+
+
+_DEFAULT_HEAD = _DefaultHead()
+
+
 class LaneConnection:
     """A request a lane took, as the connection sees it: the protocol's ``cycle`` while it
     is answered. It has what uvicorn reads of one (``response_complete``, ``disconnected``,
@@ -123,9 +143,7 @@ class LaneConnection:
         transport = protocol.transport
         self.response_complete = True
         if not transport.is_closing():
-            content = [STATUS_LINE[status]]
-            for name, value in protocol.server_state.default_headers:
-                content += (name, b": ", value, b"\r\n")
+            content = [STATUS_LINE[status], _DEFAULT_HEAD.of(protocol.server_state.default_headers)]
             for name, value in headers:
                 content += (name, b": ", value, b"\r\n")
             if not self.keep_alive:

@@ -181,6 +181,24 @@ def test_a_connection_has_the_state_the_protocol_reads() -> None:
     asyncio.run(check())
 
 
+def test_the_server_replaces_its_default_headers_rather_than_editing_them() -> None:
+    """The lane writes uvicorn's default headers (``date``, ``server``) once each time they
+    change, noticing the change by the list being another one (``_DefaultHead``): uvicorn
+    must assign a new list (each second, in ``Server.on_tick``), never edit it in place."""
+
+    async def check() -> None:
+        config = Config(app=_app, http="httptools", lifespan="off")
+        config.load()
+        server = Server(config)
+        before = server.server_state.default_headers
+        await server.on_tick(0)  # its once-a-second update of the default headers
+        after = server.server_state.default_headers
+        assert after is not before, "uvicorn now edits ServerState.default_headers in place"
+        assert [name for name, _ in after][:1] == [b"date"], after
+
+    asyncio.run(check())
+
+
 def test_the_server_still_captures_signals_in_a_context_manager() -> None:
     """``simulator.server`` replaces ``Server.capture_signals`` (peach handles Ctrl-C)."""
     method = getattr(Server, "capture_signals", None)
