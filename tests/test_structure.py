@@ -733,7 +733,7 @@ def test_functions_split_along_their_steps() -> None:
     assert _long_functions() == {}
 
 
-PROJECT_READERS = {"load_project", "find_conf_files", "build_plan", "checked_plan"}
+PROJECT_READERS = {"load_project", "read_project", "find_conf_files", "build_plan", "checked_plan"}
 """What finds or reads a project's conf (``peach_cli.project.loader``, the plan built on it)."""
 
 
@@ -783,6 +783,7 @@ def test_peach_test_walks_one_way_down() -> None:
     below = {
         "peach_cli.testing.cases": None,
         "peach_cli.testing.run": None,
+        "peach_cli.testing.outcome": None,
         "peach_cli.testing.report": None,
         "peach_cli.testing.host": {"Hosts.url_for"},  # the pytest plugin's: it has no plan
         "peach_cli.project.secrets": {"hide_declared_in"},  # for a command with no conf
@@ -803,9 +804,9 @@ def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
 
     from peach_cli.commands.test import run_test
     from peach_cli.errors import UsageError
-    from peach_cli.project import loader
+    from peach_cli.project import filenames, loader
 
-    counted = {loader.find_conf_files.__code__: "find", loader.load_project.__code__: "read"}
+    counted = {filenames.find_conf_files.__code__: "find", loader.read_project.__code__: "read"}
     calls: list[str] = []
 
     def count(frame: object, event: str, arg: object) -> None:
@@ -861,5 +862,3 @@ def test_a_reload_applies_its_plan_one_way_down() -> None:
         )
     }
     assert own_calls <= {"_retire"}, own_calls  # scheduled last: it drains the old pools
-
-

@@ -2,7 +2,7 @@
 
 ``peach dev`` (the simulator) and ``peach deploy`` (Ray Serve) both consume a ``ProjectPlan``
 and nothing else, so both host exactly the same thing. The plan is built by
-``peach_cli.checks.validate.build_plan`` from the conf model and the notebooks; it is plain frozen
+``peach_cli.checks.build.build_plan`` from the conf model and the notebooks; it is plain frozen
 data (picklable, JSON-able through ``to_dict``) so it can cross process boundaries.
 """
 
