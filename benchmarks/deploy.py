@@ -271,7 +271,7 @@ def alternating_latencies(urls: dict[str, str], count: int, block: int = 50) -> 
 
 def replicas_behind(project: Path, url: str) -> int:
     """How many replicas the component answering ``url`` has (the bare app gets as many)."""
-    from peach_cli.checks.validate import build_plan
+    from peach_cli.checks.build import build_plan
 
     plan, _ = build_plan(project)
     assert plan is not None, f"{project} does not validate"

@@ -61,7 +61,7 @@ def make_project(folder: Path, n: int, data_bytes: int) -> Path:
 def measure(n: int, data_mib: float = DATA_MIB) -> dict[str, Any]:
     """One row: the project's size and what a first deploy of it would send, for ``n``
     components (``ok``: within the project's size + 64 KiB per component, runtime apart)."""
-    from peach_cli.checks.validate import build_plan
+    from peach_cli.checks.build import build_plan
     from peach_cli.deploy.deployer import dry_run_bundle, upload_selection
 
     with tempfile.TemporaryDirectory(prefix="peach-upload-") as tmp:

@@ -165,13 +165,15 @@ def _masked_value(value: Any, forms: list[str]) -> Any:
 def shown(text: object) -> str:
     """``text`` as one line of output: secrets masked, every control character escaped
     (line breaks too). What every view does to a value from data."""
-    return printable(mask(str(text)))
+    masked = mask(str(text))  # first: a secret holding a control character is masked whole
+    return printable(masked)
 
 
 def shown_lines(text: object) -> str:
     """``text`` as lines of output (a traceback, a user's print): secrets masked, control
     characters escaped except line breaks and tabs."""
-    return printable_lines(mask(str(text)))
+    masked = mask(str(text))  # first: a secret holding a control character is masked whole
+    return printable_lines(masked)
 
 
 def shown_value(value: Any) -> Any:

@@ -17,9 +17,7 @@ is ``patched`` (its running replicas take the new code and keep their ``init`` s
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from simulator.edits import restart_reason
@@ -41,38 +39,6 @@ _FIELD_REASONS = {
 # --- what changed ---------------------------------------------------------------------------
 
 
-def served_fingerprint(spec: ComponentSpec, root: Path) -> str:
-    """A component's fingerprint as served: its spec's, and the values of its env_vars and
-    secrets (a secret changed in ``.env`` or the shell restarts the components reading it)."""
-    from peach_cli.project.secrets import values_digest
-
-    return f"{spec.fingerprint(root)}.{values_digest(spec, root)}"
-
-
-def _secret_digests(root: Path, names: set[str]) -> dict[str, str]:
-    """Secret name -> a digest of its value (``<missing>`` when it is set nowhere)."""
-    import os
-
-    from peach_cli.project.secrets import DotenvError, read_dotenv
-
-    try:
-        dotenv = read_dotenv(root) if names - set(os.environ) else {}
-    except DotenvError:  # the components reading it restart, and fail saying why
-        dotenv = {}
-    found = {}
-    for name in sorted(names):
-        value = os.environ.get(name, dotenv.get(name))
-        found[name] = "<missing>" if value is None else hashlib.sha256(value.encode()).hexdigest()
-    return found
-
-
-def _digest(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    except OSError:
-        return "<missing>"
-
-
 @dataclass(frozen=True)
 class Snapshot:
     """A plan as it was applied: each component's fingerprint and its modules' digests.
@@ -90,13 +56,19 @@ class Snapshot:
 
     @classmethod
     def take(cls, plan: ProjectPlan) -> Snapshot:
+        """The plan and, for each component, its fingerprint as served: its spec's, and the
+        values of its env_vars and secrets (a secret changed in ``.env`` or the shell
+        restarts the components reading it)."""
+        from peach_cli.project.secrets import secret_digests, values_digest
+
+        root = plan.root
         components = plan.components()
-        modules = {m for c in components for m in c.modules}
+        modules = plan.module_digests()
         return cls(
             plan,
-            {c.key: served_fingerprint(c, plan.root) for c in components},
-            {m: _digest(plan.root / m) for m in sorted(modules)},
-            _secret_digests(plan.root, {s for c in components for s in c.secrets}),
+            {c.key: f"{c.fingerprint(root)}.{values_digest(c, root)}" for c in components},
+            modules,
+            secret_digests(root, {s for c in components for s in c.secrets}),
         )
 
     def specs(self) -> dict[str, ComponentSpec]:

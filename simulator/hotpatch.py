@@ -16,11 +16,14 @@ Usage (inside the server's loop)::
     outcome = await patch_pool(pool, new_spec)
     if not outcome.ok:
         print(outcome.error)   # the old code still serves; the caller restarts instead
+
+    errors = await patch_pools(pools, new_plan.components(), keys)   # several at once
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from peach_cli.runtime.plan import ComponentSpec
@@ -63,3 +66,18 @@ async def patch_pool(
         return PatchOutcome(False, error)
     pool.spec = spec
     return PatchOutcome(True)
+
+
+async def patch_pools(
+    pools: Mapping[str, ReplicaPool], specs: Iterable[ComponentSpec], keys: Collection[str]
+) -> dict[str, str | None]:
+    """Patch the running pools of ``keys`` with their code in ``specs``, all at once: each
+    key patched -> None, each that could not be -> why (it is restarted instead)."""
+    targets = [(pools[s.key], s) for s in specs if s.key in keys and s.key in pools]
+    # Not shielded: cancelled (a newer save), no replica has committed — the commit
+    # follows every prepare with no await between — so nothing changes.
+    outcomes = await asyncio.gather(*(patch_pool(pool, spec) for pool, spec in targets))
+    return {
+        spec.key: None if outcome.ok else (outcome.error or "the patch failed")
+        for (_, spec), outcome in zip(targets, outcomes, strict=True)
+    }

@@ -1,7 +1,7 @@
 """The replicas of one component, and the choice of which one serves a request.
 
-``ReplicaPool`` starts ``spec.replicas`` replicas (``start_in``: in their env's interpreter,
-with their env_vars and secrets), sends each request to the healthy replica
+``ReplicaPool`` starts ``spec.replicas`` replicas as it is made (``starting``: in their env's
+interpreter, with their env_vars and secrets), sends each request to the healthy replica
 with the fewest outstanding requests (ties go round-robin), avoids a replica that is
 re-running ``init`` after drift while another one is healthy, waits for replicas that are
 still starting or restarting, and reports ``unavailable`` with the init error when none can
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,7 @@ from peach_cli.runtime.contract import Attempt, CallResult, RequestParams, unava
 from peach_cli.runtime.plan import ComponentSpec
 from simulator.events import Event, ReplicaState
 from simulator.replica import INIT_STUCK_S, Replica, ReplicaStream
-from simulator.spawn import Spawner, WorkerLaunch
+from simulator.spawn import Spawner
 
 if TYPE_CHECKING:
     from simulator.debug import DebugRelay
@@ -50,58 +51,56 @@ class ReplicaNumbers:
         return next(self._counters.setdefault(key, itertools.count(1)))
 
 
+@dataclass(frozen=True)
+class PoolOptions:
+    """What every pool of one server is made with."""
+
+    root: Path
+    """The project folder (replicas run there)."""
+    on_event: Callable[[Event], None]
+    environments: Environments
+    """The interpreters replicas run in."""
+    numbers: ReplicaNumbers = field(default_factory=ReplicaNumbers)
+    spawner: Spawner | None = None
+    init_stuck_s: float = INIT_STUCK_S
+    """A replica's start-up still running after this long is reported."""
+    debugger: DebugRelay | None = None
+
+
 class ReplicaPool:
     """All replicas of one component."""
 
-    def __init__(
-        self,
-        spec: ComponentSpec,
-        root: Path,
-        on_event: Callable[[Event], None],
-        *,
-        numbers: ReplicaNumbers | None = None,
-        spawner: Spawner | None = None,
-        init_stuck_s: float = INIT_STUCK_S,
-        debugger: DebugRelay | None = None,
-    ) -> None:
-        numbers = numbers or ReplicaNumbers()
+    def __init__(self, spec: ComponentSpec, options: PoolOptions) -> None:
         self.spec = spec
-        self.root = Path(root)
+        self.root = Path(options.root)
         self.key = spec.key
         self._changed = asyncio.Event()
+        self._turn = 0
+        self.retired = False
+        self.starting: asyncio.Future[None] = asyncio.ensure_future(
+            self._start_in(options.environments)
+        )
+        """The pool's start-up, begun as it is made (it runs once the replicas below exist):
+        done when each replica is healthy, unhealthy or restarting."""
         self.replicas = [
             Replica(
                 spec,
                 self.root,
-                f"{spec.key}#{numbers.next(spec.key)}",
-                on_event,
+                f"{spec.key}#{options.numbers.next(spec.key)}",
+                options.on_event,
                 on_change=self._notify,
-                spawner=spawner,
-                init_stuck_s=init_stuck_s,
-                debugger=debugger,
+                spawner=options.spawner,
+                init_stuck_s=options.init_stuck_s,
+                debugger=options.debugger,
             )
             for _ in range(max(1, spec.replicas))
         ]
-        self._turn = 0
-        self.retired = False
 
-    async def start(
-        self, launch: WorkerLaunch | None = None, variables: dict[str, str] | None = None
-    ) -> None:
-        """Start every replica at once (with ``launch``: in that interpreter, with
-        ``variables``: its env_vars and secrets); return when each is healthy, unhealthy or
-        restarting."""
-        for replica in self.replicas:
-            if launch is not None:
-                replica.launch = launch
-            if variables is not None:
-                replica.variables = dict(variables)
-        await asyncio.gather(*(replica.start() for replica in self.replicas))
-
-    async def start_in(self, environments: Environments) -> None:
-        """Start every replica in its env's interpreter (building the env first), with its
-        env_vars and secrets; a pool whose env cannot be built, or a secret of which is set
-        nowhere, is unhealthy with that message."""
+    async def _start_in(self, environments: Environments) -> None:
+        """Start every replica at once in its env's interpreter (building the env first),
+        with its env_vars and secrets (read once for all). A pool whose env cannot be built,
+        or a secret of which is set nowhere, is unhealthy with that message: its requests
+        get 503 with it."""
         from peach_cli.boundary import hide
         from peach_cli.project.secrets import DotenvError, MissingSecret, variables_of
         from simulator.environments import EnvUnavailable
@@ -111,15 +110,13 @@ class ReplicaPool:
             hide(variables[name] for name in self.spec.secrets)  # printed as ***
             launch = await environments.launch_for(self.spec)
         except (MissingSecret, DotenvError, EnvUnavailable) as error:
-            self.fail(str(error))  # its requests get 503 with this message
+            for replica in self.replicas:
+                replica.fail(str(error))
             return
-        await self.start(launch, variables)
-
-    def fail(self, error: str) -> None:
-        """Mark every replica unhealthy with ``error`` without starting it (its env could
-        not be built): requests get 503 with that error."""
         for replica in self.replicas:
-            replica.fail(error)
+            replica.launch = launch
+            replica.variables = dict(variables)
+        await asyncio.gather(*(replica.start() for replica in self.replicas))
 
     def _notify(self) -> None:
         self._changed.set()

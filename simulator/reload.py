@@ -1,7 +1,7 @@
 """Hot reload for ``peach dev``: what a save changed, and the loop that serves it.
 
 The loop is uvicorn's reloader made finer-grained: wait for a save (``simulator.watch``),
-rebuild the plan (``peach_cli.checks.validate.build_plan``), then either keep serving the last good
+rebuild the plan (``peach_cli.checks.build.build_plan``), then either keep serving the last good
 version and report the diagnostics (the project has errors), or hand the new plan to
 ``DevServer.apply_plan``, which patches the components whose method alone changed (their
 running replicas take the new code and keep their ``init`` state), starts new replicas for
@@ -204,7 +204,7 @@ class Reloader:
 
     async def reload(self, files: Iterable[str]) -> ReloadEvent:
         """Rebuild the plan after ``files`` changed and serve it if it is valid."""
-        from peach_cli.checks.validate import build_plan
+        from peach_cli.checks.build import build_plan
         from peach_cli.errors import PeachError
         from peach_cli.project.diagnostics import sort_key
 

@@ -53,15 +53,18 @@ class RoutingTable:
     routes: dict[str, Route]
 
     @classmethod
-    def of(cls, plan: ProjectPlan, pools: dict[str, ReplicaPool], timeout_s: float) -> RoutingTable:
-        """The table serving ``plan`` with ``pools`` (by component key)."""
+    def of(
+        cls, plan: ProjectPlan, pools: dict[str, ReplicaPool], timeout_s: float | None = None
+    ) -> RoutingTable:
+        """The table serving ``plan`` with ``pools`` (by component key); every call bounded
+        by ``timeout_s`` (``peach dev --timeout-s``), else by the plan's timeout."""
         routes = {}
         for endpoint in plan.endpoints.values():
             routes[url_key(endpoint.url)] = Route(
                 endpoint,
                 {name: pools[spec.key] for name, spec in endpoint.components.items()},
             )
-        return cls(plan.codops, timeout_s, routes)
+        return cls(plan.codops, plan.timeout_s if timeout_s is None else timeout_s, routes)
 
     def pools(self) -> list[ReplicaPool]:
         seen: dict[int, ReplicaPool] = {}

@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.runtime.plan import ComponentSpec, ProjectPlan
+from peach_cli.runtime.plan import ProjectPlan
 from simulator.changes import PlanChange, Snapshot
 from simulator.environments import Environments
 from simulator.events import Event, ReplicaState
 from simulator.http_server import HttpServer, ServeError
-from simulator.pool import ReplicaNumbers, ReplicaPool
+from simulator.pool import PoolOptions, ReplicaPool
 from simulator.replica import INIT_STUCK_S
 from simulator.routing import RoutingTable
 from simulator.spawn import Spawner, WorkerLaunch
@@ -88,7 +88,15 @@ class DevServer:
         """A replica's start-up still running after this long is reported."""
         self.debugger = debugger
         """The session's pdb relay (``simulator.debug``): calls register with it."""
-        self._numbers = ReplicaNumbers()
+        self._pool_options = PoolOptions(
+            plan.root,
+            self.emit,
+            self.environments,
+            spawner=self.spawner,
+            init_stuck_s=init_stuck_s,
+            debugger=debugger,
+        )
+        """What each pool is made with (its replicas numbered on across reloads)."""
         self._on_event = on_event
         self._pools: dict[str, ReplicaPool] = {}
         self._starting: asyncio.Future[Any] | None = None
@@ -124,22 +132,20 @@ class DevServer:
     def url(self) -> str:
         return self.http.url
 
-    def _timeout(self, plan: ProjectPlan) -> float:
-        return self.timeout_override if self.timeout_override is not None else plan.timeout_s
-
     async def start(self) -> None:
         """Bind, start serving, and start every replica (``wait_ready`` waits for them)."""
         self.http.bind()
+        # Replica processes start first (a pool starts as it is made): they boot while the
+        # HTTP stack is imported. Requests that arrive before their component is up wait
+        # for it (or its init error).
         for spec in self.plan.components():
-            self._pools[spec.key] = self._new_pool(spec)
-        # Replica processes start first: they boot while the HTTP stack is imported.
-        # Requests that arrive before their component is up wait for it (or its init error).
+            self._pools[spec.key] = ReplicaPool(spec, self._pool_options)
         self._starting = asyncio.ensure_future(
-            asyncio.gather(*(pool.start_in(self.environments) for pool in self._pools.values()))
+            asyncio.gather(*(pool.starting for pool in self._pools.values()))
         )
         from simulator.gateway import DevGateway
 
-        table = RoutingTable.of(self.plan, self._pools, self._timeout(self.plan))
+        table = RoutingTable.of(self.plan, self._pools, self.timeout_override)
         self.gateway = DevGateway(table, self._on_event, debugger=self.debugger)
         self.gateway.reinit = self.reinit
         self.gateway.recorder = self.recorder
@@ -196,17 +202,6 @@ class DevServer:
 
     # -- plans and reloads ---------------------------------------------------------------
 
-    def _new_pool(self, spec: ComponentSpec) -> ReplicaPool:
-        return ReplicaPool(
-            spec,
-            self.plan.root,
-            self.emit,
-            numbers=self._numbers,
-            spawner=self.spawner,
-            init_stuck_s=self.init_stuck_s,
-            debugger=self.debugger,
-        )
-
     def launches(self) -> list[WorkerLaunch]:
         """How replicas are started, one per env in use (spares are kept for each)."""
         return self.environments.launches()
@@ -238,60 +233,52 @@ class DevServer:
         async with self._applying:
             return await self._apply(snapshot, patch, restart)
 
-    async def _patch(
-        self, new_plan: ProjectPlan, keys: Collection[str], change: PlanChange
-    ) -> None:
-        """Patch the running pools of ``keys`` with their code in ``new_plan``."""
-        from simulator.hotpatch import patch_pool
-
-        specs = {spec.key: spec for spec in new_plan.components()}
-        targets = [(self._pools[k], specs[k]) for k in keys if k in specs and k in self._pools]
-        # Not shielded: cancelled (a newer save), no replica has committed — the commit
-        # follows every prepare with no await between — so nothing changes.
-        outcomes = await asyncio.gather(*(patch_pool(pool, spec) for pool, spec in targets))
-        for (_, spec), outcome in zip(targets, outcomes, strict=True):
-            if outcome.ok:
-                change.patched.append(spec.key)
-            else:
-                change.patch_failed[spec.key] = outcome.error or "the patch failed"
-
     async def _apply(
         self, snapshot: Snapshot, patch: Collection[str], restart: Collection[str]
     ) -> PlanChange:
+        from simulator.hotpatch import patch_pools
+
         assert self.gateway is not None, "start() first"
         new_plan = snapshot.plan
+        specs = new_plan.components()
         change = PlanChange()
-        if patch:
-            await self._patch(new_plan, patch, change)
+        for key, error in (await patch_pools(self._pools, specs, patch)).items():
+            if error is None:  # its replicas serve the new code already
+                change.patched.append(key)
+            else:
+                change.patch_failed[key] = error
         previous = self.served
-        for key in change.patched:  # the patched replicas serve the new code already
-            previous = previous.replace(key, snapshot)
         began = time.perf_counter()  # what follows is starting new replicas
         old_table = self.gateway.table
         old_pools = dict(self._pools)
         pools: dict[str, ReplicaPool] = {}
         fresh: list[ReplicaPool] = []
-        for spec in new_plan.components():
+        for spec in specs:
             existing = old_pools.get(spec.key)
-            same = previous.fingerprints.get(spec.key) == snapshot.fingerprints[spec.key]
+            same = spec.key in change.patched or (
+                previous.fingerprints.get(spec.key) == snapshot.fingerprints[spec.key]
+            )
             if existing is not None and same and spec.key not in restart:
                 pools[spec.key] = existing
                 if spec.key not in change.patched:
                     change.kept.append(spec.key)
             else:
-                pool = self._new_pool(spec)
-                pools[spec.key] = pool
-                fresh.append(pool)
+                pools[spec.key] = ReplicaPool(spec, self._pool_options)  # starting now
+                fresh.append(pools[spec.key])
                 change.started.append(spec.key)
         try:
-            await asyncio.gather(*(pool.start_in(self.environments) for pool in fresh))
+            await asyncio.gather(*(pool.starting for pool in fresh))
         except asyncio.CancelledError:  # a newer save supersedes this one: nothing changes
+            for key in change.patched:  # but what was patched serves the new code
+                previous = previous.replace(key, snapshot)
             self.served = previous
             await asyncio.shield(asyncio.gather(*(pool.stop() for pool in fresh)))
             raise
-        rejected: list[ReplicaPool] = []
         served = snapshot
-        for pool in [p for p in fresh if not _all_healthy(p)]:
+        rejected: list[ReplicaPool] = []
+        for pool in fresh:
+            if all(r.state is ReplicaState.HEALTHY for r in pool.replicas):
+                continue
             # The new version cannot serve but the previous one can: keep it (on the
             # platform the new replicas would stay unhealthy; the caller says so).
             existing = old_pools.get(pool.key)
@@ -299,14 +286,16 @@ class DevServer:
                 change.unstarted.append(pool.key)  # unhealthy, and nothing to keep serving
                 continue
             pools[pool.key] = existing
-            served = served.replace(pool.key, previous)
+            if pool.key not in change.patched:
+                served = served.replace(pool.key, previous)
             change.started.remove(pool.key)
             change.kept.append(pool.key)
-            change.failed[pool.key] = _start_error(pool)
+            errors = [r.error for r in pool.replicas if r.error]
+            change.failed[pool.key] = errors[0] if errors else "its replicas did not become healthy"
             rejected.append(pool)
         self.served = served
         self._pools = pools
-        self.gateway.table = RoutingTable.of(new_plan, pools, self._timeout(new_plan))
+        self.gateway.table = RoutingTable.of(new_plan, pools, self.timeout_override)
         kept = {id(pool) for pool in pools.values()}
         retired = [pool for key, pool in old_pools.items() if id(pool) not in kept]
         change.retired = [pool.key for pool in retired]
@@ -369,12 +358,3 @@ def _consume(future: asyncio.Future[object]) -> None:
     """Retrieve a cancelled future's outcome, so asyncio does not log it at exit."""
     if not future.cancelled():
         future.exception()
-
-
-def _all_healthy(pool: ReplicaPool) -> bool:
-    return all(replica.state is ReplicaState.HEALTHY for replica in pool.replicas)
-
-
-def _start_error(pool: ReplicaPool) -> str:
-    errors = [r.error for r in pool.replicas if r.error]
-    return errors[0] if errors else "its replicas did not become healthy"

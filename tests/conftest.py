@@ -266,7 +266,7 @@ class SemanticsDeploy:
     def get(self) -> tuple[Any, str]:
         from ray_cluster import RayHead
 
-        from peach_cli.checks.validate import build_plan
+        from peach_cli.checks.build import build_plan
         from peach_cli.deploy.deployer import deploy
 
         if self.head is None:

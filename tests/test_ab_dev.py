@@ -19,7 +19,7 @@ from reload_support import edit_file
 from rich.console import Console
 from waiting import poll
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.views.dev import DevView
 from simulator.changes import Snapshot, analyze_changes
 from simulator.events import Reloaded, RequestLogged

@@ -490,7 +490,7 @@ def test_not_found_on_a_dev_server_lists_endpoints_and_guesses(dev_server):
     """Against a real `peach dev` (tests/projects/semantics): its 404 and its route list."""
     from conftest import SEMANTICS
 
-    from peach_cli.checks.validate import build_plan
+    from peach_cli.checks.build import build_plan
 
     plan, _ = build_plan(SEMANTICS)
     assert plan is not None

@@ -294,7 +294,7 @@ def test_routes_of_a_dev_server(dev_server):
     """Against a real `peach dev` (tests/projects/semantics): every endpoint of its plan."""
     from conftest import SEMANTICS
 
-    from peach_cli.checks.validate import build_plan
+    from peach_cli.checks.build import build_plan
 
     plan, _ = build_plan(SEMANTICS)
     assert plan is not None

@@ -139,7 +139,7 @@ def probe_terminal(project: Path, dev, tmp_path: Path) -> str:
 def probe_live_view(project: Path, dev, tmp_path: Path) -> str:
     """The live table on a terminal: a replica row's last error (the crash's message)."""
     from peach_cli.boundary import hide, new_console
-    from peach_cli.checks.validate import build_plan
+    from peach_cli.checks.build import build_plan
     from peach_cli.views.dev import DevView
     from simulator.events import ReplicaChanged, ReplicaState, RequestLogged
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from projectkit import BASE_CELLS, diagnose, write_project
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.project.conf import PeachConf, json_schema, memory_bytes
 from peach_cli.project.loader import load_project
 from peach_cli.runtime.plan import DEFAULT_MEDIA_TYPE

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.deploy import APPLICATION_BUILDER
 from peach_cli.deploy.config import (
     GATEWAY,

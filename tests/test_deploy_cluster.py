@@ -20,7 +20,7 @@ import pytest
 from cli_support import run_peach
 from ray_cluster import RayHead
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.deploy.config import build_bundle, merge_applications
 from peach_cli.deploy.dashboard import DashboardClient
 from peach_cli.deploy.deployer import ReplicaStartFailed, Reporter, deploy, wait_until_running

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.client.send import routes_urls
 from peach_cli.deploy.config import build_bundle, check_route_prefix, merge_applications
 from peach_cli.deploy.dashboard import DashboardClient, auth_token

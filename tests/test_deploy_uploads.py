@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.deploy.config import build_bundle
 from peach_cli.deploy.uploads import MAX_UPLOAD_BYTES, check_size, select_files
 from peach_cli.errors import DeployError

@@ -21,7 +21,7 @@ from conftest import PROJECTS, DevProcess, drain_stream, start_peach_dev
 from projectkit import write_project
 from waiting import wait_until
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 
 
 def alive(pid: int) -> bool:

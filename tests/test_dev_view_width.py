@@ -16,7 +16,7 @@ import httpx
 import pytest
 from projectkit import write_project
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.runtime import aio
 from peach_cli.views.dev import DevView
 from simulator.session import DevSession, SessionConfig

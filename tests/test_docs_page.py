@@ -23,7 +23,7 @@ from projectkit import write_project
 from reload_support import edit_cell
 from waiting import poll
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.openapi import build_document
 
 CHROMIUM = find_chromium()

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, example, given, settings
 from projectkit import write_project
 from test_differential import MAX_BODY, Reply, Request, requests, send
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.runtime import aio
 
 CONF = """\

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from projectkit import BASE_CELLS, diagnose, notebook_json, write_project
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 
 CONF = """\
 codops: sec

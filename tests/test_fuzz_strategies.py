@@ -16,7 +16,7 @@ from peach_cli.fuzz.findings import Finding, judge
 from peach_cli.fuzz.strategies import LONG_LIST, LONG_TEXT, Request, request_strategy
 from peach_cli.fuzz.targets import Parameter, Target, targets_of
 from peach_cli.fuzz.watch import Heard
-from peach_cli.testing.run import Observed
+from peach_cli.testing.outcome import Observed
 
 QUICK = settings(max_examples=2000, database=None, suppress_health_check=list(HealthCheck))
 NEVER = settings(QUICK, max_examples=300)

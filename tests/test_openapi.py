@@ -16,7 +16,7 @@ from projectkit import diagnose, write_project
 from reload_support import copy_project, edit_cell
 from waiting import poll
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.openapi import build_document, endpoint_contracts
 
 REPO = Path(__file__).resolve().parent.parent

@@ -72,7 +72,7 @@ def test_deep_payload_file_is_a_message_not_a_traceback(project_copy, tmp_path, 
 @pytest.fixture(scope="module")
 def scheduler(project_copy):
     """A real TaskScheduler listening on its socket, in a thread's event loop."""
-    from peach_cli.checks.validate import build_plan
+    from peach_cli.checks.build import build_plan
     from simulator.tasks.scheduler import TaskScheduler
 
     plan, diagnostics = build_plan(project_copy)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from reload_support import append_file, copy_project, edit_cell, edit_file
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from simulator.changes import Changes, ComponentChange, Snapshot, analyze_changes
 from simulator.events import Reloaded, ReloadFailed, ReloadRejected
 

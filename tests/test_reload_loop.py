@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from reload_support import copy_project, edit_cell, edit_file
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.runtime.plan import ProjectPlan
 from simulator.changes import PlanChange, Snapshot
 from simulator.events import (
@@ -237,25 +237,25 @@ def test_half_a_save_is_not_reported_when_the_rest_lands_during_the_build(
 ) -> None:
     """An editor that writes a notebook in two steps: the build sees a truncated file, the
     second write lands meanwhile and is the next batch; the error in between is not shown."""
-    import peach_cli.checks.validate
+    import peach_cli.checks.build
 
     server, reloader, events = setup
     notebook = project / "notebooks" / "Endpoints.ipynb"
     edit_cell(project, '"v1"', '"v2"')
     complete = notebook.read_text()
     notebook.write_text(complete[: len(complete) // 2])
-    real_build = peach_cli.checks.validate.build_plan
+    real_build = peach_cli.checks.build.build_plan
 
     def build_while_the_save_finishes(path: Any) -> Any:
         result = real_build(path)
         notebook.write_text(complete)
         return result
 
-    monkeypatch.setattr(peach_cli.checks.validate, "build_plan", build_while_the_save_finishes)
+    monkeypatch.setattr(peach_cli.checks.build, "build_plan", build_while_the_save_finishes)
     event = asyncio.run(reloader.reload({"notebooks/Endpoints.ipynb"}))
     assert isinstance(event, ReloadRejected)  # the truncated notebook was invalid...
     assert events == []  # ...but a newer save was on its way: nothing was shown
 
-    monkeypatch.setattr(peach_cli.checks.validate, "build_plan", real_build)
+    monkeypatch.setattr(peach_cli.checks.build, "build_plan", real_build)
     event = asyncio.run(reloader.reload({"notebooks/Endpoints.ipynb"}))
     assert isinstance(event, Reloaded) and event.changes.restarted == ["hello/main"]

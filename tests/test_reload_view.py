@@ -9,7 +9,7 @@ import pytest
 from reload_support import RELOAD_BASIC, copy_project, edit_file
 from rich.console import Console
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.views.dev import DevView
 from simulator.changes import Changes, ComponentChange
 from simulator.events import (

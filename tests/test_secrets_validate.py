@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from projectkit import diagnose, write_project
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.checks.variables import looks_like_credential
 
 ROOT = Path(__file__).resolve().parent.parent

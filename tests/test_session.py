@@ -13,7 +13,7 @@ import pytest
 from projectkit import write_project
 from waiting import assert_gone
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.runtime import aio
 from simulator.events import ReplicaChanged, ReplicaState
 from simulator.session import DevSession, SessionConfig

@@ -733,7 +733,7 @@ def test_functions_split_along_their_steps() -> None:
     assert _long_functions() == {}
 
 
-PROJECT_READERS = {"load_project", "find_conf_files", "build_plan", "checked_plan"}
+PROJECT_READERS = {"load_project", "read_project", "find_conf_files", "build_plan", "checked_plan"}
 """What finds or reads a project's conf (``peach_cli.project.loader``, the plan built on it)."""
 
 
@@ -783,6 +783,7 @@ def test_peach_test_walks_one_way_down() -> None:
     below = {
         "peach_cli.testing.cases": None,
         "peach_cli.testing.run": None,
+        "peach_cli.testing.outcome": None,
         "peach_cli.testing.report": None,
         "peach_cli.testing.host": {"Hosts.url_for"},  # the pytest plugin's: it has no plan
         "peach_cli.project.secrets": {"hide_declared_in"},  # for a command with no conf
@@ -803,9 +804,9 @@ def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
 
     from peach_cli.commands.test import run_test
     from peach_cli.errors import UsageError
-    from peach_cli.project import loader
+    from peach_cli.project import filenames, loader
 
-    counted = {loader.find_conf_files.__code__: "find", loader.load_project.__code__: "read"}
+    counted = {filenames.find_conf_files.__code__: "find", loader.read_project.__code__: "read"}
     calls: list[str] = []
 
     def count(frame: object, event: str, arg: object) -> None:
@@ -833,13 +834,31 @@ def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
 
 
 def test_a_reload_applies_its_plan_one_way_down() -> None:
-    """``DevServer.apply_plan`` decides which pools stay and which start, then leaves each
-    new pool to start itself (``ReplicaPool.start_in``: its secrets read once, then its env,
-    then its replicas) and the routes to ``RoutingTable.of``: the server does not reach
-    into the secrets, the envs or the routes between two steps of its own."""
+    """``DevServer._apply`` goes down once, visiting each module one time, in this order:
+    the plan's components, the patches (``hotpatch.patch_pools``), the new pools (each
+    starts itself as it is made: ``ReplicaPool._start_in`` reads its secrets once, then
+    builds its env, then starts its replicas), what is served (``Snapshot.replace``), the
+    routes (``RoutingTable.of``). It calls no helper of its own module between two of those
+    steps, and does not reach into the secrets, the envs or the routes itself."""
     sources = _sources()
     server = set(_calls_in(ast.parse(sources["simulator.server"].read_text())))
     assert server.isdisjoint({"variables_of", "secret_values", "launch_for", "Route"})
-    start = _calls_in(_functions(sources["simulator.pool"])["ReplicaPool.start_in"])
+    start = _calls_in(_functions(sources["simulator.pool"])["ReplicaPool._start_in"])
     assert start.count("variables_of") == 1 and "secret_values" not in start
     assert start.index("variables_of") < start.index("launch_for") < start.index("start")
+    init = _calls_in(_functions(sources["simulator.pool"])["ReplicaPool.__init__"])
+    assert init.index("_start_in") < init.index("Replica")  # the pool's room, then the replicas'
+    server_functions = _functions(sources["simulator.server"])
+    apply = _calls_in(server_functions["DevServer._apply"])
+    steps = ["components", "patch_pools", "ReplicaPool", "replace", "of"]
+    assert [apply.index(step) for step in steps] == sorted(apply.index(step) for step in steps)
+    own_calls = {  # self.<method>(...) and the module's own functions
+        node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        for node in ast.walk(server_functions["DevServer._apply"])
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) == "self")
+            or (isinstance(node.func, ast.Name) and node.func.id in server_functions)
+        )
+    }
+    assert own_calls <= {"_retire"}, own_calls  # scheduled last: it drains the old pools

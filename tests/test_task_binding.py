@@ -20,7 +20,7 @@ import pytest
 from cli_support import run_peach
 from projectkit import write_project
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 
 CONF = """\
 codops: binding

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from projectkit import diagnose, write_project
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.project.conf import json_schema
 
 TASKS = Path(__file__).resolve().parent / "projects" / "tasks"

@@ -178,7 +178,7 @@ def test_triggered_runs_go_before_the_loops_next_task_and_during_its_pause(
     """The scheduler itself, with real task processes (peach's own interpreter)."""
     import asyncio
 
-    from peach_cli.checks.validate import build_plan
+    from peach_cli.checks.build import build_plan
     from simulator.tasks.events import TaskRunEnded
     from simulator.tasks.scheduler import TaskScheduler
 
@@ -234,7 +234,7 @@ def test_a_conf_missing_mid_save_does_not_stop_the_scheduler(project):
     says so, keeps its last good tasks, and runs the next trigger."""
     import asyncio
 
-    from peach_cli.checks.validate import build_plan
+    from peach_cli.checks.build import build_plan
     from simulator.events import ServerNote
     from simulator.tasks.events import TaskRunEnded
     from simulator.tasks.scheduler import TaskScheduler

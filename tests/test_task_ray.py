@@ -103,7 +103,7 @@ def test_a_ray_job_past_its_timeout_is_stopped(head: RayHead, project: Path) -> 
 def test_a_trigger_in_a_deployed_replica_runs_the_task_on_the_cluster(
     head: RayHead, project: Path
 ) -> None:
-    from peach_cli.checks.validate import build_plan
+    from peach_cli.checks.build import build_plan
     from peach_cli.deploy.deployer import deploy
 
     plan, diagnostics = build_plan(project)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from projectkit import BASE_CELLS, diagnose, notebook_json, write_project
 
-from peach_cli.checks.validate import build_plan
+from peach_cli.checks.build import build_plan
 from peach_cli.project.diagnostics import CODES
 
 ROOT = Path(__file__).resolve().parent.parent

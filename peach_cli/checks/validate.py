@@ -10,7 +10,6 @@ problem at once, plus the ``EndpointSpec``s for ``ProjectPlan``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from peach_cli.checks.ab import check_ab
 from peach_cli.checks.decorated import DecoratorNotebooks
@@ -29,11 +28,8 @@ from peach_cli.project.diagnostics import (
     Diagnostic,
     Position,
     did_you_mean,
-    has_errors,
-    invalid,
 )
-from peach_cli.project.loader import Path_, Project, load_project
-from peach_cli.project.notebook import fewer_collections
+from peach_cli.project.loader import Path_, Project
 from peach_cli.runtime.plan import (
     FALLBACK,
     PRIMARY,
@@ -311,31 +307,3 @@ class _Checker:
         top level's."""
         merged, names = self.conf.variables(env_vars, secrets)
         return {"env_vars": merged, "secrets": names}
-
-
-def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:
-    """Load, validate and plan a project (what `peach dev` and `peach deploy` serve).
-
-    The plan is None when any diagnostic is an error.
-    """
-    with fewer_collections():
-        project, diagnostics = load_project(path)
-        if project is None:
-            return None, diagnostics
-        result = validate_project(project)
-    diagnostics += result.diagnostics
-    if has_errors(diagnostics):
-        return None, diagnostics
-    return result.plan(), diagnostics
-
-
-def checked_plan(project: Path, doing: str) -> tuple[ProjectPlan, list[Diagnostic]]:
-    """The plan and its warnings, sorted; ``ProjectInvalid`` when the project has errors
-    (its message says ``2 errors in examples/bad: not serving`` for ``doing="serving"``)."""
-    from peach_cli.project.diagnostics import sort_key
-
-    plan, diagnostics = build_plan(project)
-    diagnostics.sort(key=sort_key)
-    if plan is None or has_errors(diagnostics):
-        raise invalid(project, diagnostics, doing)
-    return plan, [d for d in diagnostics if d.severity == "warning"]

@@ -33,7 +33,7 @@ def load_plan(project: Path, *, doing: str, warnings: Warnings = "hide") -> Proj
     ``ProjectInvalid`` when the project has errors, ``DotenvError`` when the ``.env`` its
     secrets need cannot be read.
     """
-    from peach_cli.checks.validate import checked_plan
+    from peach_cli.checks.build import checked_plan
     from peach_cli.project.secrets import hide_declared
 
     plan, found = checked_plan(project, doing)
@@ -72,7 +72,7 @@ def project_root(project: Path, *, need_conf: bool) -> Path:
     """The root of the project at ``project``: where its conf is, else (``need_conf``
     false) the folder itself (a folder whose cases or endpoints are on another host)."""
     from peach_cli.errors import UsageError
-    from peach_cli.project.loader import find_conf_files
+    from peach_cli.project.filenames import find_conf_files
 
     if not need_conf and not project.exists():
         raise UsageError(f"{project} does not exist")
@@ -89,19 +89,20 @@ def masked_root(project: Path) -> Path:
     its conf read once: the values of the secrets it declares are masked from now on (a
     conf with errors is read as far as it goes; a folder with no conf declares none)."""
     from peach_cli.errors import UsageError
-    from peach_cli.project.loader import find_conf_files, load_project
+    from peach_cli.project.filenames import find_conf_files
+    from peach_cli.project.loader import read_project
     from peach_cli.project.secrets import hide_declared
 
     if not project.exists():
         raise UsageError(f"{project} does not exist")
     try:
-        loaded, _ = load_project(project)
+        root, files = find_conf_files(project)
     except UsageError:  # no conf here: the folder is its own root, and declares nothing
         return project if project.is_dir() else project.parent
-    if loaded is None:  # no conf file could be read: none is declared
-        return find_conf_files(project)[0]
-    hide_declared(loaded.root, loaded.conf)
-    return loaded.root
+    loaded, _ = read_project(root, files)
+    if loaded is not None:  # else no conf file could be read: none is declared
+        hide_declared(root, loaded.conf)
+    return root
 
 
 def load_conf(project: Path) -> PeachConf:

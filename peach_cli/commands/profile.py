@@ -166,7 +166,7 @@ def _host(project: Path | None, url: str | None) -> Iterator[str | None]:
     if url is not None:
         yield url
         return
-    from peach_cli.checks.validate import checked_plan
+    from peach_cli.checks.build import checked_plan
     from peach_cli.commands.loading import project_root
     from peach_cli.testing.host import local_host
 
@@ -262,7 +262,7 @@ def _profile_deployed(
 def _line_maps(project: Path | None) -> dict[str, dict[str, Any]]:
     """By deployment, its component's notebook code by compiled name (``notebooks/X.ipynb``),
     to name the lines py-spy reports as cells; empty when there is no project here."""
-    from peach_cli.checks.validate import build_plan
+    from peach_cli.checks.build import build_plan
     from peach_cli.commands.loading import project_root
 
     try:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from peach_cli.fuzz.strategies import Request
     from peach_cli.fuzz.targets import Target
     from peach_cli.fuzz.watch import Heard
-    from peach_cli.testing.run import Observed
+    from peach_cli.testing.outcome import Observed
 
 KINDS = ("method_error", "timeout", "server_error", "replica_died")
 DOCUMENTED_5XX = {"method_error": 500, "unavailable": 503, "timeout": 504}

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from peach_cli.client.send import Client
     from peach_cli.fuzz.strategies import Request
     from peach_cli.fuzz.watch import Watch
-    from peach_cli.testing.run import Observed
+    from peach_cli.testing.outcome import Observed
 
 STREAM_LIMIT_S = 0.25
 """How long a stream is read past its first chunk before the fuzzer closes it: a generator

@@ -6,6 +6,7 @@ cannot disagree. Standard library only and cheap to import: a <TAB> and the pyte
 import it::
 
     conf_files(Path("examples/quickstart"))   # [PosixPath('examples/quickstart/peach.yaml')]
+    find_conf_files(Path("examples/quickstart"))   # (root, files); UsageError if none
     is_project_folder(Path("examples/quickstart"))                          # True
     "tests/greet.peach-test.yaml".endswith(CASE_SUFFIX)                      # True
 """
@@ -13,6 +14,8 @@ import it::
 from __future__ import annotations
 
 from pathlib import Path
+
+from peach_cli.errors import UsageError
 
 CONF_FILES = ("peach.yaml", "peach.yml")
 """The project's conf files in its folder, merged in this order."""
@@ -38,6 +41,29 @@ def conf_files(folder: Path) -> list[Path]:
     elif conf_folder.is_file():
         files.append(conf_folder)
     return files
+
+
+def find_conf_files(path: Path) -> tuple[Path, list[Path]]:
+    """The project root and its conf files in merge order; ``UsageError`` if there are none.
+
+    A single YAML file is a project of one file, rooted at its folder (or, for a file of
+    ``peach.conf/``, at the folder holding ``peach.conf/``, where its notebook paths start).
+    """
+    if not path.exists():
+        raise UsageError(
+            f"{path} does not exist", hint="give the project folder, or run peach inside it"
+        )
+    if path.is_file():  # one file of peach.conf/ belongs to the folder holding peach.conf/
+        return (path.parent.parent if path.parent.name == CONF_FOLDER else path.parent), [path]
+    if not path.is_dir():
+        raise UsageError(f"{path} is neither a folder nor a file")
+    files = conf_files(path)
+    if not files:
+        raise UsageError(
+            f"{path} is not a peach project: it has no peach.yaml and no peach.conf/ folder",
+            hint="create one here with `peach init`, or give the project folder",
+        )
+    return path, files
 
 
 def is_project_folder(folder: Path) -> bool:

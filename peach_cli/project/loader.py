@@ -1,11 +1,13 @@
-"""Loading a project: find its conf files, read YAML with positions, merge, validate the model.
+"""Loading a project: read its conf files (``peach_cli.project.filenames.find_conf_files``
+finds them) as YAML with positions, merge, validate the model.
 
-``load_project`` is the one loader every command uses. It never raises for a mistake in the
+``load_project`` is the one loader every command uses (``read_project`` when the files are
+found already). It never raises for a mistake in the
 project: each problem becomes a :class:`~peach_cli.project.diagnostics.Diagnostic` carrying the
 file, line and column of the YAML node it is about. Only a PROJECT argument that is not a
 project at all (a missing folder, a folder without conf) raises ``UsageError``.
 
-The loader knows nothing of notebooks or plans: ``peach_cli.checks.validate.build_plan`` loads
+The loader knows nothing of notebooks or plans: ``peach_cli.checks.build.build_plan`` loads
 with it, adds the checks that need the notebooks and, when there is no error, returns the
 ``ProjectPlan`` that ``peach dev`` and ``peach deploy`` serve.
 
@@ -21,9 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
 import yaml
 
-from peach_cli.errors import UsageError
 from peach_cli.project.diagnostics import Diagnostic, Position, did_you_mean
-from peach_cli.project.filenames import CONF_FILES, CONF_FOLDER, conf_files
+from peach_cli.project.filenames import CONF_FILES, find_conf_files
 
 if TYPE_CHECKING:
     from peach_cli.project.conf import PeachConf
@@ -75,30 +76,7 @@ class Project:
         return Position(self.files[0] if self.files else CONF_FILES[0], 1, 1)
 
 
-# --- finding the files ------------------------------------------------------------------------
-
-
-def find_conf_files(path: Path) -> tuple[Path, list[Path]]:
-    """The project root and its conf files in merge order; ``UsageError`` if there are none.
-
-    A single YAML file is a project of one file, rooted at its folder (or, for a file of
-    ``peach.conf/``, at the folder holding ``peach.conf/``, where its notebook paths start).
-    """
-    if not path.exists():
-        raise UsageError(
-            f"{path} does not exist", hint="give the project folder, or run peach inside it"
-        )
-    if path.is_file():  # one file of peach.conf/ belongs to the folder holding peach.conf/
-        return (path.parent.parent if path.parent.name == CONF_FOLDER else path.parent), [path]
-    if not path.is_dir():
-        raise UsageError(f"{path} is neither a folder nor a file")
-    files = conf_files(path)
-    if not files:
-        raise UsageError(
-            f"{path} is not a peach project: it has no peach.yaml and no peach.conf/ folder",
-            hint="create one here with `peach init`, or give the project folder",
-        )
-    return path, files
+# --- file names ----------------------------------------------------------------------------
 
 
 def relative_name(root: Path, path: Path) -> str:
@@ -687,11 +665,17 @@ def load_project(path: Path | str) -> tuple[Project | None, list[Diagnostic]]:
     Returns the project (None only when no conf file could be read at all) and every
     problem found in the conf files. Raises ``UsageError`` when ``path`` is not a project.
     """
+    return read_project(*find_conf_files(Path(path)))
+
+
+def read_project(root: Path, files: list[Path]) -> tuple[Project | None, list[Diagnostic]]:
+    """The project rooted at ``root`` read from its conf ``files`` (``find_conf_files``),
+    merged in that order: the project (None only when no conf file could be read at all)
+    and every problem found in the conf files."""
     from pydantic import ValidationError
 
     from peach_cli.project.conf import PeachConf
 
-    root, files = find_conf_files(Path(path))
     diagnostics: list[Diagnostic] = []
     trees = [
         t

@@ -165,6 +165,22 @@ def values_digest(spec: _HasVariables, root: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def secret_digests(root: Path, names: Iterable[str]) -> dict[str, str]:
+    """Secret name -> a digest of its value (``<missing>`` when it is set nowhere; a
+    ``.env`` that cannot be read counts as empty: the components reading it restart, and
+    fail saying why)."""
+    names = set(names)
+    try:
+        dotenv = read_dotenv(root) if names - set(os.environ) else {}
+    except DotenvError:
+        dotenv = {}
+    found = {}
+    for name in sorted(names):
+        value = os.environ.get(name, dotenv.get(name))
+        found[name] = "<missing>" if value is None else hashlib.sha256(value.encode()).hexdigest()
+    return found
+
+
 def declared_names(conf: object) -> list[str]:
     """Every secret name a conf (or a plan) declares: the top level's, each component's,
     each task's."""

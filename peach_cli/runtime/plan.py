@@ -2,7 +2,7 @@
 
 ``peach dev`` (the simulator) and ``peach deploy`` (Ray Serve) both consume a ``ProjectPlan``
 and nothing else, so both host exactly the same thing. The plan is built by
-``peach_cli.checks.validate.build_plan`` from the conf model and the notebooks; it is plain frozen
+``peach_cli.checks.build.build_plan`` from the conf model and the notebooks; it is plain frozen
 data (picklable, JSON-able through ``to_dict``) so it can cross process boundaries.
 """
 
@@ -207,3 +207,14 @@ class ProjectPlan:
 
     def components(self) -> list[ComponentSpec]:
         return [c for e in self.endpoints.values() for c in e.components.values()]
+
+    def module_digests(self) -> dict[str, str]:
+        """Each project module a component imports (relative path) -> a digest of its
+        contents (``<missing>`` if it cannot be read)."""
+        digests = {}
+        for module in sorted({m for c in self.components() for m in c.modules}):
+            try:
+                digests[module] = hashlib.sha256((self.root / module).read_bytes()).hexdigest()[:16]
+            except OSError:
+                digests[module] = "<missing>"
+        return digests

@@ -57,7 +57,7 @@ class Hosts:
         if self.url is not None:
             return self.url
         if project.resolve() not in self._urls:
-            from peach_cli.checks.validate import checked_plan
+            from peach_cli.checks.build import checked_plan
 
             self.simulator_url(project, checked_plan(project, "testing")[0])
         return self._urls[project.resolve()]

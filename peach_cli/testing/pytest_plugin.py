@@ -151,7 +151,8 @@ class CaseItem(pytest.Item):
         if not outcome.passed:
             from peach_cli.boundary import shown_lines
 
-            self.details = shown_lines(outcome.details())  # the report: no secret, no escape
+            details = outcome.details()
+            self.details = shown_lines(details)  # the report: no secret, no escape
             raise CaseFailed(self.details)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
@@ -234,7 +235,8 @@ class Peach:
 
     def ask(self, url: str, **params: Any) -> AskReply:
         """GET ``url`` with ``params`` as the query string; the whole answer."""
-        from peach_cli.testing.run import MISSING, observe_request
+        from peach_cli.testing.outcome import MISSING
+        from peach_cli.testing.run import observe_request
 
         observed = observe_request(self._hosts.client, self._request(url, params, False))
         if observed.failure is not None:

@@ -32,7 +32,7 @@ from peach_cli.printable import printable
 
 if TYPE_CHECKING:
     from peach_cli.client.send import Client
-    from peach_cli.testing.run import Observed
+    from peach_cli.testing.outcome import Observed
 
 Verdict = Literal["same", "differ", "failed"]
 _METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}")
@@ -187,7 +187,7 @@ def recorded_answer(data: dict[str, Any]) -> dict[str, Any]:
 
 def observed_answer(observed: Observed) -> dict[str, Any]:
     """What is compared of an answer just received."""
-    from peach_cli.testing.run import MISSING
+    from peach_cli.testing.outcome import MISSING
 
     answer: dict[str, Any] = {
         "status": observed.status,
@@ -256,7 +256,7 @@ def replay(
     request would fail the same way)."""
     from peach_cli.boundary import mask_value
     from peach_cli.client.send import Client
-    from peach_cli.testing.run import json_diff, json_equal
+    from peach_cli.testing.outcome import json_diff, json_equal
 
     paths = [parse_path(p) for p in ignore or []]
     names = ("recorded", "replayed") if against is None else (url or "A", against)

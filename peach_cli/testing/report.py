@@ -1,4 +1,4 @@
-"""A `peach test` run's outcomes (``peach_cli.testing.run.Outcome``) in their machine-readable
+"""A `peach test` run's outcomes (``peach_cli.testing.outcome.Outcome``) in their machine-readable
 forms: JSON and JUnit XML (``rendered`` picks the one ``--format`` asks for).
 
 JUnit XML is what CI systems read, valid against Jenkins' xUnit schema (``junit-10.xsd``,
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from peach_cli.testing.run import Outcome
+    from peach_cli.testing.outcome import Outcome
 
 
 def summary_counts(outcomes: list[Outcome]) -> tuple[int, int]:

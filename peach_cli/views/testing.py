@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from peach_cli.views.console import stdout
 
 if TYPE_CHECKING:
-    from peach_cli.testing.run import Outcome
+    from peach_cli.testing.outcome import Outcome
 
 
 def print_file(name: str) -> None:

@@ -509,7 +509,7 @@ class TaskScheduler:
         stamp = self._files_stamp(self.plan)
         if stamp == self._stamp:
             return
-        from peach_cli.checks.validate import build_plan
+        from peach_cli.checks.build import build_plan
 
         self._stamp = stamp
         try:

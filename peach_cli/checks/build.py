@@ -1,0 +1,51 @@
+"""A project's plan: its conf files found and read, checked with its notebooks, planned.
+
+``build_plan`` is what every command that serves or deploys starts from (`peach dev` and its
+hot reload, `peach deploy`, `peach test`, `peach profile`, ...); ``checked_plan`` is the same
+for a command that stops on an error (``ProjectInvalid``) and shows the warnings::
+
+    plan, diagnostics = build_plan("examples/quickstart")   # plan None: an error among them
+    plan, warnings = checked_plan(Path("examples/quickstart"), doing="serving")
+
+Each step is another module's, taken once and in order: the files are found
+(``peach_cli.project.filenames``), read (``peach_cli.project.loader``), checked
+(``peach_cli.checks.validate``), and the plan is the validation's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from peach_cli.checks.validate import validate_project
+from peach_cli.project.diagnostics import Diagnostic, has_errors, invalid, sort_key
+from peach_cli.project.filenames import find_conf_files
+from peach_cli.project.loader import read_project
+from peach_cli.project.notebook import fewer_collections
+from peach_cli.runtime.plan import ProjectPlan
+
+
+def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:
+    """Load, validate and plan a project (what `peach dev` and `peach deploy` serve).
+
+    The plan is None when any diagnostic is an error.
+    """
+    with fewer_collections():
+        root, files = find_conf_files(Path(path))
+        project, diagnostics = read_project(root, files)
+        if project is None:
+            return None, diagnostics
+        result = validate_project(project)
+    diagnostics += result.diagnostics
+    if has_errors(diagnostics):
+        return None, diagnostics
+    return result.plan(), diagnostics
+
+
+def checked_plan(project: Path, doing: str) -> tuple[ProjectPlan, list[Diagnostic]]:
+    """The plan and its warnings, sorted; ``ProjectInvalid`` when the project has errors
+    (its message says ``2 errors in examples/bad: not serving`` for ``doing="serving"``)."""
+    plan, diagnostics = build_plan(project)
+    diagnostics.sort(key=sort_key)
+    if plan is None or has_errors(diagnostics):
+        raise invalid(project, diagnostics, doing)
+    return plan, [d for d in diagnostics if d.severity == "warning"]
