@@ -86,17 +86,19 @@ class _DefaultHead:
     """uvicorn's default headers (``date``, ``server``) written out once each time uvicorn
     replaces them (once a second), not once a request."""
 
-    __slots__ = ("_headers", "_written")
+    __slots__ = ("_last",)
 
     def __init__(self) -> None:
-        self._headers: list[tuple[bytes, bytes]] | None = None
-        self._written = b""
+        self._last: tuple[list[tuple[bytes, bytes]] | None, bytes] = (None, b"")
+        """The list last written out (held: its id is not reused) and what it gave; one
+        attribute, so that servers in other threads never see one without the other."""
 
     def of(self, headers: list[tuple[bytes, bytes]]) -> bytes:
-        if headers is not self._headers:  # (held here: its id is not reused meanwhile)
-            self._written = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
-            self._headers = headers
-        return self._written
+        last = self._last
+        if last[0] is not headers:
+            last = (headers, b"".join(name + b": " + value + b"\r\n" for name, value in headers))
+            self._last = last
+        return last[1]
 
 
 _DEFAULT_HEAD = _DefaultHead()

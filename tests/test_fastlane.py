@@ -23,6 +23,8 @@ import os
 import re
 import socket
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +311,14 @@ async def read_answer(reader: asyncio.StreamReader) -> bytes:
     return head + await reader.readexactly(int(match.group(1)))
 
 
+def assert_dated_now(answer: bytes) -> None:
+    """The answer's ``date`` header says the time it was sent (within a few seconds)."""
+    found = re.search(rb"\r\ndate: ([^\r]+)\r\n", answer)
+    assert found is not None, answer
+    sent = parsedate_to_datetime(found.group(1).decode())
+    assert abs((datetime.now(UTC) - sent).total_seconds()) < 5, found.group(1)
+
+
 def test_the_fast_lane_answers_one_request_after_another_on_a_keep_alive_connection(
     lane_project,
 ):
@@ -327,6 +337,7 @@ def test_the_fast_lane_answers_one_request_after_another_on_a_keep_alive_connect
                 assert answer.startswith(b"HTTP/1.1 200 "), answer
                 assert f'"hello": "{n + 1}"'.encode() in answer
                 assert b"connection: close" not in answer.lower()
+                assert_dated_now(answer)  # uvicorn's default header, as the general path's
                 assert lane.calls - before == 1  # the lane's, on the same connection
             before = lane.calls
             writer.write(
