@@ -262,16 +262,20 @@ class ServeGateway:
         began = time.monotonic()
         try:
             app_name = serve.get_replica_context().app_name
-            status = await asyncio.to_thread(serve.status)
-            deployments = status.applications[app_name].deployments
+            deployments = await asyncio.to_thread(_deployment_details, app_name)
             running: dict[str, int] = {}
             unstartable: dict[str, str] = {}
             for name, item in deployments.items():
                 if name not in self.handles:
                     continue
-                count = running[name] = int(item.replica_states.get("RUNNING", 0))  # type: ignore[call-overload]
-                known = self.unstartable.get(name)
-                error = still_failing_to_start(str(item.status), item.message, count, known)
+                replicas = item.get("replicas") or ()
+                count = running[name] = sum(1 for r in replicas if r.get("state") == "RUNNING")
+                status = item.get("status", "")  # a DeploymentStatus (a str enum), or its value
+                status, message = (
+                    str(getattr(status, "value", status)),
+                    str(item.get("message", "")),
+                )
+                error = still_failing_to_start(status, message, count, self.unstartable.get(name))
                 if error:
                     unstartable[name] = error
             self.unstartable, self.running, self._checked_at = unstartable, running, began
@@ -360,12 +364,7 @@ class ServeGateway:
         app_name = serve.get_replica_context().app_name
 
         def read() -> tuple[dict[str, Any], dict[tuple[str, str], dict[str, Any]]]:
-            from ray.serve.context import _get_global_client
-
-            client = _get_global_client()
-            details = client.get_serve_details() if client is not None else {}
-            app = (details.get("applications") or {}).get(app_name) or {}
-            return app.get("deployments") or {}, reports.read(app_name)
+            return _deployment_details(app_name), reports.read(app_name)
 
         deployments, records = await asyncio.to_thread(read)
         components = {
@@ -374,6 +373,19 @@ class ServeGateway:
         }
         body = reports.health_body(self.codops, components, deployments, records, self.unstartable)
         return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
+
+
+def _deployment_details(app_name: str) -> dict[str, Any]:
+    """The deployments of application ``app_name`` as the Serve controller details them
+    (status, message, replicas and their states), read as plain data: ``serve.status()``
+    would build its models from all of them, pickling each deployment's request router
+    on the way, some 0.2 s of the gateway's CPU a read."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client()
+    details = client.get_serve_details() if client is not None else {}
+    app = (details.get("applications") or {}).get(app_name) or {}
+    return cast(dict[str, Any], app.get("deployments") or {})
 
 
 class Unstartable(Exception):
