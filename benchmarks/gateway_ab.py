@@ -9,12 +9,18 @@ rounds moves both sides). Printed: the median of the paired ratios (min and max 
 noisy the machine was), and each gateway process's CPU time per request (its own, not its
 replicas'), for ``def`` and ``async def``.
 
+``--against bare`` pairs this checkout with ``gateway.py``'s bare Starlette app instead (the
+same two functions as plain routes, no process boundary), and ``--against floor`` with its
+floor (bare Starlette over one standard-library worker process on a Unix socket).
+
 Usage::
 
     python benchmarks/gateway_ab.py --against /work/main            # 8 rounds
     python benchmarks/gateway_ab.py --against /tmp/before --rounds 14 --json
+    python benchmarks/gateway_ab.py --against bare --rounds 14
 
-Target (issue 36): this checkout's throughput ≥ 0.95× the other's, ``def`` and ``async def``.
+Targets (issue 36): this checkout's throughput ≥ 0.95× the other's, ``def`` and ``async def``;
+``async def`` throughput ≥ 1.1× bare Starlette's.
 """
 
 from __future__ import annotations
@@ -30,7 +36,16 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gateway import ASYNC_PATH, REPO, SYNC_PATH, Server, measure_throughput, start_peach  # noqa: E402
+from gateway import (  # noqa: E402
+    ASYNC_PATH,
+    REPO,
+    SYNC_PATH,
+    Server,
+    measure_throughput,
+    start_bare,
+    start_floor,
+    start_peach,
+)
 
 CLIENTS = 16
 
@@ -45,15 +60,29 @@ def slice_of(server: Server, path: str, seconds: float) -> tuple[float, float]:
     return rps, used / (rps * (time.perf_counter() - began)) * 1e6
 
 
-def compare(against: Path, rounds: int, seconds: float) -> dict[str, dict[str, float]]:
+def start_other(folder: Path, against: str) -> Server:
+    """The server measured against this checkout's `peach dev`: another checkout's, or
+    ``bare`` Starlette, or the ``floor``."""
+    if against == "bare":
+        return start_bare(folder)
+    if against == "floor":
+        return start_floor(folder)
+    repo = Path(against).resolve()
+    return start_peach(folder, repo=repo, env={"PYTHONPATH": str(repo)})
+
+
+def compare(against: str, rounds: int, seconds: float) -> dict[str, dict[str, float]]:
     figures: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="peach-ab-") as tmp:
         servers: dict[str, Server] = {}
         try:
-            for name, repo in (("this", REPO), ("other", against)):
+            for name in ("this", "other"):
                 folder = Path(tmp) / name
                 folder.mkdir()
-                servers[name] = start_peach(folder, repo=repo, env={"PYTHONPATH": str(repo)})
+                if name == "this":
+                    servers[name] = start_peach(folder, repo=REPO, env={"PYTHONPATH": str(REPO)})
+                else:
+                    servers[name] = start_other(folder, against)
                 servers[name].wait_ready()
             for label, path in (("def", SYNC_PATH), ("async def", ASYNC_PATH)):
                 for server in servers.values():
@@ -81,12 +110,14 @@ def compare(against: Path, rounds: int, seconds: float) -> dict[str, dict[str, f
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--against", required=True, help="the other checkout (e.g. main's)")
+    parser.add_argument(
+        "--against", required=True, help="the other checkout (e.g. main's), or bare, or floor"
+    )
     parser.add_argument("--rounds", type=int, default=8, help="paired slices per function")
     parser.add_argument("--slice", type=float, default=1.5, help="seconds of one slice")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     options = parser.parse_args()
-    figures = compare(Path(options.against).resolve(), options.rounds, options.slice)
+    figures = compare(options.against, options.rounds, options.slice)
     if options.json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
     else:
