@@ -208,16 +208,12 @@ def _envelope_reply(
         status,
         headers,
         body,
-        None,
-        component,
-        replica,
-        arm,
-        error,
-        False,
-        False,
-        None,
-        tried,
-        covered,
+        component=component,
+        replica=replica,
+        arm=arm,
+        error=error,
+        tried=tried,
+        covered=covered,
     )
 
 
