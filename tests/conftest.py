@@ -251,7 +251,8 @@ def base_url(dev_server: DevProcess) -> str:
     return dev_server.url
 
 
-SEMANTICS_CPUS = 36  # logical: 1 per replica of the project, 4 for test_peach_test_ray.py's app
+SEMANTICS_CPUS = 40  # logical: 31 for the project, 4 for test_peach_test_ray.py's app and 4
+# for test_task_ray.py's (their components ask for 1 CPU each)
 RAY_DEPLOY_TIMEOUT_S = 240
 
 
@@ -302,8 +303,9 @@ def ray_semantics_cluster() -> tuple[Any, str]:
     the proxy's URL.
 
     A head offering no CPUs and a worker node, so every replica runs on the worker; one
-    cluster for the session: the parity suite, the differential test and the endpoint
-    tests against a deployed app (another application, under a route prefix) share it.
+    cluster for the session: the parity suite, the differential test, the endpoint tests
+    against a deployed app and the task tests (their applications under route prefixes of
+    their own) share it.
     """
     return _semantics.get()
 

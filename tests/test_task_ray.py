@@ -1,7 +1,9 @@
 """Tasks on a real Ray cluster: `peach task run --address` as a Ray job (the dashboard's
 Jobs REST API), and `trigger_task_with_event` in a replica deployed by `peach deploy`.
 
-One head for the module (starting one costs many seconds).
+The cluster is the session's semantics cluster (``ray_semantics_cluster`` in conftest: a
+head offering no CPUs and a worker node), already running: starting one costs many seconds.
+The tasks project is deployed there beside the semantics app, under its own route prefix.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,13 +25,12 @@ from ray_cluster import RayHead
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tests" / "projects" / "tasks"
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]  # may start the cluster
 
 
 @pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with RayHead(num_cpus=4) as running:
-        yield running
+def head(ray_semantics_cluster: tuple[RayHead, str]) -> RayHead:
+    return ray_semantics_cluster[0]
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,8 @@ def test_a_trigger_in_a_deployed_replica_runs_the_task_on_the_cluster(
 
     plan, diagnostics = build_plan(project)
     assert plan is not None, diagnostics
-    result = deploy(plan, address=head.dashboard_url, http_port=head.http_port, timeout_s=240)
+    result = deploy(plan, address=head.dashboard_url, route_prefix="/tasks", timeout_s=240)
+    assert result.url.endswith("/tasks")
     with httpx.Client(base_url=result.url, timeout=30) as client:
         answer = client.get("/kick", params={"value": 5})
         assert answer.status_code == 200, answer.text
