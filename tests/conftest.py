@@ -60,11 +60,12 @@ class DevProcess:
             self.started = self.marked
 
     def output_since_mark(self) -> str:
-        """The start-up output and what was written since the mark."""
+        """The start-up output and what was written since the mark (read from there: a
+        shared server's log grows through the run, and this is polled)."""
         with self.log_path.open("rb") as log:
-            data = log.read()
-        startup = data[: self.started] if self.started is not None else b""
-        return (startup + data[self.marked :]).decode(errors="replace")
+            startup = log.read(self.started) if self.started is not None else b""
+            log.seek(self.marked)
+            return (startup + log.read()).decode(errors="replace")
 
     def wait_for_output(self, pattern: str, timeout_s: float = 20.0) -> re.Match[str]:
         """Poll the output written since the mark until ``pattern`` (a regex) appears."""
