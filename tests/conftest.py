@@ -422,6 +422,7 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 # -- running the suite in parallel (pytest-xdist, `-n 4 --dist loadgroup`) -----------------
 
 RAY_FIXTURES = frozenset({"ray_cluster", "ray_semantics_cluster", "ray_semantics"})
+SEMANTICS_DEV = frozenset({"dev_server", "base_url"})  # test_parity's base_url asks for it too
 RAY_MODULE_NAME = re.compile(r"(^|_)(ray|cluster)(_|$)")  # test_task_ray, test_doctor_cluster
 NOT_RAY_MODULE_NAME = re.compile(r"(^|_)without_ray(_|$)")
 
@@ -447,14 +448,22 @@ def _uses_ray(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests for ``--dist loadgroup``: every test that uses Ray in one group, so
-    one worker runs them all, one cluster at a time, and each marked ``ray``; each other
-    module in a group of its own, so its module-scoped servers start once (in the worker
-    that runs it)."""
+    one worker runs them all, one cluster at a time, and each marked ``ray``; the modules
+    with a test on the session's ``dev_server`` in one group, so one worker starts it (37
+    replicas, 4 % of a core while it waits: one in each worker cost ~100 CPU-seconds a
+    run); each other module in a group of its own, so its module-scoped servers start once
+    (in the worker that runs it)."""
+    on_dev_server = {
+        item.nodeid.partition("::")[0]
+        for item in items
+        if SEMANTICS_DEV & set(getattr(item, "fixturenames", ())) and not _uses_ray(item)
+    }
     ray = []
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            group = "ray" if _uses_ray(item) else item.nodeid.partition("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
+            module = item.nodeid.partition("::")[0]
+            group = "dev_server" if module in on_dev_server else module
+            item.add_marker(pytest.mark.xdist_group("ray" if _uses_ray(item) else group))
         if _uses_ray(item):
             ray.append(item)
             if item.get_closest_marker("ray") is None:  # so that -m "not ray" leaves it out
