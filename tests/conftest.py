@@ -449,10 +449,10 @@ def _uses_ray(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests for ``--dist loadgroup``: every test that uses Ray in one group, so
     one worker runs them all, one cluster at a time, and each marked ``ray``; the modules
-    with a test on the session's ``dev_server`` in one group, so one worker starts it (37
-    replicas, 4 % of a core while it waits: one in each worker cost ~100 CPU-seconds a
-    run); each other module in a group of its own, so its module-scoped servers start once
-    (in the worker that runs it)."""
+    with a test on the session's ``dev_server`` in one group, so one worker starts it, not
+    each (37 replicas: 4 % of a core at rest, ~30 CPU-seconds over a run); each other
+    module in a group of its own, so its module-scoped servers start once (in the worker
+    that runs it)."""
     on_dev_server = {
         item.nodeid.partition("::")[0]
         for item in items
