@@ -419,7 +419,7 @@ def pytest_runtest_call(item: pytest.Item) -> None:
             value.mark()
 
 
-# -- running the suite in parallel (pytest-xdist, `-n 4 --dist loadgroup`) -----------------
+# -- running the suite in parallel (pytest-xdist, `-n 3 --dist loadgroup`) -----------------
 
 RAY_FIXTURES = frozenset({"ray_cluster", "ray_semantics_cluster", "ray_semantics"})
 SEMANTICS_DEV = frozenset({"dev_server", "base_url"})  # test_parity's base_url asks for it too
