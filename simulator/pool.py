@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from peach_cli.runtime.contract import Attempt, CallResult, RequestParams, unavailable_message
 from peach_cli.runtime.plan import ComponentSpec
 from simulator.events import Event, ReplicaState
-from simulator.replica import INIT_STUCK_S, Replica, ReplicaStream
+from simulator.replica import INIT_STUCK_S, NotSent, Replica, ReplicaStream
 from simulator.spawn import Spawner
 
 if TYPE_CHECKING:
@@ -179,16 +179,41 @@ class ReplicaPool:
         return unavailable_message(where, f"(replicas are {states})")
 
     async def call(self, params: RequestParams, attempt: Attempt) -> CallResult:
-        """Call the component on the best replica; the contract's ``call`` for this pool."""
-        if not any(r.state in _SERVING for r in self.replicas):  # it waits for one to start
-            waiting = [r.state_since for r in self.replicas if r.state in _WAITING]
-            attempt.starting_since = min(waiting, default=None)
-        try:
-            replica = await self.acquire()
-        except Unavailable as error:
-            return CallResult.failure("unavailable", str(error))
-        attempt.replica = replica.id
-        return await replica.call(params, attempt.deadline)
+        """Call the component on the best replica; the contract's ``call`` for this pool.
+        A call sent to a replica whose process had already died (``NotSent``) waits for the
+        restart, as one arriving a moment later would (SPEC §2, starting replicas)."""
+        while True:
+            if not any(r.state in _SERVING for r in self.replicas):  # it waits for one to start
+                waiting = [r.state_since for r in self.replicas if r.state in _WAITING]
+                attempt.starting_since = min(waiting, default=None)
+            try:
+                replica = await self.acquire()
+            except Unavailable as error:
+                return CallResult.failure("unavailable", str(error))
+            attempt.replica = replica.id
+            try:
+                return await replica.call(params, attempt.deadline)
+            except NotSent:
+                if not await self._left(replica):
+                    return CallResult.failure(
+                        "unavailable", f"the replica {replica.id} is not running", replica.id
+                    )
+
+    async def _left(self, replica: Replica) -> bool:
+        """Wait until ``replica`` is seen to have left the serving states (its death noticed);
+        False if that takes longer than ``STARTUP_WAIT_S``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STARTUP_WAIT_S
+        while replica.state in (ReplicaState.HEALTHY, ReplicaState.RELOADING):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:  # not wait_for: on 3.11 it can swallow the caller's cancellation (timeout_s)
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
+            except TimeoutError:
+                pass
+        return True
 
     async def open_stream(self, params: RequestParams, attempt: Attempt) -> ReplicaStream:
         """Open a stream on the best replica, recorded in ``attempt`` (raises ``Unavailable``,

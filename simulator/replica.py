@@ -87,6 +87,16 @@ class ReplicaGone(Exception):
     """The replica process died before a stream it was asked for started."""
 
 
+class NotSent(Exception):
+    """A call that never reached the replica's process: it had died, and its end of the
+    connection was not yet seen to close. Nothing of the call ran; the replica will be
+    restarted, so the pool waits for one and sends the call again."""
+
+
+_RESTARTS_WHEN_GONE = (ReplicaState.HEALTHY, ReplicaState.RELOADING)
+"""States a replica is restarted from when its process dies."""
+
+
 StreamEvent = Message | ReplicaGone
 """What arrives for one stream: its messages, or the replica's death."""
 
@@ -426,6 +436,8 @@ class Replica:
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
         request_id = self.send_call(params, _AwaitedCall(future, self))
         if request_id is None:
+            if not self._stopping and self.state in _RESTARTS_WHEN_GONE:
+                raise NotSent(self.id)
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id
             )

@@ -540,7 +540,9 @@ class MessageChannel(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return False
         transport.write(frame)
-        return True
+        # a write that found the other end gone (the process died before its end of the
+        # connection was seen to close) closes the transport at once: not delivered
+        return not transport.is_closing()
 
 
 def send_message(sock: socket.socket, sent: Message) -> None:
