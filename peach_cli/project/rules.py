@@ -73,7 +73,7 @@ def requirement_problem(text: str) -> str | None:
     """
     if printable(text) != text:
         return "it holds a line break or another control character"
-    stripped = text.strip()
+    stripped = text.strip(" \t")  # PEP 508's whitespace (str.strip would take a no-break space)
     if not stripped:
         return "it is empty"
     if stripped.startswith("-"):
