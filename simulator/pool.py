@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from peach_cli.runtime.contract import Attempt, CallResult, RequestParams, unavailable_message
 from peach_cli.runtime.plan import ComponentSpec
 from simulator.events import Event, ReplicaState
-from simulator.replica import INIT_STUCK_S, NotSent, Replica, ReplicaStream
+from simulator.replica import INIT_STUCK_S, RESTARTED_WHEN_GONE, NotSent, Replica, ReplicaStream
 from simulator.spawn import Spawner
 
 if TYPE_CHECKING:
@@ -153,22 +153,28 @@ class ReplicaPool:
         replica = self.pick()
         if replica is not None:
             return replica
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + STARTUP_WAIT_S
+        deadline = asyncio.get_running_loop().time() + STARTUP_WAIT_S
         while True:
             replica = self.pick()
             if replica is not None:
                 return replica
             if not any(r.state in _WAITING for r in self.replicas) or self.retired:
                 raise Unavailable(self._unavailable_message())
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if not await self._next_change(deadline):
                 raise Unavailable(self._unavailable_message())
-            try:  # not wait_for: on 3.11 it can swallow the caller's cancellation (timeout_s)
-                async with asyncio.timeout(remaining):
-                    await self._changed.wait()
-            except TimeoutError:
-                pass
+
+    async def _next_change(self, deadline: float) -> bool:
+        """Wait for a replica's state to change, until ``deadline`` (the loop's clock);
+        False when it had passed already."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return False
+        try:  # not wait_for: on 3.11 it can swallow the caller's cancellation (timeout_s)
+            async with asyncio.timeout(remaining):
+                await self._changed.wait()
+        except TimeoutError:
+            pass
+        return True
 
     def _unavailable_message(self) -> str:
         errors = sorted({r.error for r in self.replicas if r.error})
@@ -202,17 +208,10 @@ class ReplicaPool:
     async def _left(self, replica: Replica) -> bool:
         """Wait until ``replica`` is seen to have left the serving states (its death noticed);
         False if that takes longer than ``STARTUP_WAIT_S``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + STARTUP_WAIT_S
-        while replica.state in (ReplicaState.HEALTHY, ReplicaState.RELOADING):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+        deadline = asyncio.get_running_loop().time() + STARTUP_WAIT_S
+        while replica.state in RESTARTED_WHEN_GONE:
+            if not await self._next_change(deadline):
                 return False
-            try:  # not wait_for: on 3.11 it can swallow the caller's cancellation (timeout_s)
-                async with asyncio.timeout(remaining):
-                    await self._changed.wait()
-            except TimeoutError:
-                pass
         return True
 
     async def open_stream(self, params: RequestParams, attempt: Attempt) -> ReplicaStream:

@@ -93,8 +93,8 @@ class NotSent(Exception):
     restarted, so the pool waits for one and sends the call again."""
 
 
-_RESTARTS_WHEN_GONE = (ReplicaState.HEALTHY, ReplicaState.RELOADING)
-"""States a replica is restarted from when its process dies."""
+RESTARTED_WHEN_GONE = (ReplicaState.HEALTHY, ReplicaState.RELOADING)
+"""The serving states a replica is restarted from when its process dies."""
 
 
 StreamEvent = Message | ReplicaGone
@@ -436,7 +436,7 @@ class Replica:
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
         request_id = self.send_call(params, _AwaitedCall(future, self))
         if request_id is None:
-            if not self._stopping and self.state in _RESTARTS_WHEN_GONE:
+            if not self._stopping and self.state in RESTARTED_WHEN_GONE:
                 raise NotSent(self.id)
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id

@@ -110,6 +110,24 @@ def test_every_message_round_trips_into_the_asyncio_channel_split_anyhow() -> No
     assert [type(m) for m in received] == [type(m) for m in SAMPLES]
 
 
+def test_a_write_to_a_peer_gone_before_its_close_was_seen_is_not_sent() -> None:
+    """The other process died, and the loop has not yet read its end closing: the write
+    fails at once, and ``send`` says so (peach dev then waits for the restart instead of
+    counting the call as one the replica was killed in)."""
+
+    async def main() -> tuple[bool, bool]:
+        left, right = socket.socketpair()
+        lost = asyncio.get_running_loop().create_future()
+        channel = MessageChannel(lambda message: None, lost.set_result)
+        await asyncio.get_running_loop().create_connection(lambda: channel, sock=right)
+        left.close()  # no await between the close and the send: the EOF is not read yet
+        sent = channel.send(SAMPLES[1])
+        await asyncio.wait_for(lost, 10)
+        return sent, channel.send(SAMPLES[1])
+
+    assert asyncio.run(main()) == (False, False)
+
+
 def test_a_result_carries_every_field_of_the_call_result() -> None:
     fields = [f.name for f in dataclasses.fields(CallResult)]
     assert list(Result._fields) == ["request_id", *fields]
