@@ -323,3 +323,33 @@ def test_a_deploy_ships_the_document_with_its_route_prefix_to_the_gateway() -> N
     assert shipped == build_document(plan, route_prefix="/qs")
     assert shipped["servers"] == [{"url": "/qs"}]
     assert {**shipped, "servers": [{"url": "/"}]} == build_document(plan)
+
+
+def test_an_enum_member_default_is_its_value(tmp_path: Path) -> None:
+    cells = [
+        "from enum import Enum, IntEnum\n",
+        "class Level(IntEnum):\n    LOW = 1\n    HIGH = 3\n\n"
+        "class Theme(str, Enum):\n    DARK = 'dark'\n    LIGHT = 'light'\n",
+        "def styled(model, level: Level = Level.LOW, theme: Theme = Theme.DARK,\n"
+        "           other: Level = Level.MISSING, far: int = Elsewhere.X):\n"
+        "    return [level, theme]\n",
+    ]
+    conf = (
+        "codops: styles\n"
+        "endpoints:\n"
+        "  styled:\n"
+        "    url: /styled\n"
+        "    components:\n"
+        "      main: {notebook: nb.ipynb, method: styled, full_notebook: true}\n"
+    )
+    found = document(write_project(tmp_path, conf, {"nb.ipynb": cells}))
+    validate_openapi(found)
+    body = found["paths"]["/styled"]["post"]["requestBody"]["content"]["application/json"]
+    properties = body["schema"]["properties"]
+    assert properties["level"] == {"type": "integer", "enum": [1, 3], "default": 1}
+    assert properties["theme"] == {"type": "string", "enum": ["dark", "light"], "default": "dark"}
+    # a member or a class the module does not define: no default to document
+    assert "default" not in properties["other"] and "default" not in properties["far"]
+    assert "required" not in body["schema"]
+    query = {p["name"]: p for p in found["paths"]["/styled"]["get"]["parameters"]}
+    assert query["level"]["schema"]["default"] == 1

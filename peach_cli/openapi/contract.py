@@ -161,7 +161,7 @@ def method_parameters(
         if name in args:
             default, required = args[name], False
         elif name in defaults:
-            default, required = _literal_default(defaults[name]), False
+            default, required = _literal_default(defaults[name], annotations), False
         else:
             default, required = NO_DEFAULT, True
         if default is not NO_DEFAULT and not fits(default, schema.schema):
@@ -174,7 +174,12 @@ def _is_none(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value is None
 
 
-def _literal_default(node: ast.expr) -> Any:
+def _literal_default(node: ast.expr, annotations: Annotations) -> Any:
+    """A default written as a literal, or as a member of one of the module's enums
+    (``Level.LOW``: its value, as a request carries it)."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        member = annotations.member_value(node.value.id, node.attr)
+        return member if _is_json(member) else NO_DEFAULT
     try:
         value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):

@@ -179,11 +179,20 @@ class Annotations:
             return schema
         return reading.cannot(node)
 
+    def member_value(self, enum: str, member: str) -> Any:
+        """The value of ``enum.member`` when it is one of this module's enums' str or int
+        members, else a value that is not JSON.
+
+        >>> names = Annotations(ast.parse("class L(IntEnum):\\n    LOW = 1\\n").body)
+        >>> names.member_value("L", "LOW")
+        1
+        """
+        return (self.members.get(enum) or {}).get(member, _NOT_LITERAL)
+
     def _literal(self, node: ast.expr) -> Any:
         """A ``Literal`` argument's value; ``Color.RED`` is that enum member's value."""
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            members = self.members.get(node.value.id) or {}
-            return members.get(node.attr, _NOT_LITERAL)
+            return self.member_value(node.value.id, node.attr)
         return _literal(node)
 
 
