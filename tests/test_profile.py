@@ -13,6 +13,7 @@ import json
 import re
 import threading
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -40,9 +41,9 @@ def profile(*args: str, columns: int = 200) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-def profile_to(written: Path, dev, *args: str, columns: int = 200) -> str:
-    """`peach profile /hot --url DEV -o WRITTEN ARGS`: its standard output (it succeeded)."""
-    code, out, err = profile("/hot", "--url", dev.url, "-o", str(written), *args, columns=columns)
+def profile_to(written: Path, dev, *args: str, columns: int = 200, path: str = "/hot") -> str:
+    """`peach profile PATH --url DEV -o WRITTEN ARGS`: its standard output (it succeeded)."""
+    code, out, err = profile(path, "--url", dev.url, "-o", str(written), *args, columns=columns)
     assert code == 0, out + err
     return out
 
@@ -168,7 +169,7 @@ def test_the_speedscope_file_follows_its_schema_and_cpu_time_finds_the_loop(
     import jsonschema
 
     written = tmp_path / "hot.json"
-    out = profile_to(written, dev, "--cpu", "--duration", "2", "--format", "json")
+    out = profile_to(written, dev, "n=200000", "--cpu", "--duration", "2", "--format", "json")
     assert without_share(json.loads(out)["self"][0]) == HOT  # CPU time: the loop too
     document = json.loads(written.read_text())
     jsonschema.validate(document, SPEEDSCOPE_SCHEMA)
@@ -178,6 +179,45 @@ def test_the_speedscope_file_follows_its_schema_and_cpu_time_finds_the_loop(
     assert all(0 <= i < len(frames) for stack in sampled["samples"] for i in stack)
     names = [frame["name"] for frame in frames]
     assert "busy (notebooks/Hot.ipynb, cell 3, line 4)" in names, names
+
+
+def replica_cpu_s(dev, component: str) -> Callable[[], float]:
+    """The CPU seconds (user and system) the first replica of ``component`` has used, read
+    from the kernel (``/proc``, through psutil): what the replica really used."""
+    import httpx
+    import psutil
+
+    health = httpx.get(f"{dev.url}/_peach/health", timeout=5).json()
+    (found,) = [c for c in health["components"] if c["component"] == component]
+    process = psutil.Process(int(found["replicas"][0]["pid"]))
+    return lambda: sum(process.cpu_times()[:2])
+
+
+SPIN = "notebooks/Hot.ipynb, cell 6, line {}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("concurrency", ["1", "8"])
+def test_cpu_time_is_the_cpu_the_replica_used_on_each_line(
+    dev, tmp_path: Path, concurrency: str
+) -> None:
+    """`spin` is pure CPU: line 3 three quarters of it, line 5 a quarter (the same loop, 3n
+    and n times). With one call at a time and with 8 (threads that mostly wait for the
+    GIL), --cpu gives each line its share of the CPU, and the CPU seconds the speedscope
+    file holds are the replica's. (The rest of the CPU is peach's: the event loop.)"""
+    used = replica_cpu_s(dev, "spin/main")
+    written = tmp_path / "spin.json"
+    before = used()
+    out = profile_to(written, dev, "--cpu", "-c", concurrency, "--duration", "6",
+                     "--format", "json", path="/spin")  # fmt: skip
+    spent = used() - before
+    shares = {line["position"]: line["share"] for line in json.loads(out)["self"]}
+    first, second = shares.get(SPIN.format(3), 0.0), shares.get(SPIN.format(5), 0.0)
+    assert first + second > 0.5, shares
+    assert abs(first / (first + second) - 0.75) <= 0.1, shares
+    (sampled,) = json.loads(written.read_text())["profiles"]
+    exported = sum(sampled["weights"])
+    assert abs(exported - spent) <= 0.1 * spent, (exported, spent)
 
 
 @pytest.mark.slow

@@ -89,23 +89,35 @@ def offers(name: str) -> bool:
     return True
 
 
-_FUTEX = {"x86_64": b"202", "aarch64": b"98"}.get(os.uname().machine)
+_FUTEX = {"x86_64": "202", "aarch64": "98"}.get(os.uname().machine)
 """The number of the ``futex`` system call, where a thread waits for a lock (the GIL)."""
 
 
-def thread_on_cpu(native_id: int) -> bool | None:
-    """Whether thread ``native_id`` of this process runs or waits for a lock (the GIL), read
-    from its system call in ``/proc`` (``peach profile --cpu``); None where that cannot be
-    told (no ``/proc``, an unknown machine, a thread gone): the caller then uses the
-    thread's CPU clock. Its caller checks ``offers("proc")`` once, not at every sample."""
+def thread_state(native_id: int) -> str | None:
+    """What thread ``native_id`` of this process does now, read from its system call in
+    ``/proc`` (``peach profile --cpu``): ``"running"`` (on a CPU, or runnable, outside any
+    system call), ``"lock"`` (waiting for a lock: the GIL, mostly) or ``"blocked"`` (in
+    another system call: a sleep, I/O). None where that cannot be told (no ``/proc``, an
+    unknown machine, a thread gone). Linux writes ``running\\n`` or the call's number and
+    arguments. Its caller checks ``offers("proc")`` once, not at every sample.
+
+    >>> import threading
+    >>> thread_state(threading.get_native_id()) in ("blocked", None)  # in read(2), reading
+    True
+    """
     if _FUTEX is None:
         return None
     try:
         with open(f"/proc/self/task/{native_id}/syscall", "rb") as call:
-            head = call.read(16).split(b" ", 1)[0]
+            head = call.read(32).split(maxsplit=1)
     except OSError:
         return None
-    return head == b"running" or head == _FUTEX
+    if not head:
+        return None
+    word = head[0].decode("ascii", "replace")
+    if word == "running":
+        return "running"
+    return "lock" if word == _FUTEX else "blocked"
 
 
 def missing() -> list[Feature]:
@@ -220,4 +232,5 @@ __all__ = [
     "offers",
     "parents",
     "set_parent_death_signal",
+    "thread_state",
 ]

@@ -10,8 +10,10 @@ or (``cpu``) the CPU time its thread used meanwhile, read from the thread's CPU 
 Wall-clock mode counts the stacks that pass through code that is not the standard
 library's or peach's: the time requests spend in the user's code, waiting on I/O included
 (exactly what it should show); peach's own threads there mostly wait — for work, or for
-the GIL that the user's code holds. CPU mode counts the CPU time of the threads in the user's code and of the event loop's
-thread, peach's work included (``_cpu_weight``).
+the GIL that the user's code holds. CPU mode counts the CPU time every thread used, from
+its CPU clock (the time it ran, never the time it waited for the GIL, a lock or I/O), on
+the stack it is on: peach's work included, folded into one entry later; the CPU seconds a
+profile holds are the replica's, but for the sampler's own (``_cpu_weight``).
 
 ``stop()`` returns the profile as plain data: a table of frames, each
 ``(kind, position, function)`` with ``kind`` one of ``notebook``, ``project``, ``library``,
@@ -82,6 +84,8 @@ class Sampler:
         self._natives: dict[int, int | None] = {}
         self._proc = linux.offers("proc")
         """Whether a thread's system call can be read (``/proc``: Linux)."""
+        self._at_work: dict[int, Stack] = {}
+        """A thread's stack when it was last seen at work (``cpu``)."""
         self._cpu_seen: dict[int, float] = {}
         self._kinds: dict[str, str] = {}
         self._codes: dict[int, CodeType] = {}
@@ -142,25 +146,70 @@ class Sampler:
         codes = self._codes
         main = threading.main_thread().ident
         idle = self._idle
-        # Every stack is read before anything that lets go of the GIL (the reads of /proc
-        # below): a thread that runs meanwhile may finish its call, and the frame object
-        # read after that would name the line where the call returned.
+        frames = sys._current_frames()
+        # Every stack is read before anything else: a thread that runs meanwhile may
+        # finish its call, and the frame object read after that would name the line where
+        # the call returned.
+        if self.cpu:
+            self._sample_cpu(frames, me, main, elapsed)
+            return
         snapshot = [
-            (ident, _stack_of(frame, codes))
-            for ident, frame in sys._current_frames().items()
+            _stack_of(frame, codes)
+            for ident, frame in frames.items()
             if ident != me and (ident == main or id(frame.f_code) not in idle)
         ]  # (a worker thread waiting for work has nothing of the user's below)
-        for ident, stack in snapshot:
-            if self.cpu:
-                weight = self._cpu_weight(ident, ident == main, stack, elapsed)
-            else:  # wall-clock: the time requests spend in the user's code, waits included
-                weight = 0.0 if self._waits(stack) else elapsed
-            if weight > 0.0:
-                stacks[stack] = stacks.get(stack, 0.0) + weight
-        if not self.cpu and self.loop is not None:
+        for stack in snapshot:  # wall-clock: the time requests spend in the user's code,
+            if not self._waits(stack):  # waits included
+                stacks[stack] = stacks.get(stack, 0.0) + elapsed
+        if self.loop is not None:
             for stack in _waiting_coroutines(self.loop, codes):
                 if not self._waits(stack):
                     stacks[stack] = stacks.get(stack, 0.0) + elapsed
+
+    def _sample_cpu(
+        self, frames: dict[int, FrameType], me: int, main: int | None, elapsed: float
+    ) -> None:
+        """Put the CPU time each thread used since the last sample on a stack (see
+        ``_cpu_weight``): the one it is on, when it runs or waits to run (for the GIL)
+        there; else — it sleeps, waits for I/O or for work — the CPU was spent before it
+        stopped, on the stack it was last seen running on (its own, folded into peach's
+        entry, when it never was). The sampler's own CPU is peach's too."""
+        stacks = self.stacks
+        snapshot = [(ident, _stack_of(frame, self._codes)) for ident, frame in frames.items()]
+        for ident, stack in snapshot:  # every thread's clock moves on, a waiting one's too
+            used = self._cpu_used(ident)
+            if used is None or ident in (me, main):
+                weight = self._cpu_weight(used, ident, me, main, stack, elapsed)
+            else:
+                weight = used
+                if used > 0.0:
+                    stack = self._cpu_stack(ident, stack, id(frames[ident].f_code))
+            if weight > 0.0:
+                stacks[stack] = stacks.get(stack, 0.0) + weight
+
+    def _cpu_stack(self, ident: int, stack: Stack, leaf: int) -> Stack:
+        """The stack to put thread ``ident``'s CPU on: ``stack``, unless the thread now
+        waits (for work, sleeps, I/O) and was seen running before."""
+        stopped = leaf in self._idle or self._waits(stack, thread=True)
+        if not stopped:
+            state = self._thread_state(ident)
+            stopped = state == "blocked"
+        if stopped:
+            return self._at_work.get(ident, stack)
+        self._at_work[ident] = stack
+        return stack
+
+    def _thread_state(self, ident: int) -> str | None:
+        """``linux.thread_state`` of thread ``ident`` (None: cannot tell here)."""
+        if not self._proc:
+            return None
+        native = self._natives.get(ident)
+        if native is None:
+            self._natives = {t.ident: t.native_id for t in threading.enumerate() if t.ident}
+            native = self._natives.get(ident)
+            if native is None:
+                return None
+        return linux.thread_state(native)
 
     def _cpu_used(self, ident: int) -> float | None:
         """CPU seconds thread ``ident`` used since the last sample (None: no thread clocks
@@ -182,36 +231,28 @@ class Sampler:
         self._cpu_seen[ident] = used
         return 0.0 if previous is None else max(0.0, used - previous)
 
-    def _cpu_weight(self, ident: int, main: bool, stack: Stack, elapsed: float) -> float:
-        """The CPU time to put on ``stack``: for the event loop's (``main``) thread, what
-        it used since the last sample (peach's work, unless its stack says otherwise); for
-        another thread in the user's code, the interval when it is on the CPU now — in C
-        code that let go of the GIL, or waiting for the GIL this sampler holds (Linux: its
-        system call in ``/proc``) — and nothing while it sleeps or waits for I/O. (The CPU
-        a worker thread used since the last sample was mostly spent elsewhere: calls are
-        shorter than the interval.) Without ``/proc``: its CPU time since the last sample."""
-        if main:
-            used = self._cpu_used(ident)
-            return elapsed if used is None else used
-        if self._waits(stack):
-            return 0.0
-        running = self._on_cpu(ident)
-        if running is None:
-            used = self._cpu_used(ident)
-            return elapsed if used is None else used
-        return elapsed if running else 0.0
+    def _cpu_weight(
+        self,
+        used: float | None,
+        ident: int,
+        me: int,
+        main: int | None,
+        stack: Stack,
+        elapsed: float,
+    ) -> float:
+        """The CPU time of the sampler (``me``), of the event loop's (``main``) thread —
+        peach's work unless its stack says otherwise — or of a thread where there are no
+        thread clocks (macOS: the interval, for a thread in the user's code).
 
-    def _on_cpu(self, ident: int) -> bool | None:
-        """Whether thread ``ident`` runs or waits for the GIL (None: cannot tell here)."""
-        if not self._proc:
-            return None
-        native = self._natives.get(ident)
-        if native is None:
-            self._natives = {t.ident: t.native_id for t in threading.enumerate() if t.ident}
-            native = self._natives.get(ident)
-            if native is None:
-                return None
-        return linux.thread_on_cpu(native)
+        A thread's CPU clock counts only the time it ran on a CPU, never the time it waited
+        for the GIL, a lock or I/O. Asking the kernel whether a thread runs *now* cannot
+        tell that: while this sampler holds the GIL, every thread that runs Python waits
+        for it, the one that ran until a moment ago and those that waited all along alike."""
+        if used is not None:
+            return used
+        if ident == me:
+            return 0.0
+        return elapsed if ident == main or not self._waits(stack) else 0.0
 
     def _waits(self, stack: Stack, *, thread: bool = False) -> bool:
         """Whether ``stack`` is left out: it has no frame of the user's code or a library's
