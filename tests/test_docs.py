@@ -507,3 +507,62 @@ def test_the_readme_is_one_screen_of_commands_and_the_site_navigation():
     linked = re.findall(r"\]\(docs/([\w/.-]+\.md)\)", readme)
     assert set(nav_pages(config["nav"])) == set(linked), "README's navigation is the site's"
     assert sorted(str(p.relative_to(DOCS)) for p in PAGES) == sorted(set(linked))
+
+
+def test_the_readmes_first_command_installs_what_every_tour_command_needs():
+    """After the README's first command, every `peach` command of its tour runs: an extra a
+    command asks for when missing (`pip install 'peach-cli[fuzz]'`) is one that command
+    installs. (`ray start` has its own line saying which extra it needs.)"""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    first = next(line for line in blocks[0].splitlines() if "pip install" in line)
+    installed = re.search(r"pip install -e '?\.(?:\[([\w,]+)\])?'?", first)
+    assert installed is not None, first
+    extras = set((installed.group(1) or "").split(",")) - {""}
+    tour = readme.split("## A tour", 1)[1]
+    tour_block = re.search(r"```bash\n(.*?)```", tour, re.S)
+    assert tour_block is not None
+    commands = {
+        line.split()[1]
+        for line in tour_block.group(1).splitlines()
+        if line.startswith("peach ") and "--url" not in line
+    }
+    assert {"fuzz", "profile", "test", "openapi"} <= commands
+    for command in sorted(commands):
+        module = ROOT / "peach_cli" / "commands" / f"{command}.py"
+        source = module.read_text() if module.exists() else ""
+        needed = set(re.findall(r"peach-cli\[(\w+)\]", source))
+        assert needed <= extras, f"`peach {command}` needs {needed}; README installs {extras}"
+
+
+def test_the_junit_docs_show_what_peach_writes_and_jenkins_schema_takes():
+    """docs/testing.md shows a real `--format junit` sample; it validates against Jenkins'
+    `junit-10.xsd` (no `file`/`line` on a `<testcase>`: SPEC §8), the suite names its file
+    and a failure's message starts with the case's `file:line`."""
+    from lxml import etree
+
+    text = (DOCS / "testing.md").read_text()
+    samples = re.findall(r"```xml\n(.*?)```", text, re.S)
+    assert samples, "docs/testing.md shows a --format junit sample"
+    schema = etree.XMLSchema(etree.parse(str(ROOT / "tests" / "data" / "junit-10.xsd")))
+    for sample in samples:
+        document = etree.fromstring(sample.encode())
+        assert schema.validate(document), schema.error_log
+        for suite in document.iter("testsuite"):
+            assert suite.get("file") == suite.get("name")
+            for failure in suite.iter("failure"):
+                assert failure.get("message", "").startswith(suite.get("file") + ":")
+    assert "with `file` and\n`line` attributes" not in text
+
+
+def test_the_readmes_bench_sample_shows_every_latency_figure_bench_prints():
+    from peach_cli.bench.summary import PERCENTILES
+
+    readme = (ROOT / "README.md").read_text()
+    sample = re.search(r"```text\n\$ peach bench .*?```", readme, re.S)
+    assert sample is not None
+    (latency,) = [
+        line for line in sample.group(0).splitlines() if line.strip().startswith("latency")
+    ]
+    shown = re.findall(r"(p[\d.]+|max) [\d.,]+ ms", latency)
+    assert shown == [name for name, _ in PERCENTILES] + ["max"], latency
