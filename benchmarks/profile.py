@@ -18,9 +18,21 @@
    on the same functions in one process (``uv run --with pyinstrument``, when uv can fetch
    it), against the same loop unprofiled and under peach's sampler.
 
+4. **--cpu against py-spy**: ``/spin`` (pure CPU on two lines, 3:1) and ``/hot`` at -c 1
+   and -c 8, profiled by peach (--cpu) and recorded by py-spy (its on-CPU samples: no
+   ``--idle``; the leaves where a thread waits are left out, as py-spy counts a thread
+   it has just let go as running on a busy machine) under the same load: the shares
+   (the method's, and the first line's of the method's), and the CPU seconds peach's
+   profile holds against the replica's CPU time (psutil). Targets: within 10 points;
+   within 10 %.
+5. **Idle**: the replica's CPU with a profile session open and no request, against the
+   same without, in % of a core (docs/load.md quotes it).
+
 Usage::
 
-    python benchmarks/profile.py              # about two minutes
+    python benchmarks/profile.py              # about three minutes
+    python benchmarks/profile.py --cpu-only   # section 4 alone
+    python benchmarks/profile.py --idle-only  # section 5 alone
     python benchmarks/profile.py --seconds 3
 """
 
@@ -230,6 +242,35 @@ def _peach_shares(profile: dict, function: str) -> dict[str, float]:
     return _shares(by_line, other)
 
 
+def idle_cost(base: str, seconds: float, rounds: int) -> tuple[float, float]:
+    """The sampler's cost in an idle replica (``/hot``'s, no load), in % of a core: the
+    replica's CPU time (``/proc/PID/stat``, through psutil) over ``seconds`` with a profile
+    session running (wall-clock, then --cpu) minus the same without, rounds alternating;
+    medians. A profile session is only open while `peach profile` runs, but that is what it
+    costs a replica that gets no request meanwhile."""
+    import psutil
+
+    process = psutil.Process(replica_pid(base, "/hot"))
+
+    def used_over(session: dict | None) -> float:
+        started = sum(process.cpu_times()[:2])
+        began = time.perf_counter()
+        if session is not None:
+            name = action(base, "start", session)["session"]
+        time.sleep(seconds)
+        if session is not None:
+            action(base, "stop", {"session": name})
+        return (sum(process.cpu_times()[:2]) - started) / (time.perf_counter() - began)
+
+    plain, wall, cpu = [], [], []
+    for _ in range(rounds):
+        plain.append(used_over(None))
+        wall.append(used_over({"url": "/hot"}))
+        cpu.append(used_over({"url": "/hot", "cpu": True}))
+    base_use = statistics.median(plain)
+    return (statistics.median(wall) - base_use) * 100, (statistics.median(cpu) - base_use) * 100
+
+
 def cpu_against_py_spy(base: str, seconds: float, folder: Path) -> float:
     """`--cpu` against py-spy's on-CPU samples of the same replica under the same load
     (``/spin``: pure CPU on two lines, 3:1; ``/hot``: a 2 ms loop), at -c 1 and -c 8; and
@@ -362,8 +403,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip-alternatives", action="store_true")
     parser.add_argument("--cpu-only", action="store_true", help="only 4. (--cpu against py-spy)")
+    parser.add_argument("--idle-only", action="store_true", help="only 5. (the idle cost)")
     parser.add_argument("--keep", help="a folder to keep py-spy's samples in (with --cpu-only)")
     options = parser.parse_args()
+    if options.idle_only:
+        with tempfile.TemporaryDirectory() as scratch:
+            server = start_dev(Path(scratch))
+            try:
+                wall, cpu = idle_cost(server.url, options.seconds, options.rounds)
+            finally:
+                server.stop()
+        print(
+            f"5. idle: the sampler costs {wall:.2f} % of a core (wall-clock), {cpu:.2f} % (--cpu)"
+        )
+        return
     if options.cpu_only:
         with tempfile.TemporaryDirectory() as scratch:
             server = start_dev(Path(scratch))
@@ -386,6 +439,9 @@ def main() -> None:
             print("4. --cpu against py-spy's on-CPU samples, the same load (target ≤ 10 points; "
                   "CPU seconds within 10 %)")  # fmt: skip
             gap = cpu_against_py_spy(server.url, options.seconds, folder)
+            wall, cpu = idle_cost(server.url, options.seconds, options.rounds)
+            print(f"5. idle: the sampler costs {wall:.2f} % of a core in a replica without "
+                  f"requests (wall-clock), {cpu:.2f} % (--cpu)")  # fmt: skip
             if not options.skip_alternatives:
                 print("3. py-spy from outside, on the same replica")
                 py_spy(server.url, options.seconds, folder)

@@ -49,6 +49,12 @@ class Profile:
     """Each frame's kind (``notebook``, ``project``, ``library``, ``stdlib``, ``peach``)."""
     replicas: list[str] = field(default_factory=list)
     mode: str = "wall"
+    calls: dict[Frame, list[float]] = field(default_factory=dict)
+    """The user's methods (their ``def`` line) → [calls, seconds in them], every replica's."""
+    busy: int = 0
+    """Samples that found a thread in the user's code (wall-clock)."""
+    late: int = 0
+    """Of those, the ones that waited for a thread to let go of the GIL (see ``biased``)."""
 
     @classmethod
     def merge(cls, profiles: Iterable[dict[str, Any]], duration_s: float | None = None) -> Profile:
@@ -58,8 +64,14 @@ class Profile:
             merged.samples += int(profile.get("samples", 0))
             longest = max(longest, float(profile.get("duration_s", 0.0)))
             merged.mode = str(profile.get("mode", merged.mode))
+            merged.busy += int(profile.get("busy", 0))
+            merged.late += int(profile.get("late", 0))
             if "replica" in profile:
                 merged.replicas.append(str(profile["replica"]))
+            for _kind, position, function, n, seconds in profile.get("calls", []):
+                figures = merged.calls.setdefault((str(position), str(function)), [0, 0.0])
+                figures[0] += int(n)
+                figures[1] += float(seconds)
             table = [tuple(entry) for entry in profile.get("frames", [])]
             for indices, weight in profile.get("stacks", []):
                 folded = merged._fold([table[i] for i in indices])
@@ -82,6 +94,15 @@ class Profile:
             self.kinds.setdefault(frame, str(kind))
             folded.append(frame)
         return tuple(folded)
+
+    @property
+    def biased(self) -> bool:
+        """Whether a wall-clock profile leans toward the lines where threads let go of the
+        GIL: a fifth or more of its samples of the user's code waited for a thread to let
+        go of it, for less than the switch interval (so where that thread waited or slept,
+        `time.sleep(0)` too, not where the interval stopped it). The sampler needs the GIL
+        to look (``runtime.sampler.Sampler._run``)."""
+        return self.mode == "wall" and self.busy >= 20 and self.late >= self.busy / 5
 
     @property
     def total_weight(self) -> float:

@@ -15,6 +15,11 @@ its CPU clock (the time it ran, never the time it waited for the GIL, a lock or 
 the stack it is on: peach's work included, folded into one entry later; the CPU seconds a
 profile holds are the replica's, but for the sampler's own (``_cpu_weight``).
 
+While it runs, ``timed`` counts the calls of the user's method and the time they take (a
+call too short to be sampled is still named), and wall-clock mode counts the samples that
+waited for a thread to let go of the GIL (``late``): those find that thread where it let
+go, so the profile leans toward such lines (``Profile.biased``).
+
 ``stop()`` returns the profile as plain data: a table of frames, each
 ``(kind, position, function)`` with ``kind`` one of ``notebook``, ``project``, ``library``,
 ``stdlib`` or ``peach``, and the distinct stacks (root first, as indices in the table) with
@@ -25,11 +30,14 @@ tracebacks and pdb name it (``peach_cli.runtime.debug``).
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import os
 import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
@@ -38,6 +46,9 @@ from peach_cli.runtime import debug, linux
 
 DEFAULT_INTERVAL_S = 0.01
 """100 samples a second, as py-spy's default."""
+_LATE_S = 0.0005
+"""How much longer than its interval a sample must wait to have waited for the GIL rather
+than for the system's timer."""
 
 _PEACH_DIR = os.path.dirname(os.path.abspath(peach_cli.__file__)) + os.sep
 _STDLIB_DIRS = tuple(
@@ -98,6 +109,13 @@ class Sampler:
         self._switch: float | None = None
         self.cost_s = 0.0
         """The CPU time the sampling thread has used (its own cost)."""
+        self.calls: dict[CodeType, list[float]] = {}
+        """The user's method's code → [calls, seconds in them] (``timed``)."""
+        self._calls_lock = threading.Lock()
+        self.busy = 0
+        """Samples that found a thread in the user's code (wall-clock)."""
+        self.late = 0
+        """Of those, the ones that waited for a thread to let go of the GIL (``_run``)."""
 
     def start(self) -> None:
         self.started = time.perf_counter()
@@ -130,17 +148,29 @@ class Sampler:
     def _run(self) -> None:
         last = time.perf_counter()
         me = threading.get_ident()
-        while not self._stop.wait(self.interval_s):
+        switch = sys.getswitchinterval()
+        while True:
+            asleep = time.perf_counter()
+            if self._stop.wait(self.interval_s):
+                break
             now = time.perf_counter()
+            # Woken, the sampler waits for the GIL. A thread that holds it lets go at its
+            # next wait (I/O, a sleep — `time.sleep(0)` too) or, after the switch interval,
+            # wherever it is: a sample that waited for the GIL less than that was taken
+            # where a thread let go of it, and finds that thread on that line.
+            late = _LATE_S < now - asleep - self.interval_s < 0.9 * switch
             try:
-                self._sample(now - last, me)
+                if self._sample(now - last, me):
+                    self.busy += 1
+                    self.late += late
             except Exception:  # noqa: BLE001, S112 - a racing thread or task: skip one sample
                 continue
             finally:
                 last = now
                 self.cost_s = time.thread_time()
 
-    def _sample(self, elapsed: float, me: int) -> None:
+    def _sample(self, elapsed: float, me: int) -> bool:
+        """Take one sample; whether it found a thread in the user's code (wall-clock)."""
         self.samples += 1
         stacks = self.stacks
         codes = self._codes
@@ -152,19 +182,22 @@ class Sampler:
         # the call returned.
         if self.cpu:
             self._sample_cpu(frames, me, main, elapsed)
-            return
+            return False
         snapshot = [
-            _stack_of(frame, codes)
+            (ident, _stack_of(frame, codes))
             for ident, frame in frames.items()
             if ident != me and (ident == main or id(frame.f_code) not in idle)
         ]  # (a worker thread waiting for work has nothing of the user's below)
-        for stack in snapshot:  # wall-clock: the time requests spend in the user's code,
-            if not self._waits(stack):  # waits included
+        users = []
+        for ident, stack in snapshot:  # wall-clock: the time requests spend in the user's
+            if not self._waits(stack):  # code, waits included
                 stacks[stack] = stacks.get(stack, 0.0) + elapsed
+                users.append(ident)
         if self.loop is not None:
             for stack in _waiting_coroutines(self.loop, codes):
                 if not self._waits(stack):
                     stacks[stack] = stacks.get(stack, 0.0) + elapsed
+        return bool(users)
 
     def _sample_cpu(
         self, frames: dict[int, FrameType], me: int, main: int | None, elapsed: float
@@ -303,7 +336,53 @@ class Sampler:
             "duration_s": max(0.0, (self.ended or time.perf_counter()) - self.started),
             "frames": frames,
             "stacks": stacks,
+            "busy": self.busy,
+            "late": self.late,
+            "calls": [
+                [*self._describe(code, code.co_firstlineno), int(n), seconds]
+                for code, (n, seconds) in list(self.calls.items())
+            ],
         }
+
+    # -- calls ---------------------------------------------------------------------------
+
+    def timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function`` (the user's method) counting its calls and the time they take: a
+        call shorter than the sampling interval that never lets go of the GIL is never on
+        a sampled stack (the sampler gets the GIL only at the waits in between), and these
+        figures still name it."""
+        code = getattr(function, "__code__", None)
+        if not isinstance(code, CodeType):
+            return function
+
+        def count(began: float) -> None:
+            took = time.perf_counter() - began
+            with self._calls_lock:
+                figures = self.calls.setdefault(code, [0, 0.0])
+                figures[0] += 1
+                figures[1] += took
+
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def timed_coroutine(*args: Any, **kwargs: Any) -> Any:
+                began = time.perf_counter()
+                try:
+                    return await function(*args, **kwargs)
+                finally:
+                    count(began)
+
+            return timed_coroutine
+
+        @functools.wraps(function)
+        def timed_function(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                count(began)
+
+        return timed_function
 
     def _describe(self, code: CodeType, line: int) -> tuple[str, str, str]:
         filename = code.co_filename
@@ -321,11 +400,18 @@ def _stack_of(frame: FrameType | None, codes: dict[int, CodeType]) -> Stack:
         key = id(code)
         if key not in codes:
             codes[key] = code
-        stack.append(frame.f_lineno)
+        stack.append(_line(frame))
         stack.append(key)
         frame = frame.f_back
     stack.reverse()
     return tuple(stack)
+
+
+def _line(frame: FrameType) -> int:
+    """The line ``frame`` is on: its function's first when Python cannot say (``f_lineno``
+    is None at some instructions, as between the two halves of a call)."""
+    line = frame.f_lineno
+    return frame.f_code.co_firstlineno if line is None else line
 
 
 def _waiting_coroutines(loop: asyncio.AbstractEventLoop, codes: dict[int, CodeType]) -> list[Stack]:
@@ -346,7 +432,7 @@ def _waiting_coroutines(loop: asyncio.AbstractEventLoop, codes: dict[int, CodeTy
             if key not in codes:
                 codes[key] = code
             stack.append(key)
-            stack.append(frame.f_lineno)
+            stack.append(_line(frame))
             coroutine = getattr(coroutine, "cr_await", None) or getattr(
                 coroutine, "gi_yieldfrom", None
             )
@@ -413,6 +499,13 @@ def start(interval_s: float, cpu: bool, loop: asyncio.AbstractEventLoop | None) 
     _active.start()
 
 
+def timed(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` counted by the running sampler (``Sampler.timed``); itself when none
+    runs."""
+    sampler = _active
+    return function if sampler is None else sampler.timed(function)
+
+
 def stop() -> dict[str, Any] | None:
     """Stop this process's sampler; its profile, or None when none was running."""
     global _active
@@ -420,4 +513,4 @@ def stop() -> dict[str, Any] | None:
     return sampler.stop() if sampler is not None else None
 
 
-__all__ = ["DEFAULT_INTERVAL_S", "Sampler", "start", "stop"]
+__all__ = ["DEFAULT_INTERVAL_S", "Sampler", "start", "stop", "timed"]

@@ -58,12 +58,17 @@ def render_profile(
             f"{figures['throughput']:,}/s, p50 {_ms(latency.get('p50'))}, "
             f"p99 {_ms(latency.get('p99'))}"
         )
-    if not profile.stacks:
+    if not profile.stacks and not profile.calls:
         lines += [
             "",
             "no sample: nothing ran in the replicas' code while peach profile watched",
             "(a longer --duration, or a higher --rate, gives it something to see)",
         ]
+    elif not profile.stacks:
+        lines += ["", *_wrap(
+            "no sample in the method: each call is shorter than the sampler sees (it "
+            "looks every 10 ms, when the replica lets go of the GIL, between calls)"
+        )]  # fmt: skip
     else:
         for by, title in (
             ("self", "by self time (the line itself)"),
@@ -71,12 +76,35 @@ def render_profile(
         ):
             lines += ["", title]
             lines += [row(line) for line in profile.hottest(by, ROWS)]  # type: ignore[arg-type]
+    if profile.calls:
+        lines += ["", "calls (the method, timed)"]
+        lines += [_calls_row(frame, n, seconds) for frame, (n, seconds) in profile.calls.items()]
+    if profile.biased:
+        lines += ["", *_wrap(
+            f"biased: {profile.late / profile.busy:.0%} of the samples waited for a thread to "
+            "let go of the GIL (the sampler needs it to look), and found that thread where it "
+            "did: lines that let go of it (I/O, sleeps, time.sleep(0)) show more than their "
+            "share, the Python between them less; --cpu leans less"
+        )]  # fmt: skip
     if written is not None:
         kind = "flame graph" if written.suffix.lower() == ".svg" else "speedscope file"
         path = shown(str(written))
         room = WIDTH - len(kind) - 2
         lines += ["", f"{kind}: {path if len(path) <= room else '…' + path[-(room - 1) :]}"]
     write_report("\n".join(lines) + "\n", channel="profile")
+
+
+def _calls_row(frame: tuple[str, str], n: float, seconds: float) -> str:
+    """``  14,502 × 3.1 µs  notebooks/X.ipynb, cell 3, line 1 · greet``."""
+    each = seconds / n if n else 0.0
+    took = f"{each * 1e6:.3g} µs" if each < 1e-3 else _ms(each * 1000)
+    figures = f"  {int(n):>9,} × {took:>8}  "
+    position, function = shown(frame[0]), shown(frame[1])
+    room = WIDTH - len(figures) - len(function) - 3
+    if len(position) > room:
+        position = "…" + position[-max(room - 1, 8) :]
+    text = f"{figures}{position} · {function}"
+    return text if len(text) <= WIDTH else text[: WIDTH - 1] + "…"
 
 
 def _wrap(text: str) -> list[str]:

@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
-from peach_cli.runtime import debug
+from peach_cli.runtime import debug, sampler
 from peach_cli.runtime.contract.answers import CallResult, stream_required_message
 from peach_cli.runtime.contract.binding import MethodSignature, bind_arguments
 from peach_cli.runtime.contract.errors import ContractError, InitError, ResultNotJSON, StreamCut
@@ -266,13 +266,14 @@ class ComponentRunner:
         except ContractError as error:
             return CallResult.failure(error.code, error.message, self.replica_id)
         try:
+            method = sampler.timed(self.method)  # itself, unless `peach profile` runs
             if self.method_kind == "coroutine":
                 try:
-                    raw = await self.method(**kwargs)
+                    raw = await method(**kwargs)
                 finally:
                     debug.finish()
             else:
-                raw = await self._in_thread(self.method, **kwargs)
+                raw = await self._in_thread(method, **kwargs)
         except Exception as error:
             await self._post_mortem(error)
             logger.error(
