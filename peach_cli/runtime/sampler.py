@@ -112,6 +112,8 @@ class Sampler:
         self.calls: dict[CodeType, list[float]] = {}
         """The user's method's code → [calls, seconds in them] (``timed``)."""
         self._calls_lock = threading.Lock()
+        self._timed: dict[Callable[..., Any], Callable[..., Any]] = {}
+        """A method → its counting wrapper, made once."""
         self.busy = 0
         """Samples that found a thread in the user's code (wall-clock)."""
         self.late = 0
@@ -351,6 +353,9 @@ class Sampler:
         call shorter than the sampling interval that never lets go of the GIL is never on
         a sampled stack (the sampler gets the GIL only at the waits in between), and these
         figures still name it."""
+        known = self._timed.get(function)
+        if known is not None:
+            return known
         code = getattr(function, "__code__", None)
         if not isinstance(code, CodeType):
             return function
@@ -372,6 +377,7 @@ class Sampler:
                 finally:
                     count(began)
 
+            self._timed[function] = timed_coroutine
             return timed_coroutine
 
         @functools.wraps(function)
@@ -382,6 +388,7 @@ class Sampler:
             finally:
                 count(began)
 
+        self._timed[function] = timed_function
         return timed_function
 
     def _describe(self, code: CodeType, line: int) -> tuple[str, str, str]:
