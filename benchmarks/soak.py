@@ -366,11 +366,12 @@ class Report:
         ]
         return percentile(values, 0.99)
 
-    def slopes(self, which: str) -> tuple[float, float] | None:
+    def slopes(self, which: str, since: float = LONG_WARMUP_S) -> tuple[float, float] | None:
         """MiB of ``which`` (gateway or replica) RSS per 1,000 reloads (over the reload
-        phase) and per 100,000 requests (over the whole run), from the warm-up on; each
-        charges all of the growth to its cause (an upper bound). None: too short a run."""
-        after = [p for p in self.series if p.seconds >= LONG_WARMUP_S]
+        phase) and per 100,000 requests (over the whole run), from ``since`` (the warm-up)
+        on; each charges all of the growth to its cause (an upper bound). None: too short a
+        run."""
+        after = [p for p in self.series if p.seconds >= since]
         if len(after) < 2:
             return None
         first, last = after[0], after[-1]
@@ -414,6 +415,14 @@ class Report:
                     f"{which} RSS after the {LONG_WARMUP_S:g} s warm-up: "
                     f"{slopes[0]:+.3f} MiB per 1,000 reloads, "
                     f"{slopes[1]:+.3f} MiB per 100,000 requests"
+                )
+            half = self.seconds * FAST_SHARE / 2
+            later = self.slopes(which, since=half)
+            if later is not None and half > LONG_WARMUP_S:
+                lines.append(
+                    f"{which} RSS from {half:g} s on (the reload phase's second half): "
+                    f"{later[0]:+.3f} MiB per 1,000 reloads, "
+                    f"{later[1]:+.3f} MiB per 100,000 requests"
                 )
         if self.series:
             lines.append(f"reloads {self.series[-1].reloads}, answered {self.series[-1].answered}")
