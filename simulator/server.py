@@ -304,8 +304,7 @@ class DevServer:
             task = asyncio.ensure_future(self._retire(old_table, retired))
             self._draining.add(task)
             task.add_done_callback(self._draining.discard)
-        await asyncio.gather(*(pool.stop() for pool in rejected))
-        self._forget(rejected)
+        await asyncio.gather(*(pool.stop() for pool in rejected))  # never routed to: no series
         change.seconds = time.perf_counter() - began
         return change
 
