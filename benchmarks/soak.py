@@ -24,6 +24,19 @@ Usage::
 
     python benchmarks/soak.py                          # 64 clients, 60 s; updates RESULTS.md
     python benchmarks/soak.py --clients 8 --seconds 5 --no-write
+    python benchmarks/soak.py --long                   # 10 minutes, 1,000+ reloads
+    python benchmarks/soak.py --long --edit-every 0    # 10 minutes, no edit at all
+
+``--long`` runs for 10 minutes (``--seconds`` may say otherwise) and prints, every 10 s, the
+RSS of the gateway and of the replicas with the requests and reloads so far, and, every
+minute, the p99 of that minute's normal calls. The notebook is saved every 0.3 s for the
+first 60 % of the run (over 1,000 reloads), then the minutes alternate between no edit and
+an edit every 3 s, so that the p99 of calls while edits arrive is compared with the p99
+without, in the same run. Its targets, after a 30 s warm-up: the gateway and the replicas
+grow by at most 1 MiB per 1,000 reloads (the edit phase) and per 100,000 requests (the whole
+run; both figures charge all the growth to one cause, so they are upper bounds), and the
+p99 with edits every 3 s is within 1.5x the p99 without. With ``--edit-every 0`` nothing is
+edited: whether the growth of drift re-inits, timeouts and streams levels off.
 
 The exit code is 0 when every target holds: 0 unexpected errors, no leaked descriptor or
 process, RSS growth within 10 %. Loopback only; bounded in clients, time and requests.
@@ -45,6 +58,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +79,17 @@ DEADLINE_S = 5.0
 """How long a call may take past what it asked for before it counts as hung."""
 TIMEOUT_S = 1.0
 """timeout_s of the soak project."""
+LONG_SECONDS = 600.0
+LONG_WARMUP_S = 30.0
+"""The long soak's growth is measured from here on (caches filled, first series made)."""
+SAMPLE_EVERY_S = 10.0
+FAST_EDIT_S = 0.3
+"""The long soak's edit interval in its reload phase (its first ``FAST_SHARE``)."""
+FAST_SHARE = 0.6
+SLOW_EDIT_S = 3.0
+MIB_PER_1000_RELOADS = 1.0
+MIB_PER_100K_REQUESTS = 1.0
+P99_EDIT_RATIO = 1.5
 
 # (kind, weight): the mix of calls each client draws from.
 MIX = (
@@ -237,11 +262,49 @@ class Sample:
 
 
 def _is_replica(pid: int) -> bool:
+    """A replica: spawned (``replica_worker``) or forked from a warm template (a
+    ``template`` process whose parent is the template)."""
+    command = _cmdline(pid)
+    if b"peach_cli.runtime.replica_worker" in command:
+        return True
+    return b"peach_cli.runtime.template" in command and b"peach_cli.runtime.template" in (
+        _cmdline(_parent(pid))
+    )
+
+
+def _cmdline(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return b"peach_cli.runtime.replica_worker" in cmdline.read()
+            return cmdline.read()
     except OSError:
-        return False
+        return b""
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+@dataclass
+class Point:
+    """One sample of the long soak: when, the footprint, and the work done so far."""
+
+    seconds: float
+    gateway_rss: int
+    replica_rss: int
+    replicas: int
+    answered: int
+    reloads: int
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 @dataclass
@@ -257,7 +320,14 @@ class Report:
     unexpected: list[str] = field(default_factory=list)
     disconnected: int = 0
     normal_latencies: list[float] = field(default_factory=list)
+    normal_times: list[float] = field(default_factory=list)
+    """When each normal call ended, seconds from the start (the long soak's minutes)."""
     edits: int = 0
+    long: bool = False
+    series: list[Point] = field(default_factory=list)
+    """The long soak's samples, every ``SAMPLE_EVERY_S``."""
+    edited_minutes: dict[int, float | None] = field(default_factory=dict)
+    """The long soak's minutes after its reload phase: minute -> edit interval (None: none)."""
     versions_seen: int = 0
     start: Sample | None = None
     end: Sample | None = None
@@ -266,10 +336,104 @@ class Report:
     elapsed: float = 0.0
 
     def percentile(self, fraction: float) -> float:
-        values = sorted(self.normal_latencies)
-        if not values:
-            return float("nan")
-        return values[min(len(values) - 1, int(fraction * len(values)))]
+        return percentile(self.normal_latencies, fraction)
+
+    def edit_schedule(self) -> str:
+        if self.edit_every <= 0:
+            return "never"
+        if not self.long:
+            return f"every {self.edit_every:g} s"
+        return (
+            f"every {FAST_EDIT_S:g} s for {FAST_SHARE:.0%} of the run, then minutes without "
+            f"edits and minutes with one every {SLOW_EDIT_S:g} s in turn"
+        )
+
+    def minute_p99(self) -> dict[int, float]:
+        """The long soak's p99 of normal calls, minute by minute."""
+        minutes: dict[int, list[float]] = {}
+        for when, latency in zip(self.normal_times, self.normal_latencies, strict=True):
+            minutes.setdefault(int(when // 60), []).append(latency)
+        return {minute: percentile(values, 0.99) for minute, values in sorted(minutes.items())}
+
+    def p99_during(self, edited: bool) -> float:
+        """The p99 of normal calls in the minutes after the reload phase with edits every
+        ``SLOW_EDIT_S`` (``edited``) or with none."""
+        minutes = {m for m, every in self.edited_minutes.items() if (every is not None) == edited}
+        values = [
+            latency
+            for when, latency in zip(self.normal_times, self.normal_latencies, strict=True)
+            if int(when // 60) in minutes
+        ]
+        return percentile(values, 0.99)
+
+    def slopes(self, which: str, since: float = LONG_WARMUP_S) -> tuple[float, float] | None:
+        """MiB of ``which`` (gateway or replica) RSS per 1,000 reloads (over the reload
+        phase) and per 100,000 requests (over the whole run), from ``since`` (the warm-up)
+        on; each charges all of the growth to its cause (an upper bound). None: too short a
+        run."""
+        after = [p for p in self.series if p.seconds >= since]
+        if len(after) < 2:
+            return None
+        first, last = after[0], after[-1]
+        phase = [p for p in after if p.reloads > 0 and p.seconds <= self.seconds * FAST_SHARE]
+        phase_end = phase[-1] if phase else last
+
+        def mib(point: Point) -> float:
+            return getattr(point, f"{which}_rss") / (1024 * 1024)
+
+        reloads = phase_end.reloads - first.reloads
+        per_reloads = (mib(phase_end) - mib(first)) / reloads * 1000 if reloads > 0 else 0.0
+        requests = last.answered - first.answered
+        per_requests = (mib(last) - mib(first)) / requests * 100_000 if requests > 0 else 0.0
+        return per_reloads, per_requests
+
+    def long_failures(self) -> list[str]:
+        problems = []
+        for which in ("gateway", "replica"):
+            slopes = self.slopes(which)
+            if slopes is None:
+                continue
+            if slopes[0] > MIB_PER_1000_RELOADS:
+                problems.append(f"{which} RSS {slopes[0]:+.2f} MiB per 1,000 reloads")
+            if slopes[1] > MIB_PER_100K_REQUESTS:
+                problems.append(f"{which} RSS {slopes[1]:+.2f} MiB per 100,000 requests")
+        quiet, edited = self.p99_during(False), self.p99_during(True)
+        if quiet == quiet and edited == edited and edited > P99_EDIT_RATIO * quiet:  # not nan
+            problems.append(
+                f"p99 with edits every {SLOW_EDIT_S:g} s {edited * 1000:.1f} ms, "
+                f"{edited / quiet:.2f}x the {quiet * 1000:.1f} ms without"
+            )
+        return problems
+
+    def long_summary(self) -> str:
+        """The long soak's figures: the growth slopes and the p99 with and without edits."""
+        lines = []
+        for which in ("gateway", "replica"):
+            slopes = self.slopes(which)
+            if slopes is not None:
+                lines.append(
+                    f"{which} RSS after the {LONG_WARMUP_S:g} s warm-up: "
+                    f"{slopes[0]:+.3f} MiB per 1,000 reloads, "
+                    f"{slopes[1]:+.3f} MiB per 100,000 requests"
+                )
+            half = self.seconds * FAST_SHARE / 2
+            later = self.slopes(which, since=half)
+            if later is not None and half > LONG_WARMUP_S:
+                lines.append(
+                    f"{which} RSS from {half:g} s on (the reload phase's second half): "
+                    f"{later[0]:+.3f} MiB per 1,000 reloads, "
+                    f"{later[1]:+.3f} MiB per 100,000 requests"
+                )
+        if self.series:
+            lines.append(f"reloads {self.series[-1].reloads}, answered {self.series[-1].answered}")
+        quiet, edited = self.p99_during(False), self.p99_during(True)
+        if self.edited_minutes:
+            lines.append(
+                f"p99 of normal calls after the reload phase: {edited * 1000:.1f} ms in the "
+                f"minutes with an edit every {SLOW_EDIT_S:g} s, {quiet * 1000:.1f} ms in those "
+                f"without ({edited / quiet:.2f}x)"
+            )
+        return "\n".join(lines)
 
     @staticmethod
     def growth(before: int, after: int) -> float:
@@ -306,6 +470,8 @@ class Report:
             problems.append(f"peach dev exited with {self.exit_code} after Ctrl-C")
         if self.leftover:
             problems.append(f"processes left after exit: {self.leftover}")
+        if self.long:
+            problems += self.long_failures()
         return problems
 
     def summary(self) -> str:
@@ -315,7 +481,7 @@ class Report:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.by_kind.items()))
         lines = [
             f"clients {self.clients}, {self.seconds:g} s, ~{self.rate:g} req/s each, "
-            f"notebook edited every {self.edit_every:g} s ({self.edits} edits, "
+            f"notebook edited {self.edit_schedule()} ({self.edits} edits, "
             f"{self.versions_seen} versions served)",
             f"requests sent {self.sent}, answered {self.answered} "
             f"({self.answered / max(self.elapsed, 1e-9):.0f}/s), "
@@ -334,6 +500,8 @@ class Report:
             f"{self.start.children} -> {self.end.children}; exit code after Ctrl-C "
             f"{self.exit_code}; processes left {len(self.leftover)}",
         ]
+        if self.long:
+            lines.append(self.long_summary())
         for problem in self.unexpected[:20]:
             lines.append(f"  unexpected: {problem}")
         return "\n".join(lines)
@@ -352,6 +520,7 @@ class Soak:
         self.kinds = [kind for kind, _ in MIX]
         self.weights = [weight for _, weight in MIX]
         self.versions: set[int] = set()
+        self.began = time.monotonic()
 
     def unexpected(self, kind: str, what: str) -> None:
         self.report.unexpected.append(f"{kind}: {what}")
@@ -388,6 +557,7 @@ class Soak:
                     self.report.by_status[status] += 1
                     if kind in ("normal", "normal_post") and status == 200:
                         self.report.normal_latencies.append(elapsed)
+                        self.report.normal_times.append(time.monotonic() - self.began)
                     if version is not None:
                         if version < newest_version:
                             self.unexpected(kind, f"version {version} after {newest_version}")
@@ -515,7 +685,53 @@ def settled(url: str, gateway: int, replicas: int) -> bool:
     return Sample.take(gateway).replicas == replicas
 
 
-async def drive(report: Report, url: str, project: Path, seed: int, gateway: int) -> None:
+class ReloadCounter:
+    """Counts the reloads `peach dev`'s log reports (read on from where it last stopped)."""
+
+    LINE = re.compile(rb"(patched|restarted) edited/main")
+
+    def __init__(self, log: Path | None) -> None:
+        self.log = log
+        self.offset = 0
+        self.count = 0
+        self.rest = b""
+
+    def read(self) -> int:
+        if self.log is None:
+            return 0
+        with self.log.open("rb") as handle:
+            handle.seek(self.offset)
+            data = self.rest + handle.read()
+        self.offset += len(data) - len(self.rest)
+        lines = data.split(b"\n")
+        self.rest = lines.pop()
+        self.count += sum(1 for line in lines if self.LINE.search(line))
+        return self.count
+
+
+def long_schedule(report: Report) -> Callable[[float], float | None]:
+    """The long soak's edit interval at each moment of the run (None: no edit then), and
+    the minutes after its reload phase in ``report.edited_minutes``."""
+    if not report.long:
+        every = report.edit_every
+        return lambda _elapsed: every if every > 0 else None
+    if report.edit_every == 0:
+        return lambda _elapsed: None
+    fast_end = int(report.seconds * FAST_SHARE // 60) * 60
+    minutes = range(fast_end // 60, int(report.seconds // 60))
+    report.edited_minutes = {m: (SLOW_EDIT_S if (m - minutes.start) % 2 else None) for m in minutes}
+
+    def interval(elapsed: float) -> float | None:
+        if elapsed < fast_end:
+            return FAST_EDIT_S
+        return report.edited_minutes.get(int(elapsed // 60))
+
+    return interval
+
+
+async def drive(
+    report: Report, url: str, project: Path, seed: int, gateway: int, log: Path | None = None
+) -> None:
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
@@ -533,20 +749,58 @@ async def drive(report: Report, url: str, project: Path, seed: int, gateway: int
     soak = Soak(parts.hostname or HOST, parts.port or 0, report, began + report.seconds, seed)
     notebook = project / "notebooks" / "Edited.ipynb"
 
+    schedule = long_schedule(report)
+    reloads = ReloadCounter(log)
+    reloads.read()  # the start: only the soak's reloads count
+
     async def edit() -> None:
         version = 0
-        while time.monotonic() + report.edit_every < soak.stop_at:
-            await asyncio.sleep(report.edit_every)
+        while True:
+            every = schedule(time.monotonic() - began)
+            if time.monotonic() + (every or 1.0) >= soak.stop_at:
+                return
+            await asyncio.sleep(every or 1.0)
+            if every is None or schedule(time.monotonic() - began) is None:
+                continue
             version += 1
             notebook.write_text(edited_notebook(version))
             report.edits += 1
 
-    editing = asyncio.ensure_future(edit()) if report.edit_every > 0 else None
+    async def sample() -> None:
+        """The long soak's time series: RSS every ``SAMPLE_EVERY_S``, p99 every minute."""
+        minute = 0
+        print("    s  gateway MiB  replicas MiB  replicas  answered  reloads  edits", flush=True)
+        while True:
+            await asyncio.sleep(SAMPLE_EVERY_S - (time.monotonic() - began) % SAMPLE_EVERY_S)
+            elapsed = time.monotonic() - began
+            taken = await asyncio.to_thread(Sample.take, gateway)
+            count = await asyncio.to_thread(reloads.read)
+            point = Point(
+                elapsed, taken.gateway_rss, taken.replica_rss, taken.replicas,
+                report.answered, count,
+            )  # fmt: skip
+            report.series.append(point)
+            print(
+                f"{elapsed:5.0f}  {point.gateway_rss / 2**20:11.1f}  "
+                f"{point.replica_rss / 2**20:12.1f}  {point.replicas:8d}  "
+                f"{point.answered:8d}  {count:7d}  {report.edits:5d}",
+                flush=True,
+            )
+            if int(elapsed // 60) > minute:
+                p99 = report.minute_p99().get(minute, float("nan"))
+                every = schedule(minute * 60 + 30)
+                edits = f"an edit every {every:g} s" if every else "no edits"
+                print(f"minute {minute + 1}: p99 of normal calls {p99 * 1000:.1f} ms ({edits})")
+                minute = int(elapsed // 60)
+
+    editing = asyncio.ensure_future(edit())
+    sampling = asyncio.ensure_future(sample()) if report.long else None
     await asyncio.gather(*(soak.client(n) for n in range(report.clients)))
     report.elapsed = time.monotonic() - began
-    if editing is not None:
-        editing.cancel()
-        await asyncio.gather(editing, return_exceptions=True)
+    for task in (editing, sampling):
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
     report.versions_seen = len(soak.versions)
     # Let the last reload finish and retired replicas drain before the end figures.
     await asyncio.sleep(1.0)
@@ -563,13 +817,15 @@ def run_soak(
     edit_every: float = 3.0,
     seed: int = 7,
     workdir: Path | None = None,
+    long: bool = False,
 ) -> Report:
-    """Run one soak against a fresh `peach dev` and return its report."""
+    """Run one soak against a fresh `peach dev` and return its report (``long``: with the
+    long soak's time series, edit schedule and targets)."""
     if not 1 <= clients <= MAX_CLIENTS:
         raise ValueError(f"--clients must be between 1 and {MAX_CLIENTS}")
     if not 0 < seconds <= MAX_SECONDS:
         raise ValueError(f"--seconds must be between 0 and {MAX_SECONDS}")
-    report = Report(clients, seconds, rate, edit_every)
+    report = Report(clients, seconds, rate, edit_every, long=long)
     with tempfile.TemporaryDirectory(prefix="peach-soak-", dir=workdir) as folder:
         project = Path(folder) / "soak"
         shutil.copytree(PROJECT, project)
@@ -600,7 +856,7 @@ def run_soak(
                 "the watcher",
                 log_path,
             )
-            asyncio.run(drive(report, url, project, seed, process.pid))
+            asyncio.run(drive(report, url, project, seed, process.pid, log_path))
             pids = descendants(process.pid)
             os.kill(process.pid, signal.SIGINT)
             try:
@@ -635,8 +891,8 @@ def _running(pid: int) -> bool:
 
 def command_line(args: argparse.Namespace) -> str:
     return (
-        f"python benchmarks/soak.py --clients {args.clients} --seconds {args.seconds:g} "
-        f"--rate {args.rate:g} --edit-every {args.edit_every:g}"
+        f"python benchmarks/soak.py {'--long ' if args.long else ''}--clients {args.clients} "
+        f"--seconds {args.seconds:g} --rate {args.rate:g} --edit-every {args.edit_every:g}"
     )
 
 
@@ -701,14 +957,19 @@ def write_results(report: Report, command: str, path: Path = RESULTS) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=64)
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=None, help="60; --long: 600")
     parser.add_argument("--rate", type=float, default=5.0, help="requests/s per client")
     parser.add_argument("--edit-every", type=float, default=3.0, help="seconds; 0: no edits")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--long", action="store_true", help="RSS and p99 as time series")
     parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     args = parser.parse_args(argv)
+    if args.seconds is None:
+        args.seconds = LONG_SECONDS if args.long else 60.0
     try:
-        report = run_soak(args.clients, args.seconds, args.rate, args.edit_every, args.seed)
+        report = run_soak(
+            args.clients, args.seconds, args.rate, args.edit_every, args.seed, long=args.long
+        )
     except (ValueError, RuntimeError) as error:
         print(f"soak: {error}", file=sys.stderr)
         return 2

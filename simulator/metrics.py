@@ -28,6 +28,7 @@ Host or Origin, ``408`` of a stalled head or body, ``431`` of an oversized head)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -121,6 +122,19 @@ class DevMetrics:
         for increment in counters:
             increment()
         latency(seconds * 1000.0)
+
+    def forget(self, replicas: Iterable[str]) -> None:
+        """Drop the series of ``replicas``, stopped for good (a reload or a re-init retired
+        them): as on the cluster, a replica that is gone takes its series with it, so a day
+        of reloads does not pile up series nor what counts them."""
+        gone = set(replicas)
+        for key in [key for key in self._series if key[5] in gone]:
+            del self._series[key]
+            method, route, status, endpoint, component, replica, application = key
+            if endpoint and component:
+                deployment = deployment_name(endpoint, component)
+                with contextlib.suppress(KeyError):  # the same series under another status
+                    self.deployment_requests.remove(deployment, replica or "", route, application)
 
     def refused(self, method: str, status: int) -> None:
         """One request the server refused before any route took it, with no latency to

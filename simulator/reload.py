@@ -40,6 +40,7 @@ from simulator.events import (
 from simulator.watch import DEBOUNCE_MS, STEP_MS, ProjectFilter, awatch_project
 
 if TYPE_CHECKING:
+    from peach_cli.project.diagnostics import Diagnostic
     from peach_cli.runtime.plan import ProjectPlan
     from simulator.server import DevServer
 
@@ -49,6 +50,15 @@ MAX_SPARES = 2
 ReloadMode = Literal["patch", "restart"]
 
 # --- the loop -------------------------------------------------------------------------------
+
+
+def _build(project: Path) -> tuple[ProjectPlan | None, list[Diagnostic], Snapshot | None]:
+    """The project's plan, its diagnostics and its snapshot (the fingerprints read the
+    notebooks' code and the imported modules): a reload's work, done off the serving loop."""
+    from peach_cli.checks.build import build_plan
+
+    plan, diagnostics = build_plan(project)
+    return plan, diagnostics, None if plan is None else Snapshot.take(plan)
 
 
 def _stamps(root: Path, files: Iterable[str]) -> list[tuple[int, int] | None]:
@@ -204,7 +214,6 @@ class Reloader:
 
     async def reload(self, files: Iterable[str]) -> ReloadEvent:
         """Rebuild the plan after ``files`` changed and serve it if it is valid."""
-        from peach_cli.checks.build import build_plan
         from peach_cli.errors import PeachError
         from peach_cli.project.diagnostics import sort_key
 
@@ -213,9 +222,10 @@ class Reloader:
         stamps = _stamps(self.filter.root, changed)
         event: ReloadEvent
         try:
-            plan, diagnostics = await asyncio.to_thread(build_plan, self.project)
+            # In a thread, with the fingerprints: the serving loop never waits for them.
+            plan, diagnostics, taken = await asyncio.to_thread(_build, self.project)
         except PeachError as error:  # no conf file any more (a rename in progress)
-            plan, diagnostics = None, []
+            plan, diagnostics, taken = None, [], None
             problem: str | None = error.message
         else:
             problem = None
@@ -228,7 +238,7 @@ class Reloader:
                 self.emit(event)
             return event
         recovered, self.rejected = self.rejected, False
-        snapshot = Snapshot.take(plan)
+        snapshot = taken or Snapshot.take(plan)
         changes = analyze_changes(self.served, snapshot, patch=self.mode == "patch")
         if changes.timeout_changed and self.server.timeout_override is not None:
             changes = replace(changes, timeout_changed=None)  # --timeout-s wins: nothing changes

@@ -304,7 +304,7 @@ class DevServer:
             task = asyncio.ensure_future(self._retire(old_table, retired))
             self._draining.add(task)
             task.add_done_callback(self._draining.discard)
-        await asyncio.gather(*(pool.stop() for pool in rejected))
+        await asyncio.gather(*(pool.stop() for pool in rejected))  # never routed to: no series
         change.seconds = time.perf_counter() - began
         return change
 
@@ -347,6 +347,12 @@ class DevServer:
                 task.cancel()
         await asyncio.gather(*(pool.drain_and_stop(timeout_s=DRAIN_TIMEOUT_S) for pool in pools))
         self._retiring.difference_update(pools)
+        self._forget(pools)
+
+    def _forget(self, pools: list[ReplicaPool]) -> None:
+        """Drop what the server kept of the replicas of ``pools``, stopped for good."""
+        if self.gateway is not None:
+            self.gateway.metrics.forget(r.id for pool in pools for r in pool.replicas)
 
     async def wait_retired(self) -> None:
         """Wait until every pool retired by ``apply_plan`` has stopped."""

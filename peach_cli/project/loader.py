@@ -33,7 +33,9 @@ MAX_CONF_BYTES = 4 * 1024 * 1024
 MAX_YAML_NODES = 200_000
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_SCALARS = yaml.SafeLoader("")  # only its safe scalar constructors are used
+_SCALARS = yaml.SafeLoader("")
+"""Only its safe scalar constructors are used, called directly: its ``construct_object``
+remembers every node it constructed (a reload's conf nodes, kept for good)."""
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _STANDARD_PREFIX = "tag:yaml.org,2002:"
 _STR_TAG = "tag:yaml.org,2002:str"
@@ -295,7 +297,7 @@ def _scalar_value(node: yaml.ScalarNode, here: Position, diagnostics: list[Diagn
     if node.tag == _STR_TAG:
         return node.value
     try:
-        return _SCALARS.construct_object(node, deep=True)
+        return _SCALARS.yaml_constructors[node.tag](_SCALARS, node)
     except (yaml.YAMLError, ValueError, OverflowError):
         diagnostics.append(Diagnostic("PC004", f"invalid {node.tag} value {node.value!r}", here))
         return None

@@ -475,17 +475,21 @@ class _Readers:
     saved: tuple[int, int, int] = (700, 10, 10)
 
 
-_WALKED: weakref.WeakKeyDictionary[ast.AST, list[ast.AST]] = weakref.WeakKeyDictionary()
+_BELOW: weakref.WeakKeyDictionary[ast.AST, list[ast.AST]] = weakref.WeakKeyDictionary()
+"""Tree -> the nodes below it. Never the tree itself: a value that holds its own key keeps
+it alive for good (every notebook a reload of ``peach dev`` read, kept)."""
 
 
 def walk(tree: ast.AST) -> list[ast.AST]:
     """Every node of ``tree`` in ``ast.walk``'s order, listed once per tree (the checks go
     over each cell several times: a list is several times faster to go over than
     ``ast.walk``'s generator)."""
-    nodes = _WALKED.get(tree)
-    if nodes is None:
-        nodes = _WALKED[tree] = list(ast.walk(tree))
-    return nodes
+    below = _BELOW.get(tree)
+    if below is None:
+        nodes = list(ast.walk(tree))
+        _BELOW[tree] = nodes[1:]
+        return nodes
+    return [tree, *below]
 
 
 def imported_modules(tree: ast.AST) -> list[tuple[str, int]]:

@@ -1,0 +1,175 @@
+"""A `peach dev` left running all day: what reloads and re-inits leave behind.
+
+Each save builds a new version of the project (its conf nodes, its notebooks' syntax trees,
+a plan, a snapshot of fingerprints) and a restart or a re-init makes new replicas (pools,
+rows in the live view, metrics series). Once a version is no longer served, all of it must
+go: after reloads of both kinds and drift re-inits, the objects of the earlier versions are
+gone (weak references dead, no more of each kind alive than after the first reloads), and
+the live view and the metrics hold only the replicas that still serve. Nothing is timed.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import gc
+import io
+import re
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import pytest
+import yaml
+from reload_support import copy_project, edit_cell
+
+from peach_cli.boundary import new_console
+from peach_cli.checks.build import build_plan
+from peach_cli.project.notebook import Notebook
+from peach_cli.runtime.plan import ComponentSpec, ProjectPlan
+from peach_cli.views.dev import LATENCY_WINDOW, DevView
+from simulator.changes import Snapshot
+from simulator.events import ReplicaChanged
+from simulator.pool import ReplicaPool
+from simulator.reload import Reloader
+from simulator.replica import Replica
+from simulator.session import DevSession, SessionConfig
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+EDITED = "notebooks/Edited.ipynb"
+PER_VERSION = (ast.Module, yaml.Node, Notebook, ProjectPlan, Snapshot, ComponentSpec)
+"""What each save builds anew: a conf's nodes, a notebook and its cells' trees, a plan."""
+PER_REPLICA = (ReplicaPool, Replica)
+"""What each restart or re-init makes anew."""
+
+
+def alive(kinds: tuple[type, ...]) -> Counter[str]:
+    gc.collect()
+    return Counter(
+        next(k.__name__ for k in kinds if isinstance(o, k))
+        for o in gc.get_objects()
+        if isinstance(o, kinds)
+    )
+
+
+class Run:
+    """A served copy of the soak project, its live view, and saves made to it."""
+
+    def __init__(self, session: DevSession, project: Path, view: DevView) -> None:
+        assert session.server is not None
+        self.session = session
+        self.server = session.server
+        self.project = project
+        self.view = view
+        self.saves = 0
+        self.method = '{"version": VERSION}'
+        self.versions: list[weakref.ref[Any]] = []
+        """The snapshots served so far, their plans and their replicas' pools."""
+        self.reinitialized = asyncio.Event()
+
+    def on_event(self, event: Any) -> None:
+        self.view.handle(event)
+        if isinstance(event, ReplicaChanged) and event.message == "re-init done":
+            self.reinitialized.set()
+
+    def remember(self) -> None:
+        served = self.server.served
+        self.versions += [weakref.ref(served), weakref.ref(served.plan)]
+        self.versions += [weakref.ref(pool) for pool in self.server.all_pools()]
+        self.versions += [weakref.ref(r) for p in self.server.all_pools() for r in p.replicas]
+
+    async def save(self, mode: Literal["patch", "restart"]) -> None:
+        """Edit the method of ``edited`` and reload it as a ``mode`` (patch or restart)."""
+        self.saves += 1
+        method = f'{{"version": VERSION, "save": {self.saves}}}'
+        edit_cell(self.project, self.method, method, notebook=EDITED)
+        self.method = method
+        reloader = Reloader(self.server, self.project, on_event=self.on_event, spares=0, mode=mode)
+        event = await reloader.reload([EDITED])
+        assert type(event).__name__ == "Reloaded", event
+        assert (mode == "patch") == bool(event.changes.patched), event.message  # type: ignore[attr-defined]
+        self.remember()
+
+    async def drift(self, client: httpx.AsyncClient) -> None:
+        """A drift signal: the replica re-runs ``init`` in its process."""
+        self.reinitialized.clear()
+        answer = await client.get(f"{self.session.url}/drift", params={"signal": "true"})
+        assert answer.status_code == 200, answer.text
+        await asyncio.wait_for(self.reinitialized.wait(), 30)
+
+    async def reinit(self) -> None:
+        """``i`` in the terminal: new replicas for every component with an ``init``."""
+        keys = [c.key for c in self.server.plan.components() if c.init]
+        change = await self.server.reinit(keys)
+        assert not change.failed, change.failed
+        self.remember()
+
+    async def traffic(self, client: httpx.AsyncClient) -> None:
+        for path in ("/edited", "/recommend", "/drift", "/fallback"):
+            answer = await client.get(f"{self.session.url}{path}")
+            assert answer.status_code == 200, (path, answer.text)
+
+    async def round(self, client: httpx.AsyncClient) -> None:
+        """Saves of both kinds, drift re-inits and re-inits, with calls in between."""
+        for step in (
+            lambda: self.save("patch"),
+            lambda: self.save("restart"),
+            lambda: self.drift(client),
+            lambda: self.save("patch"),
+            self.reinit,
+            lambda: self.drift(client),
+        ):
+            await step()
+            await self.traffic(client)
+        await self.server.wait_retired()
+
+
+async def serve(project: Path, body: Callable[[Run, httpx.AsyncClient], Any]) -> None:
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, diagnostics
+    view = DevView(new_console("terminal", io.StringIO(), width=120), live=False)
+    view.set_plan(plan)
+    runs: list[Run] = []
+    config = SessionConfig(plan, project=project)
+    session = DevSession(config, on_event=lambda event: runs[0].on_event(event))
+    runs.append(Run(session, project, view))
+    async with session, httpx.AsyncClient(timeout=30) as client:
+        await session.wait_ready()
+        await body(runs[0], client)
+
+
+def test_versions_no_longer_served_are_gone_and_the_view_keeps_only_live_replicas(tmp_path):
+    project = copy_project("faults/soak", tmp_path)
+
+    async def body(run: Run, client: httpx.AsyncClient) -> None:
+        await run.round(client)  # what is made once (caches, first series) is made now
+        versions, replicas = alive(PER_VERSION), alive(PER_REPLICA)
+        first = len(run.versions)
+        for _ in range(4):  # 8 patch reloads, 4 restarts, 8 drift re-inits, 4 re-inits
+            await run.round(client)
+        gc.collect()
+
+        # every version before the one served is gone, with the replicas it ran on
+        served = {id(run.server.served), id(run.server.served.plan)}
+        served |= {id(pool) for pool in run.server.all_pools()}
+        served |= {id(r) for pool in run.server.all_pools() for r in pool.replicas}
+        kept = [ref() for ref in run.versions[first:] if ref() is not None]
+        assert [type(o).__name__ for o in kept if id(o) not in served] == []
+        assert alive(PER_VERSION) <= versions, (alive(PER_VERSION), versions)
+        assert alive(PER_REPLICA) <= replicas, (alive(PER_REPLICA), replicas)
+
+        # the live view keeps a row per replica that serves, each with a bounded history
+        serving = {r.id for pool in run.server.all_pools() for r in pool.replicas}
+        assert set(run.view.replicas) == serving
+        assert all(len(row.latencies) <= LATENCY_WINDOW for row in run.view.replicas.values())
+
+        # and the metrics name only them
+        metrics = (await client.get(f"{run.session.url}/_peach/metrics")).text
+        named = set(re.findall(r'replica="([^"]+)"', metrics))
+        assert named <= serving, sorted(named - serving)
+
+    asyncio.run(serve(project, body))
