@@ -4,9 +4,10 @@ Two rules hold for every channel, whatever it renders:
 
 - **Secret values are masked.** Every value hidden with ``hide`` (a component's or a task's
   secrets, a deployment's, the project's `.env` values it declares) is replaced by ``***``
-  as is and in the forms a server echoes text in (JSON-escaped, percent-encoded, base64). A
-  multi-line value is masked as one value: wherever any of its lines of 4 or more characters
-  appears, alone or inside another line, it is masked.
+  as is and in every form a client or a server writes text in (``Masker``: JSON-escaped
+  once or more, percent-encoded in either case or with ``+``, base64 at any alignment and
+  URL-safe). A multi-line value is masked as one value: wherever any of its lines of 4 or
+  more characters appears, alone or inside another line, it is masked.
 - **Control characters from data are escaped.** A path, a header, a method name, a notebook
   path or a user's print holding ``\\x1b`` or a line break is written as ``\\x1b`` / ``\\n``:
   no client, notebook or file name can forge a line or drive the terminal.
@@ -14,9 +15,10 @@ Two rules hold for every channel, whatever it renders:
 A channel is a place output goes to (``CHANNELS``: the terminal, the live view, log lines,
 pdb banners, ``peach test``'s reports, record files, …). Writers get their stream or file
 from here — ``console``, ``new_console``, ``write_report``, ``write_status``, ``open_lines``,
-``relay`` — and nothing else in peach writes to stdout, stderr or a report file (``tests/test_structure.py`` checks it;
-``tests/test_boundary.py`` plants a secret and escape sequences in every channel, and fails
-when a channel is registered without a probe).
+``relay`` — and nothing else in peach writes to stdout, stderr or a report file; Python's
+logging comes here too (``install_logging``, at start). ``tests/test_structure.py`` checks it;
+``tests/test_boundary.py`` plants a secret in each of its forms and escape sequences in
+every channel, and fails when a channel is registered without a probe.
 
     hide(["hunter2-secret"])
     shown("GET /x?k=hunter2-secret\\x1b[2J")   # 'GET /x?k=***\\\\x1b[2J'

@@ -687,3 +687,31 @@ def test_masking_leaves_text_without_the_secret_alone() -> None:
     ]
     for text in texts:
         assert mask(text, secrets) == text
+
+
+def test_no_line_of_an_exception_text_passes_for_a_request_line() -> None:
+    """SPEC §6: a traceback for the log and a pdb post-mortem header mark every line after
+    the first of an exception's text (``RuntimeError("boom x\\nGET /admin 200 main …")``)."""
+    from types import SimpleNamespace
+
+    from peach_cli.boundary import CONTINUATION, continued
+    from peach_cli.runtime.contract.results import CONTINUATION as RUNTIME_MARK
+    from peach_cli.runtime.contract.results import user_traceback
+
+    assert RUNTIME_MARK == CONTINUATION  # the replica marks them as the boundary does
+    source = "def boom(word):\n    raise RuntimeError('boom ' + word)\n"
+    spec = SimpleNamespace(source_name="notebooks/B.ipynb", line_map=((1, 1, 1),))
+    scope: dict = {}
+    exec(compile(source, "<notebooks/B.ipynb>", "exec"), scope)
+    try:
+        scope["boom"]("x\nGET /admin 200 main boom/main#1 2 ms\n  more")
+    except RuntimeError as error:
+        text = user_traceback(error, spec)  # type: ignore[arg-type]
+    lines = text.splitlines()
+    assert lines[-3:] == [
+        "RuntimeError: boom x",
+        "  | GET /admin 200 main boom/main#1 2 ms",
+        "  |   more",
+    ], text
+    assert not re.search(r"^GET ", text, re.MULTILINE)
+    assert continued("a\nGET /x 200") == "a\n  | GET /x 200"

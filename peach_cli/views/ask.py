@@ -220,7 +220,9 @@ class _FramedRenderer(_Renderer):
             if whole_line and not self._at_line_start:
                 text = "\n" + text
             if text:
-                text = shown_lines(text)  # on a terminal: no escape sequence from the stream
+                # on a terminal: no escape sequence, no lone "\r" from the stream (CRLF is a
+                # line break)
+                text = shown_lines(text.replace("\r\n", "\n"))
                 self._write(text)
                 self._at_line_start = text.endswith("\n")
 
