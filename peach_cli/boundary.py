@@ -4,9 +4,10 @@ Two rules hold for every channel, whatever it renders:
 
 - **Secret values are masked.** Every value hidden with ``hide`` (a component's or a task's
   secrets, a deployment's, the project's `.env` values it declares) is replaced by ``***``
-  as is and in the forms a server echoes text in (JSON-escaped, percent-encoded, base64). A
-  multi-line value is masked as one value: wherever any of its lines of 4 or more characters
-  appears, alone or inside another line, it is masked.
+  as is and in every form a client or a server writes text in (``Masker``: JSON-escaped
+  once or more, percent-encoded in either case or with ``+``, base64 at any alignment and
+  URL-safe). A multi-line value is masked as one value: wherever any of its lines of 4 or
+  more characters appears, alone or inside another line, it is masked.
 - **Control characters from data are escaped.** A path, a header, a method name, a notebook
   path or a user's print holding ``\\x1b`` or a line break is written as ``\\x1b`` / ``\\n``:
   no client, notebook or file name can forge a line or drive the terminal.
@@ -14,9 +15,10 @@ Two rules hold for every channel, whatever it renders:
 A channel is a place output goes to (``CHANNELS``: the terminal, the live view, log lines,
 pdb banners, ``peach test``'s reports, record files, …). Writers get their stream or file
 from here — ``console``, ``new_console``, ``write_report``, ``write_status``, ``open_lines``,
-``relay`` — and nothing else in peach writes to stdout, stderr or a report file (``tests/test_structure.py`` checks it;
-``tests/test_boundary.py`` plants a secret and escape sequences in every channel, and fails
-when a channel is registered without a probe).
+``relay`` — and nothing else in peach writes to stdout, stderr or a report file; Python's
+logging comes here too (``install_logging``, at start). ``tests/test_structure.py`` checks it;
+``tests/test_boundary.py`` plants a secret in each of its forms and escape sequences in
+every channel, and fails when a channel is registered without a probe.
 
     hide(["hunter2-secret"])
     shown("GET /x?k=hunter2-secret\\x1b[2J")   # 'GET /x?k=***\\\\x1b[2J'
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import re
 import sys
@@ -36,7 +39,6 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
-from urllib.parse import quote
 
 from peach_cli.printable import printable, printable_lines
 
@@ -66,6 +68,10 @@ CHANNELS: dict[str, str] = {
     "deploy-dry-run": "peach deploy --dry-run's config and file list",
     "openapi": "peach openapi's document (JSON and YAML)",
     "cluster-logs": "peach logs and peach status",
+    "openapi-served": "GET /_peach/openapi.json on peach dev and on the deployed app",
+    "ask-stream": "peach ask --stream on a terminal (piped, the bytes stay as sent)",
+    "python-logging": "Python's logging: uvicorn's, peach's and libraries' loggers",
+    "defect": "an exception peach did not expect: one line and where to report it",
 }
 """Every channel peach writes to. A new one is registered here, and gets a probe in
 ``tests/test_boundary.py`` (the test fails until it has one)."""
@@ -82,24 +88,29 @@ def channel_of(name: str) -> str:
 # -- secrets -------------------------------------------------------------------------------
 
 _hidden: set[str] = set()
-_forms: list[str] = []
+_masker: Masker | None = None
+MIN_BASE64 = 6
+"""A base64 form not at the encoding's start (the secret after other bytes, as in
+``base64("user:" + secret)``) is masked from this many characters on: 4 or 5 base64
+characters turn up by chance in any long text."""
 
 
 def hide(values: Iterable[str]) -> None:
     """Mask ``values`` in everything this process shows or writes from now on."""
+    global _masker
     added = {value for value in values if value and value not in _hidden}
     if added:
         _hidden.update(added)
-        _forms[:] = forms_of(_hidden)
+        _masker = masker_of(frozenset(_hidden))
 
 
-def forms_of(values: Iterable[str]) -> list[str]:
-    """Every text to mask for ``values``, the longest first: each value and each line of
-    4+ characters of a multi-line one, as is, JSON-escaped, percent-encoded and base64.
+def pieces_of(values: Iterable[str]) -> list[str]:
+    """What is masked of ``values``: each value and each line of 4+ characters of a
+    multi-line one (stripped), the longest first.
 
-    >>> "line-two" in forms_of(["ab", "line-one\\nline-two"])
-    True
-    >>> forms_of(["ab"])
+    >>> pieces_of(["ab", "line-one\\nline-two"])
+    ['line-one\\nline-two', 'line-one', 'line-two']
+    >>> pieces_of(["ab"])
     []
     """
     pieces: set[str] = set()
@@ -110,52 +121,151 @@ def forms_of(values: Iterable[str]) -> list[str]:
             line = line.strip()
             if len(line) >= MIN_SECRET:
                 pieces.add(line)
-    found: set[str] = set()
-    for piece in pieces:
-        found.update(_encodings(piece))
-    return sorted((form for form in found if len(form) >= MIN_SECRET), key=len, reverse=True)
+    return sorted(pieces, key=lambda piece: (-len(piece), piece))
 
 
-def _encodings(value: str) -> list[str]:
-    encoded = base64.b64encode(value.encode()).decode()
-    return [
-        value,
-        json.dumps(value)[1:-1],
-        json.dumps(value, ensure_ascii=False)[1:-1],
-        quote(value, safe=""),
-        quote(value),
-        encoded,
-        encoded.rstrip("="),
-    ]
+class Masker:
+    """Replaces every form of a set of secret values with ``***`` (``masker_of``).
+
+    One regular expression matches every form (SPEC §10): as is; JSON-escaped once or more
+    (``\\"``, ``\\\\\\"``, ``\\u00e9``); percent-encoded once or more, in either case,
+    with ``+`` for a space (``quote``, ``quote_plus``); ``\\x1b``-escaped as peach shows
+    control characters; base64, standard and URL-safe, at any of the three alignments (the
+    characters that encode the secret's bytes alone, so a secret after other bytes is masked
+    too), as is or in a URL. Text holding none of the secrets' *anchors* is left at once:
+    each form keeps a run of characters no encoder changes (letters, digits, ``-._~``), so
+    most lines cost a few substring searches, not a scan.
+    """
+
+    def __init__(self, pattern: re.Pattern[str], anchors: tuple[str, ...] | None) -> None:
+        self.pattern = pattern
+        self.anchors = anchors
+        """None: a form without a run long enough to search for (every text is scanned)."""
+
+    def sub(self, text: str) -> str:
+        """``text`` with every form of the secrets replaced by ``***``."""
+        if self.anchors is None:
+            return self.pattern.sub(MASK, text)
+        for anchor in self.anchors:
+            if anchor in text:
+                return self.pattern.sub(MASK, text)
+        return text
+
+
+ANCHOR = 4
+"""The shortest run of unchanged characters searched for before scanning a text."""
+
+
+@lru_cache(maxsize=16)
+def masker_of(values: frozenset[str]) -> Masker | None:
+    """The ``Masker`` of every piece of ``values`` (``None``: nothing to mask). Built once
+    per set of values.
+
+    >>> masker_of(frozenset(["p4ss word"])).sub("u=p4ss+word&v=p4ss%20word&w=p4ss")
+    'u=***&v=***&w=p4ss'
+    """
+    alternatives: list[tuple[int, str]] = []
+    anchors: set[str] | None = set()
+    for piece in pieces_of(values):
+        alternatives.append((len(piece), "".join(_char_pattern(c) for c in piece)))
+        forms = _base64_forms(piece)
+        alternatives.extend((len(form), _base64_pattern(form)) for form in forms)
+        for text, unchanged in ((piece, _RUN_IN_TEXT), *((f, _RUN_IN_BASE64) for f in forms)):
+            run = max(unchanged.findall(text), key=len, default="")
+            if anchors is not None and len(run) >= ANCHOR:
+                anchors.add(run)
+            else:
+                anchors = None
+    if not alternatives:
+        return None
+    alternatives.sort(key=lambda item: -item[0])  # the longest form wins where two start
+    pattern = re.compile("|".join(dict.fromkeys(source for _, source in alternatives)))
+    if anchors is not None:  # one that holds another is found whenever the other is
+        anchors = {a for a in anchors if not any(b != a and b in a for b in anchors)}
+    return Masker(pattern, None if anchors is None else tuple(sorted(anchors)))
+
+
+_RUN_IN_TEXT = re.compile(r"[A-Za-z0-9._~-]+")
+_RUN_IN_BASE64 = re.compile(r"[A-Za-z0-9_-]+")
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
+_SHORT_ESCAPES = {"\n": "n", "\r": "r", "\t": "t", "\b": "b", "\f": "f"}
+
+
+def _char_pattern(char: str) -> str:
+    """The ways ``char`` can be written in text that encodes a secret: as is, percent-encoded
+    (once or more), JSON-escaped (once or more, the backslashes percent-encoded or not)."""
+    if char in _PLAIN:  # no encoder changes it
+        return re.escape(char)
+    data = char.encode("utf-8", "surrogatepass")
+    as_is = "(?:" + re.escape(char) + "|" + "".join(f"%(?:25)*(?i:{b:02x})" for b in data) + ")"
+    ways = [as_is]
+    if char in '"\\/':  # JSON escapes them (once per layer); "/" by some encoders
+        ways.append(f"{_BACKSLASHES}{as_is}" if char != "\\" else _BACKSLASHES)
+    code = ord(char)
+    if code < 0x20 or code >= 0x7F:  # JSON's \u escapes (pairs above the BMP), peach's \x
+        units = char.encode("utf-16-be", "surrogatepass")
+        ways.append(
+            "".join(
+                f"{_BACKSLASHES}u(?i:{units[i : i + 2].hex()})" for i in range(0, len(units), 2)
+            )
+        )
+        if char in _SHORT_ESCAPES:
+            ways.append(_BACKSLASHES + _SHORT_ESCAPES[char])
+        if code < 0x100:
+            ways.append(f"{_BACKSLASHES}x(?i:{code:02x})")
+    if char == " ":  # quote_plus's "+", itself percent-encoded by a second layer
+        ways.append(r"\+|%(?:25)*(?i:2b)")
+    return "(?:" + "|".join(ways) + ")"
+
+
+_BACKSLASHES = r"(?:\\|%(?:25)*(?i:5c))+"
+"""One backslash or more, as is or percent-encoded (JSON escaping applied again and again)."""
+
+
+def _base64_forms(piece: str) -> list[str]:
+    """The base64 characters that encode ``piece``'s bytes alone, at each alignment (0, 1
+    or 2 bytes before it in the encoded data), standard and URL-safe; and the whole
+    encoding of ``piece`` alone, padding included."""
+    data = piece.encode("utf-8", "surrogatepass")
+    whole = base64.b64encode(data).decode()
+    forms = {whole}
+    for before in range(3):
+        encoded = base64.b64encode(b"\0" * before + data + b"\0\0").decode()
+        first = -(-8 * before // 6)  # the first character whose six bits are all the piece's
+        stable = encoded[first : 8 * (before + len(data)) // 6]
+        if len(stable) >= (MIN_SECRET if before == 0 else MIN_BASE64):
+            forms.add(stable)
+    forms |= {form.replace("+", "-").replace("/", "_") for form in forms}
+    return sorted(forms, key=len, reverse=True)
+
+
+def _base64_pattern(form: str) -> str:
+    """``form`` as it is, or in a URL (its ``+``, ``/`` and ``=`` percent-encoded)."""
+    escaped = re.escape(form)
+    for char, code in (("+", "2b"), ("/", "2f"), ("=", "3d")):
+        escaped = escaped.replace(re.escape(char), f"(?:{re.escape(char)}|%(?:25)*(?i:{code}))")
+    return escaped
 
 
 def mask(text: str, secrets: Iterable[str] | None = None) -> str:
     """``text`` with every secret value (default: those hidden) replaced by ``***``."""
-    forms = _forms if secrets is None else forms_of(secrets)
-    for form in forms:
-        if form in text:
-            text = text.replace(form, MASK)
-    return text
+    masker = _masker if secrets is None else masker_of(frozenset(secrets))
+    return text if masker is None else masker.sub(text)
 
 
 def mask_value(value: Any, secrets: Iterable[str] | None = None) -> Any:
     """A JSON-like value with every secret in its strings (keys too) replaced by ``***``."""
-    forms = _forms if secrets is None else forms_of(secrets)
-    if not forms:
-        return value
-    return _masked_value(value, forms)
+    masker = _masker if secrets is None else masker_of(frozenset(secrets))
+    return value if masker is None else _masked_value(value, masker)
 
 
-def _masked_value(value: Any, forms: list[str]) -> Any:
+def _masked_value(value: Any, masker: Masker) -> Any:
     if isinstance(value, str):
-        for form in forms:
-            if form in value:
-                value = value.replace(form, MASK)
-        return value
+        return masker.sub(value)
     if isinstance(value, dict):
-        return {_masked_value(k, forms): _masked_value(v, forms) for k, v in value.items()}
+        return {_masked_value(k, masker): _masked_value(v, masker) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_masked_value(v, forms) for v in value]
+        return [_masked_value(v, masker) for v in value]
     return value
 
 
@@ -212,7 +322,7 @@ class MaskedStream:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        if _forms:
+        if _masker is not None:
             text = mask(text)
         return self._stream.write(text)
 
@@ -338,10 +448,69 @@ def markup_lines(text: object) -> str:
 def relay(data: bytes, *, fd: int | None = None) -> None:
     """Bytes of an interactive session (pdb's transcript) written to the terminal as they
     come, secrets masked (the session's own control sequences kept: it is the terminal's)."""
-    if _forms:
+    if _masker is not None:
         text = data.decode("utf-8", "surrogateescape")
         masked = mask(text)
         if masked != text:
             data = masked.encode("utf-8", "surrogateescape")
     sys.stdout.flush()
     os.write(sys.stdout.fileno() if fd is None else fd, data)
+
+
+# -- Python's logging ------------------------------------------------------------------------
+
+CONTINUATION = "  | "
+"""What starts each continuation line of a multi-line text from data in a log (an exception
+message, a logged traceback): no line of it can pass for a line of peach's own, such as a
+request line ``GET /admin 200 main …``. The replica runtime marks the text ending a user's
+traceback with the same (``peach_cli.runtime.contract.results.CONTINUATION``)."""
+LOG_LINE_MAX = 2000
+"""A log record's message is cut past this many characters (a 70 KB header quoted in a
+warning stays one readable line)."""
+
+
+def continued(text: str) -> str:
+    """``text``'s lines after the first, each marked with ``CONTINUATION``.
+
+    >>> continued("RuntimeError: boom\\nGET /admin 200 main")
+    'RuntimeError: boom\\n  | GET /admin 200 main'
+    """
+    return text.replace("\n", "\n" + CONTINUATION)
+
+
+class BoundaryHandler(logging.Handler):
+    """Python's logging (uvicorn's loggers, peach's own, any library's) on stderr through
+    the boundary: a record is one masked line with its control characters escaped, cut at
+    ``LOG_LINE_MAX`` characters; a traceback it carries follows as marked continuation
+    lines, masked and escaped too."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a record whose arguments do not fit its format
+            message = f"{record.msg!r} {record.args!r}"
+        line = shown(message)
+        if len(line) > LOG_LINE_MAX:
+            line = f"{line[:LOG_LINE_MAX]}… ({len(line) - LOG_LINE_MAX} more characters)"
+        if record.levelno >= logging.WARNING:
+            line = f"{record.levelname.lower()}: {line}"
+        if record.exc_info and record.exc_info[1] is not None:
+            import traceback
+
+            details = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+            line += "\n" + CONTINUATION + continued(shown_lines(details))
+        try:
+            out = stream("stderr")
+            out.write(line + "\n")
+            out.flush()
+        except (OSError, ValueError):  # stderr closed: nothing left to tell
+            pass
+
+
+def install_logging() -> None:
+    """Route Python's logging through the boundary (once, at start): the root logger gets
+    ``BoundaryHandler`` in place of the interpreter's raw last resort, so uvicorn's and
+    peach's loggers, which propagate to it, are masked and escaped."""
+    root = logging.getLogger()
+    if not any(isinstance(handler, BoundaryHandler) for handler in root.handlers):
+        root.addHandler(BoundaryHandler(logging.WARNING))

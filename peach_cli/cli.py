@@ -2,7 +2,8 @@
 
 Command functions stay thin: each imports its implementation lazily (so `peach --help`
 never pays for ray, uvicorn or httpx) and returns an exit code. ``main`` is the one place
-that turns a ``PeachError`` into a message and an exit code.
+that turns a ``PeachError`` into a message and an exit code (and any other exception into
+one line saying it is a defect of peach, exit 70).
 """
 
 from __future__ import annotations
@@ -1037,8 +1038,17 @@ def doctor(
     )
 
 
+EXIT_DEFECT = 70
+"""An exception peach did not expect: a defect of peach (``EX_SOFTWARE``)."""
+
+
 def main() -> None:
-    """Entry point of the `peach` console script: the one catch site for PeachError."""
+    """Entry point of the `peach` console script: the one catch site for PeachError, and
+    for any other exception (one masked, escaped line saying where to report it: no raw
+    traceback, no locals)."""
+    from peach_cli.boundary import install_logging
+
+    install_logging()  # uvicorn's and peach's loggers through the output boundary
     try:
         app()
     except PeachError as error:
@@ -1048,6 +1058,12 @@ def main() -> None:
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as error:  # noqa: BLE001 - the last catch site: a defect of peach
+        from peach_cli import __version__
+        from peach_cli.views.console import print_defect
+
+        print_defect(error, __version__)
+        sys.exit(EXIT_DEFECT)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from peach_cli.boundary import continued
 from peach_cli.runtime.debug import POST_MORTEM_ENV, SKIPPED_ENV, SOCKET_ENV
 
 REQUEST_LINE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -285,8 +286,8 @@ class DebugRelay:
             deadline.reschedule(None)  # the call waits for the debugger (SPEC §7)
         kind = "post-mortem" if session.error else "breakpoint"
         banner = f"{kind}: {self._describe(session)}"
-        if session.error:
-            banner += f"\n  {session.error}"
+        if session.error:  # a multi-line text: each continuation line marked
+            banner += f"\n  {continued(session.error)}"
         if self._waiting:
             banner += f"\n  {len(self._waiting)} more waiting"
         banner += "\n  pdb commands: c continues, q quits, h helps"

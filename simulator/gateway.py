@@ -241,10 +241,11 @@ class DevGateway:
         if self._document is None or self._document[0] is not table:
             import json
 
+            from peach_cli.boundary import shown_value
             from peach_cli.openapi import document_of
 
             endpoints = [route.endpoint for route in table.routes.values()]
-            document = document_of(table.codops, endpoints)
+            document = shown_value(document_of(table.codops, endpoints))  # as `peach openapi`
             self._document = (table, json.dumps(document, ensure_ascii=False).encode())
         return Response(self._document[1], media_type="application/json")
 

@@ -44,6 +44,12 @@ JSONL_CHUNKS = [
     b'{"text": "world"}\n',
     b'{"usage": {"tokens": 4}}\n',
 ]
+HOSTILE_CHUNKS = [
+    b"told \x1b[31mred\x1b[0m ",
+    b"\x1b]0;pwned\x07 \x1b[2J\xc2\x9b31m",  # a title, a clear screen, a one-byte CSI
+    b" and on\n",
+]
+"""A stream that would drive a terminal: colours, the window's title, a cleared screen."""
 SSE_CHUNKS = [
     b": keep-alive comment\n\n",
     b"event: greeting\nid: 1\ndata: first line\ndata: second line\n\n",
@@ -155,6 +161,13 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
             chunks = [b"\xef\xbb", b"\xbf" + SSE_CHUNKS[1], *SSE_CHUNKS[2:]]
         return StreamingResponse(_chunks(chunks), media_type=media)
 
+    async def hostile(request: Request) -> Response:
+        media = request.query_params.get("media", "text/plain; charset=utf-8")
+        chunks = HOSTILE_CHUNKS
+        if "event-stream" in media:
+            chunks = [b"data: " + b"".join(HOSTILE_CHUNKS).rstrip(b"\n") + b"\n\n"]
+        return StreamingResponse(_chunks(chunks), media_type=media)
+
     async def markdown(request: Request) -> Response:
         count = int(request.query_params.get("paragraphs", "40"))
         code_lines = int(request.query_params.get("code_lines", "30"))
@@ -256,6 +269,7 @@ def make_app(state: ServerState, *, peach: bool = True) -> Starlette:
         Route("/jsonl", jsonl, methods=["GET", "POST"]),
         Route("/sse", sse, methods=["GET", "POST"]),
         Route("/markdown", markdown, methods=["GET", "POST"]),
+        Route("/hostile", hostile, methods=["GET", "POST"]),
         Route("/gated", gated, methods=["GET", "POST"]),
         Route("/cut", cut, methods=["GET", "POST"]),
         Route("/cut-first", cut_first, methods=["GET", "POST"]),

@@ -14,6 +14,7 @@ import threading
 import pytest
 from ask_support import (
     DURATION,
+    HOSTILE_CHUNKS,
     JSONL_CHUNKS,
     PLAIN_CHUNKS,
     REPLICA,
@@ -180,6 +181,40 @@ def test_terminal_stream_renders_the_framing(server, path, expected):
         assert "4 events" in summary  # [DONE] and comments are not events
     if "/jsonl" in path:
         assert "5 lines" in summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [[], ["?media=text/event-stream"], ["--markdown"]])
+def test_a_stream_cannot_drive_the_terminal(server, extra):
+    """SPEC §6: on a terminal the control characters of a stream are shown escaped (plain
+    text, SSE, Markdown): no colour, no window title, no cleared screen from an endpoint."""
+    import pyte
+
+    url, _ = server
+    query = extra[0] if extra and extra[0].startswith("?") else ""
+    options = [] if query else extra
+    child = Child(f"{url}/hostile{query}", "--stream", *options, tty=True)
+    try:
+        result = child.finish()
+    finally:
+        child.kill()
+    assert result.code == 0, result.stderr
+    for raw in (b"\x1b[31m", b"\x1b]0;", b"\x1b[2J", b"\xc2\x9b"):
+        assert raw not in result.stdout, result.stdout
+    screen = pyte.Screen(120, 10)
+    stream = pyte.ByteStream(screen)
+    stream.feed(result.stdout)
+    shown = "\n".join(screen.display)
+    assert "told \\x1b[31mred\\x1b[0m \\x1b]0;pwned\\x07 \\x1b[2J\\x9b31m and on" in shown
+    assert screen.title == ""
+
+
+@pytest.mark.slow
+def test_a_piped_stream_keeps_its_control_characters(server):
+    url, _ = server
+    result = ask(f"{url}/hostile", "--stream")
+    assert result.code == 0, result.stderr
+    assert result.stdout == b"".join(HOSTILE_CHUNKS)  # the bytes as sent
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import httpx
 import pytest
@@ -28,12 +29,54 @@ from projectkit import notebook_json, write_project
 
 from peach_cli.boundary import CHANNELS
 
-SECRET = "hunter2-c0ffee-5ca1ab1e"
+SECRET = 'hunter2 "c0ffee"/5ca1+ab1e~~~'
+"""A space, quotes, a slash, a plus and tildes (``~~~`` puts a ``+`` in its base64): each
+encoding below writes it differently."""
+MARK = "c0ffee"
+"""A piece of the secret every text form keeps: seen anywhere, the secret leaked."""
 KEY_LINES = ("MIIBOgIBAAJBAKj34GkxFhD9", "0UGmQ7hUiBX2P1hiC2sd4EU")
 KEY = "-----BEGIN TEST KEY-----\n" + "\n".join(KEY_LINES) + "\n-----END TEST KEY-----"
 ESCAPE = "\x1b[2J"
 FORGED = "\nGET /forged 200"
 """A line break from data must never start a line of its own."""
+
+FORMS_CODE = '''def forms(key):
+    """The secret as clients and servers write it (SPEC §10): base64 after other bytes
+    (standard and URL-safe), percent-encoded in lower case and with + for a space, JSON
+    escaped twice and three times."""
+    import base64, json, re, urllib.parse
+    raw = key.encode()
+    return {
+        "basic": "Basic " + base64.b64encode(b"user:" + raw).decode(),
+        "shifted": base64.b64encode(b"u" + raw + b"!").decode(),
+        "urlsafe": base64.urlsafe_b64encode(b"?" + raw + b"?").decode(),
+        "lower": re.sub("%..", lambda m: m[0].lower(), urllib.parse.quote(key, safe="")),
+        "plus": urllib.parse.quote_plus(key),
+        "json2": json.dumps(json.dumps(key)),
+        "json3": json.dumps(json.dumps(json.dumps(key))),
+    }
+'''
+_scope: dict = {}
+exec(FORMS_CODE, _scope)
+FORMS: dict[str, str] = _scope["forms"](SECRET)
+PLANTED = " ".join(FORMS.values())
+"""Every form of the secret in one text, planted in every channel."""
+
+
+def _base64_core(prefix: bytes, encoded: str) -> str:
+    """The characters of ``encoded`` (base64 of ``prefix`` + the secret + more) that encode
+    the secret's bytes alone."""
+    start = -(-8 * len(prefix) // 6)
+    end = 8 * (len(prefix) + len(SECRET.encode())) // 6
+    return encoded[start:end]
+
+
+CORES = {
+    "basic": _base64_core(b"user:", FORMS["basic"].removeprefix("Basic ")),
+    "shifted": _base64_core(b"u", FORMS["shifted"]),
+    "urlsafe": _base64_core(b"?", FORMS["urlsafe"]),
+    "aligned": base64.b64encode(SECRET.encode()).decode().rstrip("="),
+}
 
 CONF = """codops: leaky
 secrets: [API_KEY, PEM_KEY]
@@ -50,39 +93,78 @@ endpoints:
     url: /shout
     components:
       main: {notebook: notebooks/Leak.ipynb, method: shout}
+  tell:
+    url: /tell
+    components:
+      main: {notebook: notebooks/Leak.ipynb, method: tell}
 """
 CELLS = [
-    "def leak():\n"  # cell 1
-    "    import base64, os\n"
+    FORMS_CODE  # cell 1
+    + "import time\n"
+    "def spin():\n"
+    "    until = time.perf_counter() + 0.002\n"
+    "    while time.perf_counter() < until:\n"
+    "        pass\n"
+    "def leak():\n"
+    "    import base64, os, types\n"
     '    key = os.environ["API_KEY"]\n'
-    '    return {"key": key, "b64": base64.b64encode(key.encode()).decode()}\n',
-    "def crash():\n"  # cell 2
+    "    for name in [key, *forms(key).values()]:  # frames named after the secret\n"
+    "        code = spin.__code__.replace(co_name=name, co_qualname=name)\n"
+    "        types.FunctionType(code, globals())()\n"
+    '    return {"key": key, "b64": base64.b64encode(key.encode()).decode(), **forms(key)}\n',
+    FORMS_CODE  # cell 2
+    + "def crash():\n"
     "    import os\n"
-    '    raise RuntimeError("failed with key " + os.environ["API_KEY"] + "\\x1b[2J")\n',
-    "def shout():\n"  # cell 3
+    '    key = os.environ["API_KEY"]\n'
+    '    forged = "\\x1b[2J\\nGET /forged 200 main"\n'
+    '    raise RuntimeError("failed with key " + key + " " + " ".join(forms(key).values()) + forged)\n',
+    FORMS_CODE  # cell 3
+    + "def shout():\n"
     "    import os\n"
     '    print("the key is", os.environ["PEM_KEY"], flush=True)\n'
     '    print("api", os.environ["API_KEY"], "\\x1b]0;pwned\\x07", flush=True)\n'
+    '    print("forms", *forms(os.environ["API_KEY"]).values(), flush=True)\n'
     '    return "shouted"\n',
+    "def tell():\n"  # cell 4
+    f'    """Tells {json.dumps(SECRET + " " + PLANTED)[1:-1]} {ESCAPE!r}{FORGED!r}."""\n'
+    '    yield "told \\x1b[31mred\\x1b[0m \\x1b]0;pwned\\x07 \\x1b[2J"\n'
+    '    yield "\\r\\x9b31m and on\\n"  # its own line breaks are the stream\'s\n',
 ]
-CASES = """- name: leaks its key
+CASES = f"""- name: leaks its key
   url: /leak
   expect:
-    result: {key: not-the-key}
+    result: {{key: not-the-key}}
+- name: {json.dumps("named " + SECRET + " " + PLANTED + ESCAPE)}
+  url: /leak
+  expect:
+    status: 500
 """
 
 
 def leaks(text: str) -> list[str]:
     """What of the planted secrets and escapes ``text`` shows."""
     found = []
-    for value in (SECRET, *KEY_LINES, base64.b64encode(SECRET.encode()).decode().rstrip("=")):
+    for name, value in {"the secret": MARK, **CORES, **dict(enumerate(KEY_LINES))}.items():
         if value in text:
-            found.append(value)
-    if "\x1b[2J" in text or "\x1b]0;" in text:  # not Rich's own styles
+            found.append(f"{name}: {value}")
+    if "\x1b[2J" in text or "\x1b]0;" in text or "\x9b" in text:  # not Rich's own styles
         found.append("a raw escape sequence")
     if re.search(r"^GET /?forged", text, re.MULTILINE):
         found.append("a forged line")
     return found
+
+
+def test_the_planted_forms_are_the_hostile_ones() -> None:
+    """Each form differs from those masked before (the secret as is, JSON-escaped once,
+    upper-case percent-encoding, base64 from the secret's first byte)."""
+    from urllib.parse import quote
+
+    old = [SECRET, json.dumps(SECRET)[1:-1], quote(SECRET, safe=""), quote(SECRET)]
+    old.append(base64.b64encode(SECRET.encode()).decode().rstrip("="))
+    for name, form in FORMS.items():
+        assert not any(o in form for o in old), name
+    assert "-" in CORES["urlsafe"] or "_" in CORES["urlsafe"]  # not standard base64
+    assert all(len(core) >= 20 for core in CORES.values())
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +174,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         CONF,
         {"notebooks/Leak.ipynb": CELLS},
         {
-            ".env": f'API_KEY={SECRET}\nPEM_KEY="{KEY}"\n',
+            ".env": f"API_KEY='{SECRET}'\nPEM_KEY=\"{KEY}\"\n",
             "tests/leak.peach-test.yaml": CASES,
         },
     )
@@ -114,9 +196,13 @@ def dev(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
             assert client.get("/leak").json()["result"]["key"] == SECRET  # the user's answer
             assert client.get("/crash").status_code == 500
             assert client.get("/shout").status_code == 200
-            assert client.get(f"/leak?token={SECRET}", headers={"X-Note": "a"}).status_code == 200
+            query = {"token": SECRET, **FORMS}
+            assert client.get("/leak", params=query, headers={"X-Note": "a"}).status_code == 200
+            lower, plus = FORMS["lower"], FORMS["plus"]
+            assert client.get(f"/leak?lower={lower}&plus={plus}").status_code == 200
         dev.wait_for_output(r"GET /shout 200")
         dev.wait_for_output(r"api \*\*\*")
+        dev.wait_for_output(r"forms Basic ")
         yield dev
     finally:
         dev.stop()
@@ -129,7 +215,11 @@ def probe_terminal(project: Path, dev, tmp_path: Path) -> str:
     """An error a command prints with the line it is about: a case file whose unknown key
     holds the secret (the excerpt would show it)."""
     cases = tmp_path / "bad.peach-test.yaml"
-    cases.write_text(f'- name: x\n  url: /leak\n  methd: "{SECRET}\\e[2J"\n')
+    lines = []
+    for index, planted in enumerate([SECRET, *FORMS.values()]):  # a line each: each shown
+        methd = json.dumps(planted)[:-1] + '\\e[2J"'
+        lines.append(f"- name: x{index}\n  url: /leak\n  methd: {methd}\n")
+    cases.write_text("".join(lines))
     done = run_peach("test", str(project), str(cases), "--url", dev.url, cwd=project)
     assert done.returncode == 2, done.stdout + done.stderr
     assert 'methd: "***' in done.stdout + done.stderr  # the line was shown, masked
@@ -154,7 +244,7 @@ def probe_live_view(project: Path, dev, tmp_path: Path) -> str:
         view.handle(
             ReplicaChanged("crash/main", "crash/main#1", ReplicaState.HEALTHY, pid=os.getpid())
         )
-        error = f"method_error: failed with key {SECRET}{ESCAPE}{FORGED}"
+        error = f"method_error: failed with key {SECRET} {PLANTED}{ESCAPE}{FORGED}"
         view.handle(
             RequestLogged(
                 "GET", f"/crash?k={SECRET}{ESCAPE}", 500, "crash", "main", "crash/main#1", 0.01,
@@ -240,7 +330,8 @@ def probe_record(project: Path, dev, tmp_path: Path) -> str:
     text = dev.record.read_text()
     lines = [json.loads(line) for line in text.splitlines()]
     leak = next(line for line in lines if line["url"] == "/leak")
-    assert leak["result"] == {"key": "***", "b64": "***"}  # stored masked
+    assert set(leak["result"]) == {"key", "b64", *FORMS}
+    assert all("***" in value for value in leak["result"].values())  # stored masked
     return text
 
 
@@ -262,7 +353,8 @@ def probe_replay(project: Path, dev, tmp_path: Path) -> str:
 
 def probe_bench(project: Path, dev, tmp_path: Path) -> str:
     text = ""
-    for args in (["/leak", f"k=={SECRET}"], ["--from", str(dev.record)]):
+    items = [f"k=={SECRET}", *(f"{name}=={form}" for name, form in FORMS.items())]
+    for args in (["/leak", *items], ["--from", str(dev.record)]):
         done = run_peach(
             "bench", *args, "--url", dev.url, "--requests", "3", "--concurrency", "1",
             cwd=project,
@@ -308,13 +400,15 @@ def probe_validate(project: Path, dev, tmp_path: Path) -> str:
         "notebooks/Leak.ipynb, method: crash",
         '"notebooks/Le\\e[2Jak\\nGET /forged 200.ipynb", method: crash',
     )
-    (bad / "peach.yaml").write_text(conf + f"env_vars: {{NOTE: '{SECRET}'}}\n")
+    notes = "".join(f"  NOTE_{name.upper()}: {json.dumps(form)}\n" for name, form in FORMS.items())
+    (bad / "peach.yaml").write_text(f"{conf}env_vars:\n  NOTE: {json.dumps(SECRET)}\n{notes}")
     text = ""
     for fmt in ("text", "json"):
         done = run_peach("validate", str(bad), "--format", fmt, cwd=tmp_path)
         assert done.returncode == 1, done.stdout + done.stderr
         text += done.stdout + done.stderr
     assert "\\x1b[2J" in text  # shown escaped
+    assert 'NOTE_BASIC: "Basic dXNlcjp***' in text  # a conf line holding a form, echoed
     return text
 
 
@@ -332,7 +426,8 @@ def probe_openapi(project: Path, dev, tmp_path: Path) -> str:
     )
     conf = CONF + (
         "  told:\n    url: /told\n    components:\n"
-        f"      main: {{notebook: notebooks/Told.ipynb, method: told, args: {{hint: '{SECRET}'}}}}\n"
+        "      main: {notebook: notebooks/Told.ipynb, method: told, "
+        f"args: {{hint: {json.dumps(SECRET + ' ' + PLANTED)}}}}}\n"
     )
     (described / "peach.yaml").write_text(conf)
     text = ""
@@ -348,6 +443,8 @@ def probe_deploy_dry_run(project: Path, dev, tmp_path: Path) -> str:
     shipped = tmp_path / "shipped"
     shutil.copytree(project, shipped)
     (shipped / f"data{ESCAPE}\nGET forged.txt").write_text("x")
+    conf = (shipped / "peach.yaml").read_text()
+    (shipped / "peach.yaml").write_text(conf + f"env_vars: {{NOTE: {json.dumps(PLANTED)}}}\n")
     text = ""
     for fmt in ("json", "yaml"):
         done = run_peach("deploy", str(shipped), "--dry-run", "--format", fmt, cwd=tmp_path)
@@ -361,7 +458,7 @@ def probe_cluster_logs(project: Path, dev, tmp_path: Path) -> str:
     """`peach logs`' lines (the dashboard's log API gives them; here the view alone)."""
     done = subprocess.run(
         [sys.executable, "-c", CLUSTER_LOG_VIEW], capture_output=True, text=True, timeout=60,
-        env={**os.environ, "NO_COLOR": "1", "SECRET": SECRET, "KEY": KEY},
+        env={**os.environ, "NO_COLOR": "1", "SECRET": SECRET, "KEY": KEY, "PLANTED": PLANTED},
     )  # fmt: skip
     assert done.returncode == 0 and "leak#1 |" in done.stdout, done.stdout + done.stderr
     return done.stdout + done.stderr
@@ -374,9 +471,95 @@ from peach_cli.deploy.logs import LogLine, ServeReplicaLog
 from peach_cli.views.deploy import print_log_line
 hide([os.environ["SECRET"], os.environ["KEY"]])
 text = "key " + os.environ["SECRET"] + " " + os.environ["KEY"].splitlines()[1] + "\\x1b[2J"
+text += " " + os.environ["PLANTED"]
 replica = ServeReplicaLog("leak", "1", "actor", True)
 print_log_line(LogLine(replica, "out", text))
 """
+
+
+def probe_openapi_served(project: Path, dev, tmp_path: Path) -> str:
+    """``GET /_peach/openapi.json`` of `peach dev` and the document a deploy ships for the
+    gateway to serve: the secret in the streaming endpoint's docstring (its description)."""
+    import io
+    import zipfile
+
+    from peach_cli.checks.build import build_plan
+    from peach_cli.deploy.config import build_bundle
+    from peach_cli.deploy.packaging import OPENAPI_FILE
+
+    served = httpx.get(f"{dev.url}/_peach/openapi.json", timeout=30)
+    assert served.status_code == 200 and "/tell" in served.text and "***" in served.text
+    plan, diagnostics = build_plan(project)
+    assert plan is not None, diagnostics
+    bundle = build_bundle(plan, secrets={"API_KEY": SECRET, "PEM_KEY": KEY})
+    (gateway,) = [p for p in bundle.packages if p.kind == "gateway"]
+    shipped = zipfile.ZipFile(io.BytesIO(gateway.data)).read(OPENAPI_FILE).decode()
+    assert "/tell" in shipped and "***" in shipped
+    return served.text + shipped
+
+
+def probe_ask_stream(project: Path, dev, tmp_path: Path) -> str:
+    """`peach ask --stream` on a terminal: a stream of escape sequences and a forged line."""
+    from ask_support import Child
+
+    child = Child(f"{dev.url}/tell", "--stream", tty=True)
+    try:
+        result = child.finish()
+    finally:
+        child.kill()
+    text = result.stdout.decode("utf-8", "replace")
+    assert result.code == 0 and "told \\x1b[31mred" in text, text + result.stderr
+    return text + result.stderr
+
+
+def _peach_main_with(command: str) -> str:
+    """Run `peach openapi` through ``cli.main`` (the console script's entry point) in a
+    process of its own, with ``run_openapi`` replaced by ``command``."""
+    code = (
+        "import logging, os, sys\n"
+        "import peach_cli.commands.openapi as openapi\n"
+        "from peach_cli import cli\n"
+        "from peach_cli.boundary import hide\n"
+        "hide([os.environ['SECRET'], os.environ['KEY']])\n"
+        "DATA = os.environ['SECRET'] + ' ' + os.environ['PLANTED'] + '\\x1b[2J\\nGET /forged 200'\n"
+        f"{command}\n"
+        "sys.argv = ['peach', 'openapi', '.']\n"
+        "cli.main()\n"
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "NO_COLOR": "1", "SECRET": SECRET, "KEY": KEY, "PLANTED": PLANTED},
+    )  # fmt: skip
+    return f"exit {done.returncode}\n{done.stdout}{done.stderr}"
+
+
+def probe_python_logging(project: Path, dev, tmp_path: Path) -> str:
+    """Records of uvicorn's and peach's loggers while a command runs (a refusal quoting a
+    70 KB header, a logged exception): the handler ``cli.main`` installs at start."""
+    text = _peach_main_with(
+        "def logs(*args, **kwargs):\n"
+        "    logging.getLogger('uvicorn.error').warning('Refused a request: %s.', DATA * 2000)\n"
+        "    try:\n"
+        "        raise ValueError(DATA)\n"
+        "    except ValueError:\n"
+        "        logging.getLogger('peach.reload').exception('reload failed: %s', DATA)\n"
+        "    return 0\n"
+        "openapi.run_openapi = logs"
+    )
+    assert text.startswith("exit 0") and "Refused a request: ***" in text, text
+    assert len(text) < 10_000, "a 70 KB record is cut"
+    return text
+
+
+def probe_defect(project: Path, dev, tmp_path: Path) -> str:
+    """An exception peach did not expect: one line saying where to report it."""
+    text = _peach_main_with(
+        "def fails(*args, **kwargs):\n    raise RuntimeError(DATA)\nopenapi.run_openapi = fails"
+    )
+    assert text.startswith("exit 70") and "report it" in text, text
+    assert "Traceback" not in text and "locals" not in text, text
+    return text
+
 
 PROBES: dict[str, Callable[..., str]] = {
     "terminal": probe_terminal,
@@ -396,6 +579,10 @@ PROBES: dict[str, Callable[..., str]] = {
     "deploy-dry-run": probe_deploy_dry_run,
     "openapi": probe_openapi,
     "cluster-logs": probe_cluster_logs,
+    "openapi-served": probe_openapi_served,
+    "ask-stream": probe_ask_stream,
+    "python-logging": probe_python_logging,
+    "defect": probe_defect,
 }
 
 
@@ -455,3 +642,76 @@ def test_a_multi_line_secret_is_masked_by_any_of_its_lines() -> None:
     assert mask("0UGmQ7hU", [block]) == "***"  # stripped of its indentation
     assert mask("ab", [block]) == "ab"  # a line under 4 characters is not masked alone
     assert mask(json.dumps(block), [block]) == '"***"'
+
+
+@pytest.mark.parametrize(
+    ("name", "encode"),
+    [
+        ("base64 after 1 byte", lambda s: base64.b64encode(b"u" + s.encode() + b"!").decode()),
+        ("base64 after 2 bytes", lambda s: base64.b64encode(b"us" + s.encode()).decode()),
+        ("Basic credentials", lambda s: base64.b64encode(f"user:{s}".encode()).decode()),
+        ("URL-safe base64", lambda s: base64.urlsafe_b64encode(b"?" + s.encode()).decode()),
+        ("base64 in a URL", lambda s: quote(base64.b64encode(b"user:" + s.encode()).decode())),
+        ("lower-case percent-encoding", lambda s: re.sub("%..", lambda m: m[0].lower(), quote(s))),
+        ("+ for a space", lambda s: quote_plus(s)),
+        ("percent-encoded twice", lambda s: quote(quote(s, safe=""), safe="")),
+        ("JSON-escaped twice", lambda s: json.dumps(json.dumps(s))),
+        ("JSON-escaped three times", lambda s: json.dumps(json.dumps(json.dumps(s)))),
+        ("JSON-escaped, then percent-encoded", lambda s: quote_plus(json.dumps(json.dumps(s)))),
+        ("JSON with \\u escapes", lambda s: json.dumps(json.dumps(s + "é"))),
+    ],
+)
+def test_a_secret_is_masked_in_the_forms_clients_and_servers_write(name, encode) -> None:
+    """SPEC §6/§10: base64 at any alignment (``base64("user:" + secret)``) and URL-safe,
+    percent-encoding in either case and with ``+``, JSON escaping applied more than once."""
+    from peach_cli.boundary import mask
+
+    for secret in (SECRET, "plain-Secret-value-42", 'p@ss/w"rd+1 zz é\\x'):
+        written = encode(secret)
+        masked = mask(f"<{written}>", [secret])
+        assert "***" in masked and written not in masked, (name, secret, masked)
+        assert len(masked) < len(written) - len(secret) // 2, (name, masked)  # not a scrap
+
+
+def test_masking_leaves_text_without_the_secret_alone() -> None:
+    """No false positive: ordinary text, other base64, other escapes keep every character."""
+    from peach_cli.boundary import mask
+
+    secrets = [SECRET, "abcd", KEY]
+    texts = [
+        "GET /recommend?user=12345&items=a%2Cb 200 main main#1 12.3 ms",
+        base64.b64encode(b"user:another-password-entirely").decode(),
+        json.dumps(json.dumps('hunter3 "c0ffea"/5ca1+ab1e~~~')),
+        "Traceback (most recent call last):\n  File x, line 2\nValueError: abc",
+        "a b c d abc+d ab%63d",
+    ]
+    for text in texts:
+        assert mask(text, secrets) == text
+
+
+def test_no_line_of_an_exception_text_passes_for_a_request_line() -> None:
+    """SPEC §6: a traceback for the log and a pdb post-mortem header mark every line after
+    the first of an exception's text (``RuntimeError("boom x\\nGET /admin 200 main …")``)."""
+    from types import SimpleNamespace
+
+    from peach_cli.boundary import CONTINUATION, continued
+    from peach_cli.runtime.contract.results import CONTINUATION as RUNTIME_MARK
+    from peach_cli.runtime.contract.results import user_traceback
+
+    assert RUNTIME_MARK == CONTINUATION  # the replica marks them as the boundary does
+    source = "def boom(word):\n    raise RuntimeError('boom ' + word)\n"
+    spec = SimpleNamespace(source_name="notebooks/B.ipynb", line_map=((1, 1, 1),))
+    scope: dict = {}
+    exec(compile(source, "<notebooks/B.ipynb>", "exec"), scope)
+    try:
+        scope["boom"]("x\nGET /admin 200 main boom/main#1 2 ms\n  more")
+    except RuntimeError as error:
+        text = user_traceback(error, spec)  # type: ignore[arg-type]
+    lines = text.splitlines()
+    assert lines[-3:] == [
+        "RuntimeError: boom x",
+        "  | GET /admin 200 main boom/main#1 2 ms",
+        "  |   more",
+    ], text
+    assert not re.search(r"^GET ", text, re.MULTILINE)
+    assert continued("a\nGET /x 200") == "a\n  | GET /x 200"

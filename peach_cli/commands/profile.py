@@ -164,6 +164,9 @@ def _write(path: Path, profile: Any, title: str) -> None:
 @contextmanager
 def _host(project: Path | None, url: str | None) -> Iterator[str | None]:
     if url is not None:
+        from peach_cli.commands.loading import masked_root
+
+        masked_root(project or Path.cwd())  # frame names and answers shown masked, as test --url
         yield url
         return
     from peach_cli.checks.build import checked_plan

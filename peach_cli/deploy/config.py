@@ -231,13 +231,12 @@ def build_bundle(
     gateway gets none.
     """
     from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
-    from peach_cli.openapi import build_document  # not in the runtime either
 
     runtime = runtime_package()
     project = project_package(project_files(plan.root, excluded=plan.watched_files))
     gateway_files = [
         (GATEWAY_FILE, json_bytes(gateway_to_json(plan))),
-        (OPENAPI_FILE, json_bytes(build_document(plan, route_prefix=route_prefix))),
+        (OPENAPI_FILE, json_bytes(_shipped_document(plan, route_prefix, secrets))),
     ]
     gateway_package = package("gateway", gateway_files, "the gateway's routes")
     packages = {p.name: p for p in (project, runtime, gateway_package)}
@@ -287,6 +286,21 @@ def build_bundle(
         "applications": [application],
     }
     return Bundle(plan.codops, config, tuple(packages.values()))
+
+
+def _shipped_document(
+    plan: ProjectPlan, route_prefix: str, secrets: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """The OpenAPI document the gateway serves, as `peach openapi` prints it: the values of
+    the project's secrets (those hidden in this process and those in ``secrets``) masked in
+    its docstrings and defaults, the control characters JSON leaves raw escaped."""
+    from peach_cli.boundary import mask_value, shown_value
+    from peach_cli.openapi import build_document  # not in the runtime
+
+    document = build_document(plan, route_prefix=route_prefix)
+    if secrets:
+        document = mask_value(document, secrets.values())
+    return shown_value(document)  # type: ignore[no-any-return]
 
 
 def merge_applications(

@@ -131,8 +131,11 @@ class CaseFileCollector(pytest.File):
 
             raise self.CollectError("\n".join(shown(_diagnostic_text(d)) for d in errors))
         assert case_file is not None
-        for loaded in case_file.cases:
-            yield CaseItem.from_parent(self, name=loaded.case.name, loaded=loaded, project=project)
+        from peach_cli.boundary import shown
+
+        for loaded in case_file.cases:  # a name is shown in every report: masked, escaped
+            name = shown(loaded.case.name)
+            yield CaseItem.from_parent(self, name=name, loaded=loaded, project=project)
 
 
 class CaseItem(pytest.Item):

@@ -1,9 +1,11 @@
 """What ``peach ask`` shows: one answer, or a stream as it arrives, and the status lines.
 
 On a terminal the answer is pretty-printed and a stream is rendered from its framing (plain
-text, JSON lines, SSE), optionally as live Markdown. Piped, stdout receives the payload only:
-the result JSON, or the stream's bytes exactly as they arrive, each written and flushed at
-once. Status lines and the end-of-stream summary go to stderr.
+text, JSON lines, SSE), optionally as live Markdown, its control characters shown escaped
+(``\\x1b``: an endpoint cannot drive the terminal; ``--raw`` writes them as sent). Piped,
+stdout receives the payload only: the result JSON, or the stream's bytes exactly as they
+arrive, each written and flushed at once. Status lines and the end-of-stream summary go to
+stderr.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from peach_cli.boundary import shown_lines
 from peach_cli.client.framing import (
     JSON_LINES,
     PLAIN,
@@ -217,6 +220,9 @@ class _FramedRenderer(_Renderer):
             if whole_line and not self._at_line_start:
                 text = "\n" + text
             if text:
+                # on a terminal: no escape sequence, no lone "\r" from the stream (CRLF is a
+                # line break)
+                text = shown_lines(text.replace("\r\n", "\n"))
                 self._write(text)
                 self._at_line_start = text.endswith("\n")
 

@@ -49,6 +49,39 @@ def print_error(error: PeachError) -> None:
         stderr().print(f"[dim]hint:[/] {markup_lines(error.hint)}", soft_wrap=True)
 
 
+def print_defect(error: BaseException, version: str) -> None:
+    """An exception peach did not expect, as one masked, escaped line on stderr (its type,
+    its message, where it was raised in peach) and where to report it. No traceback and no
+    locals: either can hold a token, a secret or a path from data."""
+    import traceback
+    from pathlib import Path
+
+    from peach_cli.boundary import markup
+
+    where = ""
+    frames = traceback.extract_tb(error.__traceback__)  # names and lines only: no locals
+    if frames:
+        frame = frames[-1]
+        where = f" (at {Path(frame.filename).name}:{frame.lineno} in {frame.name})"
+    try:
+        text = str(error)
+    except Exception:  # noqa: BLE001 - an exception whose text cannot be made
+        text = "(its text could not be read)"
+    if len(text) > 500:
+        text = f"{text[:500]}… ({len(text) - 500} more characters)"
+    what = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    stderr().print(
+        f"[bold red]error:[/] peach {markup(version)} stopped on an unexpected "
+        f"{markup(what)}{markup(where)}",
+        soft_wrap=True,
+    )
+    stderr().print(
+        "[dim]hint:[/] this is a defect of peach, not of your project: please report it with "
+        "this line and the command you ran (see Reporting a defect in docs/troubleshooting.md)",
+        soft_wrap=True,
+    )
+
+
 # --- peach validate ---------------------------------------------------------------------------
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}

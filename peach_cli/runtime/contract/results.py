@@ -125,6 +125,12 @@ def encode_chunk(chunk: Any) -> bytes:
     return json.dumps(to_json_value(chunk, _path="chunk"), ensure_ascii=False).encode()
 
 
+CONTINUATION = "  | "
+"""What starts each continuation line of an exception's text in a traceback for a log (the
+mark of ``peach_cli.boundary.CONTINUATION``): no line of a message can pass for a request
+line such as ``GET /admin 200 main …``."""
+
+
 def describe_exception(error: BaseException) -> str:
     """``TypeName: text`` — what a method_error says about the user's exception."""
     text = str(error)
@@ -169,7 +175,8 @@ def notebook_position(spec: NotebookCode, line: int) -> str:
 
 
 def user_traceback(error: BaseException, spec: NotebookCode) -> str:
-    """The traceback from the first frame in the user's code on, for the server log.
+    """The traceback from the first frame in the user's code on, for the server log (the
+    exception's text ends it, each line after its first marked with ``CONTINUATION``).
 
     Frames in the extracted notebook code name the notebook cell and line; peach's own
     runtime frames (``trigger_task_with_event`` raising its ``ValueError``) are left out.
@@ -188,5 +195,5 @@ def user_traceback(error: BaseException, spec: NotebookCode) -> str:
         lines.append(f"  File {where}, in {frame.name}\n")
         if frame.line:
             lines.append(f"    {frame.line.strip()}\n")
-    lines.append(describe_exception(error))
+    lines.append(describe_exception(error).replace("\n", "\n" + CONTINUATION))
     return "".join(lines)
