@@ -3,7 +3,8 @@ anything" — run for ``examples`` generated requests from ``seed``, each failur
 
     findings = explore(target, probe, examples=50, seed=1)
 
-``probe`` sends one request and returns its ``Finding`` (or None). A finding raises an
+``probe`` sends one request and returns its ``Finding`` (or None). Each shrunk request is
+sent once more before it is reported (``confirmed``): what does not fail again is dropped. A finding raises an
 exception whose class is made for its signature (the endpoint, kind, component and
 exception type): Hypothesis tells distinct failures apart by their exception's class, so
 two bugs of one endpoint are both found and each is shrunk on its own.
@@ -102,5 +103,17 @@ def explore(
         if not found:
             raise
         unique = {f.signature: f for f in reversed(found)}
-        return sorted(unique.values(), key=found.index)
+        return confirmed(sorted(unique.values(), key=found.index), probe)
     return []
+
+
+def confirmed(findings: list[Finding], probe: Callable[[Request], Finding | None]) -> list[Finding]:
+    """The findings whose shrunk request, sent once more, fails the same way again (as
+    what that send showed): one that does not come back — a timeout on the boundary, a
+    request that met a replica restarting — is no bug its ready case could show."""
+    kept = []
+    for finding in findings:
+        again = probe(Request(finding.method, finding.params))
+        if again is not None and again.signature == finding.signature:
+            kept.append(again)
+    return kept
