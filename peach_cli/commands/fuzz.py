@@ -164,7 +164,11 @@ def _explore(
     output_format: str,
 ) -> list[Explored]:
     from peach_cli.client.send import Client
-    from peach_cli.fuzz.run import fuzz_targets, waiting_for_restarts
+    from peach_cli.fuzz.run import (
+        fuzz_targets,
+        restarting_busy_replicas,
+        waiting_for_restarts,
+    )
     from peach_cli.views.fuzz import Progress
 
     on_explored: Any = lambda _explored: None  # noqa: E731
@@ -206,7 +210,10 @@ def _explore(
             served = stack.enter_context(local_host(project, plan, on_event=watch.on_event))
             client = stack.enter_context(Client(read_timeout_s))
             margin = _margin(stack, project, plan) if timeout_s else None
-            return fuzz_targets(targets, client, served, watch=watch, margin=margin, **options)
+            recover = restarting_busy_replicas(served, watch)
+            return fuzz_targets(
+                targets, client, served, watch=watch, margin=margin, recover=recover, **options
+            )
     finally:
         if progress is not None:
             progress.clear()  # an interrupted run leaves no half line

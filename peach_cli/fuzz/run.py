@@ -34,6 +34,10 @@ RESTART_WAIT_S = 60.0
 """How long to wait for a replica that died to be healthy again before the next request."""
 HEALTH_PATH = "/_peach/health"
 HEALTH_POLL_S = 0.1
+BUSY_WINDOW_S = 0.3
+BUSY_PERCENT = 5.0
+"""A replica using this share of a core after its call timed out is still running it (an
+idle one uses none; a busy one on a loaded machine may get little more than this)."""
 
 
 @dataclass
@@ -139,6 +143,59 @@ def waiting_for_restarts(base: str, timeout_s: float = RESTART_WAIT_S) -> Callab
             time.sleep(HEALTH_POLL_S)
 
     return recover
+
+
+def restarting_busy_replicas(base: str, watch: Watch) -> Callable[..., None]:
+    """A ``recover`` for the simulator the fuzzer runs: a call past ``timeout_s`` keeps
+    running in its replica (a thread cannot be stopped); when that replica is still busy
+    on a core (``BUSY_PERCENT``), it is restarted (its process stopped, and waited for until it is healthy
+    again), so the rest of the run is not slowed by calls no one waits for."""
+    import os
+    import signal
+
+    def recover(observed: Observed, finding: Finding | None) -> None:
+        replica = observed.replica
+        if finding is None or finding.kind != "timeout" or not replica:
+            return
+        pid = _pid_of(base, replica)
+        if pid is None or not _busy(pid):
+            return
+        mark = watch.mark()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            return  # gone already
+        watch.wait_back(replica, mark, RESTART_WAIT_S)
+
+    return recover
+
+
+def _pid_of(base: str, replica: str) -> int | None:
+    """The process id of ``replica``, as the simulator's ``/_peach/health`` gives it."""
+    import httpx
+
+    from peach_cli.client.items import TOOL_HEADER
+
+    try:
+        health = httpx.get(base + HEALTH_PATH, headers={TOOL_HEADER: "fuzz"}, timeout=5.0).json()
+        for component in health.get("components") or ():
+            for entry in component.get("replicas") or ():
+                if entry.get("id") == replica and isinstance(entry.get("pid"), int):
+                    return int(entry["pid"])
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return None
+
+
+def _busy(pid: int) -> bool:
+    """Whether the process uses at least ``BUSY_PERCENT`` of a core (over
+    ``BUSY_WINDOW_S``)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).cpu_percent(interval=BUSY_WINDOW_S) >= BUSY_PERCENT
+    except psutil.Error:
+        return False
 
 
 def _counting(
