@@ -37,8 +37,9 @@ class Progress:
 
     @staticmethod
     def wanted() -> bool:
-        """Only a terminal gets a progress line (a pipe or a file gets the endpoint lines)."""
-        return stderr().is_terminal
+        """Only an interactive terminal gets a progress line (a pipe, a file or a ``dumb``
+        terminal gets the endpoint lines alone)."""
+        return stderr().is_interactive
 
     def tick(self, explored: Explored) -> None:
         """One more answer for ``explored`` (the line is rewritten at most every 0.1 s)."""
