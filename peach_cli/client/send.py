@@ -281,10 +281,11 @@ class _Watchdog:
                 return
             self.done = True
             self.stream.abandoned = True
-        self.stream._shut()
+            self.stream._shut()
 
     def stop(self) -> bool:
-        """The body ended (or failed): no more firing. Whether the deadline had fired."""
+        """The body ended (or failed): no more firing — once this returns, the connection
+        is never shut (it may go back to the pool). Whether the deadline had fired."""
         self.timer.cancel()
         with self.lock:
             self.done = True
