@@ -225,15 +225,23 @@ def _margin(stack: ExitStack, project: Path, plan: Any) -> Margin:
     with the run."""
     from peach_cli.client.send import Client
     from peach_cli.fuzz.margin import READ_SLACK_S, Margin, margin_s
+    from peach_cli.fuzz.run import restarting_busy_replicas
+    from peach_cli.fuzz.watch import Watch
     from peach_cli.testing.host import local_host
 
     bound_s = plan.timeout_s + margin_s(plan.timeout_s)
+    watch = Watch()
     urls: list[str] = []
 
     def host() -> str:
         if not urls:
-            urls.append(stack.enter_context(local_host(project, plan, timeout_s=bound_s)))
+            served = local_host(project, plan, on_event=watch.on_event, timeout_s=bound_s)
+            urls.append(stack.enter_context(served))
         return urls[0]
 
+    def recover(observed: Any, finding: None) -> None:
+        if urls:
+            restarting_busy_replicas(urls[0], watch)(observed, finding)
+
     client = stack.enter_context(Client(bound_s + READ_SLACK_S))
-    return Margin(host, client, timeout_s=plan.timeout_s)
+    return Margin(host, client, timeout_s=plan.timeout_s, recover=recover)

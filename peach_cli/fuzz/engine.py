@@ -70,8 +70,10 @@ def explore(
     *,
     examples: int,
     seed: int,
+    resend: Callable[[Finding], Request] | None = None,
 ) -> list[Finding]:
-    """The findings of ``examples`` requests to ``target``, each shrunk to a minimal one."""
+    """The findings of ``examples`` requests to ``target``, each shrunk to a minimal one and
+    confirmed by the request ``resend`` gives for it (default: its own)."""
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import seed as seeded
 
@@ -103,17 +105,27 @@ def explore(
         if not found:
             raise
         unique = {f.signature: f for f in reversed(found)}
-        return confirmed(sorted(unique.values(), key=found.index), probe)
+        return confirmed(sorted(unique.values(), key=found.index), probe, resend or own_request)
     return []
 
 
-def confirmed(findings: list[Finding], probe: Callable[[Request], Finding | None]) -> list[Finding]:
-    """The findings whose shrunk request, sent once more, fails the same way again (as
-    what that send showed): one that does not come back — a timeout on the boundary, a
-    request that met a replica restarting — is no bug its ready case could show."""
+def own_request(finding: Finding) -> Request:
+    """The request that showed ``finding``."""
+    return Request(finding.method, finding.params)
+
+
+def confirmed(
+    findings: list[Finding],
+    probe: Callable[[Request], Finding | None],
+    resend: Callable[[Finding], Request] = own_request,
+) -> list[Finding]:
+    """The findings whose request (``resend``'s for it: its own, or for a timeout one with
+    a margin), sent once more, fails the same way again (as what that send showed): one
+    that does not come back — a timeout on the boundary, a request that met a replica
+    restarting — is no bug its ready case could show."""
     kept = []
     for finding in findings:
-        again = probe(Request(finding.method, finding.params))
+        again = probe(resend(finding))
         if again is not None and again.signature == finding.signature:
             kept.append(again)
     return kept

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from peach_cli.client.send import Client
     from peach_cli.fuzz.strategies import Request
     from peach_cli.fuzz.targets import Target
+    from peach_cli.testing.outcome import Observed
 
 MARGIN_FRACTION = 0.25
 MIN_MARGIN_S = 0.5
@@ -54,9 +55,19 @@ def size_key(request: Request) -> tuple[int, str]:
 class Margin:
     """Measures requests on the margin host (see the module docstring)."""
 
-    def __init__(self, host: Callable[[], str], client: Client, *, timeout_s: float) -> None:
+    def __init__(
+        self,
+        host: Callable[[], str],
+        client: Client,
+        *,
+        timeout_s: float,
+        recover: Callable[[Observed, None], None] = lambda *_: None,
+    ) -> None:
         self.host = host
         self.client = client
+        self.recover = recover
+        """Puts the margin host back in shape after each request (a replica still busy on
+        a call that timed out is restarted, as on the run's own host)."""
         self.bound_s = timeout_s + margin_s(timeout_s)
         """The margin host's timeout: a request running past it times out with the margin."""
 
@@ -67,6 +78,7 @@ class Margin:
 
         sent = request_to(target, request, self.host(), self.bound_s + READ_SLACK_S)
         observed = observe_request(self.client, sent)
+        self.recover(observed, None)
         return observed.elapsed_ms >= self.bound_s * 1000 - EARLY_MS
 
     def widen(self, target: Target, timed_out: list[Request]) -> Request | None:

@@ -6,6 +6,12 @@
 Each request is a SPEC §8 case (``peach_cli.testing.run.request_for``, marked ``x-peach-tool:
 fuzz``), so a finding's ready case sends exactly the request that showed it. With a
 ``Watch`` (the simulator runs here) what the simulator said of each request is judged too.
+
+After each answer a ``recover`` puts the host back in shape for the next request:
+``waiting_for_restarts`` (``--url``: a replica that died is waited for),
+``restarting_busy_replicas`` (the simulator run here: a replica still busy on a call that
+timed out is restarted). With a ``Margin`` each timeout finding is moved to a request that
+times out with a margin (``peach_cli.fuzz.margin``).
 """
 
 from __future__ import annotations
@@ -124,21 +130,14 @@ def waiting_for_restarts(base: str, timeout_s: float = RESTART_WAIT_S) -> Callab
     died (a 5xx, or none), wait until the host's ``/_peach/health`` says every replica is
     ready again, so the next request does not meet one restarting (a host that serves no
     health is not waited for)."""
-    import httpx
-
-    from peach_cli.client.items import TOOL_HEADER
 
     def recover(observed: Observed, _finding: Finding | None) -> None:
         if observed.status < 500 and observed.failure is None:
             return
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            try:
-                answer = httpx.get(base + HEALTH_PATH, headers={TOOL_HEADER: "fuzz"}, timeout=5.0)
-                ready = answer.json().get("ready") if answer.status_code == 200 else None
-            except (httpx.HTTPError, ValueError, AttributeError):
-                ready = None
-            if ready is not False:
+            health = _health(base)
+            if health is None or health.get("ready") is not False:
                 return  # ready, or no health to ask
             time.sleep(HEALTH_POLL_S)
 
@@ -148,14 +147,17 @@ def waiting_for_restarts(base: str, timeout_s: float = RESTART_WAIT_S) -> Callab
 def restarting_busy_replicas(base: str, watch: Watch) -> Callable[..., None]:
     """A ``recover`` for the simulator the fuzzer runs: a call past ``timeout_s`` keeps
     running in its replica (a thread cannot be stopped); when that replica is still busy
-    on a core (``BUSY_PERCENT``), it is restarted (its process stopped, and waited for until it is healthy
-    again), so the rest of the run is not slowed by calls no one waits for."""
+    on a core (``BUSY_PERCENT``), it is restarted — its process stopped, and waited for
+    until it is healthy again —, so calls no one waits for do not slow the rest of the run."""
     import os
     import signal
 
     def recover(observed: Observed, finding: Finding | None) -> None:
         replica = observed.replica
-        if finding is None or finding.kind != "timeout" or not replica:
+        timed_out = observed.error_code == "timeout" or (
+            finding is not None and finding.kind == "timeout"
+        )
+        if not timed_out or not replica:
             return
         pid = _pid_of(base, replica)
         if pid is None or not _busy(pid):
@@ -172,19 +174,27 @@ def restarting_busy_replicas(base: str, watch: Watch) -> Callable[..., None]:
 
 def _pid_of(base: str, replica: str) -> int | None:
     """The process id of ``replica``, as the simulator's ``/_peach/health`` gives it."""
+    health = _health(base) or {}
+    for component in health.get("components") or ():
+        for entry in component.get("replicas") or () if isinstance(component, dict) else ():
+            if isinstance(entry, dict) and entry.get("id") == replica:
+                pid = entry.get("pid")
+                return pid if isinstance(pid, int) else None
+    return None
+
+
+def _health(base: str) -> dict[str, Any] | None:
+    """The host's ``/_peach/health`` answer, None when it serves none."""
     import httpx
 
     from peach_cli.client.items import TOOL_HEADER
 
     try:
-        health = httpx.get(base + HEALTH_PATH, headers={TOOL_HEADER: "fuzz"}, timeout=5.0).json()
-        for component in health.get("components") or ():
-            for entry in component.get("replicas") or ():
-                if entry.get("id") == replica and isinstance(entry.get("pid"), int):
-                    return int(entry["pid"])
-    except (httpx.HTTPError, ValueError, AttributeError):
+        answer = httpx.get(base + HEALTH_PATH, headers={TOOL_HEADER: "fuzz"}, timeout=5.0)
+        health = answer.json() if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
         return None
-    return None
+    return health if isinstance(health, dict) else None
 
 
 def _busy(pid: int) -> bool:
@@ -242,31 +252,22 @@ def fuzz_targets(
                 sent=_counting(explored, on_answer),
                 recover=recover,
             )
-            explored.findings = explore(target, probe, examples=examples, seed=seed)
-            if margin is not None:
-                explored.findings = [
-                    _widened(f, explored, margin, probe) for f in explored.findings
-                ]
+            resend = _with_margin(explored, margin) if margin is not None else None
+            explored.findings = explore(target, probe, examples=examples, seed=seed, resend=resend)
             done.append(explored)
             on_explored(explored)
     return done
 
 
-def _widened(
-    finding: Finding,
-    explored: Explored,
-    margin: Margin,
-    probe: Callable[[Request], Finding | None],
-) -> Finding:
-    """A timeout finding on the request that times out with a margin (sent once more, and
-    still a timeout), else as it is."""
-    from peach_cli.fuzz.strategies import Request
+def _with_margin(explored: Explored, margin: Margin) -> Callable[[Finding], Request]:
+    """The request to confirm a finding with: for a timeout, the least of those that timed
+    out which times out with the margin (when one does); else its own."""
+    from peach_cli.fuzz.engine import own_request
 
-    if finding.kind != "timeout":
-        return finding
-    timed_out = [r for signature, r in explored.timed_out if signature == finding.signature]
-    wider = margin.widen(explored.target, timed_out)
-    if wider is None or wider == Request(finding.method, finding.params):
-        return finding
-    again = probe(wider)
-    return again if again is not None and again.signature == finding.signature else finding
+    def resend(finding: Finding) -> Request:
+        if finding.kind != "timeout":
+            return own_request(finding)
+        timed_out = [r for signature, r in explored.timed_out if signature == finding.signature]
+        return margin.widen(explored.target, timed_out) or own_request(finding)
+
+    return resend
