@@ -426,13 +426,19 @@ def test(
 
 @app.command()
 def fuzz(
-    arguments: Annotated[
+    project: Annotated[
+        Optional[str],
+        typer.Argument(
+            help="The project folder (default: the current folder; a first word that is no "
+            "folder is a target).",
+            show_default=False,
+        ),
+    ] = None,
+    targets: Annotated[
         Optional[list[str]],
         typer.Argument(
-            help="PROJECT (default: the current folder), then the endpoints to fuzz, by name "
-            "or url (default: every one).",
+            help="The endpoints to fuzz, by name (greet) or url (/greet) (default: every one).",
             show_default=False,
-            metavar="[PROJECT] [TARGETS]...",
         ),
     ] = None,
     url: Annotated[
@@ -459,14 +465,20 @@ def fuzz(
 ) -> None:
     """Send generated requests to every endpoint and report what breaks, each shrunk to a minimal request.
 
-    Values come from each parameter's JSON Schema (as peach openapi writes it), edge values included: empty strings, 0, negatives, huge ints, NaN, unicode, empty and long lists. It reports a method_error of any component (also one the fallback covered, when it runs the simulator itself), an answer past timeout_s, a 5xx that is no documented error envelope, and a replica that died; each with its error and a ready case for a *.peach-test.yaml file. Without --url the simulator starts quietly on a free port and stops at the end. Needs the fuzz extra: pip install 'peach-cli[fuzz]'.
+    Values come from each parameter's JSON Schema (as peach openapi writes it), edge values included: empty strings, 0, negatives, huge ints, NaN, unicode, empty and long lists. It reports a method_error of any component (also one the fallback covered, when it runs the simulator itself), an answer past timeout_s, a 5xx that is no documented error envelope, and a replica that died; each with its error and a ready case for a *.peach-test.yaml file. Without --url the simulator starts quietly on a free port and stops at the end. Needs the fuzz extra: pip install 'peach-cli\\[fuzz]'.
 
     [bold]Exit codes[/]: 0 nothing found · 1 something found · 2 bad command line, a project with errors, or Hypothesis not installed.
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.fuzz import run_fuzz
 
     raise typer.Exit(
-        run_fuzz(arguments or [], url=url, examples=examples, seed=seed, output_format=format)
+        run_fuzz(
+            [*([project] if project is not None else []), *(targets or [])],
+            url=url,
+            examples=examples,
+            seed=seed,
+            output_format=format,
+        )
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,3 +40,49 @@ def run_peach(
         env=full,
         timeout=timeout,
     )
+
+
+def on_a_terminal(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    columns: int = 100,
+    timeout: float = 100.0,
+) -> tuple[int, str]:
+    """`peach ARGS` on a pseudo-terminal ``columns`` wide (no colour): its exit code and
+    everything it showed, as the bytes came (carriage returns and escapes kept). Killed
+    when it runs past ``timeout``."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    full = {**os.environ, **(env or {}), "COLUMNS": str(columns), "LINES": "24", "NO_COLOR": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "peach_cli.cli", *args],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        cwd=cwd,
+        env=full,
+        close_fds=True,
+    )
+    os.close(follower)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([leader], [], [], 1.0)[0]:
+                continue
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(leader)
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=60)
+    return process.returncode, b"".join(chunks).decode(errors="replace")

@@ -265,6 +265,30 @@ def test_closing_a_stream_early_closes_the_server_generator(server):
         assert state.closed.wait(5)
 
 
+def test_a_stream_is_abandoned_at_its_deadline_whatever_the_server_does(server):
+    """``chunks(until=...)`` (what `peach fuzz` reads a stream with): the server holds the
+    stream open after its first chunk, and the body is left at the deadline, not at the
+    read timeout; the server's generator is closed, and the client sends on."""
+    url, state = server
+    state.reset()
+    request = build_request(f"{url}/gated", stream=True, timeout_s=10)
+    with Client.for_request(request) as client:
+        with client.stream(request) as stream:
+            began = time.perf_counter()
+            got = list(stream.chunks(until=began + 0.25))
+            took = time.perf_counter() - began
+        assert got == [b"first chunk\n"] and stream.abandoned
+        assert 0.2 < took < 3  # (the read timeout is 10 s)
+        assert state.closed.wait(5)
+        for _ in range(3):  # the connection it shut is never reused; one that ended in time is
+            plain = build_request(f"{url}/plain", stream=True)
+            with client.stream(plain) as stream:
+                assert b"".join(stream.chunks(until=time.perf_counter() + 5)) == b"".join(
+                    PLAIN_CHUNKS
+                )
+            assert not stream.abandoned
+
+
 def test_stream_bytes_are_exact(server):
     url, _ = server
     for path, expected in (("/plain", PLAIN_CHUNKS), ("/jsonl", JSONL_CHUNKS)):

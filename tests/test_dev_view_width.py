@@ -120,37 +120,11 @@ def test_twenty_character_names_and_an_ab_test_are_readable_at_80_columns(tmp_pa
 
 def on_a_terminal(*args: str, env: dict[str, str], columns: int = 80) -> str:
     """`peach ARGS` on a pseudo-terminal ``columns`` wide: what it shows (no colour)."""
-    import os
-    import pty
-    import subprocess
-    import sys
+    from cli_support import on_a_terminal as run_on_a_terminal
 
-    leader, follower = pty.openpty()
-    full = {**os.environ, **env, "COLUMNS": str(columns), "LINES": "24", "NO_COLOR": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        env=full,
-        close_fds=True,
-    )
-    os.close(follower)
-    chunks = []
-    try:
-        while True:
-            try:
-                data = os.read(leader, 65536)
-            except OSError:  # the child closed the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        os.close(leader)
-        process.wait(timeout=60)
-    assert process.returncode == 0, b"".join(chunks)
-    text = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    code, shown = run_on_a_terminal(*args, env=env, columns=columns, timeout=100)
+    assert code == 0, shown
+    text = shown.replace("\r\n", "\n")
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
 
 

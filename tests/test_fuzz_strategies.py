@@ -149,9 +149,10 @@ def test_judging_answers() -> None:
     assert judged(died, status=500, error_code="method_error") == "replica_died"
 
 
-def test_a_finding_that_does_not_come_back_on_replay_is_still_reported() -> None:
-    """A timing-dependent failure (a timeout) may not repeat when Hypothesis replays it:
-    it raises its flaky error, and the finding is still reported, never a traceback."""
+def test_a_finding_that_does_not_come_back_when_sent_again_is_not_reported() -> None:
+    """A timing-dependent failure (a timeout on the boundary, a replica restarting) may not
+    repeat: its shrunk request is sent once more, and what does not fail again is dropped —
+    never a traceback (Hypothesis raises its flaky error on the way)."""
     from peach_cli.fuzz.engine import explore, quiet_hypothesis
 
     target = _target(b={"type": "integer"})
@@ -163,7 +164,25 @@ def test_a_finding_that_does_not_come_back_on_replay_is_still_reported() -> None
 
     with quiet_hypothesis():
         found = explore(target, probe, examples=20, seed=1)
-    assert [f.kind for f in found] == ["timeout"]
+    assert found == []
+
+
+def test_a_bug_of_a_long_list_is_shrunk_to_the_least_length() -> None:
+    """A long list is one value repeated, and its length shrinks too: a bug that needs ten
+    items is shown with ten (a replica that dies of them as well as any other bug)."""
+    from peach_cli.fuzz.engine import explore, quiet_hypothesis
+
+    target = _target(jobs={"type": "array", "items": {"type": "integer"}})
+
+    def probe(request: Request) -> Finding | None:
+        jobs = request.params["jobs"]
+        if len(jobs) < 10:
+            return None
+        return _finding(kind="replica_died", params=request.params, method=request.method)
+
+    with quiet_hypothesis():
+        [found] = explore(target, probe, examples=50, seed=3)
+    assert found.params == {"jobs": [0] * 10}
 
 
 def test_two_bugs_of_one_endpoint_are_both_found_and_shrunk() -> None:

@@ -24,6 +24,7 @@ import difflib
 import json
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -262,6 +263,35 @@ class StreamStats:
         self.bytes += size
 
 
+class _Watchdog:
+    """Abandons a stream's body at a deadline from a timer thread (see ``Stream.chunks``)."""
+
+    def __init__(self, stream: Stream, until: float) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+        self.done = False
+        self.timer = threading.Timer(max(0.0, until - time.perf_counter()), self.fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def fire(self) -> None:
+        """The deadline: shut the connection (unless the body already ended)."""
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+            self.stream.abandoned = True
+            self.stream._shut()
+
+    def stop(self) -> bool:
+        """The body ended (or failed): no more firing — once this returns, the connection
+        is never shut (it may go back to the pool). Whether the deadline had fired."""
+        self.timer.cancel()
+        with self.lock:
+            self.done = True
+            return self.stream.abandoned
+
+
 @dataclass
 class Stream:
     """An open streaming response: iterate ``chunks()`` for the raw bytes as they arrive."""
@@ -274,6 +304,8 @@ class Stream:
     _url: str
     _timeout_s: float
     _state: dict[str, bool] = field(default_factory=dict)
+    abandoned: bool = False
+    """``chunks(until=...)`` left the body at its deadline, before its end."""
 
     @property
     def content_type(self) -> str:
@@ -287,15 +319,42 @@ class Stream:
             and "content-length" in self.headers
         )
 
-    def chunks(self) -> Iterator[bytes]:
-        """The body as it arrives, one piece per network read; records the stats."""
+    def chunks(self, *, until: float | None = None) -> Iterator[bytes]:
+        """The body as it arrives, one piece per network read; records the stats.
+
+        ``until`` (a ``time.perf_counter`` time) abandons the body then, whatever the server
+        does: the connection is shut down, so a read waiting for a chunk returns at once, the
+        iteration ends without error and ``abandoned`` is True. The server sees the client go
+        away (the gateway closes the generator)."""
         self._state["in_body"] = True
-        with _mapped(self._url, self._timeout_s, self._state):
-            for chunk in self._response.iter_bytes():
-                if chunk:
-                    self.stats.record(len(chunk), time.perf_counter())
-                    yield chunk
+        watchdog = _Watchdog(self, until) if until is not None else None
+        try:
+            with _mapped(self._url, self._timeout_s, self._state):
+                for chunk in self._response.iter_bytes():
+                    if chunk:
+                        self.stats.record(len(chunk), time.perf_counter())
+                        yield chunk
+                    if watchdog is not None and time.perf_counter() >= until:  # type: ignore[operator]
+                        watchdog.fire()
+                        return
+        except ClientError:
+            if watchdog is None or not watchdog.stop():
+                raise
+            return  # the read ended because the deadline shut the connection
+        finally:
+            if watchdog is not None:
+                watchdog.stop()
         self.stats.ended = time.perf_counter()
+
+    def _shut(self) -> None:
+        """Shut the connection down (any thread): a read blocked on it returns."""
+        network = self._response.extensions.get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
 
     def read_all(self) -> CompleteResponse:
         """Read the rest of the body as one CompleteResponse (for a non-streaming answer)."""

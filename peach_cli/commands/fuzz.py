@@ -10,12 +10,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.fuzz.margin import Margin
     from peach_cli.fuzz.run import Explored
     from peach_cli.fuzz.targets import Target
 
@@ -162,14 +164,29 @@ def _explore(
     output_format: str,
 ) -> list[Explored]:
     from peach_cli.client.send import Client
-    from peach_cli.fuzz.run import fuzz_targets
+    from peach_cli.fuzz.run import (
+        fuzz_targets,
+        restarting_busy_replicas,
+        waiting_for_restarts,
+    )
+    from peach_cli.views.fuzz import Progress
 
     on_explored: Any = lambda _explored: None  # noqa: E731
+    on_answer: Any = lambda _explored: None  # noqa: E731
+    progress: Progress | None = None
     if output_format == "text":
         from peach_cli.views.fuzz import print_explored, print_start
 
         print_start(len(targets), examples, seed, url)
         on_explored = print_explored
+        if Progress.wanted():
+            shown = progress = Progress()
+            on_answer = shown.tick
+
+            def on_explored(explored: Explored) -> None:
+                shown.clear()
+                print_explored(explored)
+
     read_timeout_s = URL_READ_TIMEOUT_S if timeout_s is None else timeout_s + LOCAL_READ_SLACK_S
     options: dict[str, Any] = dict(
         examples=examples,
@@ -177,15 +194,54 @@ def _explore(
         timeout_s=timeout_s,
         read_timeout_s=read_timeout_s,
         on_explored=on_explored,
+        on_answer=on_answer,
     )
-    if url is not None:
-        base = url if "://" in url else "http://" + url
-        with Client(read_timeout_s, tls=base.startswith("https:")) as client:
-            return fuzz_targets(targets, client, base.rstrip("/"), **options)
+    try:
+        if url is not None:
+            base = (url if "://" in url else "http://" + url).rstrip("/")
+            with Client(read_timeout_s, tls=base.startswith("https:")) as client:
+                recover = waiting_for_restarts(base)
+                return fuzz_targets(targets, client, base, recover=recover, **options)
+        from peach_cli.fuzz.watch import Watch
+        from peach_cli.testing.host import local_host
+
+        watch = Watch()
+        with ExitStack() as stack:
+            served = stack.enter_context(local_host(project, plan, on_event=watch.on_event))
+            client = stack.enter_context(Client(read_timeout_s))
+            margin = _margin(stack, project, plan) if timeout_s else None
+            recover = restarting_busy_replicas(served, watch)
+            return fuzz_targets(
+                targets, client, served, watch=watch, margin=margin, recover=recover, **options
+            )
+    finally:
+        if progress is not None:
+            progress.clear()  # an interrupted run leaves no half line
+
+
+def _margin(stack: ExitStack, project: Path, plan: Any) -> Margin:
+    """The ``Margin`` of timeouts, measured on a second simulator of the project whose
+    timeout is ``timeout_s`` plus the margin: started at the first timeout finding, stopped
+    with the run."""
+    from peach_cli.client.send import Client
+    from peach_cli.fuzz.margin import READ_SLACK_S, Margin, margin_s
+    from peach_cli.fuzz.run import restarting_busy_replicas
     from peach_cli.fuzz.watch import Watch
     from peach_cli.testing.host import local_host
 
+    bound_s = plan.timeout_s + margin_s(plan.timeout_s)
     watch = Watch()
-    with local_host(project, plan, on_event=watch.on_event) as served:
-        with Client(read_timeout_s) as client:
-            return fuzz_targets(targets, client, served, watch=watch, **options)
+    urls: list[str] = []
+
+    def host() -> str:
+        if not urls:
+            served = local_host(project, plan, on_event=watch.on_event, timeout_s=bound_s)
+            urls.append(stack.enter_context(served))
+        return urls[0]
+
+    def recover(observed: Any, finding: None) -> None:
+        if urls:
+            restarting_busy_replicas(urls[0], watch)(observed, finding)
+
+    client = stack.enter_context(Client(bound_s + READ_SLACK_S))
+    return Margin(host, client, timeout_s=plan.timeout_s, recover=recover)

@@ -3,7 +3,8 @@ anything" — run for ``examples`` generated requests from ``seed``, each failur
 
     findings = explore(target, probe, examples=50, seed=1)
 
-``probe`` sends one request and returns its ``Finding`` (or None). A finding raises an
+``probe`` sends one request and returns its ``Finding`` (or None). Each shrunk request is
+sent once more before it is reported (``confirmed``): what does not fail again is dropped. A finding raises an
 exception whose class is made for its signature (the endpoint, kind, component and
 exception type): Hypothesis tells distinct failures apart by their exception's class, so
 two bugs of one endpoint are both found and each is shrunk on its own.
@@ -69,8 +70,10 @@ def explore(
     *,
     examples: int,
     seed: int,
+    resend: Callable[[Finding], Request] | None = None,
 ) -> list[Finding]:
-    """The findings of ``examples`` requests to ``target``, each shrunk to a minimal one."""
+    """The findings of ``examples`` requests to ``target``, each shrunk to a minimal one and
+    confirmed by the request ``resend`` gives for it (default: its own)."""
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import seed as seeded
 
@@ -102,5 +105,27 @@ def explore(
         if not found:
             raise
         unique = {f.signature: f for f in reversed(found)}
-        return sorted(unique.values(), key=found.index)
+        return confirmed(sorted(unique.values(), key=found.index), probe, resend or own_request)
     return []
+
+
+def own_request(finding: Finding) -> Request:
+    """The request that showed ``finding``."""
+    return Request(finding.method, finding.params)
+
+
+def confirmed(
+    findings: list[Finding],
+    probe: Callable[[Request], Finding | None],
+    resend: Callable[[Finding], Request] = own_request,
+) -> list[Finding]:
+    """The findings whose request (``resend``'s for it: its own, or for a timeout one with
+    a margin), sent once more, fails the same way again (as what that send showed): one
+    that does not come back — a timeout on the boundary, a request that met a replica
+    restarting — is no bug its ready case could show."""
+    kept = []
+    for finding in findings:
+        again = probe(resend(finding))
+        if again is not None and again.signature == finding.signature:
+            kept.append(again)
+    return kept

@@ -209,7 +209,7 @@ class _Builder:
         )
         if high is not None and high < LONG_LIST:
             return natural
-        return st.one_of(natural, item.map(lambda value: [value] * max(LONG_LIST, low)))
+        return st.one_of(natural, _long_lists(item, low))
 
     def scalar_item(self, schema: Any) -> st.SearchStrategy[Any] | None:
         """An item of a list in a query string: a scalar (lists are flattened there)."""
@@ -254,6 +254,15 @@ class _Builder:
             ),
             max_leaves=12,
         )
+
+
+def _long_lists(item: st.SearchStrategy[Any], low: int) -> st.SearchStrategy[list[Any]]:
+    """Lists longer than ``MAX_SIZE``, of one value: ``LONG_LIST`` long half the time, and
+    a length that shrinks, so a bug that needs 10 items is shrunk to 10 of them, not left at
+    a thousand."""
+    longest = max(LONG_LIST, low)
+    lengths = st.integers(min_value=max(low, MAX_SIZE + 1), max_value=2 * longest)
+    return st.tuples(lengths, item).map(lambda pair: [pair[1]] * min(pair[0], longest))
 
 
 def _bounds(schema: dict[str, Any], *, integer: bool) -> tuple[Any, Any]:

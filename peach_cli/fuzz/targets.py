@@ -2,7 +2,7 @@
 project's OpenAPI document (SPEC §11) — the one place parameters get their JSON Schemas.
 
     targets = targets_of(document)                  # every endpoint, in the document's order
-    targets = select(targets, ["divide"])           # or the named ones (name or url)
+    targets = select(targets, ["divide", "/greet"])  # or the named ones (name or url)
 
 Nothing here imports Hypothesis.
 """
@@ -125,16 +125,46 @@ def targets_of(document: dict[str, Any]) -> list[Target]:
     return found
 
 
+def _names(target: Target) -> tuple[str, ...]:
+    """What names a target on the command line: its endpoint name, its url (``/greet``)."""
+    return (target.endpoint, target.url)
+
+
+def _matches(target: Target, name: str) -> bool:
+    """``name`` is the target's endpoint name or its url (a trailing ``/`` aside)."""
+    if name == target.endpoint:
+        return True
+    url = name.rstrip("/") or "/"
+    return url.startswith("/") and url == (target.url.rstrip("/") or "/")
+
+
 def select(targets: list[Target], wanted: Sequence[str]) -> list[Target]:
-    """The targets named (by endpoint name or url), in the order given; ``UsageError``
-    naming what matches nothing."""
+    """The targets named (by endpoint name, ``greet``, or url, ``/greet``), in the order
+    given; ``UsageError`` naming what matches nothing, with the closest name or url.
+
+    >>> found = select([Target("greet", "/greet"), Target("story", "/v1/story")], ["/v1/story"])
+    >>> [t.endpoint for t in found]
+    ['story']
+    """
     if not wanted:
         return targets
     chosen: list[Target] = []
     for name in wanted:
-        match = [t for t in targets if name in (t.endpoint, t.url, "/" + name.lstrip("/"))]
+        match = [t for t in targets if _matches(t, name)]
         if not match:
-            known = ", ".join(t.endpoint for t in targets) or "none"
-            raise UsageError(f"no endpoint {name!r} in the project", hint=f"endpoints: {known}")
+            raise _unknown(name, targets)
         chosen += [t for t in match if t not in chosen]
     return chosen
+
+
+def _unknown(name: str, targets: list[Target]) -> UsageError:
+    """The usage error of a TARGET that names no endpoint: ``did you mean`` the closest."""
+    import difflib
+
+    choices = [n for t in targets for n in _names(t)]
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    if not close and not name.startswith("/"):  # a url given without its slash
+        close = difflib.get_close_matches("/" + name, choices, n=1, cutoff=0.6)
+    guess = f"; did you mean {close[0]}?" if close else ""
+    known = ", ".join(f"{t.url} ({t.endpoint})" for t in targets) or "none"
+    return UsageError(f"no endpoint {name!r} in the project{guess}", hint=f"endpoints: {known}")

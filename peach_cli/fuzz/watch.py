@@ -95,3 +95,16 @@ class Watch:
                 lambda: all(self._healthy.get(r, 0) > died_at.get(r, 0) for r in replicas),
                 max(0.0, deadline - time.monotonic()),
             )
+
+    def wait_back(self, replica: str, mark: tuple[int, int], timeout_s: float) -> bool:
+        """Wait until ``replica`` has died since ``mark`` and is healthy again (False: not
+        in time) — after the fuzzer stopped it itself."""
+        _requests, events = mark
+        deadline = time.monotonic() + timeout_s
+
+        def back() -> bool:
+            died = [at for at, (_, r, _why) in self._died if r == replica and at > events]
+            return bool(died) and self._healthy.get(replica, 0) > died[-1]
+
+        with self._changed:
+            return self._changed.wait_for(back, max(0.0, deadline - time.monotonic()))

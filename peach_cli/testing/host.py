@@ -102,11 +102,16 @@ class Hosts:
 
 class _Runner:
     def __init__(
-        self, plan: Any, project: Path, on_event: Callable[[Any], None] | None = None
+        self,
+        plan: Any,
+        project: Path,
+        on_event: Callable[[Any], None] | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         self.plan = plan
         self.project = project
         self.on_event = on_event
+        self.timeout_s = timeout_s
         self.url: str | None = None
         self.error: BaseException | None = None
         self.ready = threading.Event()
@@ -134,7 +139,8 @@ class _Runner:
         from simulator.session import DevSession, SessionConfig
 
         self.stop = asyncio.Event()
-        session = DevSession(SessionConfig(self.plan, project=self.project), on_event=self.on_event)
+        config = SessionConfig(self.plan, project=self.project, timeout_s=self.timeout_s)
+        session = DevSession(config, on_event=self.on_event)
         try:
             await session.start()
             await session.wait_ready()
@@ -156,15 +162,19 @@ class _Runner:
 
 @contextmanager
 def local_host(
-    project: Path, plan: Any, *, on_event: Callable[[Any], None] | None = None
+    project: Path,
+    plan: Any,
+    *,
+    on_event: Callable[[Any], None] | None = None,
+    timeout_s: float | None = None,
 ) -> Iterator[str]:
     """Serve ``plan`` (``project``'s, built and checked as `peach dev` does) and yield the
     server's URL.
 
     ``on_event`` gets the simulator's events (``simulator.events``), in the server's
     thread: what the answers alone do not show (a fallback covering an error, a replica
-    that died)."""
-    runner = _Runner(plan, project, on_event)
+    that died). ``timeout_s`` overrides every endpoint's (as `peach dev --timeout-s`)."""
+    runner = _Runner(plan, project, on_event, timeout_s)
     runner.thread.start()
     try:
         if not runner.ready.wait(START_TIMEOUT_S):

@@ -40,6 +40,12 @@ class Observed:
     """A stream's bytes as they came, as UTF-8 (``text`` is what its frames say)."""
     chunks: int = 0
     cut: bool = False
+    """The stream ended before its end: the server cut it (its generator raised)."""
+    stalled: str | None = None
+    """Why the stream was left: no data came for the client's timeout (not a cut)."""
+    abandoned: bool = False
+    """The reader left the stream at its deadline (``stream_limit_s``): neither cut nor
+    finished."""
     elapsed_ms: float = 0.0
     """Until the answer (or the first chunk of a stream)."""
     total_ms: float = 0.0
@@ -242,6 +248,8 @@ def compare(expect: Expect, observed: Observed) -> list[Mismatch]:
                 expect.chunks_min,
                 observed.chunks,
             )
+    if observed.stalled is not None:  # unfinished, whatever the case expects of it
+        problems.append(Mismatch("stream", observed.stalled))
     if "cut" in given and observed.cut != expect.cut:
         fail(
             "cut",

@@ -96,7 +96,10 @@ def observe_request(
     client: Client, request: Any, *, stream_limit_s: float | None = None
 ) -> Observed:
     """Send ``request`` and read the answer; a stream is read to its end, or for
-    ``stream_limit_s`` seconds past its first chunk (then closed: neither cut nor finished)."""
+    ``stream_limit_s`` seconds of the clock after its answer starts, whatever its generator
+    does (then closed: ``abandoned``, neither cut nor finished)."""
+    from peach_cli.client.send import RequestTimedOut
+
     observed = Observed()
     started = time.perf_counter()
     try:
@@ -104,12 +107,15 @@ def observe_request(
             observed.status = response.status
             observed.headers = dict(response.headers)
             if request.stream and response.status < 300 and response.is_stream:
-                _read_stream(response, observed, stream_limit_s)
+                until = None if stream_limit_s is None else time.perf_counter() + stream_limit_s
+                _read_stream(response, observed, until)
             else:
                 _read_answer(response.read_all(), observed)
     except ClientError as error:
-        if observed.status and observed.stream:
-            observed.cut = True  # ResponseCut, or a stall: the stream did not end cleanly
+        if observed.status and observed.stream and isinstance(error, RequestTimedOut):
+            observed.stalled = error.message  # no data for the timeout: not a cut
+        elif observed.status and observed.stream:
+            observed.cut = True  # ResponseCut: the stream did not end cleanly
         else:
             from peach_cli.client.send import ServerUnreachable
 
@@ -138,7 +144,7 @@ def _read_answer(reply: CompleteResponse, observed: Observed) -> None:
         observed.result = value
 
 
-def _read_stream(response: Stream, observed: Observed, limit_s: float | None = None) -> None:
+def _read_stream(response: Stream, observed: Observed, until: float | None = None) -> None:
     from peach_cli.client import framing
 
     observed.stream = True
@@ -148,7 +154,6 @@ def _read_stream(response: Stream, observed: Observed, limit_s: float | None = N
     raw: list[bytes] = []
     frames = 0
     raw_chunks = 0
-    until: float | None = None
 
     def take(found: list[framing.Frame]) -> None:
         nonlocal frames
@@ -159,7 +164,7 @@ def _read_stream(response: Stream, observed: Observed, limit_s: float | None = N
             texts.append(frame.text if frame.text is not None else frame.data)
 
     try:
-        for chunk in response.chunks():
+        for chunk in response.chunks(until=until):
             raw_chunks += 1
             raw.append(chunk)
             if decoder is None:
@@ -170,11 +175,8 @@ def _read_stream(response: Stream, observed: Observed, limit_s: float | None = N
                 decoder = framing.make_decoder(kind)
                 chunk, head = head, b""
             take(decoder.feed(chunk))
-            if limit_s is not None:
-                until = until or time.perf_counter() + limit_s
-                if time.perf_counter() > until:
-                    break
     finally:
+        observed.abandoned = response.abandoned
         if decoder is None:
             kind = framing.detect_framing(response.content_type, head, final=True) or "text"
             decoder = framing.make_decoder(kind)

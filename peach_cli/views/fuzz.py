@@ -23,6 +23,50 @@ def print_start(targets: int, examples: int, seed: int, url: str | None) -> None
     )
 
 
+class Progress:
+    """On a terminal, one line on stderr rewritten as requests are answered: the endpoint
+    being fuzzed, its requests so far and the time it has taken (``… /story  23 requests
+    · 4.1 s``); each endpoint's line (``print_explored``) replaces it when it is done."""
+
+    INTERVAL_S = 0.1
+
+    def __init__(self) -> None:
+        self.visible = False
+        self.began: dict[str, float] = {}
+        self.last = 0.0
+
+    @staticmethod
+    def wanted() -> bool:
+        """Only an interactive terminal gets a progress line (a pipe, a file or a ``dumb``
+        terminal gets the endpoint lines alone)."""
+        return stderr().is_interactive
+
+    def tick(self, explored: Explored) -> None:
+        """One more answer for ``explored`` (the line is rewritten at most every 0.1 s)."""
+        import time
+
+        from peach_cli.boundary import shown, write_status
+        from peach_cli.wording import count
+
+        now = time.monotonic()
+        began = self.began.setdefault(explored.target.url, now)
+        if self.visible and now - self.last < self.INTERVAL_S:
+            return
+        self.last = now
+        url = shown(explored.target.url)
+        line = f"  … {url}  {count(explored.requests, 'request')} · {now - began:.1f} s"
+        write_status("\r\x1b[K" + line)
+        self.visible = True
+
+    def clear(self) -> None:
+        """Erase the line (before anything else is written to stderr)."""
+        if self.visible:
+            from peach_cli.boundary import write_status
+
+            write_status("\r\x1b[K")
+            self.visible = False
+
+
 def print_explored(explored: Explored) -> None:
     """``✓ /recommend  52 requests`` or ``✗ /divide  140 requests  2 findings``."""
     from peach_cli.boundary import markup
