@@ -82,22 +82,7 @@ def test_every_command_is_checked() -> None:
     assert {"peach init", "peach fuzz", "peach env build", "peach task run"} <= set(COMMANDS)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="`peach fuzz --help` prints 'peach-cli' for 'peach-cli[fuzz]': fixed "
-                "with the fuzz command's own help (issue 50); then this mark goes",
-            ),
-        )
-        if name == "peach fuzz"
-        else name
-        for name in sorted(COMMANDS)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_no_help_text_is_lost_to_rich_markup(name: str) -> None:
     path, command = COMMANDS[name]
     printed = REFERENCE.help_text(path, command)
