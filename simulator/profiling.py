@@ -1,6 +1,7 @@
 """`peach profile`'s actions on `peach dev` (SPEC §12): sampling every replica of an endpoint.
 
-Three ``/_peach/`` actions, for loopback clients only (like ``/_peach/reinit``)::
+Three ``/_peach/`` actions, for loopback clients with the session's token only (like
+``/_peach/reinit``; ``DevGateway.refuse_action``)::
 
     POST /_peach/profile/start  {"url": "/hot", "interval_s": 0.01, "cpu": false}
          → {"status": "ok", "result": {"session": "…", "replicas": ["hot/main#1", …]}}
@@ -29,7 +30,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route as StarletteRoute
 
-from peach_cli.addresses import is_loopback
 from peach_cli.runtime import contract
 from peach_cli.runtime.plan import url_key
 from peach_cli.runtime.protocol import Message, ProfileData, ProfileStart, ProfileStop
@@ -112,7 +112,7 @@ class Profiler:
         return _ok({"session": session, "replicas": [replica.id for replica in replicas]})
 
     async def _stop(self, request: Request) -> JSONResponse:
-        asked = await _read(request)
+        asked = await _read(request, self.gateway)
         if isinstance(asked, JSONResponse):
             return asked
         session = self.sessions.pop(str(asked.get("session")), None)
@@ -150,7 +150,7 @@ class Profiler:
     async def _read_action(self, request: Request) -> tuple[Route, ProfileStart] | JSONResponse:
         """The endpoint and the sampler's settings a start or init action asks for, or the
         answer refusing it."""
-        asked = await _read(request)
+        asked = await _read(request, self.gateway)
         if isinstance(asked, JSONResponse):
             return asked
         route = self._route(asked)
@@ -172,10 +172,10 @@ class Profiler:
         return route
 
 
-async def _read(request: Request) -> dict[str, Any] | JSONResponse:
-    client = request.client.host if request.client else None
-    if not is_loopback(client):
-        return _error(403, "forbidden", "/_peach/profile is for loopback clients")
+async def _read(request: Request, gateway: Any) -> dict[str, Any] | JSONResponse:
+    refused = gateway.refuse_action(request, "/_peach/profile")
+    if refused is not None:
+        return refused
     body = await request.body()
     if len(body) > _MAX_BODY:
         return _error(413, "payload_too_large", "a profile action takes a small JSON object")

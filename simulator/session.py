@@ -212,7 +212,9 @@ class DevSession:
             if config.record is not None:
                 from simulator.record import RecordWriter
 
-                self.server.recorder = RecordWriter(config.record)
+                self.server.recorder = RecordWriter(
+                    config.record, on_note=lambda note: self.emit(ServerNote(note, "warning"))
+                )
         self._starting: asyncio.Task[None] | None = None
         self._stopped = False
         self._stopping = asyncio.Event()
@@ -256,6 +258,7 @@ class DevSession:
             await self.scheduler.start(run_loop=False)
             return
         await server.start()
+        self._write_token(server)
         self.emit(Serving(server.url))
         await self.scheduler.start()
         if self.config.plan.tasks:
@@ -269,6 +272,20 @@ class DevSession:
             )
             self._reloading = loop.create_task(reloader.run(self._stopping))
         self._reporting = loop.create_task(self._report_started(began))
+
+    def _write_token(self, server: DevServer) -> None:
+        """Write the server's session token where peach's own tools read it (SPEC §6)."""
+        port = int(server.url.rsplit(":", 1)[1])
+        try:
+            server.token.write(port)
+        except OSError as error:
+            self.emit(
+                ServerNote(
+                    f"cannot write the session token ({error}): `peach profile` cannot "
+                    "profile this server",
+                    "warning",
+                )
+            )
 
     async def _report_started(self, began: float) -> None:
         assert self.server is not None
@@ -310,6 +327,8 @@ class DevSession:
                 if self.server.recorder is not None:
                     self.server.recorder.close()  # every line written
         finally:
+            if self.server is not None:
+                self.server.token.remove()
             await self.keeper.close()  # what is left below it dies (a crashed replica's)
             self.environments.release()  # nothing runs in them any more: prune may go on
 

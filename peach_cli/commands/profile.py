@@ -284,11 +284,13 @@ def _action(
 ) -> dict[str, Any]:
     import httpx
 
+    from peach_cli.devtoken import token_headers
+
     try:
         answer = httpx.post(
             f"{origin}/_peach/profile/{action}",
             json=settings,
-            headers={"x-peach-tool": "profile"},
+            headers={"x-peach-tool": "profile", **token_headers(origin)},
             timeout=timeout_s,
         )
     except httpx.HTTPError as error:
