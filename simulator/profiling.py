@@ -30,7 +30,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route as StarletteRoute
 
+from peach_cli.printable import without_surrogates
 from peach_cli.runtime import contract
+from peach_cli.runtime.jsonlimits import MAX_DEPTH, nests_deeper
 from peach_cli.runtime.plan import url_key
 from peach_cli.runtime.protocol import Message, ProfileData, ProfileStart, ProfileStop
 
@@ -183,10 +185,10 @@ async def _read(request: Request, gateway: Any) -> dict[str, Any] | JSONResponse
 
     try:
         asked = json.loads(body or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         asked = None
-    if not isinstance(asked, dict):
-        return _error(400, "bad_request", "the body must be a JSON object")
+    if not isinstance(asked, dict) or nests_deeper(asked, MAX_DEPTH):
+        return _error(400, "bad_request", "the body must be a JSON object (a small one)")
     return asked
 
 
@@ -212,7 +214,9 @@ async def _collect(replicas: list[Replica]) -> list[dict[str, Any]]:
 
 
 def _ok(result: dict[str, Any]) -> JSONResponse:
-    return JSONResponse({"status": "ok", "result": result})
+    """The answer of an action; a lone surrogate (a frame's name can hold one) written as
+    its escape, so it can be encoded."""
+    return JSONResponse({"status": "ok", "result": without_surrogates(result)})
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:

@@ -30,7 +30,6 @@ log say how many were not.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections import deque
@@ -41,6 +40,7 @@ from typing import Any
 
 from peach_cli.boundary import open_lines
 from peach_cli.client.items import TOOL_HEADER
+from peach_cli.printable import escape_surrogates, has_surrogate, without_surrogates
 from peach_cli.runtime.jsonlimits import MAX_DEPTH, nests_deeper
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -210,58 +210,15 @@ def writable_entry(recording: Recording, method: str, path: str, *rest: Any) -> 
     the request and ``"omitted"`` when it cannot be made at all."""
     try:
         line = entry(recording, method, path, *rest)
-        return _escaped(line) if _has_surrogate(line) else line
+        return {**without_surrogates(line), "escaped": True} if has_surrogate(line) else line
     except Exception as error:  # noqa: BLE001 - the recorder never stops (SPEC §6)
         return {
             "time": _stamp(recording.wall),
             "method": str(method),
-            "url": _escape_surrogates(str(path)),
+            "url": escape_surrogates(str(path)),
             "body": None,
             "omitted": f"this request could not be recorded ({type(error).__name__})",
         }
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _escape_surrogates(text: str) -> str:
-    r"""``text`` with each lone surrogate written as its escape (``\udcff``).
-
-    >>> _escape_surrogates("a\udcffb")
-    'a\\udcffb'
-    """
-    return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
-
-
-def _has_surrogate(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if _SURROGATE.search(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
-def _escaped(line: dict[str, Any]) -> dict[str, Any]:
-    """``line`` with its lone surrogates escaped, and saying so (values are at most
-    ``MAX_DEPTH`` deep: ``entry`` omits deeper ones)."""
-
-    def clean(value: Any) -> Any:
-        if isinstance(value, str):
-            return _escape_surrogates(value)
-        if isinstance(value, dict):
-            return {clean(k): clean(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        return value
-
-    return {**clean(line), "escaped": True}
 
 
 def _stamp(wall: float) -> str:
