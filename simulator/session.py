@@ -151,9 +151,7 @@ class DevSession:
         keeper = self.keeper = Keeper(enabled=knobs.keeper)
         """Starts every worker: their trees die with peach, even a killed one (Linux)."""
         self.spawner = Spawner(
-            templates=Templates(
-                on_failure=self._template_failed, keeper=keeper, enabled=knobs.templates
-            ),
+            templates=Templates(on_failure=self._warn, keeper=keeper, enabled=knobs.templates),
             keeper=keeper,
         )
         """Starts every worker process of the session (replicas forked from a warm template
@@ -212,9 +210,7 @@ class DevSession:
             if config.record is not None:
                 from simulator.record import RecordWriter
 
-                self.server.recorder = RecordWriter(
-                    config.record, on_note=lambda note: self.emit(ServerNote(note, "warning"))
-                )
+                self.server.recorder = RecordWriter(config.record, on_note=self._warn)
         self._starting: asyncio.Task[None] | None = None
         self._stopped = False
         self._stopping = asyncio.Event()
@@ -245,7 +241,7 @@ class DevSession:
         self._starting = asyncio.ensure_future(self._start())
         await self._starting
 
-    def _template_failed(self, message: str) -> None:
+    def _warn(self, message: str) -> None:
         if self.on_event is not None:
             self.on_event(ServerNote(message, "warning"))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,3 +132,32 @@ def test_deep_json_to_a_profile_action_is_a_bad_request(served: DevProcess, acti
         assert answer.status_code == 400, answer.text
         assert answer.json()["error"]["code"] == "bad_request"
     assert "Traceback" not in served.output()
+
+
+# -- profile sessions end by themselves --------------------------------------------------------
+
+
+def test_a_profile_session_nobody_stops_ends_by_itself(served: DevProcess) -> None:
+    """A killed `peach profile` leaves no replica sampling: the session ends at its
+    duration plus a grace period (``GRACE_S``), its samples dropped."""
+    from simulator.profiling import GRACE_S
+
+    for bad in ("NaN", "Infinity", "0", "-1", '"10"'):
+        body = b'{"url": "/spin", "duration_s": ' + bad.encode() + b"}"
+        refused = httpx.post(
+            f"{served.url}/_peach/profile/start", content=body, headers=token(served)
+        )
+        assert refused.status_code == 400, (bad, refused.text)
+    started = httpx.post(
+        f"{served.url}/_peach/profile/start",
+        json={"url": "/spin", "duration_s": 0.2},
+        headers=token(served),
+    )
+    assert started.status_code == 200, started.text
+    time.sleep(0.2 + GRACE_S + 1.0)  # nothing to poll: a stop would end it itself
+    stopped = httpx.post(
+        f"{served.url}/_peach/profile/stop",
+        json={"session": started.json()["result"]["session"]},
+        headers=token(served),
+    )
+    assert stopped.status_code == 404, stopped.text

@@ -94,7 +94,9 @@ def run_profile(
             figures, interrupted = None, False
             duration = time.perf_counter() - began
         else:
-            session = _action(origin, "start", settings)["session"]
+            # the server ends the session by itself if this process dies before it stops it
+            limit = {"duration_s": duration_s or DEFAULT_DURATION_S}
+            session = _action(origin, "start", {**settings, **limit})["session"]
             try:
                 figures, interrupted = _load(request, rate, concurrency, duration_s, timeout_s)
             finally:
