@@ -295,6 +295,11 @@ def shown_value(value: Any) -> Any:
 _RAW_IN_JSON = re.compile(r"[\x7f-\x9f\u2028\u2029]")
 
 
+def _json_escape(match: re.Match[str]) -> str:
+    """A character JSON leaves raw, as its JSON escape (read back, the same character)."""
+    return f"\\u{ord(match.group()):04x}"
+
+
 def _escaped_value(value: Any) -> Any:
     if isinstance(value, str):
         return printable(value) if _RAW_IN_JSON.search(value) else value
@@ -387,8 +392,9 @@ def new_console(channel: str, file: IO[str] | None = None, **options: Any) -> Co
 
 
 class LinesFile:
-    """A file of JSON lines (``peach dev --record``): every value masked (and the control
-    characters JSON leaves raw escaped) before it is written; a batch in one write."""
+    """A file of JSON lines (``peach dev --record``): every value masked, and the control
+    characters JSON leaves raw written as JSON escapes (``\\u0085``, ``\\u2028``), so a
+    line read back is the same value; a batch in one write."""
 
     def __init__(self, path: Path, channel: str) -> None:
         self.path = path
@@ -400,9 +406,8 @@ class LinesFile:
         lines = []
         for value in values:
             try:
-                lines.append(
-                    json.dumps(shown_value(value), ensure_ascii=False, separators=(",", ":"))
-                )
+                text = json.dumps(mask_value(value), ensure_ascii=False, separators=(",", ":"))
+                lines.append(_RAW_IN_JSON.sub(_json_escape, text))
             except (ValueError, TypeError):
                 continue
         if lines:

@@ -517,6 +517,15 @@ def replay(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for each answer.")
     ] = 60.0,
+    project: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--project",
+            "-p",
+            help="The project whose secret values are masked in what is shown (default: here).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Send every recorded request again, in order, and compare the answers: what changes if I push this?
 
@@ -534,6 +543,7 @@ def replay(
             ignore=ignore or [],
             output_format=format,
             timeout_s=timeout,
+            project=project,
         )
     )
 

@@ -21,7 +21,8 @@ call, the answers and every header are the flow's) and keeps no timer of its own
 and counts the request as the gateway does (``DevGateway.log``). What it keeps is what is
 HTTP's, judged at the head: a request goes to the general path when its method is not GET
 or POST, it is not HTTP/1.1, its path has an escape, a byte outside ASCII or a fragment, no
-endpoint serves it, its Host or Origin is refused (``LocalService``), its body is over
+endpoint serves it, its Host, Origin or Fetch Metadata is refused (``LocalService``,
+whose reading of those headers it uses), its body is over
 ``FAST_BODY_BYTES`` or of unknown length, it has an ``Expect`` or ``Upgrade`` header (the
 protocol also keeps a request pipelined behind another; under ``--record`` there is no
 lane). Once the body is in, a request that streams or may (``Flow.prepare``'s
@@ -42,6 +43,7 @@ from peach_cli.runtime.contract.answers import timed_out
 from simulator import debug
 from simulator.gateway import lookup
 from simulator.http_protocol import LaneConnection
+from simulator.local_service import request_sources
 from simulator.replica import CallInFlight
 
 if TYPE_CHECKING:
@@ -91,20 +93,14 @@ class FastLane:
         route = lookup(table.routes, path)
         if route is None:
             return None
-        host = origin = None
         for name, value in headers:
-            if name == b"host":
-                if host is None:
-                    host = value.decode("latin-1")
-            elif name == b"content-length":
+            if name == b"content-length":
                 if not value.isdigit() or int(value) > FAST_BODY_BYTES:
                     return None
-            elif name == b"origin":
-                if origin is None:
-                    origin = value.decode("latin-1")
             elif name in (b"transfer-encoding", b"expect", b"upgrade"):
                 return None
-        if self.service.refusal_of(host, origin, path, client):
+        host, origin, site = request_sources(headers)  # as LocalService reads them
+        if self.service.refusal_of(host, origin, path, client, site):
             return None
         return FastCall(self, route, method.decode("ascii"), path, query, table.timeout_s)
 

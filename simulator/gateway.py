@@ -13,7 +13,8 @@ and their component's ``memory`` and ``cpus``, ``GET /_peach/metrics`` the Prome
 figures (``simulator.metrics``), ``GET /_peach/openapi.json`` the OpenAPI document of what
 the table serves (``peach_cli.openapi``), ``GET /_peach/docs`` the page to try the endpoints in
 a browser (``simulator.docs_page``), and ``POST /_peach/reinit/<endpoint>[/<component>]``
-(loopback clients only) re-runs ``init``; ``/_peach/profile/…`` (loopback clients only)
+(loopback clients with the session's token only) re-runs ``init``; ``/_peach/profile/…``
+(the same)
 samples replicas for `peach profile` (``simulator.profiling``). The arm of an A/B test is
 chosen by ``contract.choose_arm``, as on Ray.
 """
@@ -31,6 +32,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 
 from peach_cli.addresses import is_loopback
+from peach_cli.devtoken import TOKEN_HEADER, DevToken
 from peach_cli.openapi.document import OPENAPI_PATH
 from peach_cli.runtime import contract
 from peach_cli.runtime.contract import (
@@ -86,8 +88,11 @@ class DevGateway:
         *,
         max_body_bytes: int = contract.MAX_BODY_BYTES,
         debugger: debug.DebugRelay | None = None,
+        token: DevToken | None = None,
     ) -> None:
         self.table = table
+        self.token = token or DevToken.new()
+        """What state-changing ``/_peach/*`` actions need (``x-peach-token``, SPEC §6)."""
         self.debugger = debugger
         """The session's pdb relay: a breakpoint's banner names the request it serves."""
         self.on_event = on_event
@@ -285,9 +290,9 @@ class DevGateway:
     async def _reinit(self, request: Request) -> JSONResponse:
         """Re-run ``init`` of an endpoint's components that have one, or of one component:
         new replicas, started while the old ones serve. Loopback clients only."""
-        client = request.client.host if request.client else None
-        if not is_loopback(client):
-            return _internal_error(403, "forbidden", "/_peach/reinit is for loopback clients")
+        refused = self.refuse_action(request, "/_peach/reinit")
+        if refused is not None:
+            return refused
         name, component = request.path_params["endpoint"], request.path_params.get("component")
         routes = {route.endpoint.name: route for route in self.table.routes.values()}
         route = routes.get(name)
@@ -311,6 +316,21 @@ class DevGateway:
             )
         took = round(time.perf_counter() - began, 3)
         return JSONResponse({"status": "ok", "result": {"reinitialized": keys, "seconds": took}})
+
+    def refuse_action(self, request: Request, what: str) -> JSONResponse | None:
+        """The answer refusing a state-changing ``/_peach/*`` action (``what``), or None:
+        it must come from a loopback peer and carry the session's token."""
+        client = request.client.host if request.client else None
+        if not is_loopback(client):
+            return _internal_error(403, "forbidden", f"{what} is for loopback clients")
+        if not self.token.accepts(request.headers.get(TOKEN_HEADER)):
+            return _internal_error(
+                403,
+                "forbidden",
+                f"{what} needs this server's session token in the {TOKEN_HEADER} header "
+                "(peach's own tools read it from the user's runtime folder)",
+            )
+        return None
 
 
 def _internal_error(status: int, code: str, message: str) -> JSONResponse:

@@ -13,6 +13,11 @@ sees a request when
   ``/_peach/docs`` opened under an ``--allow-host`` name: ``forbidden_origin``. A page of
   another site cannot drive endpoints or ``/_peach/*``, not even with a "simple"
   text/plain POST;
+- it says, by Fetch Metadata, that a page of another origin sent it (``Sec-Fetch-Site:
+  cross-site`` or ``same-site``: an ``<img>``, a ``<script>``, a no-cors ``fetch``, a
+  navigation — which carry no ``Origin``) and neither its ``Origin`` nor, without one, its
+  ``Referer``'s origin is allowed as above: ``forbidden_origin``. ``same-origin``,
+  ``none`` (typed, bookmarked) and no such header (curl, scripts, peach's tools) pass;
 - it is for ``/_peach/*`` from a peer that is not on loopback, whatever ``--host`` says:
   ``forbidden``.
 
@@ -34,6 +39,8 @@ from peach_cli.runtime.contract import HttpReply
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 _WILDCARDS = ("0.0.0.0", "::", "")
 INTERNAL_PREFIX = "/_peach"
+OTHER_SITES = frozenset(("cross-site", "same-site"))
+"""``Sec-Fetch-Site`` values of a request a page of another origin made."""
 
 
 def host_name(value: str) -> str:
@@ -79,6 +86,73 @@ def _is_port(text: str) -> bool:
 def origin_key(value: str) -> str:
     """An origin as compared: ``scheme://host[:port]``, lowercase, no trailing slash."""
     return value.strip().lower().rstrip("/")
+
+
+class FetchSite:
+    """A request's ``Sec-Fetch-Site`` when it names another origin (``OTHER_SITES``), and
+    its ``Referer``: what says which page sent a request that has no ``Origin``."""
+
+    __slots__ = ("value", "referer")
+
+    def __init__(self, value: str, referer: str | None) -> None:
+        self.value = value
+        self.referer = referer
+
+    @classmethod
+    def of(cls, value: bytes | None, referer: bytes | None) -> FetchSite | None:
+        """The metadata of a request whose ``Sec-Fetch-Site`` is ``value``, or None when it
+        names no other origin (``same-origin``, ``none``, absent).
+
+        >>> FetchSite.of(b"same-origin", None), FetchSite.of(None, b"http://x/")
+        (None, None)
+        >>> FetchSite.of(b"Cross-Site", b"http://a.test:81/p?q").referer_origin()
+        'http://a.test:81'
+        """
+        if value is None:
+            return None
+        text = value.decode("latin-1").strip().lower()
+        if text not in OTHER_SITES:
+            return None
+        return cls(text, None if referer is None else referer.decode("latin-1"))
+
+    def referer_origin(self) -> str | None:
+        """The origin (``scheme://host[:port]``) of the ``Referer``, or None without one
+        (or one that names no web origin)."""
+        if self.referer is None:
+            return None
+        try:
+            parts = urlsplit(self.referer.strip())
+        except ValueError:
+            return None
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return None
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+def request_sources(
+    headers: Iterable[tuple[bytes, bytes]],
+) -> tuple[str | None, str | None, FetchSite | None]:
+    """A request's first ``Host``, first ``Origin`` and its Fetch Metadata (``FetchSite``):
+    what ``LocalService.refusal_of`` judges, read from its headers the same way on every
+    path (the fast lane reads them with this too)."""
+    host = origin = None
+    site = referer = None
+    for name, value in headers:
+        size = len(name)
+        if size in (4, 6, 7, 14):
+            name = name.lower()
+            if name == b"host":
+                if host is None:
+                    host = value.decode("latin-1")
+            elif name == b"origin":
+                if origin is None:
+                    origin = value.decode("latin-1")
+            elif name == b"referer":
+                if referer is None:
+                    referer = value
+            elif name == b"sec-fetch-site" and site is None:
+                site = value
+    return host, origin, FetchSite.of(site, referer)
 
 
 class LocalService:
@@ -131,22 +205,22 @@ class LocalService:
 
     def refusal(self, scope: dict[str, Any]) -> tuple[str, str] | None:
         """``(code, message)`` of why this request is refused, or None."""
-        host = origin = None  # the first of each (only these two are read)
-        for name, value in scope.get("headers", ()):
-            if len(name) in (4, 6):
-                name = name.lower()
-                if name == b"host" and host is None:
-                    host = value.decode("latin-1")
-                elif name == b"origin" and origin is None:
-                    origin = value.decode("latin-1")
+        host, origin, site = request_sources(scope.get("headers", ()))
         client = scope.get("client")
-        return self.refusal_of(host, origin, scope.get("path", ""), client[0] if client else None)
+        return self.refusal_of(
+            host, origin, scope.get("path", ""), client[0] if client else None, site
+        )
 
     def refusal_of(
-        self, host: str | None, origin: str | None, path: str, client: str | None
+        self,
+        host: str | None,
+        origin: str | None,
+        path: str,
+        client: str | None,
+        site: FetchSite | None = None,
     ) -> tuple[str, str] | None:
-        """``refusal`` from the request's first ``Host`` and ``Origin``, its path and its
-        peer's address."""
+        """``refusal`` from the request's first ``Host`` and ``Origin``, its path, its
+        peer's address and its Fetch Metadata (``site``, when it names another origin)."""
         if not self.host_allowed(host):
             shown = "no Host header" if host is None else f"Host {host!r}"
             return "forbidden_host", (
@@ -158,6 +232,14 @@ class LocalService:
                 f"requests from the web origin {origin!r} are refused (start peach dev with "
                 "--allow-origin ORIGIN to accept it)"
             )
+        if site is not None and origin is None:  # an allowed Origin was judged above
+            sender = site.referer_origin()
+            if sender is None or not self.origin_allowed(sender, host):
+                shown = "a page of another origin" if sender is None else repr(sender)
+                return "forbidden_origin", (
+                    f"requests from {shown} (Sec-Fetch-Site: {site.value}) are refused "
+                    "(start peach dev with --allow-origin ORIGIN to accept it)"
+                )
         if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
             if not is_loopback(client):
                 where = "/".join(path.split("/")[:3])

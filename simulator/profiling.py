@@ -1,6 +1,7 @@
 """`peach profile`'s actions on `peach dev` (SPEC §12): sampling every replica of an endpoint.
 
-Three ``/_peach/`` actions, for loopback clients only (like ``/_peach/reinit``)::
+Three ``/_peach/`` actions, for loopback clients with the session's token only (like
+``/_peach/reinit``; ``DevGateway.refuse_action``)::
 
     POST /_peach/profile/start  {"url": "/hot", "interval_s": 0.01, "cpu": false}
          → {"status": "ok", "result": {"session": "…", "replicas": ["hot/main#1", …]}}
@@ -19,6 +20,7 @@ and off by the ``ProfileStart`` and ``ProfileStop`` messages; a profile is plain
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 import time
 import weakref
@@ -29,8 +31,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route as StarletteRoute
 
-from peach_cli.addresses import is_loopback
+from peach_cli.printable import without_surrogates
 from peach_cli.runtime import contract
+from peach_cli.runtime.jsonlimits import MAX_DEPTH, nests_deeper
 from peach_cli.runtime.plan import url_key
 from peach_cli.runtime.protocol import Message, ProfileData, ProfileStart, ProfileStop
 
@@ -42,6 +45,11 @@ Route = Any
 COLLECT_TIMEOUT_S = 10.0
 """How long a replica may take to send its profile."""
 MAX_SESSIONS = 16
+GRACE_S = 10.0
+"""A session asked for ``duration_s`` ends by itself this long after it (its client is
+gone: a killed `peach profile` leaves no replica sampling)."""
+MAX_SESSION_S = 600.0
+"""... and a session ends by itself after this long, whatever it asked for."""
 """Sessions kept at most; the oldest is stopped (its samples dropped) to make room."""
 _MAX_BODY = 64 * 1024
 
@@ -73,6 +81,8 @@ def first_messages(replica: Replica) -> list[Message]:
 class _Session:
     replicas: list[Replica]
     began: float = field(default_factory=time.monotonic)
+    expiry: asyncio.TimerHandle | None = None
+    """Ends the session by itself (``Profiler.expire``), if nobody stops it first."""
 
 
 class Profiler:
@@ -81,6 +91,7 @@ class Profiler:
     def __init__(self, gateway: Any) -> None:
         self.gateway = gateway
         self.sessions: dict[str, _Session] = {}
+        self._expiring: set[asyncio.Task[Any]] = set()
 
     def routes(self) -> list[StarletteRoute]:
         return [
@@ -95,7 +106,10 @@ class Profiler:
         read = await self._read_action(request)
         if isinstance(read, JSONResponse):
             return read
-        route, settings = read
+        route, settings, asked = read
+        asked_duration = _duration(asked)
+        if asked_duration is None:
+            return _error(400, "bad_request", "duration_s must be a number of seconds, more than 0")
         replicas = [
             replica
             for pool in route.pools.values()
@@ -109,22 +123,36 @@ class Profiler:
             await _collect(self.sessions.pop(oldest).replicas)
         session = secrets.token_hex(8)
         self.sessions[session] = _Session(replicas)
+        limit = min(asked_duration + GRACE_S, MAX_SESSION_S)
+        self.sessions[session].expiry = asyncio.get_running_loop().call_later(
+            limit, self.expire, session
+        )
         return _ok({"session": session, "replicas": [replica.id for replica in replicas]})
 
     async def _stop(self, request: Request) -> JSONResponse:
-        asked = await _read(request)
+        asked = await _read(request, self.gateway)
         if isinstance(asked, JSONResponse):
             return asked
         session = self.sessions.pop(str(asked.get("session")), None)
         if session is None:
             return _error(404, "not_found", "no such profile session (stopped already?)")
+        if session.expiry is not None:
+            session.expiry.cancel()
         return _ok({"profiles": await _collect(session.replicas)})
+
+    def expire(self, session: str) -> None:
+        """End ``session`` by itself: its replicas stop sampling, its samples are dropped."""
+        ended = self.sessions.pop(session, None)
+        if ended is not None:
+            task = asyncio.ensure_future(_collect(ended.replicas))
+            self._expiring.add(task)
+            task.add_done_callback(self._expiring.discard)
 
     async def _init(self, request: Request) -> JSONResponse:
         read = await self._read_action(request)
         if isinstance(read, JSONResponse):
             return read
-        route, settings = read
+        route, settings, _ = read
         specs = route.endpoint.components
         keys = [spec.key for spec in specs.values() if spec.init]
         if not keys:
@@ -147,10 +175,12 @@ class Profiler:
             return _error(500, "init_error", f"{message} (the previous replicas keep serving)")
         return _ok({"profiles": profiles, "components": keys})
 
-    async def _read_action(self, request: Request) -> tuple[Route, ProfileStart] | JSONResponse:
+    async def _read_action(
+        self, request: Request
+    ) -> tuple[Route, ProfileStart, dict[str, Any]] | JSONResponse:
         """The endpoint and the sampler's settings a start or init action asks for, or the
         answer refusing it."""
-        asked = await _read(request)
+        asked = await _read(request, self.gateway)
         if isinstance(asked, JSONResponse):
             return asked
         route = self._route(asked)
@@ -159,7 +189,7 @@ class Profiler:
         settings = _settings(asked)
         if isinstance(settings, JSONResponse):
             return settings
-        return route, settings
+        return route, settings, asked
 
     def _route(self, asked: dict[str, Any]) -> Route | JSONResponse:
         url = asked.get("url")
@@ -172,10 +202,10 @@ class Profiler:
         return route
 
 
-async def _read(request: Request) -> dict[str, Any] | JSONResponse:
-    client = request.client.host if request.client else None
-    if not is_loopback(client):
-        return _error(403, "forbidden", "/_peach/profile is for loopback clients")
+async def _read(request: Request, gateway: Any) -> dict[str, Any] | JSONResponse:
+    refused = gateway.refuse_action(request, "/_peach/profile")
+    if refused is not None:
+        return refused
     body = await request.body()
     if len(body) > _MAX_BODY:
         return _error(413, "payload_too_large", "a profile action takes a small JSON object")
@@ -183,10 +213,10 @@ async def _read(request: Request) -> dict[str, Any] | JSONResponse:
 
     try:
         asked = json.loads(body or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):
         asked = None
-    if not isinstance(asked, dict):
-        return _error(400, "bad_request", "the body must be a JSON object")
+    if not isinstance(asked, dict) or nests_deeper(asked, MAX_DEPTH):
+        return _error(400, "bad_request", "the body must be a JSON object (a small one)")
     return asked
 
 
@@ -195,6 +225,17 @@ def _settings(asked: dict[str, Any]) -> ProfileStart | JSONResponse:
     if not isinstance(interval, (int, float)) or not 0.001 <= interval <= 1.0:
         return _error(400, "bad_request", "interval_s must be between 0.001 and 1 second")
     return ProfileStart(float(interval), bool(asked.get("cpu", False)))
+
+
+def _duration(asked: dict[str, Any]) -> float | None:
+    """The session's ``duration_s`` (default: the longest, ``MAX_SESSION_S``), or None
+    when it is no positive number."""
+    duration = asked.get("duration_s", MAX_SESSION_S)
+    if isinstance(duration, bool) or not isinstance(duration, int | float):
+        return None
+    if not (math.isfinite(duration) and duration > 0):
+        return None
+    return float(duration)
 
 
 async def _collect(replicas: list[Replica]) -> list[dict[str, Any]]:
@@ -212,7 +253,9 @@ async def _collect(replicas: list[Replica]) -> list[dict[str, Any]]:
 
 
 def _ok(result: dict[str, Any]) -> JSONResponse:
-    return JSONResponse({"status": "ok", "result": result})
+    """The answer of an action; a lone surrogate (a frame's name can hold one) written as
+    its escape, so it can be encoded."""
+    return JSONResponse({"status": "ok", "result": without_surrogates(result)})
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.devtoken import DevToken
 from peach_cli.runtime.plan import ProjectPlan
 from simulator.changes import PlanChange, Snapshot
 from simulator.environments import Environments
@@ -88,6 +89,9 @@ class DevServer:
         """A replica's start-up still running after this long is reported."""
         self.debugger = debugger
         """The session's pdb relay (``simulator.debug``): calls register with it."""
+        self.token = DevToken.new()
+        """What state-changing ``/_peach/*`` actions need (``x-peach-token``); the session
+        writes it where peach's own tools find it (``peach_cli.devtoken``)."""
         self._pool_options = PoolOptions(
             plan.root,
             self.emit,
@@ -146,7 +150,7 @@ class DevServer:
         from simulator.gateway import DevGateway
 
         table = RoutingTable.of(self.plan, self._pools, self.timeout_override)
-        self.gateway = DevGateway(table, self._on_event, debugger=self.debugger)
+        self.gateway = DevGateway(table, self._on_event, debugger=self.debugger, token=self.token)
         self.gateway.reinit = self.reinit
         self.gateway.recorder = self.recorder
         await self.http.serve(self.gateway)

@@ -151,9 +151,7 @@ class DevSession:
         keeper = self.keeper = Keeper(enabled=knobs.keeper)
         """Starts every worker: their trees die with peach, even a killed one (Linux)."""
         self.spawner = Spawner(
-            templates=Templates(
-                on_failure=self._template_failed, keeper=keeper, enabled=knobs.templates
-            ),
+            templates=Templates(on_failure=self._warn, keeper=keeper, enabled=knobs.templates),
             keeper=keeper,
         )
         """Starts every worker process of the session (replicas forked from a warm template
@@ -212,7 +210,7 @@ class DevSession:
             if config.record is not None:
                 from simulator.record import RecordWriter
 
-                self.server.recorder = RecordWriter(config.record)
+                self.server.recorder = RecordWriter(config.record, on_note=self._warn)
         self._starting: asyncio.Task[None] | None = None
         self._stopped = False
         self._stopping = asyncio.Event()
@@ -243,7 +241,7 @@ class DevSession:
         self._starting = asyncio.ensure_future(self._start())
         await self._starting
 
-    def _template_failed(self, message: str) -> None:
+    def _warn(self, message: str) -> None:
         if self.on_event is not None:
             self.on_event(ServerNote(message, "warning"))
 
@@ -256,6 +254,7 @@ class DevSession:
             await self.scheduler.start(run_loop=False)
             return
         await server.start()
+        self._write_token(server)
         self.emit(Serving(server.url))
         await self.scheduler.start()
         if self.config.plan.tasks:
@@ -269,6 +268,20 @@ class DevSession:
             )
             self._reloading = loop.create_task(reloader.run(self._stopping))
         self._reporting = loop.create_task(self._report_started(began))
+
+    def _write_token(self, server: DevServer) -> None:
+        """Write the server's session token where peach's own tools read it (SPEC §6)."""
+        port = int(server.url.rsplit(":", 1)[1])
+        try:
+            server.token.write(port)
+        except OSError as error:
+            self.emit(
+                ServerNote(
+                    f"cannot write the session token ({error}): `peach profile` cannot "
+                    "profile this server",
+                    "warning",
+                )
+            )
 
     async def _report_started(self, began: float) -> None:
         assert self.server is not None
@@ -310,6 +323,8 @@ class DevSession:
                 if self.server.recorder is not None:
                     self.server.recorder.close()  # every line written
         finally:
+            if self.server is not None:
+                self.server.token.remove()
             await self.keeper.close()  # what is left below it dies (a crashed replica's)
             self.environments.release()  # nothing runs in them any more: prune may go on
 

@@ -80,15 +80,15 @@ class Browser:
         """Every event received, in order (``method``, ``params``, ``sessionId``)."""
 
     @classmethod
-    def start(cls, binary: str, profile: Path, log: Path) -> Browser:
-        """Start ``binary`` headless with a new profile in ``profile``; its stderr goes to
-        ``log``."""
+    def start(cls, binary: str, profile: Path, log: Path, *flags: str) -> Browser:
+        """Start ``binary`` headless with a new profile in ``profile`` (and ``flags``); its
+        stderr goes to ``log``."""
         commands_r, commands_w = os.pipe()
         replies_r, replies_w = os.pipe()
         with log.open("wb") as stderr:
             process = subprocess.Popen(
                 [sys.executable, "-c", ON_3_AND_4, str(commands_r), str(replies_w)]
-                + [binary, *FLAGS, f"--user-data-dir={profile}"],
+                + [binary, *FLAGS, *flags, f"--user-data-dir={profile}"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,

@@ -99,6 +99,16 @@ JSON = st.recursive(
 )
 
 
+LONE_SURROGATES = [
+    b'{"a": "x\\ud800y"}',
+    b'{"name": "\\udcff"}',
+    b'{"tags": ["ok", "\\udfff"]}',
+    b'{"a\\ud800": 1}',
+    b'{"a": "\xed\xb3\xbf"}',
+]
+"""JSON bodies holding a lone surrogate: ``400 bad_request`` naming it, on both hosts."""
+
+
 @dataclass(frozen=True)
 class Request:
     method: str
@@ -150,6 +160,8 @@ def requests(draw: st.DrawFn) -> Request:
             body = json.dumps(draw(JSON)).encode()
         elif shape < 15:
             body = draw(st.sampled_from([b"{not json", b"\xff\xfe", b"", b"   ", b'{"a": 1,}']))
+            if draw(st.booleans()):  # a lone surrogate, escaped or as its raw bytes
+                body = draw(st.sampled_from(LONE_SURROGATES))
         elif shape < 17:
             depth = draw(st.integers(90, 110))
             body = b'{"a": ' + b"[" * depth + b"]" * depth + b"}"
@@ -250,7 +262,16 @@ def hosts(dev_server: Any, ray_semantics: str) -> tuple[str, str]:
     return dev_server.url, ray_semantics
 
 
-COVERED = {"stream", "cut", "escaped", "raw non-ascii", "oversized", "declared oversized", "deep"}
+COVERED = {
+    "stream",
+    "cut",
+    "escaped",
+    "raw non-ascii",
+    "oversized",
+    "declared oversized",
+    "deep",
+    "lone surrogate",
+}
 
 
 def features(request: Request) -> set[str]:
@@ -271,6 +292,8 @@ def features(request: Request) -> set[str]:
         seen.add("declared oversized")
     if request.body is not None and request.body.startswith(b"{") and b"[[[[" in request.body:
         seen.add("deep")
+    if request.body in LONE_SURROGATES:
+        seen.add("lone surrogate")
     return seen
 
 
@@ -292,6 +315,7 @@ def test_both_hosts_answer_every_request_alike(hosts: tuple[str, str]) -> None:
     @example(request=Request("POST", b"/params", b'{"a": ' + b"[" * 100 + b"]" * 100 + b"}"))
     @example(request=Request("POST", b"/params", b'{"a": "' + b"x" * (MAX_BODY + 1) + b'"}'))
     @example(request=Request("POST", b"/params?stream=true", b"{", MAX_BODY * 2))
+    @example(request=Request("POST", b"/params", LONE_SURROGATES[0]))
     def compare(request: Request) -> None:
         sent.append(request)
         dev = send(dev_url, request)
@@ -301,6 +325,21 @@ def test_both_hosts_answer_every_request_alike(hosts: tuple[str, str]) -> None:
     compare()
     seen = set().union(*(features(request) for request in sent))
     assert seen == COVERED, f"{len(sent)} requests sent; never: {sorted(COVERED - seen)}"
+
+
+@pytest.mark.parametrize("body", LONE_SURROGATES)
+def test_a_lone_surrogate_in_a_json_body_is_a_bad_request_on_both_hosts(
+    hosts: tuple[str, str], body: bytes
+) -> None:
+    """Never a plain-text 500 nor a closed connection: the envelope, naming it — on Ray
+    and on both paths of `peach dev` (an escape in the path takes the general one)."""
+    dev_url, ray_url = hosts
+    for url, target in [(dev_url, b"/params"), (dev_url, b"/param%73"), (ray_url, b"/params")]:
+        reply = send(url, Request("POST", target, body))
+        assert reply.status == 400, (url, target, reply)
+        error = json.loads(reply.body)["error"]
+        assert error["code"] == "bad_request" and "lone surrogate" in error["message"], error
+        assert "\\u" in error["message"]  # named as its escape
 
 
 REPLICA_FIELDS = {"id", "state", "pid", "error"}

@@ -27,6 +27,8 @@ from netns_support import other_machine
 from reload_support import copy_project, edit_cell
 from waiting import poll as poll_until
 
+from peach_cli.devtoken import token_headers
+
 NOTEBOOK = "notebooks/Patch.ipynb"
 DEADLINE_S = 20.0
 SLOW_INIT_S = 60
@@ -44,7 +46,8 @@ class Served:
     def __init__(self, dev: DevProcess, project: Path) -> None:
         self.dev = dev
         self.project = project
-        self.client = httpx.Client(base_url=dev.url, timeout=10)
+        # as peach's own tools do: the session token of this server (for /_peach/reinit)
+        self.client = httpx.Client(base_url=dev.url, timeout=10, headers=token_headers(dev.url))
 
     def result(self, path: str, **params: Any) -> Any:
         response = self.client.get(path, params=params)

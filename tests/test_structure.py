@@ -336,6 +336,7 @@ UNBOUNDED_WRITES = {
     ),
     ("peach_cli.envs.builder", "a file written"): "an env's own metadata (requirements, pins)",
     ("peach_cli.project.scaffold", "a file written"): "`peach init`'s new project files",
+    ("peach_cli.devtoken", "os.write()"): "`peach dev`'s session token, to its 0600 file",
 }
 """Writes that are not output channels, each with why (SPEC §6 "One output boundary")."""
 

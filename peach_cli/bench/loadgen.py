@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import selectors
 import signal
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,6 +46,14 @@ _CONTENT_LENGTH = b"content-length"
 _MAX_ERROR_BODY = 64 * 1024  # enough of an error answer to read its envelope's code
 _SWEEP_S = 0.1
 _EARLY_S = 0.0002
+_BATCH = 256
+"""Requests an open loop launches before it yields to the event loop."""
+QUEUED_S = 1.0
+"""An open loop holds at most this long of its schedule in requests not sent yet."""
+MAX_QUEUED = 10_000
+"""... and never more than this many, whatever the rate."""
+SELECT_FDS = 900
+"""Connections an open loop opens at most: ``select`` takes descriptors below 1024."""
 """The open loop wakes this long before a request is due and waits the rest actively."""
 
 
@@ -318,10 +328,26 @@ class LoadGenerator:
         """When the measured part began (after the warm-up)."""
         self.ended = 0.0
         self._sent = 0
+        self._connecting = 0
+        self._max_connections = (
+            plan.max_connections if plan.rate is None else min(plan.max_connections, SELECT_FDS)
+        )
+        """An open loop runs on ``select`` (``run_load``): its sockets stay under FD_SETSIZE."""
+        self._queued = 0
+        self._free_waiters: deque[asyncio.Future[None]] = deque()
+        """Requests waiting for a connection to come free, in order."""
+        self._room: asyncio.Future[None] | None = None
+        """The open loop waiting for a queued request to go out."""
+        """Requests launched that wait for a connection (or are being sent on a new one)."""
 
     def stop(self) -> None:
-        """Stop sending (Ctrl-C): what is in flight still finishes, briefly."""
+        """Stop sending (Ctrl-C): what is in flight still finishes, briefly; what waits
+        for a connection is not sent."""
         self.stopping.set()
+        while self._free_waiters:
+            waiter = self._free_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def run(self) -> None:
         plan = self.plan
@@ -343,6 +369,10 @@ class LoadGenerator:
             sweeper.cancel()
             for connection in list(self._connections):
                 connection.close()
+            left = [future for future in self._in_flight if not future.done()]
+            for future in left:  # still waiting for a connection: not sent, not measured
+                future.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
 
     # -- the two loops --------------------------------------------------------------------
 
@@ -360,11 +390,16 @@ class LoadGenerator:
     async def _open_loop(self, rate: float) -> None:
         interval = 1.0 / rate
         shots = self.plan.shots
+        # What is due but not sent yet (no connection free) is held in memory: at most one
+        # second of the schedule (and ``MAX_QUEUED``). Past it the loop waits for room —
+        # the requests go out late, their latency still counted from their scheduled
+        # start — and yields to the event loop between batches, so Ctrl-C always stops it.
+        room = max(1, min(math.ceil(rate * QUEUED_S), MAX_QUEUED))
         first = self._clock()
         index = 0
         while True:
             due = first + index * interval
-            if self._done(due):
+            if self._done(due) or self._past_duration():
                 return
             delay = due - self._clock()
             if delay > _EARLY_S:
@@ -374,12 +409,44 @@ class LoadGenerator:
                 continue
             while self._clock() < due:
                 pass
-            # Everything due by now goes out at once (a late wake-up never drops a request).
+            # Everything due by now goes out at once (a late wake-up never drops a request),
+            # in batches, as long as there is room.
             now = self._clock()
-            while due <= now and not self._done(due):
+            launched = 0
+            while due <= now and not self._done(due) and launched < _BATCH:
+                if self._queued >= room:
+                    await self._wait_for_room()
+                    break
                 self._launch(shots[index % len(shots)], due)
                 index += 1
+                launched += 1
                 due = first + index * interval
+            await asyncio.sleep(0)
+
+    def _past_duration(self) -> bool:
+        """Whether the run's duration is over by the clock (an open loop that cannot keep
+        up ends on time, with what it could send)."""
+        plan = self.plan
+        return plan.duration_s is not None and self._clock() >= self.started + plan.duration_s
+
+    async def _wait_for_room(self) -> None:
+        """Until a queued request goes out or ends (or a short while: Ctrl-C, the end)."""
+        self._room = asyncio.get_running_loop().create_future()
+        await asyncio.wait([self._room], timeout=_SWEEP_S)
+        self._room = None
+
+    def _dequeued(self) -> None:
+        self._queued -= 1
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
+
+    def _wake_one(self) -> None:
+        """A connection came free (or a slot for one): the first request waiting takes it."""
+        while self._free_waiters:
+            waiter = self._free_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def _launch(self, shot: Shot, scheduled: float) -> None:
         recorded = self._measuring(scheduled)
@@ -390,6 +457,7 @@ class LoadGenerator:
             if connection.open and connection.exchange is None:
                 self._track(connection.send(shot, scheduled, recorded), connection)
                 return
+        self._queued += 1
         future = asyncio.ensure_future(self._connect_and_send(shot, scheduled, recorded))
         self._in_flight.add(future)
         future.add_done_callback(self._in_flight.discard)
@@ -403,34 +471,50 @@ class LoadGenerator:
                 self._idle.append(connection)
             else:
                 self._connections.discard(connection)
+            self._wake_one()
 
         waiter.add_done_callback(done)
 
     async def _connect_and_send(self, shot: Shot, scheduled: float, recorded: bool) -> None:
+        queued = True  # until it is sent (``_queued`` counts it)
+        try:
+            connection = await self._connection_for(recorded)
+            if connection is None:
+                return
+            queued = False
+            self._dequeued()
+            keep = await connection.send(shot, scheduled, recorded)
+        finally:
+            if queued:
+                self._dequeued()
+        if keep and connection.open:
+            self._idle.append(connection)
+        else:
+            self._connections.discard(connection)
+        self._wake_one()
+
+    async def _connection_for(self, recorded: bool) -> _Connection | None:
+        """A free connection, or a new one (None: it could not be made)."""
         connection: _Connection | None = None
         # At the connection limit, wait for one to come free (the wait is in the latency).
-        while len(self._connections) >= self.plan.max_connections and connection is None:
-            waiting = [f for f in self._in_flight if not f.done()]
-            if not waiting:
-                break
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        while len(self._connections) + self._connecting >= self._max_connections and not connection:
+            if self.stopping.is_set():
+                return None
+            waiter = asyncio.get_running_loop().create_future()
+            self._free_waiters.append(waiter)  # woken in turn, one per connection freed
+            await waiter
             while self._idle and connection is None:
                 candidate = self._idle.pop()
                 if candidate.open and candidate.exchange is None:
                     connection = candidate
         if connection is None:
             connection = await self._connect(recorded)
-            if connection is None:
-                return
-        keep = await connection.send(shot, scheduled, recorded)
-        if keep and connection.open:
-            self._idle.append(connection)
-        else:
-            self._connections.discard(connection)
+        return connection
 
     async def _connect(self, recorded: bool) -> _Connection | None:
         address = self.plan.address
         loop = asyncio.get_running_loop()
+        self._connecting += 1
         try:
             _, protocol = await asyncio.wait_for(
                 loop.create_connection(
@@ -445,6 +529,9 @@ class LoadGenerator:
         except (OSError, TimeoutError, ssl.SSLError) as error:
             self.tally.record_failure(_connect_reason(error, address), recorded)
             return None
+        finally:
+            self._connecting -= 1
+            self._wake_one()
         self._connections.add(protocol)
         return protocol
 

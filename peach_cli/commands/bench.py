@@ -15,6 +15,7 @@ printed first).
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -100,8 +101,8 @@ def _check_options(
     check_load_options(output, rate, concurrency, duration_s)
     if requests is not None and requests < 1:
         raise UsageError(f"--requests must be at least 1, not {requests}")
-    if warmup_s < 0:
-        raise UsageError(f"--warmup cannot be negative ({warmup_s:g})")
+    if not (math.isfinite(warmup_s) and warmup_s >= 0):
+        raise UsageError(f"--warmup must be a number of seconds, 0 or more, not {warmup_s:g}")
 
 
 def check_load_options(
@@ -117,12 +118,12 @@ def check_load_options(
             hint="--rate R sends R requests a second whatever the answers (open loop);"
             " --concurrency C keeps C requests in flight (closed loop)",
         )
-    if rate is not None and rate <= 0:
-        raise UsageError(f"--rate must be more than 0, not {rate:g}")
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise UsageError(f"--rate must be a number more than 0, not {rate:g}")
     if concurrency is not None and concurrency < 1:
         raise UsageError(f"--concurrency must be at least 1, not {concurrency}")
-    if duration_s is not None and duration_s <= 0:
-        raise UsageError(f"--duration must be more than 0 seconds, not {duration_s:g}")
+    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
+        raise UsageError(f"--duration must be a number of seconds more than 0, not {duration_s:g}")
 
 
 def _requests(

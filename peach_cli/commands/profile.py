@@ -94,7 +94,9 @@ def run_profile(
             figures, interrupted = None, False
             duration = time.perf_counter() - began
         else:
-            session = _action(origin, "start", settings)["session"]
+            # the server ends the session by itself if this process dies before it stops it
+            limit = {"duration_s": duration_s or DEFAULT_DURATION_S}
+            session = _action(origin, "start", {**settings, **limit})["session"]
             try:
                 figures, interrupted = _load(request, rate, concurrency, duration_s, timeout_s)
             finally:
@@ -287,11 +289,13 @@ def _action(
 ) -> dict[str, Any]:
     import httpx
 
+    from peach_cli.devtoken import token_headers
+
     try:
         answer = httpx.post(
             f"{origin}/_peach/profile/{action}",
             json=settings,
-            headers={"x-peach-tool": "profile"},
+            headers={"x-peach-tool": "profile", **token_headers(origin)},
             timeout=timeout_s,
         )
     except httpx.HTTPError as error:

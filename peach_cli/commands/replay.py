@@ -25,6 +25,7 @@ def run_replay(
     ignore: list[str] | None = None,
     output_format: str = "text",
     timeout_s: float = 60.0,
+    project: Path | None = None,
 ) -> int:
     if output_format not in FORMATS:
         raise UsageError(
@@ -36,7 +37,19 @@ def run_replay(
     for path in ignore or []:
         parse_path(path)  # a bad path is a usage error before anything is sent
     entries = read_recording(file)
-    hide_declared_in(Path("."))  # a recording stores them as ***: compared and shown masked
+    # a recording stores secret values as ***: compared and shown masked
+    root = _secrets_root(project)
+    if root is None:
+        from peach_cli.views.console import stderr
+
+        stderr().print(
+            "no project here: no secret value is masked in what is shown "
+            "(give the project with -p PROJECT)",
+            markup=False,
+            highlight=False,
+        )
+    else:
+        hide_declared_in(root)
     began = time.perf_counter()
     outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=timeout_s)
     seconds = time.perf_counter() - began
@@ -53,3 +66,16 @@ def run_replay(
 
         print_replay(outcomes, found, seconds, shown=FIRST_SHOWN)
     return 1 if found["differ"] or found["failed"] else 0
+
+
+def _secrets_root(project: Path | None) -> Path | None:
+    """The root of the project whose secrets are masked: ``project`` (``UsageError`` when
+    it has no conf), else the current folder's, else None."""
+    from peach_cli.commands.loading import project_root
+
+    if project is not None:
+        return project_root(project, need_conf=True)
+    try:
+        return project_root(Path("."), need_conf=True)
+    except UsageError:
+        return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from peach_cli.errors import UsageError
+from peach_cli.printable import printable
 
 STREAM_PARAM = "stream"
 """Taken by the gateway, never passed to a method: not fuzzed (a target streams or not)."""
@@ -114,10 +115,12 @@ def target_of(url: str, item: dict[str, Any], definitions: dict[str, Any]) -> Ta
 
 
 def targets_of(document: dict[str, Any]) -> list[Target]:
-    """Every endpoint of an OpenAPI document, in its order."""
+    """Every endpoint of an OpenAPI document, in its order; ``UsageError`` for a path that
+    names a scheme, a host or a port (requests go only to the base, as replay's lines)."""
     definitions = (document.get("components") or {}).get("schemas") or {}
     found = []
     for url, item in (document.get("paths") or {}).items():
+        _check_path(url)
         if isinstance(item, dict) and not url.startswith("/_peach/"):
             target = target_of(url, item, definitions)
             if target is not None:
@@ -136,6 +139,18 @@ def _matches(target: Target, name: str) -> bool:
         return True
     url = name.rstrip("/") or "/"
     return url.startswith("/") and url == (target.url.rstrip("/") or "/")
+
+
+def _check_path(url: object) -> None:
+    """Refuse a document's path that is not a path on the base (``http://other/x``,
+    ``//other/x``): fuzz sends only to the base's host."""
+    if isinstance(url, str) and url.startswith("/") and not url.startswith("//"):
+        return
+    raise UsageError(
+        f"the OpenAPI document's path '{printable(str(url))}' names a host: fuzz sends "
+        "requests only to the base it was given (nothing was sent)",
+        hint="a path of the document is like /greet; the host is the one of --url",
+    )
 
 
 def select(targets: list[Target], wanted: Sequence[str]) -> list[Target]:

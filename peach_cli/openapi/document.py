@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from peach_cli.openapi.contract import EndpointContract, Parameter, SourceCache, endpoint_contract
+from peach_cli.printable import without_surrogates
 from peach_cli.runtime.contract.answers import COMPONENT_HEADER, REPLICA_HEADER
 from peach_cli.runtime.contract.errors import ERROR_STATUS
 from peach_cli.runtime.plan import EndpointSpec, ProjectPlan
@@ -57,10 +58,14 @@ def endpoint_contracts(endpoints: Iterable[EndpointSpec]) -> list[EndpointContra
 def document_of(
     codops: str, endpoints: Iterable[EndpointSpec], *, route_prefix: str | None = None
 ) -> dict[str, Any]:
-    """The OpenAPI document of these endpoints (``build_document`` for a whole plan)."""
+    """The OpenAPI document of these endpoints (``build_document`` for a whole plan); a
+    lone surrogate in its text is written as its escape (``\\udcff``)."""
     paths: dict[str, Any] = {}
     for contract in endpoint_contracts(endpoints):
         paths[contract.url] = {"get": _get(contract), "post": _post(contract)}
+    # a lone surrogate in a docstring or a default (a notebook's JSON can hold one) is no
+    # character: shown as its escape, so the document can be encoded, printed and served
+    paths = without_surrogates(paths)
     prefix = (route_prefix or "").rstrip("/") or "/"
     return {
         "openapi": OPENAPI_VERSION,

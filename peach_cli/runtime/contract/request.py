@@ -133,6 +133,12 @@ def parse_request(
             raise ContractError(
                 "bad_request", f"the request body is nested more than {MAX_BODY_DEPTH} levels deep"
             )
+        if (b"\\u" in body or b"\xed" in body) and (found := lone_surrogate(decoded)):
+            raise ContractError(
+                "bad_request",
+                f"the request body holds a lone surrogate ({found}), which is no character: "
+                "JSON text must be valid Unicode",
+            )
         payload = decoded
     stream = False
     if "stream" in query:
@@ -140,6 +146,33 @@ def parse_request(
     if "stream" in payload:
         stream = is_truthy(payload.pop("stream"))
     return RequestParams(query=query, body=payload), stream
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(value: Any) -> str | None:
+    r"""The first lone surrogate in the strings (keys too) of JSON data, as its escape and
+    where it is, or None (no recursion: the data may be deep).
+
+    >>> lone_surrogate({"word": "a\ud800b"}), lone_surrogate(["\U0001f600"])
+    ('\\ud800 in "word"', None)
+    """
+    stack: list[tuple[Any, str | None]] = [(value, None)]
+    while stack:
+        item, key = stack.pop()
+        if isinstance(item, str):
+            found = _SURROGATE.search(item)
+            if found:
+                where = "" if key is None else f" in {json.dumps(key[:40])}"  # ASCII
+                return f"\\u{ord(found.group()):04x}{where}"
+        elif isinstance(item, dict):
+            for name, child in item.items():
+                stack.append((name, None))
+                stack.append((child, name if key is None else key))
+        elif isinstance(item, list):
+            stack.extend((child, key) for child in item)
+    return None
 
 
 def _json_kind(value: Any) -> str:
