@@ -132,16 +132,16 @@ def test_a_trigger_in_a_deployed_replica_runs_the_task_on_the_cluster(
     deadline = time.monotonic() + 180
     while True:
         jobs = httpx.get(f"{head.dashboard_url}/api/jobs/", timeout=10).json()
-        ours = [
-            job
-            for job in jobs
-            if job["submission_id"].startswith(f"peach-tasks-record-{run_id.split('#')[1]}-")
-        ]
-        if ours and ours[0]["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
+        prefix = f"peach-tasks-record-{run_id.split('#')[1]}-"
+        ours = sorted(
+            (job for job in jobs if job["submission_id"].startswith(prefix)),
+            key=lambda job: job["start_time"],
+        )
+        if ours and ours[-1]["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
             break
         assert time.monotonic() < deadline, ours
         time.sleep(0.5)
-    (status,) = ours
+    status = ours[-1]  # the newest (the cluster may keep an earlier deploy's jobs)
     logs = httpx.get(
         f"{head.dashboard_url}/api/jobs/{status['submission_id']}/logs", timeout=10
     ).json()["logs"]
