@@ -801,6 +801,14 @@ def deploy(
         float,
         typer.Option("--timeout", help="Seconds to wait for every replica to run."),
     ] = 300.0,
+    task_interval: TaskIntervalOption = 60.0,
+    no_tasks: Annotated[
+        bool,
+        typer.Option(
+            "--no-tasks",
+            help="Leave the tasks loop out (triggered runs still go through the scheduler).",
+        ),
+    ] = False,
 ) -> None:
     """Deploy the project to a Ray Serve cluster and wait until every replica runs."""
     from peach_cli.commands.deploy import run_deploy
@@ -815,6 +823,8 @@ def deploy(
             dry_run=dry_run,
             output_format=format,
             timeout_s=timeout,
+            task_interval=task_interval,
+            tasks_loop=not no_tasks,
         )
     )
 

@@ -9,7 +9,7 @@ replaced as a whole by a reload; requests that began on the old table finish on 
 
 ``GET /_peach/routes`` lists the endpoints (``peach ask`` uses it after a 404), with each
 A/B test's split and requests per arm, ``GET /_peach/health`` the replicas, their states
-and their component's ``memory`` and ``cpus``, ``GET /_peach/metrics`` the Prometheus
+and their component's ``memory`` and ``cpus`` (and the tasks' rows, when there are tasks), ``GET /_peach/metrics`` the Prometheus
 figures (``simulator.metrics``), ``GET /_peach/openapi.json`` the OpenAPI document of what
 the table serves (``peach_cli.openapi``), ``GET /_peach/docs`` the page to try the endpoints in
 a browser (``simulator.docs_page``), and ``POST /_peach/reinit/<endpoint>[/<component>]``
@@ -89,10 +89,14 @@ class DevGateway:
         max_body_bytes: int = contract.MAX_BODY_BYTES,
         debugger: debug.DebugRelay | None = None,
         token: DevToken | None = None,
+        task_rows: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.table = table
         self.token = token or DevToken.new()
         """What state-changing ``/_peach/*`` actions need (``x-peach-token``, SPEC §6)."""
+        self.task_rows = task_rows
+        """The tasks' rows of the session's scheduler (``/_peach/health`` lists them, as a
+        deployed gateway lists its scheduler's)."""
         self.debugger = debugger
         """The session's pdb relay: a breakpoint's banner names the request it serves."""
         self.on_event = on_event
@@ -285,6 +289,9 @@ class DevGateway:
             deployment = deployment_name(pool.spec.endpoint, pool.spec.name)
             components.append(component_health(pool.spec, deployment, replicas, error))
         body = health_body(self.table.codops, components, starting=starting, healthy=healthy)
+        tasks = self.task_rows() if self.task_rows is not None else []
+        if tasks:
+            body["tasks"] = tasks
         return JSONResponse(body)
 
     async def _reinit(self, request: Request) -> JSONResponse:

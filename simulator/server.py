@@ -67,7 +67,10 @@ class DevServer:
         fast_lane: bool = True,
         init_stuck_s: float = INIT_STUCK_S,
         debugger: DebugRelay | None = None,
+        task_rows: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
+        """``task_rows``: the tasks' rows of the session's scheduler, for ``/_peach/health``."""
+        self.task_rows = task_rows
         self.served = Snapshot.take(plan)
         """What is served: the plan as applied, each component's fingerprint (a component
         whose restart a reload refused keeps its previous version here)."""
@@ -150,7 +153,13 @@ class DevServer:
         from simulator.gateway import DevGateway
 
         table = RoutingTable.of(self.plan, self._pools, self.timeout_override)
-        self.gateway = DevGateway(table, self._on_event, debugger=self.debugger, token=self.token)
+        self.gateway = DevGateway(
+            table,
+            self._on_event,
+            debugger=self.debugger,
+            token=self.token,
+            task_rows=self.task_rows,
+        )
         self.gateway.reinit = self.reinit
         self.gateway.recorder = self.recorder
         await self.http.serve(self.gateway)

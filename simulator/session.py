@@ -206,6 +206,7 @@ class DevSession:
                 fast_lane=knobs.fast_lane,
                 init_stuck_s=knobs.init_stuck_s,
                 debugger=self.debugger,
+                task_rows=self.scheduler.task_rows,
             )
             if config.record is not None:
                 from simulator.record import RecordWriter

@@ -77,3 +77,22 @@ def many_endpoints_conf(count: int, component: str, codops: str = "many") -> str
     for i in range(count):
         lines += [f"  e{i}:", f"    url: /e{i}", f"    components: {{main: {component}}}"]
     return "\n".join(lines) + "\n"
+
+
+ASSISTANT_MODEL_DIR = "ASSISTANT_MODEL_DIR: /tmp/peach-assistant-model"
+"""Where examples/assistant's conf puts the knowledge version (every replica reads it)."""
+
+
+def copy_assistant(target: Path) -> Path:
+    """examples/assistant copied to ``target``, its model folder ``target/../model`` (a test
+    starts from version 1 and shares its folder with no other run)."""
+    import shutil
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "assistant"
+    project = Path(shutil.copytree(example, target))
+    conf = project / "peach.yaml"
+    text = conf.read_text()
+    assert ASSISTANT_MODEL_DIR in text
+    model = target.parent / "model"
+    conf.write_text(text.replace(ASSISTANT_MODEL_DIR, f"ASSISTANT_MODEL_DIR: {model}"))
+    return project

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -850,3 +851,62 @@ def test_the_timeout_names_the_whole_wait_and_an_application_without_deployments
     assert caught.value.hint == (
         "application status DEPLOYING: its deployments are not created yet"
     )
+
+
+# -- the task scheduler (SPEC §5 "Tasks on the cluster") ---------------------------------------
+
+
+def test_a_project_with_tasks_gets_its_scheduler_in_the_same_application(tmp_path):
+    from peach_cli.deploy.config import TaskOptions
+
+    project = Path(shutil.copytree(PROJECTS / "tasks", tmp_path / "tasks"))
+    bundle = build_bundle(plan_of(project), tasks=TaskOptions(loop=False, interval_s=5))
+    validate_config(bundle.config)
+    deployments = {d["name"]: d for d in bundle.application["deployments"]}
+    scheduler = deployments["tasks"]
+    assert bundle.application["args"]["tasks"] == "tasks"
+    assert scheduler["num_replicas"] == 1
+    config = scheduler["user_config"]
+    assert config["names"] == ["record", "greet", "fail", "hang", "chain"]
+    assert (config["loop"], config["interval_s"], config["timeouts"]["hang"]) == (False, 5.0, 2.0)
+    record = config["tasks"]["record"]  # the request `peach task run --address` sends
+    assert record["entrypoint"] == "python -m _peach_spec"
+    assert (
+        record["runtime_env"]["working_dir"]
+        == deployments["kick.main"]["ray_actor_options"]["runtime_env"]["working_dir"]
+    )  # the one project package
+    names = {p.name for p in bundle.packages}
+    assert {uri.removeprefix("gcs://") for uri in record["runtime_env"]["py_modules"]} <= names
+    # a changed task changes the scheduler's user_config (applied by the running replica),
+    # not the components' code: their replicas keep running
+    notebook = project / "notebooks" / "Tasks.ipynb"
+    notebook.write_text(notebook.read_text().replace("greet v1", "greet v2"))
+    changed = build_bundle(plan_of(project), tasks=TaskOptions(loop=False, interval_s=5))
+    after = {d["name"]: d for d in changed.application["deployments"]}
+    assert changed.codes == bundle.codes
+    assert after["tasks"]["user_config"] != scheduler["user_config"]
+    assert {k: v for k, v in after.items() if k != "tasks"} == {
+        k: v for k, v in deployments.items() if k != "tasks"
+    }
+
+
+def test_no_tasks_and_task_interval_reach_the_scheduler_and_a_project_without_tasks_has_none():
+    dry = subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", "deploy", str(PROJECTS / "tasks"), "--dry-run"]
+        + ["--no-tasks", "--task-interval", "7"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    config = json.loads(dry.stdout)["applications"][0]
+    (scheduler,) = [d for d in config["deployments"] if d["name"] == "tasks"]
+    assert (scheduler["user_config"]["loop"], scheduler["user_config"]["interval_s"]) == (False, 7)
+    bad = subprocess.run(
+        [sys.executable, "-m", "peach_cli.cli", "deploy", str(PROJECTS / "tasks"), "--dry-run"]
+        + ["--task-interval", "-1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert "--task-interval must be 0 or more seconds, not -1" in bad.stderr
+    plain = build_bundle(plan_of(BASIC))
+    assert "tasks" not in plain.application["args"]
+    assert all(d["name"] != "tasks" for d in plain.application["deployments"])

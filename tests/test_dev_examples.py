@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import httpx
 import pytest
+from projectkit import copy_assistant
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -48,8 +48,7 @@ def test_recommender(peach_dev):
 
 
 def test_assistant_streams_words_and_reloads_on_a_new_version(peach_dev, tmp_path):
-    project = tmp_path / "assistant"
-    shutil.copytree(EXAMPLES / "assistant", project)
+    project = copy_assistant(tmp_path / "assistant")
     dev = peach_dev(project)
     with httpx.Client(base_url=dev.url, timeout=30) as client:
         params = {"stream": "true", "query": "where do peaches come from", "delay": "0"}
@@ -65,7 +64,8 @@ def test_assistant_streams_words_and_reloads_on_a_new_version(peach_dev, tmp_pat
 
         facts = client.get("/facts", params={"query": "stone fruit"}).json()["result"]
         assert len(facts) == 3
-        (project / "data" / "model_version.txt").write_text("2\n")  # what retrain does
+        (tmp_path / "model").mkdir()
+        (tmp_path / "model" / "model_version.txt").write_text("2\n")  # what retrain does
         client.get("/facts", params={"query": "drift"})  # signals drift, answered first
         dev.wait_for_output(r"facts/main#1 reloading: drift detected")
         dev.wait_for_output(r"facts/main#1 healthy \(pid \d+\): re-init done")
@@ -88,8 +88,7 @@ def test_decorated(peach_dev):
 def test_assistant_whole_drift_loop_with_tasks(peach_dev, tmp_path):
     """`peach dev --tasks`: retrain writes a new version, /facts detects the drift, its
     replica reloads; an event from /retrain runs the task again — no manual step."""
-    project = tmp_path / "assistant"
-    shutil.copytree(EXAMPLES / "assistant", project)
+    project = copy_assistant(tmp_path / "assistant")
     dev = peach_dev(project, "--tasks", "--task-interval", "10")
     dev.wait_for_output(r'task retrain run retrain#1 ok in [\d.]+ s: returned "2"')
     assert "retrain | retraining (scheduled): knowledge version 1 -> 2" in dev.output()

@@ -49,6 +49,7 @@ from typing import Any
 
 import pytest
 import yaml
+from projectkit import ASSISTANT_MODEL_DIR
 
 from peach_cli.project.diagnostics import CODES, MEANINGS
 from peach_cli.runtime.contract.errors import ERROR_STATUS
@@ -143,6 +144,10 @@ class Page:
         self.work = tmp / "work"
         for part in ("examples", "tests/projects"):
             shutil.copytree(ROOT / part, self.work / part, symlinks=True)
+        # the assistant's model folder (ASSISTANT_MODEL_DIR): the page's own, at version 1
+        conf = self.work / "examples" / "assistant" / "peach.yaml"
+        model = f"ASSISTANT_MODEL_DIR: {self.work / 'assistant-model'}"
+        conf.write_text(conf.read_text().replace(ASSISTANT_MODEL_DIR, model))
         self.cwd = self.work
         # short, so that tables are as wide as with the ~/.cache/peach/envs they are shown with
         self.cache = Path(tempfile.mkdtemp(prefix="p", dir="/tmp")) / "e"

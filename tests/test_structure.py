@@ -287,7 +287,11 @@ def test_a_worker_process_needs_nothing_outside_the_runtime_package() -> None:
 def test_ray_replicas_get_everything_the_serve_app_imports() -> None:
     reached = {_as_path(module) for module in _closure(["peach_cli.deploy.app"])}
     # imported inside functions only the CLI calls (what to upload, requirements, tasks file)
-    cli_side = ["peach_cli.deploy.requirements", "peach_cli.deploy.jobs"]
+    cli_side = [
+        "peach_cli.deploy.requirements",
+        "peach_cli.deploy.jobs",
+        "peach_cli.deploy.scheduler",
+    ]
     cli_side += ["peach_cli.deploy.uploads", "peach_cli.envs.runtime", "peach_cli.openapi"]
     lazily_cli_side = {_as_path(m) for m in _closure(cli_side)} - {"peach_cli/deploy/packaging.py"}
     uploaded = set(REPLICA_RUNTIME) | set(SERVE_APP_MODULES)
@@ -337,6 +341,10 @@ UNBOUNDED_WRITES = {
     ("peach_cli.envs.builder", "a file written"): "an env's own metadata (requirements, pins)",
     ("peach_cli.project.scaffold", "a file written"): "`peach init`'s new project files",
     ("peach_cli.devtoken", "os.write()"): "`peach dev`'s session token, to its 0600 file",
+    ("peach_cli.deploy.scheduler_app", "print()"): (
+        "the task scheduler's replica on Ray prints each run's lines to its own stdout, as a "
+        "replica's code does: `peach logs` reads that file and shows it through the boundary"
+    ),
 }
 """Writes that are not output channels, each with why (SPEC §6 "One output boundary")."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import run_peach
+from projectkit import copy_assistant
 from waiting import assert_gone
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,9 +228,9 @@ def test_a_long_output_line_is_cut_once_not_split_into_lines():
 
 def test_the_assistant_examples_retrain_changes_no_tracked_file(tmp_path: Path) -> None:
     """The tutorial's `peach task run retrain examples/assistant`, in a clone: the version
-    it writes is in a file git ignores, and the next run reads it."""
-    example = Path(__file__).resolve().parent.parent / "examples" / "assistant"
-    repo = Path(shutil.copytree(example, tmp_path / "assistant"))
+    it writes is in its model folder (``ASSISTANT_MODEL_DIR``), not a tracked file, and the
+    next run reads it."""
+    repo = copy_assistant(tmp_path / "assistant")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)

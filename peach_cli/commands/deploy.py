@@ -28,9 +28,11 @@ def run_deploy(
     dry_run: bool = False,
     output_format: str = "json",
     timeout_s: float = 300.0,
+    task_interval: float = 60.0,
+    tasks_loop: bool = True,
 ) -> int:
     """Deploy the project (or print its Serve config with ``--dry-run``); return the exit code."""
-    from peach_cli.deploy.config import check_route_prefix
+    from peach_cli.deploy.config import TaskOptions, check_route_prefix
     from peach_cli.project.rules import url_problem
 
     reason = url_problem(route_prefix.strip().rstrip("/")) if route_prefix.strip("/ ") else None
@@ -47,6 +49,9 @@ def run_deploy(
         )
     if timeout_s <= 0:
         raise UsageError("--timeout must be more than 0 seconds")
+    if not task_interval >= 0:
+        raise UsageError(f"--task-interval must be 0 or more seconds, not {task_interval:g}")
+    tasks = TaskOptions(loop=tasks_loop, interval_s=task_interval)
     if not dry_run:
         from peach_cli.deploy.dashboard import resolve_address
 
@@ -67,6 +72,7 @@ def run_deploy(
             http_port=http_port,
             route_prefix=route_prefix,
             reporter=Reporter(warn=warn),
+            tasks=tasks,
         )
         print_uploads(selection, bundle.packages)
         print_config(bundle.config, output_format)
@@ -84,6 +90,7 @@ def run_deploy(
             route_prefix=route_prefix,
             timeout_s=timeout_s,
             reporter=view.reporter(),
+            tasks=tasks,
         )
     finally:
         view.stop()
@@ -93,10 +100,11 @@ def run_deploy(
 
 def _warn_missing_secrets(plan: ProjectPlan) -> None:
     """``--dry-run``: the secrets a deploy would need that are set nowhere."""
+    from peach_cli.deploy.scheduler import task_secrets
     from peach_cli.project.secrets import missing_message, missing_secrets
     from peach_cli.views.deploy import warn
 
-    names = [s for c in plan.components() for s in c.secrets]
+    names = [s for c in plan.components() for s in c.secrets] + task_secrets(plan)
     missing = missing_secrets(plan.root, names)
     if missing:
         warn(f"{missing_message(missing)} (a deploy would fail)")

@@ -46,7 +46,6 @@ from peach_cli.deploy.packaging import (
     COMPONENT_FILE,
     GATEWAY_FILE,
     OPENAPI_FILE,
-    TASKS_FILE,
     spec_file,
 )
 from peach_cli.deploy.progress import still_failing_to_start
@@ -59,6 +58,8 @@ JSON_MEDIA_TYPE = "application/json"
 ROUTES_PATH = "/_peach/routes"
 HEALTH_PATH = "/_peach/health"
 OPENAPI_PATH = "/_peach/openapi.json"
+TASKS_READ_S = 2.0
+"""How long ``/_peach/health`` waits for the scheduler's rows."""
 COMPONENT_CHECK_S = 1.0
 """How often the gateway reads which components have no replica because theirs fail to start."""
 
@@ -78,21 +79,16 @@ def _replica_suffix() -> str:
 
 
 def _use_ray_tasks() -> None:
-    """``trigger_task_with_event`` in this replica: the project's tasks as Ray jobs."""
-    from peach_cli.runtime.triggers import install_task_helpers, use_ray_jobs
+    """``trigger_task_with_event`` in this replica: runs queued with the application's
+    scheduler (its deployment ``tasks``)."""
+    import os
+
+    from peach_cli.runtime.triggers import APP_ENV, install_task_helpers
 
     install_task_helpers()
-    tasks = spec_file(TASKS_FILE)
-    if tasks is not None:
-        dashboard = None
-        try:  # where the cluster's dashboard says it listens (the GCS knows)
-            from ray._private.services import get_webui_url_from_internal_kv
-
-            dashboard = get_webui_url_from_internal_kv()
-        except Exception:  # noqa: BLE001 - the default dashboard address then
-            pass
-        dashboard = dashboard or "127.0.0.1:8265"
-        use_ray_jobs(str(tasks), dashboard)
+    place = _replica_place()
+    if place is not None:
+        os.environ[APP_ENV] = place[0]
 
 
 def _replica_place() -> tuple[str, str, str] | None:
@@ -214,7 +210,9 @@ class ServeComponent:
 class ServeGateway:
     """The per-codops gateway: SPEC §2 on top of the component deployments."""
 
-    async def __init__(self, components: dict[str, DeploymentHandle]) -> None:  # type: ignore[misc]
+    async def __init__(  # type: ignore[misc]
+        self, components: dict[str, DeploymentHandle], scheduler: DeploymentHandle | None = None
+    ) -> None:
         data = json.loads(Path(GATEWAY_FILE).read_text())
         document = Path(OPENAPI_FILE)
         self.openapi = document.read_bytes() if document.is_file() else None
@@ -229,6 +227,8 @@ class ServeGateway:
             for component, info in item["components"].items()
         }
         self.handles = components
+        self.scheduler = scheduler
+        """The project's task scheduler (``deploy.scheduler_app``), when it has tasks."""
         self.flow = contract.Flow()
         """SPEC §2 for every request to an endpoint; it counts the requests of each A/B arm."""
         self.unstartable: dict[str, str] = {}
@@ -372,7 +372,21 @@ class ServeGateway:
             for (name, component), deployment in self.deployments.items()
         }
         body = reports.health_body(self.codops, components, deployments, records, self.unstartable)
+        if self.scheduler is not None:
+            body["tasks"] = await _task_rows(self.scheduler)
         return Response(json.dumps(body), media_type=JSON_MEDIA_TYPE)
+
+
+async def _task_rows(scheduler: DeploymentHandle) -> list[dict[str, Any]] | None:
+    """Every task's row from the application's scheduler (None: it does not answer)."""
+    try:
+        handle = scheduler
+        return cast(
+            list[dict[str, Any]], await asyncio.wait_for(handle.status.remote(), TASKS_READ_S)
+        )
+    except Exception as error:  # starting, or replaced just now
+        logger.debug("cannot read the tasks' status: %s", error)
+        return None
 
 
 def _deployment_details(app_name: str) -> dict[str, Any]:
@@ -538,8 +552,15 @@ def _response(reply: contract.HttpReply) -> Response:
 
 
 def build_application(args: dict[str, Any]) -> serve.Application:
-    """The application builder: ``args = {"gateway": name, "components": [names]}``."""
+    """The application builder: ``args = {"gateway": name, "components": [names]}``, and
+    ``"tasks": name`` when the project has tasks (its scheduler, ``deploy.scheduler_app``)."""
     component: Any = ServeComponent  # a serve.Deployment (the decorator hides it from mypy)
     components = {name: component.options(name=name).bind() for name in args.get("components", [])}
+    scheduler = None
+    if args.get("tasks"):
+        from peach_cli.deploy.scheduler_app import ServeTaskScheduler
+
+        deployment: Any = ServeTaskScheduler
+        scheduler = deployment.options(name=args["tasks"]).bind()
     gateway = ServeGateway.options(name=args.get("gateway", "gateway"))  # type: ignore[attr-defined]
-    return gateway.bind(components)
+    return gateway.bind(components, scheduler)

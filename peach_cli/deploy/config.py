@@ -23,7 +23,6 @@ from peach_cli.deploy.packaging import (
     COMPONENT_FILE,
     GATEWAY_FILE,
     OPENAPI_FILE,
-    TASKS_FILE,
     Package,
     json_bytes,
     package,
@@ -35,6 +34,7 @@ from peach_cli.deploy.packaging import (
 from peach_cli.deploy.variables import component_env_vars
 from peach_cli.errors import DeployError, UsageError
 from peach_cli.runtime.plan import ABSpec, ComponentSpec, EndpointSpec, ProjectPlan
+from peach_cli.runtime.taskloop import DEFAULT_INTERVAL_S
 
 GATEWAY = "gateway"
 """The ingress deployment's name (component deployments always contain a dot)."""
@@ -102,6 +102,15 @@ class Bundle:
     def upload_bytes(self) -> int:
         """What a deploy sends to a cluster that has none of the packages."""
         return sum(len(p.data) for p in self.packages)
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """How the deployed scheduler runs the tasks: the loop (``--no-tasks``: off; triggered
+    runs still go through it) and its pause (``--task-interval``)."""
+
+    loop: bool = True
+    interval_s: float = DEFAULT_INTERVAL_S
 
 
 # -- plan <-> JSON (the replica side rebuilds the specs from its zip) -------------------
@@ -220,6 +229,7 @@ def build_bundle(
     http_port: int = DEFAULT_HTTP_PORT,
     route_prefix: str = ROUTE_PREFIX,
     secrets: Mapping[str, str] | None = None,
+    tasks: TaskOptions | None = None,
 ) -> Bundle:
     """The Serve config for ``plan`` and the packages it references (nothing uploaded).
 
@@ -228,7 +238,8 @@ def build_bundle(
 
     Each component's ``runtime_env`` ``env_vars`` hold its env_vars and its secrets'
     values from ``secrets`` (``***`` for each when None: what ``--dry-run`` shows); the
-    gateway gets none.
+    gateway gets none. A project with tasks gets its scheduler (``tasks``: see
+    ``deploy.scheduler``), with the loop and its pause as ``tasks`` says.
     """
     from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
 
@@ -254,30 +265,34 @@ def build_bundle(
             },
         }
     ]
-    tasks: dict[str, bytes] = {}
-    if plan.tasks:  # trigger_task_with_event in a replica submits them as Ray jobs
-        from peach_cli.deploy.jobs import tasks_file
-
-        listing, task_packages = tasks_file(plan, project)
-        tasks = {TASKS_FILE: listing}
-        packages.update((item.name, item) for item in task_packages)
     for spec in sorted(plan.components(), key=deployment_name):
         name = deployment_name(spec)
         own = spec_package(
             "component",
-            {**tasks, COMPONENT_FILE: json_bytes(component_to_json(spec))},
+            {COMPONENT_FILE: json_bytes(component_to_json(spec))},
             f"the spec of {name}",
         )
         packages[own.name] = own
         deployments.append(_component_deployment(spec, name, (project, runtime, own), secrets))
+    args: dict[str, Any] = {
+        "gateway": GATEWAY,
+        "components": [d["name"] for d in deployments if d["name"] != GATEWAY],
+    }
+    if plan.tasks:  # the project's task scheduler: every run a Ray job
+        from peach_cli.deploy.scheduler import scheduler_deployment
+
+        options = tasks or TaskOptions()
+        scheduler, task_packages = scheduler_deployment(
+            plan, project, secrets, loop=options.loop, interval_s=options.interval_s
+        )
+        deployments.append(scheduler)
+        packages.update((item.name, item) for item in task_packages)
+        args["tasks"] = scheduler["name"]
     application = {
         "name": plan.codops,
         "route_prefix": route_prefix,
         "import_path": APPLICATION_BUILDER,
-        "args": {
-            "gateway": GATEWAY,
-            "components": [d["name"] for d in deployments if d["name"] != GATEWAY],
-        },
+        "args": args,
         "runtime_env": {"py_modules": [runtime.uri]},
         "deployments": deployments,
     }

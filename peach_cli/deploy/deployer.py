@@ -25,6 +25,7 @@ from peach_cli.deploy.config import (
     ROUTE_PREFIX,
     SCHEMA_SKIPPED,
     Bundle,
+    TaskOptions,
     build_bundle,
     http_url,
     merge_applications,
@@ -38,6 +39,7 @@ from peach_cli.deploy.progress import (
     starting_errors,
     startup_failure,
     with_replica_errors,
+    with_tasks,
 )
 from peach_cli.deploy.resources import (
     Needs,
@@ -102,6 +104,7 @@ def dry_run_bundle(
     http_port: int | None = None,
     route_prefix: str = ROUTE_PREFIX,
     reporter: Reporter | None = None,
+    tasks: TaskOptions | None = None,
 ) -> Bundle:
     """The exact Serve config a deploy of ``plan`` would send (checked by Ray's schema
     when Ray is installed here; ``reporter`` is warned when it is not) and the packages it
@@ -111,6 +114,7 @@ def dry_run_bundle(
         http_host=http_host or DEFAULT_HTTP_HOST,
         http_port=http_port or DEFAULT_HTTP_PORT,
         route_prefix=route_prefix,
+        tasks=tasks,
     )
     if not validate_config(bundle.config) and reporter is not None:
         reporter.warn(SCHEMA_SKIPPED)
@@ -141,18 +145,21 @@ def deploy(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     reporter: Reporter | None = None,
     poll_interval_s: float = POLL_INTERVAL_S,
+    tasks: TaskOptions | None = None,
 ) -> DeployResult:
     """Deploy ``plan`` and wait until every replica runs; raise on the first failure.
 
     Nothing on the cluster changes before the route prefix, the config and the resources
-    have been checked.
+    have been checked. ``tasks``: how the project's task scheduler runs its loop.
     """
     from peach_cli.boundary import hide
+    from peach_cli.deploy.scheduler import task_secrets
     from peach_cli.project.secrets import secret_values
 
     reporter = reporter or Reporter()
     started = time.monotonic()
-    secrets = secret_values(plan.root, (s for c in plan.components() for s in c.secrets))
+    needed = [s for c in plan.components() for s in c.secrets] + task_secrets(plan)
+    secrets = secret_values(plan.root, needed)
     hide(secrets.values())  # raises MissingSecret first: nothing changes on the cluster
     bundle = build_bundle(
         plan,
@@ -160,6 +167,7 @@ def deploy(
         http_port=http_port or DEFAULT_HTTP_PORT,
         route_prefix=route_prefix,
         secrets=secrets,
+        tasks=tasks,
     )
     with connect(address, reporter) as dashboard:
         version = dashboard.version()
@@ -351,18 +359,23 @@ def _pending_hint(app: ApplicationState | None) -> str:
 
 
 def status(address: str | None = None, reporter: Reporter | None = None) -> list[ApplicationState]:
-    """Every Serve application on the cluster with its deployments and replicas, and each
-    replica's last error as its gateway reports it (a failed drift re-init)."""
+    """Every Serve application on the cluster with its deployments and replicas, each
+    replica's last error as its gateway reports it (a failed drift re-init), and its tasks'
+    rows as its scheduler reports them."""
     from peach_cli.boundary import hide, mask_value
-    from peach_cli.deploy.gateway_health import replica_errors
+    from peach_cli.deploy.gateway_health import read_health, replica_errors, task_rows
 
     with connect(address, reporter or Reporter()) as dashboard:
         details = dashboard.serve_details()
         hide(deployed_secrets(details))  # a replica's error may quote its secret
-        errors = mask_value(replica_errors(details, dashboard.address))
+        health = mask_value(read_health(details, dashboard.address))
         details = mask_value(details)
+    errors, tasks = replica_errors(health), task_rows(health)
     return [
-        with_replica_errors(app, errors[app.name]) if app.name in errors else app
+        with_tasks(
+            with_replica_errors(app, errors[app.name]) if app.name in errors else app,
+            tasks.get(app.name),
+        )
         for app in read_applications(details)
     ]
 

@@ -1,8 +1,8 @@
-"""The replicas' last errors, as each deployed peach gateway reports them.
+"""The replicas' last errors and the tasks' rows, as each deployed peach gateway reports them.
 
 ``peach status`` reads Serve's view of the cluster from the dashboard; a replica's last
 failed drift re-init is known only to the application's gateway, which answers it at
-``<proxy><route prefix>/_peach/health``. The proxy is reached on the dashboard's host
+``<proxy><route prefix>/_peach/health``, and so are its tasks (the scheduler's rows). The proxy is reached on the dashboard's host
 (Serve's HTTP port); an application whose gateway does not answer in time has no errors
 to add, and ``peach status`` shows what the dashboard says.
 """
@@ -43,27 +43,49 @@ def is_peach_application(app: dict[str, Any]) -> bool:
     return (app.get("deployed_app_config") or {}).get("import_path") == APPLICATION_BUILDER
 
 
-def replica_errors(details: dict[str, Any], dashboard_address: str) -> dict[str, dict[str, str]]:
-    """Application → (Serve replica id → its last error), for the peach applications."""
+def read_health(details: dict[str, Any], dashboard_address: str) -> dict[str, dict[str, Any]]:
+    """Application → its gateway's ``/_peach/health`` answer, for the peach applications
+    that answer in time."""
     import httpx
 
-    errors: dict[str, dict[str, str]] = {}
+    bodies: dict[str, dict[str, Any]] = {}
     with httpx.Client(timeout=httpx.Timeout(TIMEOUT_S), follow_redirects=False) as client:
         for name, app in sorted((details.get("applications") or {}).items()):
             if not is_peach_application(app) or app.get("status") != "RUNNING":
                 continue
             try:
                 health = client.get(health_url(details, dashboard_address, app)).json()
-                components = health["components"]
-            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            except (httpx.HTTPError, ValueError):
                 continue
-            found = {
-                str(replica["replica_id"]): str(replica["error"])
-                for component in components
-                if isinstance(component, dict)
-                for replica in component.get("replicas") or []
-                if isinstance(replica, dict) and replica.get("error") and replica.get("replica_id")
-            }
-            if found:
-                errors[name] = found
+            if isinstance(health, dict):
+                bodies[name] = health
+    return bodies
+
+
+def replica_errors(health: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Application → (Serve replica id → its last error), from ``read_health``."""
+    errors: dict[str, dict[str, str]] = {}
+    for name, body in health.items():
+        components = body.get("components")
+        if not isinstance(components, list):
+            continue
+        found = {
+            str(replica["replica_id"]): str(replica["error"])
+            for component in components
+            if isinstance(component, dict)
+            for replica in component.get("replicas") or []
+            if isinstance(replica, dict) and replica.get("error") and replica.get("replica_id")
+        }
+        if found:
+            errors[name] = found
     return errors
+
+
+def task_rows(health: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Application → its tasks' rows as its scheduler reports them (SPEC §5), from
+    ``read_health``; an application whose scheduler did not answer is left out."""
+    return {
+        name: [row for row in body["tasks"] if isinstance(row, dict)]
+        for name, body in health.items()
+        if isinstance(body.get("tasks"), list)
+    }

@@ -37,6 +37,7 @@ from peach_cli.deploy.packaging import (
     runtime_package,
     spec_package,
 )
+from peach_cli.deploy.runs import LogFollower
 from peach_cli.deploy.variables import component_env_vars
 from peach_cli.errors import DeployError
 from peach_cli.runtime.plan import ProjectPlan, TaskSpec
@@ -111,19 +112,6 @@ def task_job(
     return TaskJob(body, template.packages)
 
 
-def tasks_file(plan: ProjectPlan, project: Package) -> tuple[bytes, list[Package]]:
-    """``tasks.json`` for a component's spec package: every task's job request; and the
-    packages those requests name (uploaded with the deploy; ``project`` among them)."""
-    templates: dict[str, Any] = {}
-    packages: list[Package] = []
-    for name, spec in plan.tasks.items():
-        template = job_template(plan, spec, project)
-        templates[name] = template.body
-        packages += template.packages
-    listing = {"codops": plan.codops, "names": list(plan.tasks), "tasks": templates}
-    return json_bytes(listing), packages
-
-
 class JobsClient(DashboardClient):
     """The dashboard client, with the Jobs endpoints."""
 
@@ -176,25 +164,6 @@ class JobOutcome:
     message: str = ""
 
 
-class _LogFollower:
-    """Turns repeated reads of a job's whole log into its new complete lines."""
-
-    def __init__(self, on_line: Callable[[str], None]) -> None:
-        self.on_line = on_line
-        self.seen = 0
-
-    def feed(self, logs: str, *, final: bool = False) -> None:
-        fresh = logs[self.seen :]
-        if not final:
-            cut = fresh.rfind("\n")
-            if cut < 0:
-                return
-            fresh = fresh[: cut + 1]
-        self.seen += len(fresh)
-        for line in fresh.splitlines():
-            self.on_line(line)
-
-
 def run_task_job(
     plan: ProjectPlan,
     name: str,
@@ -232,7 +201,7 @@ def run_task_job(
         )
         submission_id = dashboard.submit_job(job.body)
         on_note(f"task {name}: submitted as Ray job {submission_id}")
-        follower = _LogFollower(on_line)
+        follower = LogFollower(on_line)
         began = time.monotonic()
         running_since: float | None = None  # timeout_s counts from RUNNING, not the env setup
         try:
@@ -263,7 +232,7 @@ def run_task_job(
             raise
 
 
-def _stop(dashboard: JobsClient, submission_id: str, follower: _LogFollower) -> None:
+def _stop(dashboard: JobsClient, submission_id: str, follower: LogFollower) -> None:
     """Stop the job (Ray kills its process group) and wait until it says so."""
     dashboard.stop_job(submission_id)
     deadline = time.monotonic() + STOP_WAIT_S

@@ -9,8 +9,7 @@ A deploy sends:
   component count, and every replica reads the very same files;
 * **one small spec package per component** (``peach_component_<hash>.zip``) in its
   ``py_modules``: a ``_peach_spec`` folder holding the component's spec (its extracted
-  notebook code, method, init, options) and, when the project has tasks, their job requests.
-  A task's job gets one too (``peach_task_<hash>.zip``: its spec, and ``__main__.py``, the
+  notebook code, method, init, options). A task's job gets one too (``peach_task_<hash>.zip``: its spec, and ``__main__.py``, the
   job's entrypoint). The env's requirements are in the ``runtime_env`` itself (``uv``);
 * the gateway's package (its ``working_dir``: the routing plan) and peach's runtime (the
   ``py_modules`` of every deployment and job).
@@ -45,8 +44,6 @@ OPENAPI_FILE = f"{SPEC_DIR}/openapi.json"
 SPEC_PACKAGE = "_peach_spec"
 """The folder of a deployment's or job's spec package: Ray puts it on ``sys.path``."""
 COMPONENT_FILE = "component.json"
-TASKS_FILE = "tasks.json"
-"""The project's tasks as Ray job requests, for ``trigger_task_with_event`` in a replica."""
 TASK_FILE = "task.json"
 RAY_PACKAGE_PREFIX = "_ray_pkg_"
 
@@ -165,10 +162,12 @@ SERVE_APP_MODULES = (
     "peach_cli/deploy/packaging.py",
     "peach_cli/deploy/progress.py",
     "peach_cli/deploy/reports.py",
+    "peach_cli/deploy/runs.py",
+    "peach_cli/deploy/scheduler_app.py",
     "peach_cli/deploy/variables.py",
 )
-"""The Ray Serve application around the replica runtime (the gateway and component
-deployments); ``tests/test_structure.py`` checks it holds everything ``deploy/app.py`` imports."""
+"""The Ray Serve application around the replica runtime (the gateway, component and task
+scheduler deployments); ``tests/test_structure.py`` checks it holds everything ``deploy/app.py`` imports."""
 
 
 def runtime_modules() -> tuple[str, ...]:

@@ -75,6 +75,8 @@ class ApplicationState:
     route_prefix: str | None
     deployments: tuple[DeploymentState, ...] = field(default_factory=tuple)
     last_deployed_time_s: float | None = None
+    tasks: tuple[dict[str, Any], ...] = ()
+    """Its tasks' rows (``TaskChanged.to_dict``) as its scheduler reports them."""
 
     @property
     def ready(self) -> bool:
@@ -105,6 +107,7 @@ class ApplicationState:
                 }
                 for d in self.deployments
             ],
+            "tasks": [dict(row) for row in self.tasks],
         }
 
 
@@ -165,6 +168,11 @@ def with_replica_errors(app: ApplicationState, errors: dict[str, str]) -> Applic
         for d in app.deployments
     )
     return dataclasses.replace(app, deployments=deployments)
+
+
+def with_tasks(app: ApplicationState, rows: list[dict[str, Any]] | None) -> ApplicationState:
+    """``app`` with its tasks' rows (None: its scheduler did not answer, or it has none)."""
+    return dataclasses.replace(app, tasks=tuple(rows)) if rows else app
 
 
 def read_applications(details: dict[str, Any]) -> list[ApplicationState]:

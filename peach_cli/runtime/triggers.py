@@ -8,9 +8,10 @@ a finder placed after the normal ones, so an installed library always wins.
 The call checks that the payload is JSON, hands the event to the scheduler of the
 ``peach dev`` or ``peach task run`` process that started this one — over the Unix socket
 named by ``PEACH_TASKS_SOCKET`` — and returns the run id at once; the scheduler checks the
-name (``ValueError`` listing the project's tasks) and queues the run. In a replica deployed
-by ``peach deploy`` it submits the task as a Ray job to the cluster's dashboard instead
-(``use_ray_jobs``; the run id is the job's submission id)::
+name (``ValueError`` listing the project's tasks) and queues the run. In a replica or a
+task deployed by ``peach deploy`` it queues the run with the application's scheduler (its
+deployment ``tasks``, ``peach_cli.deploy.scheduler``) through a Serve handle, named by
+``PEACH_TASKS_APP``; the run goes there as under ``peach dev``::
 
     from pipe_algorithms_lib.task_helpers import trigger_task_with_event
     run_id = trigger_task_with_event("retrain", {"reason": "drift"})   # "retrain#4"
@@ -28,7 +29,6 @@ import os
 import socket
 import sys
 import types
-import uuid
 from typing import Any
 
 from peach_cli.runtime.jsonlimits import (
@@ -40,14 +40,13 @@ from peach_cli.runtime.jsonlimits import (
 
 SOCKET_ENV = "PEACH_TASKS_SOCKET"
 """The scheduler's Unix socket, set by peach in the processes it starts."""
-JOBS_ENV = "PEACH_TASKS_JOBS"
-"""On Ray: the file listing the project's tasks as Ray job requests (``use_ray_jobs``)."""
-DASHBOARD_ENV = "PEACH_TASKS_DASHBOARD"
-"""On Ray: the dashboard URL the jobs are submitted to."""
+APP_ENV = "PEACH_TASKS_APP"
+"""On Ray: the application whose scheduler queues the runs (set in its replicas and tasks)."""
+SCHEDULER_DEPLOYMENT = "tasks"
+"""The scheduler's deployment in a deployed project's application (SPEC §5)."""
 PAYLOAD_ENV = "PEACH_TASK_PAYLOAD"
 SECRETS_ENV = "PEACH_SECRETS"
 """The names of the secrets among a deployment's or a job's env_vars (SPEC §10)."""
-TOKEN_ENV = "RAY_AUTH_TOKEN"
 REPLY_TIMEOUT_S = 10.0
 MAX_REPLY_BYTES = 1 << 20
 MODULES = ("pipe_algorithms_lib", "pipe_algorithms_lib.task_helpers")
@@ -81,11 +80,13 @@ def trigger_task_with_event(task_name: str, payload: Any = None) -> str:
         raise TriggerPayloadError(too_large_message(what))
     address = os.environ.get(SOCKET_ENV)
     if not address:
-        jobs = os.environ.get(JOBS_ENV)
-        if jobs:
-            return _submit_job(
-                jobs, task_name, json.dumps(payload) if payload is not None else None
-            )
+        app = os.environ.get(APP_ENV)
+        if app:
+            text = json.dumps(payload) if payload is not None else None
+            reply = _ask_ray(app, task_name, text)
+            if "error" in reply:
+                raise ValueError(reply["error"])
+            return str(reply["run_id"])
         raise RuntimeError(
             "trigger_task_with_event: no task scheduler here; tasks can be triggered in code "
             "run by `peach dev`, `peach task run` or `peach deploy`"
@@ -134,63 +135,44 @@ def unknown_task_message(name: str, tasks: list[str]) -> str:
     return f"unknown task {name!r}: the project's tasks are {', '.join(tasks)}"
 
 
-def use_ray_jobs(tasks_file: str, dashboard: str) -> None:
-    """In a Ray replica: trigger tasks as Ray jobs described by ``tasks_file``, submitted to
-    the dashboard at ``dashboard`` (``http://host:port``)."""
-    os.environ[JOBS_ENV] = os.path.abspath(tasks_file)
-    os.environ[DASHBOARD_ENV] = dashboard if "://" in dashboard else f"http://{dashboard}"
-
-
-def _submit_job(tasks_file: str, task_name: str, payload: str | None) -> str:
-    """Submit one run of ``task_name`` as a Ray job (``POST /api/jobs/``); its submission id."""
-    import urllib.error
-    import urllib.request
-
-    with open(tasks_file, encoding="utf-8") as handle:
-        project = json.load(handle)
-    tasks = project["tasks"]
-    if task_name not in tasks:
-        raise ValueError(unknown_task_message(task_name, project.get("names") or list(tasks)))
-    body = json.loads(json.dumps(tasks[task_name]))
-    body["submission_id"] = f"peach-{project['codops']}-{task_name}-{uuid.uuid4().hex[:10]}"
-    env_vars = body["runtime_env"].setdefault("env_vars", {})
-    if payload is not None:
-        env_vars[PAYLOAD_ENV] = payload
-    for name in str(env_vars.get(SECRETS_ENV) or "").split(","):
-        if name and name in os.environ:  # a secret this replica has too (never uploaded)
-            env_vars[name] = os.environ[name]
-    headers = {"Content-Type": "application/json"}
-    token = _token()
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    dashboard = os.environ.get(DASHBOARD_ENV, "http://127.0.0.1:8265").rstrip("/")
-    request = urllib.request.Request(
-        f"{dashboard}/api/jobs/", json.dumps(body).encode(), headers, method="POST"
-    )
+def _ask_ray(app: str, task_name: str, payload: str | None) -> dict[str, Any]:
+    """Queue the run with the scheduler of the application ``app`` on Ray (a Serve handle;
+    a task's job connects its driver to the cluster first). Its reply: the run id or why not."""
     try:
-        with urllib.request.urlopen(request, timeout=REPLY_TIMEOUT_S) as response:
-            reply = json.loads(response.read())
-    except (OSError, ValueError) as error:  # urllib.error.URLError is an OSError
-        raise RuntimeError(
-            f"trigger_task_with_event: the Ray dashboard at {dashboard} did not take the job "
-            f"({error})"
-        ) from None
-    return str(reply["submission_id"])
+        import ray
+        from ray import serve
+    except ImportError:
+        raise RuntimeError("trigger_task_with_event: Ray is not installed here") from None
 
+    def ask() -> Any:
+        if not ray.is_initialized():  # a task's job: its driver joins the cluster
+            ray.init(address="auto", log_to_driver=False, logging_level=40)  # ERROR
+        handle = serve.get_deployment_handle(SCHEDULER_DEPLOYMENT, app_name=app)
+        return handle.trigger.remote(task_name, payload).result(timeout_s=REPLY_TIMEOUT_S)
 
-def _token() -> str | None:
-    """The dashboard token as Ray's tools read it: ``RAY_AUTH_TOKEN``, else the file named
-    by ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``."""
-    value = (os.environ.get(TOKEN_ENV) or "").strip()
-    if value:
-        return value
-    named = (os.environ.get(TOKEN_ENV + "_PATH") or "").strip()
-    path = os.path.expanduser(named or os.path.join("~", ".ray", "auth_token"))
+    import asyncio
+    import threading
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip() or None
-    except OSError:
-        return None
+        asyncio.get_running_loop()
+    except RuntimeError:  # no event loop in this thread: wait here
+        reply = ask()
+    else:  # an async method: a blocking wait is refused on the loop's thread
+        box: list[Any] = []
+
+        def wait() -> None:
+            try:
+                box.append(ask())
+            except BaseException as error:  # noqa: BLE001 - re-raised below
+                box.append(error)
+
+        waiter = threading.Thread(target=wait, name="peach-trigger", daemon=True)
+        waiter.start()
+        waiter.join()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        reply = box[0]
+    return reply if isinstance(reply, dict) else {"error": str(reply)}
 
 
 class _TaskHelpers(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -99,6 +99,8 @@ def print_applications(applications: list[ApplicationState]) -> None:
         console.stdout().print("no applications are deployed on this cluster")
     for app in applications:
         console.stdout().print(application_table(app))
+        if app.tasks:
+            console.stdout().print(tasks_table(app.tasks))
 
 
 def print_deleted(app_name: str, remaining: list[str]) -> None:
@@ -185,6 +187,18 @@ def application_table(app: ApplicationState, elapsed_s: float | None = None) -> 
             markup(message),
         )
     return table
+
+
+def tasks_table(rows: Sequence[dict[str, Any]]) -> Any:
+    """The application's tasks as the ``peach dev`` view shows them (state, runs ok and
+    failed, last run, last error; the queue's length beside a queued state)."""
+    from peach_cli.runtime.taskloop import TaskChanged
+    from peach_cli.views.task import TasksTable
+
+    table = TasksTable()
+    for row in rows:
+        table.update(TaskChanged.from_dict(row))
+    return table.render()
 
 
 def note(message: str) -> None:

@@ -30,10 +30,7 @@ import json
 import os
 import shutil
 import tempfile
-import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,33 +43,29 @@ from peach_cli.runtime.jsonlimits import (
     too_deep_message,
 )
 from peach_cli.runtime.plan import ProjectPlan, TaskSpec
-from peach_cli.runtime.triggers import SOCKET_ENV, unknown_task_message
+from peach_cli.runtime.taskloop import (
+    DEFAULT_INTERVAL_S,
+    Run,
+    TaskEvent,
+    TaskLoop,
+    TaskStatus,
+    UnknownTask,
+)
+from peach_cli.runtime.triggers import SOCKET_ENV
 from peach_cli.wording import count
 from simulator.environments import Environments, EnvUnavailable
 from simulator.events import ServerNote
 from simulator.spawn import Spawner, WorkerLaunch
-from simulator.tasks.events import (
-    RunStatus,
-    TaskChanged,
-    TaskEvent,
-    TaskOutput,
-    TaskRunEnded,
-    TaskState,
-)
+from simulator.tasks.events import RunStatus, TaskOutput, TaskRunEnded
 from simulator.tasks.run import execute_task
 
 if TYPE_CHECKING:
     from simulator.debug import DebugRelay
 
 TASK_MODULE = "peach_cli.runtime.task_worker"
-DEFAULT_INTERVAL_S = 60.0
 MAX_REQUEST_BYTES = PAYLOAD_LIMIT + 64 * 1024  # the payload and the task's name
 
 Emit = Callable[[TaskEvent | ServerNote], None]
-
-
-class UnknownTask(ValueError):
-    """The name is not a task of the project; the message lists them."""
 
 
 class TriggerSocket:
@@ -90,41 +83,6 @@ class TriggerSocket:
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-@dataclass(frozen=True)
-class Run:
-    """One queued run."""
-
-    run_id: str
-    task: str
-    payload: str | None = None
-    """The payload as JSON text (None: no payload, the function gets None)."""
-    triggered: bool = False
-
-
-@dataclass
-class TaskStatus:
-    """What the scheduler knows of one task (a row of the dev view)."""
-
-    task: str
-    state: TaskState = TaskState.IDLE
-    runs_ok: int = 0
-    runs_failed: int = 0
-    queued: int = 0
-    last_seconds: float | None = None
-    last_error: str | None = None
-
-    def event(self) -> TaskChanged:
-        return TaskChanged(
-            self.task,
-            self.state,
-            self.runs_ok,
-            self.runs_failed,
-            self.queued,
-            self.last_seconds,
-            self.last_error,
-        )
 
 
 # -- the scheduler -------------------------------------------------------------------------
@@ -180,8 +138,6 @@ class TaskScheduler:
         self.trigger_socket = trigger or TriggerSocket()
         self.spawner = spawner or Spawner()
         self.debugger = debugger
-        self._queue: deque[Run] = deque()
-        self._wake = asyncio.Event()
         self._server: asyncio.AbstractServer | None = None
         self._runner: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
@@ -189,10 +145,18 @@ class TaskScheduler:
         if not held:
             self.ready.set()
         self._warming: set[asyncio.Task[None]] = set()
-        self._count = 0
         self._stamp = self._files_stamp(plan)
         self._warmed: set[WorkerLaunch] = set()
-        self.status: dict[str, TaskStatus] = {name: TaskStatus(name) for name in plan.tasks}
+        self.tasks = TaskLoop(plan.tasks, self, loop=loop, interval_s=interval_s, ready=self.ready)
+        """The queue and the loop's decisions (the shared ``TaskLoop``); this is its host."""
+
+    @property
+    def status(self) -> dict[str, TaskStatus]:
+        return self.tasks.status
+
+    def task_rows(self) -> list[dict[str, Any]]:
+        """Every task's row as ``/_peach/health`` lists it (``TaskChanged.to_dict``)."""
+        return [row.to_dict() for row in self.tasks.rows()]
 
     @property
     def socket_path(self) -> str:
@@ -218,7 +182,7 @@ class TaskScheduler:
         for status in self.status.values():
             self.emit(status.event())
         if run_loop:
-            self._runner = asyncio.get_running_loop().create_task(self._run_forever())
+            self._runner = asyncio.get_running_loop().create_task(self.tasks.run_forever())
 
     async def stop(self) -> None:
         """Stop listening; a running task is killed with its process tree; spare task
@@ -245,18 +209,7 @@ class TaskScheduler:
 
     def trigger(self, task: str, payload: str | None = None, *, triggered: bool = True) -> str:
         """Queue a run of ``task`` (payload: JSON text); its run id. Raises ``UnknownTask``."""
-        if task not in self.plan.tasks:
-            raise UnknownTask(unknown_task_message(task, list(self.plan.tasks)))
-        self._count += 1
-        run = Run(f"{task}#{self._count}", task, payload, triggered)
-        self._queue.append(run)
-        status = self._status(task)
-        status.queued += 1
-        if status.state is TaskState.IDLE:
-            status.state = TaskState.QUEUED
-        self.emit(status.event())
-        self._wake.set()
-        return run.run_id
+        return self.tasks.trigger(task, payload, triggered=triggered)
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -300,111 +253,15 @@ class TaskScheduler:
 
     async def run_until_idle(self) -> list[TaskRunEnded]:
         """Run what is queued, and what those runs trigger, until the queue is empty."""
-        ended: list[TaskRunEnded] = []
-        while self._queue:
-            ended.append(await self._run(self._queue.popleft()))
-        return ended
+        return await self.tasks.run_until_idle()
 
-    async def _run_forever(self) -> None:
-        await self._idle(until=self.ready)
-        while True:
-            if self.loop:
-                await self._refresh()
-                cycle = list(self.plan.tasks)
-                for name in cycle:
-                    self._mark_queued(name)
-                for name in cycle:
-                    await self._drain_triggers()
-                    if name in self.plan.tasks:
-                        self._count += 1
-                        await self._run(Run(f"{name}#{self._count}", name), from_loop=True)
-                await self._idle(deadline=time.monotonic() + self.interval_s)
-            else:
-                await self._idle()
-
-    async def _idle(
-        self, *, deadline: float | None = None, until: asyncio.Event | None = None
-    ) -> None:
-        """Run triggered runs as they come until ``deadline`` passes or ``until`` is set
-        (neither: forever)."""
-        while True:
-            await self._drain_triggers()
-            if until is not None and until.is_set():
-                return
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return
-            self._wake.clear()
-            if self._queue:
-                continue
-            waiters = [asyncio.ensure_future(self._wake.wait())]
-            if until is not None:
-                waiters.append(asyncio.ensure_future(until.wait()))
-            try:
-                await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
-
-    async def _drain_triggers(self) -> None:
-        while self._queue:
-            await self._run(self._queue.popleft())
-
-    def _mark_queued(self, name: str) -> None:
-        status = self._status(name)
-        if status.state is TaskState.IDLE:
-            status.state = TaskState.QUEUED
-            self.emit(status.event())
-
-    def _status(self, name: str) -> TaskStatus:
-        status = self.status.get(name)
-        if status is None:
-            status = self.status[name] = TaskStatus(name)
-        return status
-
-    async def _run(self, run: Run, *, from_loop: bool = False) -> TaskRunEnded:
+    async def refresh(self) -> None:
+        """``TaskHost``: re-read the project when one of its files changed."""
         await self._refresh()
-        status = self._status(run.task)
-        if not from_loop:
-            status.queued = max(0, status.queued - 1)
-        spec = self.plan.tasks.get(run.task)
-        status.state = TaskState.RUNNING
-        self.emit(status.event())
-        began = time.perf_counter()
-        try:
-            if spec is None:
-                ended = TaskRunEnded(
-                    run.task,
-                    run.run_id,
-                    RunStatus.FAILED,
-                    0.0,
-                    error="the task is no longer in the project",
-                    triggered=run.triggered,
-                )
-            else:
-                ended = await self._execute(spec, run)
-        except asyncio.CancelledError:  # peach stops: execute_task killed the process tree
-            stopped = TaskRunEnded(
-                run.task,
-                run.run_id,
-                RunStatus.STOPPED,
-                time.perf_counter() - began,
-                triggered=run.triggered,
-            )
-            self.emit(stopped)
-            status.state = TaskState.IDLE
-            self.emit(status.event())
-            raise
-        if ended.ok:
-            status.runs_ok += 1
-        else:
-            status.runs_failed += 1
-            status.last_error = ended.error
-        status.last_seconds = ended.seconds
-        status.state = TaskState.QUEUED if status.queued else TaskState.IDLE
-        self.emit(ended)
-        self.emit(status.event())
-        return ended
+
+    async def execute(self, run: Run) -> TaskRunEnded:
+        """``TaskHost``: one run in a process of its own, in its task's env."""
+        return await self._execute(self.plan.tasks[run.task], run)
 
     async def _execute(self, spec: TaskSpec, run: Run) -> TaskRunEnded:
         from peach_cli.boundary import hide
@@ -530,10 +387,7 @@ class TaskScheduler:
             return
         self.plan = plan
         self._stamp = self._files_stamp(plan)
-        for name in plan.tasks:
-            if name not in self.status:
-                self.status[name] = TaskStatus(name)
-                self.emit(self.status[name].event())
+        self.tasks.set_tasks(plan.tasks)
 
 
 __all__ = [
