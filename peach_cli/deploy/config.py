@@ -280,6 +280,8 @@ def build_bundle(
             "components": [d["name"] for d in deployments if d["name"] != GATEWAY],
         },
         "runtime_env": {"py_modules": [runtime.uri]},
+        # the gateway logs each request as `peach dev` prints it: not Serve's access line
+        "logging_config": {"enable_access_log": False},
         "deployments": deployments,
     }
     config = {
