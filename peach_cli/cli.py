@@ -760,6 +760,26 @@ AddressOption = Annotated[
 ]
 
 
+DiffOption = Annotated[
+    bool,
+    typer.Option(
+        "--diff",
+        help="Print what a deploy would change (new, removed, restarts, unchanged) for "
+        "each component and task, the gateway and the scheduler; change nothing.",
+    ),
+]
+RefOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--ref",
+        metavar="REV",
+        help="Deploy the project as committed at this git revision (rolling back: the "
+        "previous commit); the working tree is not touched.",
+        show_default=False,
+    ),
+]
+
+
 @app.command()
 def deploy(
     project: ProjectArg = Path("."),
@@ -809,8 +829,15 @@ def deploy(
             help="Leave the tasks loop out (triggered runs still go through the scheduler).",
         ),
     ] = False,
+    diff: DiffOption = False,
+    ref: RefOption = None,
 ) -> None:
-    """Deploy the project to a Ray Serve cluster and wait until every replica runs."""
+    """Deploy the project to a Ray Serve cluster and wait until every replica runs.
+
+    The application records what runs (git commit, +dirty for uncommitted changes, time, who, peach's version): [bold]peach status[/] shows it.
+
+    [bold]Exit codes[/]: 0 deployed (--diff: compared) · 1 the project has errors, the cluster cannot be reached or the deploy failed · 2 bad command line (an unknown --ref, a project outside git with --ref).
+    """
     from peach_cli.commands.deploy import run_deploy
 
     raise typer.Exit(
@@ -825,6 +852,8 @@ def deploy(
             timeout_s=timeout,
             task_interval=task_interval,
             tasks_loop=not no_tasks,
+            diff=diff,
+            ref=ref,
         )
     )
 
@@ -834,7 +863,7 @@ def status(
     address: AddressOption = None,
     format: FormatOption = "text",
 ) -> None:
-    """Show the cluster's Serve applications, deployments and replica states."""
+    """Show the cluster's Serve applications, what each runs (version, when, who), their deployments and replica states."""
     from peach_cli.commands.deploy import run_status
 
     raise typer.Exit(run_status(address=address, output_format=format))

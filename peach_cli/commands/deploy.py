@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.deploy.config import TaskOptions
     from peach_cli.runtime.plan import ProjectPlan
 
 CONFIG_FORMATS = ("json", "yaml")
@@ -30,8 +31,12 @@ def run_deploy(
     timeout_s: float = 300.0,
     task_interval: float = 60.0,
     tasks_loop: bool = True,
+    diff: bool = False,
+    ref: str | None = None,
 ) -> int:
-    """Deploy the project (or print its Serve config with ``--dry-run``); return the exit code."""
+    """Deploy the project (or print its Serve config with ``--dry-run``, or what a deploy
+    would change with ``--diff``); ``ref``: the project as committed at that git revision
+    (an export in a temporary folder: the working tree is not touched)."""
     from peach_cli.deploy.config import TaskOptions, check_route_prefix
     from peach_cli.project.rules import url_problem
 
@@ -52,14 +57,58 @@ def run_deploy(
     if not task_interval >= 0:
         raise UsageError(f"--task-interval must be 0 or more seconds, not {task_interval:g}")
     tasks = TaskOptions(loop=tasks_loop, interval_s=task_interval)
+    if diff and dry_run:
+        raise UsageError(
+            "--diff and --dry-run do not go together",
+            hint="--dry-run prints the config without a cluster; --diff compares it with one",
+        )
     if not dry_run:
         from peach_cli.deploy.dashboard import resolve_address
 
         resolve_address(address)  # a bad address fails before any other work
+    if ref is None or not project.is_dir():  # a missing folder: load_plan says so
+        return _deploy_folder(project, None, address, http_host, http_port, route_prefix,
+                              dry_run, output_format, timeout_s, diff, tasks)  # fmt: skip
+    from peach_cli.deploy.release import export_revision
+
+    with export_revision(project, ref) as exported:
+        return _deploy_folder(exported, (project.resolve(), ref), address, http_host,
+                              http_port, route_prefix, dry_run, output_format, timeout_s,
+                              diff, tasks)  # fmt: skip
+
+
+def _deploy_folder(
+    project: Path,
+    ref: tuple[Path, str] | None,
+    address: str | None,
+    http_host: str | None,
+    http_port: int | None,
+    route_prefix: str,
+    dry_run: bool,
+    output_format: str,
+    timeout_s: float,
+    diff: bool,
+    tasks: TaskOptions,
+) -> int:
     from peach_cli.commands.loading import load_plan
 
-    # --dry-run: stdout holds the config, so warnings go to stderr, one line each
-    plan = load_plan(project, doing="deploying", warnings="lines" if dry_run else "show")
+    # --dry-run, --diff: stdout holds the config or the changes; warnings on stderr, a line each
+    quiet = dry_run or diff
+    plan = load_plan(project, doing="deploying", warnings="lines" if quiet else "show")
+    if diff:
+        from peach_cli.deploy.deployer import Reporter
+        from peach_cli.deploy.deployer import diff as plan_diff
+        from peach_cli.views.deploy import print_changes, warn
+
+        changes = plan_diff(
+            plan,
+            address=address,
+            route_prefix=route_prefix,
+            reporter=Reporter(warn=warn),
+            tasks=tasks,
+        )
+        print_changes(changes)
+        return 0
     if dry_run:
         from peach_cli.deploy.deployer import Reporter, dry_run_bundle, upload_selection
         from peach_cli.views.deploy import print_config, print_uploads, warn
@@ -91,6 +140,7 @@ def run_deploy(
             timeout_s=timeout_s,
             reporter=view.reporter(),
             tasks=tasks,
+            ref=ref,
         )
     finally:
         view.stop()

@@ -243,6 +243,13 @@ class ServeGateway:
         """Deployment → when it was first seen with no replica running (still starting)."""
         self._reading: asyncio.Future[None] | None = None
         self._watcher = asyncio.get_running_loop().create_task(self._watch_components())
+        self.release: dict[str, Any] | None = None
+        """What runs, as the deploy recorded it (``deploy.release``)."""
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """The deploy's ``user_config``: the release record. A new one is applied in place
+        (Serve reconfigures, it does not restart the gateway)."""
+        self.release = config.get("release")
 
     async def _watch_components(self) -> None:
         """Keep ``unstartable`` current, so that a component whose replicas cannot start
@@ -332,6 +339,7 @@ class ServeGateway:
         raise Unstartable(contract.unavailable_message(f"{endpoint.name}/{component}", error))
 
     async def __call__(self, request: Request) -> Response:
+        started = time.perf_counter()
         path = _route_path(request)
         endpoint = self._endpoint_for(path)
         if endpoint is None:
@@ -340,13 +348,20 @@ class ServeGateway:
             if request.method == "GET" and path == OPENAPI_PATH and self.openapi is not None:
                 return Response(self.openapi, media_type=JSON_MEDIA_TYPE)
             urls = (e.url for e in self.endpoints.values())
-            return _response(contract.answer_reply(contract.not_found_answer(path, urls)))
-        scope = request.scope
-        incoming = contract.HttpRequest(
-            request.method, scope["query_string"], scope.get("headers", ()), request.receive
-        )
-        components = _Deployments(self, endpoint)
-        return _response(await self.flow.handle(endpoint, incoming, components, self.timeout_s))
+            reply = contract.answer_reply(contract.not_found_answer(path, urls))
+        else:
+            scope = request.scope
+            incoming = contract.HttpRequest(
+                request.method, scope["query_string"], scope.get("headers", ()), request.receive
+            )
+            components = _Deployments(self, endpoint)
+            reply = await self.flow.handle(endpoint, incoming, components, self.timeout_s)
+        shown_path = request.scope.get("path") or "/"  # as the client asked, prefix included
+        if reply.chunks is None:
+            _log_request(request.method, shown_path, reply, started)
+        else:  # logged when the stream ends, as under `peach dev`
+            reply.chunks = _logged_stream(reply.chunks, request.method, shown_path, reply, started)
+        return _response(reply)
 
     def _endpoint_for(self, path: str) -> EndpointSpec | None:
         return self._by_url.get(url_key(path))
@@ -387,6 +402,41 @@ async def _task_rows(scheduler: DeploymentHandle) -> list[dict[str, Any]] | None
     except Exception as error:  # starting, or replaced just now
         logger.debug("cannot read the tasks' status: %s", error)
         return None
+
+
+def _log_request(method: str, path: str, reply: contract.HttpReply, started: float) -> None:
+    """The request's line as `peach dev` prints it, on the gateway's stdout (what `peach
+    logs` shows), through the output boundary: what the client sent is escaped."""
+    from peach_cli.boundary import shown, write_report
+    from peach_cli.runtime.request_line import request_line
+
+    line = request_line(
+        shown(method),
+        shown(path),
+        reply.status,
+        reply.component,
+        reply.replica,
+        time.perf_counter() - started,
+        rerouted_to=reply.arm if reply.arm and reply.arm != reply.component else None,
+        stream=reply.stream,
+        error=shown(reply.error) if reply.error else None,
+    )
+    write_report(line + "\n", channel="cluster-logs")
+
+
+async def _logged_stream(
+    chunks: AsyncIterator[bytes],
+    method: str,
+    path: str,
+    reply: contract.HttpReply,
+    started: float,
+) -> AsyncGenerator[bytes, None]:
+    """``reply``'s ``chunks``, its line logged once the stream ends (cut, or the client gone)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:  # a cut is in ``reply.error`` (the flow records it)
+        _log_request(method, path, reply, started)
 
 
 def _deployment_details(app_name: str) -> dict[str, Any]:

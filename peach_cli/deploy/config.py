@@ -294,6 +294,8 @@ def build_bundle(
         "import_path": APPLICATION_BUILDER,
         "args": args,
         "runtime_env": {"py_modules": [runtime.uri]},
+        # the gateway logs each request as `peach dev` prints it: not Serve's access line
+        "logging_config": {"enable_access_log": False},
         "deployments": deployments,
     }
     config = {

@@ -14,9 +14,11 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.deploy.config import (
@@ -40,6 +42,14 @@ from peach_cli.deploy.progress import (
     startup_failure,
     with_replica_errors,
     with_tasks,
+)
+from peach_cli.deploy.release import (
+    Changes,
+    component_parts,
+    current_release,
+    plan_changes,
+    stamp,
+    task_fingerprints,
 )
 from peach_cli.deploy.resources import (
     Needs,
@@ -146,11 +156,14 @@ def deploy(
     reporter: Reporter | None = None,
     poll_interval_s: float = POLL_INTERVAL_S,
     tasks: TaskOptions | None = None,
+    ref: tuple[Path, str] | None = None,
 ) -> DeployResult:
     """Deploy ``plan`` and wait until every replica runs; raise on the first failure.
 
     Nothing on the cluster changes before the route prefix, the config and the resources
-    have been checked. ``tasks``: how the project's task scheduler runs its loop.
+    have been checked. ``tasks``: how the project's task scheduler runs its loop. The
+    application records the release (``release.stamp``); ``ref`` is ``(project folder,
+    revision)`` when ``plan`` was read from an export of that revision.
     """
     from peach_cli.boundary import hide
     from peach_cli.deploy.scheduler import task_secrets
@@ -169,6 +182,9 @@ def deploy(
         secrets=secrets,
         tasks=tasks,
     )
+    source, revision = ref if ref is not None else (None, None)
+    release = current_release(plan, bundle, source=source, ref=revision)
+    stamp(bundle, release)
     with connect(address, reporter) as dashboard:
         version = dashboard.version()
         reporter.note(f"connected to Ray {version.get('ray_version', '?')} at {dashboard.shown}")
@@ -204,13 +220,39 @@ def deploy(
         url = http_url(config, "" if route_prefix == ROUTE_PREFIX else route_prefix)
         _check_proxies(dashboard, url, reporter)
     return DeployResult(
-        app=app,
+        app=dataclasses.replace(app, release=release.to_dict()),
         url=url,
         elapsed_s=time.monotonic() - started,
         uploaded=uploaded,
         reused=reused,
         uploaded_bytes=sent,
     )
+
+
+def diff(
+    plan: ProjectPlan,
+    *,
+    address: str | None = None,
+    route_prefix: str = "/",
+    reporter: Reporter | None = None,
+    tasks: TaskOptions | None = None,
+) -> Changes:
+    """``peach deploy --diff``: what a deploy of ``plan`` would change; nothing changes.
+    The config is built as the deploy builds it (``build_bundle``, the project's secrets
+    in it: a changed secret restarts its components; ``tasks``: the scheduler's loop)."""
+    from peach_cli.boundary import hide
+    from peach_cli.deploy.scheduler import task_secrets
+    from peach_cli.project.secrets import secret_values
+
+    reporter = reporter or Reporter()
+    needed = [s for c in plan.components() for s in c.secrets] + task_secrets(plan)
+    secrets = secret_values(plan.root, needed)
+    hide(secrets.values())
+    bundle = build_bundle(plan, route_prefix=route_prefix, secrets=secrets, tasks=tasks)
+    with connect(address, reporter) as dashboard:
+        details = dashboard.serve_details()
+    hide(deployed_secrets(details))
+    return plan_changes(bundle, details, component_parts(plan), task_fingerprints(plan, bundle))
 
 
 RESOURCE_REPORT_WAIT_S = 15.0

@@ -155,6 +155,8 @@ def project_files(root: Path, excluded: Iterable[str] = ()) -> list[tuple[str, b
 
 
 SERVE_APP_MODULES = (
+    "peach_cli/boundary.py",
+    "peach_cli/printable.py",
     "peach_cli/errors.py",
     "peach_cli/deploy/__init__.py",
     "peach_cli/deploy/app.py",

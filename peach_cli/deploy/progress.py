@@ -77,6 +77,9 @@ class ApplicationState:
     last_deployed_time_s: float | None = None
     tasks: tuple[dict[str, Any], ...] = ()
     """Its tasks' rows (``TaskChanged.to_dict``) as its scheduler reports them."""
+    release: dict[str, Any] | None = None
+    """What runs, as the deploy recorded it (``deploy.release``): ``version``, ``commit``,
+    ``ref``, ``deployed_at``, ``deployed_by``, ``peach_version``; None when not recorded."""
 
     @property
     def ready(self) -> bool:
@@ -88,6 +91,7 @@ class ApplicationState:
             "status": self.status,
             "message": self.message,
             "route_prefix": self.route_prefix,
+            "release": self.release,
             "deployments": [
                 {
                     "name": d.name,
@@ -153,7 +157,29 @@ def read_application(name: str, app: dict[str, Any]) -> ApplicationState:
         route_prefix=app.get("route_prefix"),
         deployments=tuple(deployments),
         last_deployed_time_s=app.get("last_deployed_time_s"),
+        release=release_record(app),
     )
+
+
+RELEASE_KEY = "release"
+"""The key of the release record in the gateway's ``user_config``."""
+RELEASE_FIELDS = ("version", "commit", "ref", "deployed_at", "deployed_by", "peach_version")
+
+
+def recorded_release(app: dict[str, Any]) -> dict[str, Any] | None:
+    """The release record a peach deploy wrote in the gateway's ``user_config`` (see
+    ``deploy.release``), as Serve reports the application; None when there is none."""
+    for deployment in (app.get("deployed_app_config") or {}).get("deployments") or ():
+        if isinstance(deployment, dict) and deployment.get("name") == "gateway":
+            record = (deployment.get("user_config") or {}).get(RELEASE_KEY)
+            return record if isinstance(record, dict) else None
+    return None
+
+
+def release_record(app: dict[str, Any]) -> dict[str, Any] | None:
+    """``recorded_release``, the fields ``peach status`` shows only."""
+    record = recorded_release(app)
+    return None if record is None else {key: record.get(key) for key in RELEASE_FIELDS}
 
 
 def with_replica_errors(app: ApplicationState, errors: dict[str, str]) -> ApplicationState:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from peach_cli.deploy.logs import LogLine
     from peach_cli.deploy.packaging import Package
     from peach_cli.deploy.progress import ApplicationState
+    from peach_cli.deploy.release import Changes
     from peach_cli.deploy.uploads import Selection
     from peach_cli.runtime.plan import ProjectPlan
 
@@ -26,8 +27,11 @@ def print_deployed(plan: ProjectPlan, result: DeployResult) -> None:
     from peach_cli.boundary import markup
 
     replicas = sum(d.running for d in result.app.deployments)
+    version = result.app.release.get("version") if result.app.release else None
+    at = f" at {markup(version)}" if version else ""
     console.stderr().print(
-        f"[bold green]✓[/] {markup(result.app.name)} is running: {count(replicas, 'replica')} in "
+        f"[bold green]✓[/] {markup(result.app.name)}{at} is running: "
+        f"{count(replicas, 'replica')} in "
         f"{count(len(result.app.deployments), 'deployment')}, {result.elapsed_s:.1f} s",
         soft_wrap=True,
     )
@@ -103,6 +107,54 @@ def print_applications(applications: list[ApplicationState]) -> None:
             console.stdout().print(tasks_table(app.tasks))
 
 
+_CHANGE_STYLE = {"new": "green", "removed": "red", "unchanged": "dim"}
+
+
+def print_changes(changes: Changes) -> None:
+    """``peach deploy --diff``: one line per deployment and task on stdout (``gateway
+    unchanged``, ``component hello.main  restarts (code)``), what runs and a summary on
+    stderr."""
+    from peach_cli.boundary import markup
+
+    err = console.stderr()
+    if not changes.deployed:
+        err.print(
+            f"{markup(changes.app)} is not deployed on this cluster: a deploy creates it all",
+            soft_wrap=True,
+        )
+    elif changes.running is not None:
+        text = release_text(changes.running.to_dict())
+        err.print(f"{markup(changes.app)} runs {markup(text)}", soft_wrap=True)
+    else:
+        err.print(f"{markup(changes.app)} runs a version with no release record", soft_wrap=True)
+    labels = [
+        f"{c.kind} {c.name}" if c.kind in ("component", "task") else c.kind for c in changes.lines
+    ]
+    width = max((len(label) for label in labels), default=0)
+    out = console.stdout()
+    for label, line in zip(labels, changes.lines, strict=True):
+        style = "yellow" if line.restarts else _CHANGE_STYLE.get(line.what, "")
+        what = f"[{style}]{line.what}[/]" if style else line.what
+        before, after = line.replicas
+        if before is not None and after is not None and before != after:
+            what += f" [dim](replicas {before} → {after})[/]"
+        out.print(f"{markup(label.ljust(width))}  {what}", soft_wrap=True)
+    tally: dict[str, int] = {}
+    for line in changes.lines:
+        key = "restart" if line.restarts else line.what
+        tally[key] = tally.get(key, 0) + 1
+    parts = [
+        f"{tally[key]} {key}" if key != "restart" else count(tally[key], "restart")
+        for key in ("restart", "new", "removed", "unchanged")
+        if tally.get(key)
+    ]
+    err.print(
+        f"{', '.join(parts) or 'nothing to deploy'}; nothing was changed "
+        "([bold]peach deploy[/] applies it)",
+        soft_wrap=True,
+    )
+
+
 def print_deleted(app_name: str, remaining: list[str]) -> None:
     from peach_cli.boundary import markup
 
@@ -151,7 +203,9 @@ def _styled(state: str) -> str:
 
 
 def application_table(app: ApplicationState, elapsed_s: float | None = None) -> Any:
-    """A Rich table: one row per deployment (replicas running/target, state, message)."""
+    """The application's name, state and route, what runs (its release), and a table: one
+    row per deployment (replicas running/target, state, message)."""
+    from rich.console import Group
     from rich.table import Table
 
     from peach_cli.boundary import markup
@@ -162,7 +216,7 @@ def application_table(app: ApplicationState, elapsed_s: float | None = None) -> 
         title += f"  [dim]route {markup(app.route_prefix)}[/]"
     if elapsed_s is not None:
         title += f"  [dim]{elapsed_s:.1f} s[/]"
-    table = Table(title=title, title_justify="left", expand=False, show_edge=False)
+    table = Table(expand=False, show_edge=False)
     table.add_column("deployment")
     table.add_column("replicas", justify="right")
     table.add_column("status")
@@ -186,7 +240,25 @@ def application_table(app: ApplicationState, elapsed_s: float | None = None) -> 
             states,
             markup(message),
         )
-    return table
+    lines: list[Any] = [title]
+    if app.release:  # what runs, on a line of its own (a title would wrap to the table)
+        lines.append(f"[dim]{markup(release_text(app.release))}[/]")
+    return Group(*lines, table)
+
+
+def release_text(release: dict[str, Any]) -> str:
+    """``version abc1234+dirty, deployed 2026-12-07 15:02:11 UTC by Ada, peach 0.1.0``.
+
+    >>> release_text({"version": "abc1234", "ref": "HEAD~1", "deployed_at": "2026-12-07T15:02:11Z",
+    ...               "deployed_by": "Ada", "peach_version": "0.1.0"})
+    'version abc1234 (--ref HEAD~1), deployed 2026-12-07 15:02:11 UTC by Ada, peach 0.1.0'
+    """
+    at = str(release.get("deployed_at") or "?").replace("T", " ").replace("Z", " UTC")
+    ref = f" (--ref {release['ref']})" if release.get("ref") else ""
+    return (
+        f"version {release.get('version') or '?'}{ref}, deployed {at} by "
+        f"{release.get('deployed_by') or '?'}, peach {release.get('peach_version') or '?'}"
+    )
 
 
 def tasks_table(rows: Sequence[dict[str, Any]]) -> Any:

@@ -22,6 +22,7 @@ from rich.console import Group
 from rich.text import Text
 
 from peach_cli.boundary import shown, shown_lines
+from peach_cli.runtime.request_line import format_latency, request_line
 from peach_cli.views.task import TasksTable, prefixed, run_line
 from peach_cli.wording import human_size
 from simulator.debug import DEBUG_EVENTS, DebugEnded, DebugQueued, DebugStarted
@@ -69,19 +70,6 @@ _STATE_STYLE = {
 
 _RETIRED_FROM = (ReplicaState.DRAINING, ReplicaState.UNHEALTHY, ReplicaState.RESTARTING)
 """States a replica leaves the table from when it stops (a reload retired or refused it)."""
-
-
-def format_latency(seconds: float) -> str:
-    """``0.8 ms`` / ``12 ms`` / ``1.50 s``.
-
-    >>> format_latency(0.0008), format_latency(0.012), format_latency(1.5)
-    ('0.8 ms', '12 ms', '1.50 s')
-    """
-    if seconds < 0.01:
-        return f"{seconds * 1000:.1f} ms"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    return f"{seconds:.2f} s"
 
 
 @dataclass
@@ -405,19 +393,18 @@ class DevView:
             self._dirty = True
         method, path = shown(event.method), shown(event.path)  # the client's text
         error = shown(event.error) if event.error else None
-        if not self.live_enabled:
-            text = f"{method} {path} {event.status}"
-            if event.component:
-                text += f" {event.component}"
-            if rerouted:
-                text += f" (arm {event.arm})"
-            if event.replica:
-                text += f" {event.replica}"
-            text += f" {format_latency(event.latency_s)}"
-            if event.stream:
-                text += " stream"
-            if error:
-                text += f"  {error}"
+        if not self.live_enabled:  # the line the deployed gateway logs too
+            text = request_line(
+                method,
+                path,
+                event.status,
+                event.component,
+                event.replica,
+                event.latency_s,
+                rerouted_to=event.arm if rerouted else None,
+                stream=event.stream,
+                error=error,
+            )
             self.line(text)
             return
         status_style = (
