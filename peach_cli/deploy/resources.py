@@ -4,6 +4,11 @@ A replica that does not fit stays pending forever in Ray, so ``peach deploy`` ch
 cluster's free CPUs and memory (plus what the application's current version holds, which
 a redeploy gives back) against the config's replicas × (CPUs, memory) and fails with the
 numbers when it cannot fit.
+
+A rollout starts the new replicas of a changed deployment beside the old ones, which stop
+once the new ones run (``config.SURGE_PERCENT``): until then the running old replicas keep
+what they hold (``replaced_running``), and when the cluster has no room for both the deploy
+rolls as Ray does by default (old ones first).
 """
 
 from __future__ import annotations
@@ -54,6 +59,62 @@ def application_needs(application: dict[str, Any]) -> Needs:
             cpus * replicas, memory * replicas, cpus, memory, name, ((name, cpus, memory),)
         )
     return total
+
+
+def replaced_running(application: dict[str, Any], current: dict[str, Any]) -> Needs:
+    """What the running replicas of the deployments a deploy of ``application`` restarts
+    hold — kept until the new replicas run. ``current`` is the application as Serve
+    details it (``deployed_app_config``, and each deployment's replicas with their states).
+
+    A deployment restarts when its actor options (CPUs, memory, runtime_env merged over the
+    application's) change, and all of them when the application's code does (its
+    ``import_path``, ``args`` or ``runtime_env``); the number of replicas or the rollout
+    settings change without a restart.
+
+    >>> old = {"import_path": "a:b", "deployments": [
+    ...     {"name": "x.main", "ray_actor_options": {"num_cpus": 0.5, "runtime_env": {"py_modules": ["1"]}}},
+    ...     {"name": "y.main", "ray_actor_options": {"num_cpus": 1}}]}
+    >>> running = {"deployed_app_config": old, "deployments": {
+    ...     "x.main": {"replicas": [{"state": "RUNNING"}, {"state": "RUNNING"}]},
+    ...     "y.main": {"replicas": [{"state": "RUNNING"}]}}}
+    >>> new = {"import_path": "a:b", "deployments": [
+    ...     {"name": "x.main", "ray_actor_options": {"num_cpus": 0.5, "runtime_env": {"py_modules": ["2"]}}},
+    ...     {"name": "y.main", "ray_actor_options": {"num_cpus": 1}}]}
+    >>> held = replaced_running(new, running)
+    >>> held.cpus, [name for name, _, _ in held.replicas]
+    (1.0, ['x.main'])
+    >>> replaced_running(old, running).cpus
+    0.0
+    """
+    deployed = current.get("deployed_app_config") or {}
+    details = current.get("deployments") or {}
+    app_keys = ("import_path", "args", "runtime_env")
+    all_restart = any(application.get(k) != deployed.get(k) for k in app_keys)
+    old = {d.get("name", ""): d for d in deployed.get("deployments") or []}
+    total = Needs()
+    for deployment in application.get("deployments") or []:
+        name = deployment.get("name", "")
+        before = old.get(name)
+        if before is None:
+            continue
+        changed = _actor_options(application, deployment) != _actor_options(deployed, before)
+        if not (all_restart or changed):
+            continue
+        replicas = (details.get(name) or {}).get("replicas") or ()
+        running = sum(1 for r in replicas if str(r.get("state")) == "RUNNING")
+        if running:
+            one = application_needs({"deployments": [{**before, "num_replicas": running}]})
+            total = total + one
+    return total
+
+
+def _actor_options(application: dict[str, Any], deployment: dict[str, Any]) -> dict[str, Any]:
+    """A deployment's actor options as its replicas get them: its runtime_env over the
+    application's (Serve merges the two, the deployment's fields winning)."""
+    options = dict(deployment.get("ray_actor_options") or {})
+    inherited = application.get("runtime_env") or {}
+    options["runtime_env"] = {**inherited, **(options.get("runtime_env") or {})}
+    return options
 
 
 def check_fits(needs: Needs, report: dict[str, Any], held: Needs | None = None) -> None:
