@@ -28,6 +28,9 @@ from peach_cli.client.items import AskRequest
 INIT_S = 3.0
 """What ``init`` takes in the rollout project (a model loading): the gap a stop-first
 rollout of one replica leaves."""
+MAX_CONNECTIONS = 400
+"""The open loop's connections at most: its event loop waits with ``select``, which takes
+no descriptor above 1023 (a stall of the server would otherwise open one per request)."""
 STREAM_EVERY = 10
 STREAM_TICKS = 10
 STREAM_GAP_S = 0.1
@@ -195,7 +198,12 @@ class RolloutLoad:
         ticks = (("n", str(STREAM_TICKS)), ("gap", str(STREAM_GAP_S)), ("stream", "1"))
         shots.append(encode(AskRequest("GET", f"{base}/ticks", ticks, stream=True)))
         self.plan = LoadPlan(
-            shots=shots, address=address_of(base), rate=rate, duration_s=3600, timeout_s=60
+            shots=shots,
+            address=address_of(base),
+            rate=rate,
+            duration_s=3600,
+            timeout_s=60,
+            max_connections=MAX_CONNECTIONS,
         )
         self.timeline = Timeline()
         self.generator = LoadGenerator(self.plan, self.timeline)
