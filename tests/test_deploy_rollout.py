@@ -10,7 +10,6 @@ from pathlib import Path
 from peach_cli.checks.build import build_plan
 from peach_cli.deploy.config import (
     DRAIN_TIMEOUT_S,
-    SURGE_PERCENT,
     build_bundle,
     validate_config,
     without_surge,
@@ -52,10 +51,11 @@ def changed_hello(tmp_path: Path) -> tuple[dict, dict]:
     return before, build_bundle(plan_of(project)).application
 
 
-def test_every_deployment_starts_its_new_replicas_first_and_lets_the_old_ones_drain():
+def test_every_deployment_starts_a_new_replica_first_and_lets_the_old_ones_drain():
     bundle = build_bundle(plan_of(BASIC))
+    surges = {d["name"]: d["max_surge_percent"] for d in bundle.application["deployments"]}
+    assert surges == {"gateway": 100, "hello.main": 50, "count.main": 100}  # one replica
     for deployment in bundle.application["deployments"]:
-        assert deployment["max_surge_percent"] == SURGE_PERCENT == 100, deployment["name"]
         assert deployment["graceful_shutdown_timeout_s"] == DRAIN_TIMEOUT_S == 300
     validate_config(bundle.config)  # Ray's own schema accepts them
 
@@ -64,7 +64,7 @@ def test_a_rollout_keeps_the_running_replicas_of_the_changed_components_only(tmp
     before, after = changed_hello(tmp_path)
     held = replaced_running(after, running(before, REPLICAS))
     assert [name for name, _, _ in held.replicas] == ["hello.main"]
-    assert round(held.cpus, 6) == 0.2 and held.memory == 2 * 64 * 1024**2
+    assert held.cpus == 0.1 and held.memory == 64 * 1024**2  # one of its two, at a time
 
     assert replaced_running(before, running(before, REPLICAS)).replicas == ()  # unchanged
     scaled = {**before, "deployments": [{**d, "num_replicas": 5} for d in before["deployments"]]}
@@ -104,16 +104,16 @@ def check(tmp_path: Path, cluster: Cluster) -> tuple[list[str], list[str]]:
 
 
 def test_a_cluster_with_room_for_the_surge_rolls_with_it(tmp_path):
-    # the running version holds 0.4 CPUs; the new one needs 0.4 and the surge 0.2 more
-    assert check(tmp_path, Cluster(used=0.4, total=0.6)) == ([], [])
+    # the running version holds 0.4 CPUs; the new one needs 0.4 and the surge 0.1 more
+    assert check(tmp_path, Cluster(used=0.4, total=0.5)) == ([], [])
 
 
 def test_a_cluster_without_room_for_the_surge_says_so_and_rolls_as_ray_does(tmp_path):
-    crowded, warnings = check(tmp_path, Cluster(used=0.4, total=0.5))
+    crowded, warnings = check(tmp_path, Cluster(used=0.4, total=0.45))
     assert crowded == ["hello.main"]
     assert warnings == [
         "the cluster has no room for the new replicas of hello.main beside the old ones "
-        "(0.2 CPUs and 0.12 GiB more): the old ones stop first, as Ray rolls by default, "
+        "(0.1 CPUs and 0.06 GiB more): the old ones stop first, as Ray rolls by default, "
         "and requests wait while the new ones start"
     ]
     config = build_bundle(plan_of(tmp_path / "project")).config
@@ -131,7 +131,8 @@ def test_a_cluster_without_room_for_the_surge_says_so_and_rolls_as_ray_does(tmp_
         ("deploy-basic", "hello.main"): 0,
         ("deploy-basic", "count.main"): 100,
     }
-    assert config["applications"][1]["deployments"][1]["max_surge_percent"] == 100  # a copy
+    hello = [d for d in config["applications"][1]["deployments"] if d["name"] == "hello.main"]
+    assert hello[0]["max_surge_percent"] == 50  # a copy
 
 
 class OlderRayDashboard:

@@ -41,15 +41,27 @@ GATEWAY = "gateway"
 GATEWAY_CPUS = 0.1
 GATEWAY_MAX_ONGOING = 1000
 COMPONENT_MAX_ONGOING = 100
-SURGE_PERCENT = 100
-"""Serve's ``max_surge_percent`` of every deployment: a rollout starts all the new replicas
-of a changed deployment beside the old ones, which stop as the new ones run (Ray's default,
-0, stops the old ones first: with one replica, every request waits for the new one)."""
+
+
+def surge_percent(replicas: int) -> int:
+    """Serve's ``max_surge_percent`` for a deployment of ``replicas``: one replica more.
+
+    A rollout starts one new replica beside the old ones, stops an old one once it runs,
+    and so on (Ray's default, 0, stops an old one first: with one replica, every request
+    waits for the new one). One at a time: on a busy node, the processes of new replicas
+    starting all at once took the CPU from those serving (``benchmarks/rollout.py``).
+
+    >>> surge_percent(1), surge_percent(2), surge_percent(3)
+    (100, 50, 34)
+    """
+    return -(-100 // max(replicas, 1))
+
+
 DRAIN_TIMEOUT_S = 300.0
 """Serve's ``graceful_shutdown_timeout_s``: how long a replaced replica may finish its
 in-flight calls and streams (as long as `peach dev` lets a reloaded component drain)."""
 SURGE_OPTION = "max_surge_percent"
-ROLLOUT_OPTIONS = {SURGE_OPTION: SURGE_PERCENT, "graceful_shutdown_timeout_s": DRAIN_TIMEOUT_S}
+DRAIN_OPTION = "graceful_shutdown_timeout_s"
 """The rollout settings of every deployment (both are updated without a restart)."""
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8000
@@ -219,7 +231,8 @@ def _component_deployment(
         "name": name,
         "num_replicas": spec.replicas,
         "max_ongoing_requests": COMPONENT_MAX_ONGOING,
-        **ROLLOUT_OPTIONS,
+        SURGE_OPTION: surge_percent(spec.replicas),
+        DRAIN_OPTION: DRAIN_TIMEOUT_S,
         "ray_actor_options": actor_options,
     }
 
@@ -257,7 +270,8 @@ def build_bundle(
             "name": GATEWAY,
             "num_replicas": 1,
             "max_ongoing_requests": GATEWAY_MAX_ONGOING,
-            **ROLLOUT_OPTIONS,
+            SURGE_OPTION: surge_percent(1),
+            DRAIN_OPTION: DRAIN_TIMEOUT_S,
             "ray_actor_options": {
                 "num_cpus": GATEWAY_CPUS,
                 "runtime_env": {

@@ -5,10 +5,10 @@ cluster's free CPUs and memory (plus what the application's current version hold
 a redeploy gives back) against the config's replicas × (CPUs, memory) and fails with the
 numbers when it cannot fit.
 
-A rollout starts the new replicas of a changed deployment beside the old ones, which stop
-once the new ones run (``config.SURGE_PERCENT``): until then the running old replicas keep
-what they hold (``replaced_running``), and when the cluster has no room for both the deploy
-rolls as Ray does by default (old ones first).
+A rollout starts a new replica of a changed deployment beside its old ones, one at a time
+(``config.surge_percent``): until the last old one stops, the deployment holds one replica
+more than it asks for (``replaced_running``), and when the cluster has no room for it the
+deploy rolls as Ray does by default (an old replica first).
 """
 
 from __future__ import annotations
@@ -62,9 +62,10 @@ def application_needs(application: dict[str, Any]) -> Needs:
 
 
 def replaced_running(application: dict[str, Any], current: dict[str, Any]) -> Needs:
-    """What the running replicas of the deployments a deploy of ``application`` restarts
-    hold — kept until the new replicas run. ``current`` is the application as Serve
-    details it (``deployed_app_config``, and each deployment's replicas with their states).
+    """What a rollout of ``application`` holds beyond its own needs: one replica of each
+    deployment it restarts that has a replica running (the old ones stop one at a time, as
+    each new one runs). ``current`` is the application as Serve details it
+    (``deployed_app_config``, and each deployment's replicas with their states).
 
     A deployment restarts when its actor options (CPUs, memory, runtime_env merged over the
     application's) change, and all of them when the application's code does (its
@@ -82,7 +83,7 @@ def replaced_running(application: dict[str, Any], current: dict[str, Any]) -> Ne
     ...     {"name": "y.main", "ray_actor_options": {"num_cpus": 1}}]}
     >>> held = replaced_running(new, running)
     >>> held.cpus, [name for name, _, _ in held.replicas]
-    (1.0, ['x.main'])
+    (0.5, ['x.main'])
     >>> replaced_running(old, running).cpus
     0.0
     """
@@ -103,7 +104,7 @@ def replaced_running(application: dict[str, Any], current: dict[str, Any]) -> Ne
         replicas = (details.get(name) or {}).get("replicas") or ()
         running = sum(1 for r in replicas if str(r.get("state")) == "RUNNING")
         if running:
-            one = application_needs({"deployments": [{**before, "num_replicas": running}]})
+            one = application_needs({"deployments": [{**before, "num_replicas": 1}]})
             total = total + one
     return total
 
