@@ -210,31 +210,27 @@ def latencies(url: str, count: int) -> dict:
     }
 
 
-def deploy_bare(head: RayHead, model_replicas: int = 1) -> str:
-    """Deploy ``bare_serve_app.py`` under ``/bare`` beside the running applications, with
-    ``model_replicas`` replicas of its model deployment (as many as the peach component
-    it is compared with: with more than one, Serve's router picks a replica per call)."""
+def put_beside(head: RayHead, module: str, application: dict) -> None:
+    """PUT ``application`` (name, prefix, deployments) with ``benchmarks/<module>.py`` as
+    its working_dir and ``<module>:app`` as its import path, beside the running applications."""
     from peach_cli.deploy.dashboard import DashboardClient
-    from peach_cli.deploy.deployer import Reporter, wait_until_running
     from peach_cli.deploy.packaging import package
 
-    source = (Path(__file__).parent / "bare_serve_app.py").read_bytes()
-    bare = package("bare", [("bare_serve_app.py", source)])
+    source = (Path(__file__).parent / f"{module}.py").read_bytes()
+    files = package(application["name"], [(f"{module}.py", source)])
     with DashboardClient(head.dashboard_url) as dashboard:
-        if not dashboard.package_exists(bare.name):
-            dashboard.upload_package(bare.name, bare.data)
+        if not dashboard.package_exists(files.name):
+            dashboard.upload_package(files.name, files.data)
         details = dashboard.serve_details()
         others = [
             app["deployed_app_config"]
             for name, app in (details.get("applications") or {}).items()
-            if name != "bare" and app.get("deployed_app_config")
+            if name != application["name"] and app.get("deployed_app_config")
         ]
         application = {
-            "name": "bare",
-            "route_prefix": "/bare",
-            "import_path": "bare_serve_app:app",
-            "runtime_env": {"working_dir": bare.uri},
-            "deployments": [{"name": "Model", "num_replicas": model_replicas}],
+            **application,
+            "import_path": f"{module}:app",
+            "runtime_env": {"working_dir": files.uri},
         }
         config = {
             "proxy_location": details.get("proxy_location") or "EveryNode",
@@ -242,6 +238,22 @@ def deploy_bare(head: RayHead, model_replicas: int = 1) -> str:
             "applications": [*others, application],
         }
         dashboard.put_applications(config)
+
+
+def deploy_bare(head: RayHead, model_replicas: int = 1) -> str:
+    """Deploy ``bare_serve_app.py`` under ``/bare`` beside the running applications, with
+    ``model_replicas`` replicas of its model deployment (as many as the peach component
+    it is compared with: with more than one, Serve's router picks a replica per call)."""
+    from peach_cli.deploy.dashboard import DashboardClient
+    from peach_cli.deploy.deployer import Reporter, wait_until_running
+
+    deployments = [{"name": "Model", "num_replicas": model_replicas}]
+    put_beside(
+        head,
+        "bare_serve_app",
+        {"name": "bare", "route_prefix": "/bare", "deployments": deployments},
+    )
+    with DashboardClient(head.dashboard_url) as dashboard:
         wait_until_running(dashboard, "bare", timeout_s=300, reporter=Reporter())
     return f"{head.serve_url}/bare"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,28 @@ GATEWAY = "gateway"
 GATEWAY_CPUS = 0.1
 GATEWAY_MAX_ONGOING = 1000
 COMPONENT_MAX_ONGOING = 100
+
+
+def surge_percent(replicas: int) -> int:
+    """Serve's ``max_surge_percent`` for a deployment of ``replicas``: one replica more.
+
+    A rollout starts one new replica beside the old ones, stops an old one once it runs,
+    and so on (Ray's default, 0, stops an old one first: with one replica, every request
+    waits for the new one). One at a time: on a busy node, the processes of new replicas
+    starting all at once took the CPU from those serving (``benchmarks/rollout.py``).
+
+    >>> surge_percent(1), surge_percent(2), surge_percent(3)
+    (100, 50, 34)
+    """
+    return -(-100 // max(replicas, 1))
+
+
+DRAIN_TIMEOUT_S = 300.0
+"""Serve's ``graceful_shutdown_timeout_s``: how long a replaced replica may finish its
+in-flight calls and streams (as long as `peach dev` lets a reloaded component drain)."""
+SURGE_OPTION = "max_surge_percent"
+DRAIN_OPTION = "graceful_shutdown_timeout_s"
+"""The rollout settings of every deployment (both are updated without a restart)."""
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8000
 ROUTE_PREFIX = "/"
@@ -218,6 +240,8 @@ def _component_deployment(
         "name": name,
         "num_replicas": spec.replicas,
         "max_ongoing_requests": COMPONENT_MAX_ONGOING,
+        SURGE_OPTION: surge_percent(spec.replicas),
+        DRAIN_OPTION: DRAIN_TIMEOUT_S,
         "ray_actor_options": actor_options,
     }
 
@@ -256,6 +280,8 @@ def build_bundle(
             "name": GATEWAY,
             "num_replicas": 1,
             "max_ongoing_requests": GATEWAY_MAX_ONGOING,
+            SURGE_OPTION: surge_percent(1),
+            DRAIN_OPTION: DRAIN_TIMEOUT_S,
             "ray_actor_options": {
                 "num_cpus": GATEWAY_CPUS,
                 "runtime_env": {
@@ -369,6 +395,28 @@ def merge_applications(
     return config, warnings
 
 
+def without_surge(
+    config: dict[str, Any], app_name: str | None = None, names: Collection[str] | None = None
+) -> dict[str, Any]:
+    """``config`` with deployments rolling as Ray does by default (old replicas stop before
+    new ones start): the deployments ``names`` of ``app_name`` (``max_surge_percent`` 0),
+    or, without ``app_name``, every deployment, with no ``max_surge_percent`` at all (a Ray
+    that does not know it)."""
+    applications = []
+    for app in config["applications"]:
+        if app_name is None or app.get("name") == app_name:
+            deployments = []
+            for deployment in app.get("deployments") or []:
+                if app_name is None:
+                    deployment = {k: v for k, v in deployment.items() if k != SURGE_OPTION}
+                elif names is None or deployment.get("name") in names:
+                    deployment = {**deployment, SURGE_OPTION: 0}
+                deployments.append(deployment)
+            app = {**app, "deployments": deployments}
+        applications.append(app)
+    return {**config, "applications": applications}
+
+
 RAY_EXTRA_HINT = "python -m pip install 'peach-cli[ray]'"
 SCHEMA_SKIPPED = (
     "the Serve config is not checked against Ray's schema here: Ray is not installed "
@@ -385,9 +433,11 @@ def validate_config(config: dict[str, Any]) -> bool:
     from pydantic import ValidationError
 
     try:
-        from ray.serve.schema import ServeDeploySchema
+        from ray.serve.schema import DeploymentSchema, ServeDeploySchema
     except ImportError:
         return False
+    if SURGE_OPTION not in DeploymentSchema.model_fields:  # an older Ray: the cluster decides
+        config = without_surge(config)
     try:
         ServeDeploySchema.model_validate(config)
     except ValidationError as error:

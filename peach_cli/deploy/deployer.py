@@ -26,12 +26,14 @@ from peach_cli.deploy.config import (
     DEFAULT_HTTP_PORT,
     ROUTE_PREFIX,
     SCHEMA_SKIPPED,
+    SURGE_OPTION,
     Bundle,
     TaskOptions,
     build_bundle,
     http_url,
     merge_applications,
     validate_config,
+    without_surge,
 )
 from peach_cli.deploy.dashboard import DashboardClient, resolve_address
 from peach_cli.deploy.progress import (
@@ -55,8 +57,11 @@ from peach_cli.deploy.resources import (
     Needs,
     application_needs,
     check_fits,
+    cpus_text,
     fits_when_idle,
+    gib_text,
     has_totals,
+    replaced_running,
 )
 from peach_cli.deploy.variables import deployed_secrets
 from peach_cli.errors import DeployError
@@ -196,7 +201,9 @@ def deploy(
         for warning in warnings:
             reporter.warn(warning)
         validate_config(config)
-        _check_resources(dashboard, bundle, details, reporter)
+        crowded = _check_resources(dashboard, bundle, details, reporter)
+        if crowded:
+            config = without_surge(config, bundle.app_name, crowded)
         uploaded, reused = _upload(dashboard, bundle)
         sent = sum(len(p.data) for p in bundle.packages if p.name in uploaded)
         reporter.note(
@@ -205,7 +212,7 @@ def deploy(
         )
         current = (details.get("applications") or {}).get(bundle.app_name)
         replaced = starting_errors(read_application(bundle.app_name, current)) if current else {}
-        _put(dashboard, config)
+        _put(dashboard, config, reporter)
         reporter.note(f"application '{bundle.app_name}' submitted; waiting for its replicas")
         app = wait_until_running(
             dashboard,
@@ -262,13 +269,18 @@ RESOURCE_RELEASE_WAIT_S = 10.0
 
 def _check_resources(
     dashboard: DashboardClient, bundle: Bundle, details: dict[str, Any], reporter: Reporter
-) -> None:
+) -> list[str]:
+    """Raise when the project cannot fit the cluster; return the deployments whose new
+    replicas have no room beside the old ones they replace (said to ``reporter``): those
+    roll as Ray does by default, old replicas first."""
     current = (details.get("applications") or {}).get(bundle.app_name) or {}
-    held = Needs()
+    held = surge = Needs()
     # the version being replaced gives back what it reserves, running or not (a redeploy
-    # after a failed init replaces replicas that Serve keeps retrying)
+    # after a failed init replaces replicas that Serve keeps retrying) — once the new
+    # replicas run: until then the running ones it replaces keep theirs
     if current.get("deployed_app_config") and current.get("status") != "DELETING":
         held = application_needs(current["deployed_app_config"])
+        surge = replaced_running(bundle.application, current)
     # a cluster that just started has no resource report for a few seconds
     deadline = time.monotonic() + RESOURCE_REPORT_WAIT_S
     while True:
@@ -277,15 +289,20 @@ def _check_resources(
             break
         if time.monotonic() >= deadline:
             reporter.warn("the cluster reports no resources yet: CPUs and memory not checked")
-            return
+            return []
         time.sleep(0.5)
     needs = application_needs(bundle.application)
     deadline = time.monotonic() + RESOURCE_RELEASE_WAIT_S
     waiting = False
     while True:
         try:
+            check_fits(needs + surge, report, held)
+            return []
+        except DeployError:
+            pass
+        try:
             check_fits(needs, report, held)
-            return
+            return _no_room_for_surge(surge, reporter)
         except DeployError:
             # replicas just deleted or replaced still count as used for a few seconds
             if not fits_when_idle(needs, report) or time.monotonic() >= deadline:
@@ -297,9 +314,31 @@ def _check_resources(
         report = dashboard.cluster_status()
 
 
-def _put(dashboard: DashboardClient, config: dict[str, Any]) -> None:
+def _no_room_for_surge(surge: Needs, reporter: Reporter) -> list[str]:
+    names = [name for name, _, _ in surge.replicas]
+    more = f"{cpus_text(surge.cpus)} CPUs"
+    if surge.memory:
+        more += f" and {gib_text(surge.memory)} GiB"
+    reporter.warn(
+        f"the cluster has no room for the new replicas of {', '.join(names)} beside the old "
+        f"ones ({more} more): the old ones stop first, as Ray rolls by default, and requests "
+        "wait while the new ones start"
+    )
+    return names
+
+
+def _put(dashboard: DashboardClient, config: dict[str, Any], reporter: Reporter) -> None:
     try:
-        dashboard.put_applications(config)
+        try:
+            dashboard.put_applications(config)
+        except DeployError as error:
+            if SURGE_OPTION not in error.message:
+                raise
+            reporter.warn(
+                f"the cluster's Ray has no `{SURGE_OPTION}`: a changed component's old "
+                "replicas stop before its new ones start, and requests wait while they start"
+            )
+            dashboard.put_applications(without_surge(config))
     except DeployError as error:
         if "ProxyActor" not in error.message:
             raise

@@ -4,6 +4,11 @@ A replica that does not fit stays pending forever in Ray, so ``peach deploy`` ch
 cluster's free CPUs and memory (plus what the application's current version holds, which
 a redeploy gives back) against the config's replicas × (CPUs, memory) and fails with the
 numbers when it cannot fit.
+
+A rollout starts a new replica of a changed deployment beside its old ones, one at a time
+(``config.surge_percent``): until the last old one stops, the deployment holds one replica
+more than it asks for (``replaced_running``), and when the cluster has no room for it the
+deploy rolls as Ray does by default (an old replica first).
 """
 
 from __future__ import annotations
@@ -53,6 +58,52 @@ def application_needs(application: dict[str, Any]) -> Needs:
         total = total + Needs(
             cpus * replicas, memory * replicas, cpus, memory, name, ((name, cpus, memory),)
         )
+    return total
+
+
+def replaced_running(application: dict[str, Any], current: dict[str, Any]) -> Needs:
+    """What a rollout of ``application`` holds beyond its own needs: one replica of each
+    deployment it restarts that has a replica running (the old ones stop one at a time, as
+    each new one runs). ``current`` is the application as Serve details it
+    (``deployed_app_config``, and each deployment's replicas with their states).
+
+    A deployment restarts when its fingerprint's restart part changes — its actor options
+    (CPUs, memory, runtime_env merged over the application's), or the application's code
+    (its ``import_path``, ``args`` or ``runtime_env``) — as ``peach deploy --diff`` says
+    (``release.deployment_fingerprints``, one source of truth); the number of replicas or
+    the rollout settings change without a restart.
+
+    >>> old = {"import_path": "a:b", "deployments": [
+    ...     {"name": "x.main", "ray_actor_options": {"num_cpus": 0.5, "runtime_env": {"py_modules": ["1"]}}},
+    ...     {"name": "y.main", "ray_actor_options": {"num_cpus": 1}}]}
+    >>> running = {"deployed_app_config": old, "deployments": {
+    ...     "x.main": {"replicas": [{"state": "RUNNING"}, {"state": "RUNNING"}]},
+    ...     "y.main": {"replicas": [{"state": "RUNNING"}]}}}
+    >>> new = {"import_path": "a:b", "deployments": [
+    ...     {"name": "x.main", "ray_actor_options": {"num_cpus": 0.5, "runtime_env": {"py_modules": ["2"]}}},
+    ...     {"name": "y.main", "ray_actor_options": {"num_cpus": 1}}]}
+    >>> held = replaced_running(new, running)
+    >>> held.cpus, [name for name, _, _ in held.replicas]
+    (0.5, ['x.main'])
+    >>> replaced_running(old, running).cpus
+    0.0
+    """
+    from peach_cli.deploy.release import deployment_fingerprints  # what --diff says too
+
+    deployed = current.get("deployed_app_config") or {}
+    details = current.get("deployments") or {}
+    before = deployment_fingerprints(deployed)
+    old = {d.get("name", ""): d for d in deployed.get("deployments") or []}
+    total = Needs()
+    for name, after in deployment_fingerprints(application).items():
+        running_before = before.get(name)
+        if running_before is None or running_before.restart == after.restart:
+            continue
+        replicas = (details.get(name) or {}).get("replicas") or ()
+        running = sum(1 for r in replicas if str(r.get("state")) == "RUNNING")
+        if running:
+            one = application_needs({"deployments": [{**old[name], "num_replicas": 1}]})
+            total = total + one
     return total
 
 
