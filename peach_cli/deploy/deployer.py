@@ -150,6 +150,20 @@ def connect(address: str | None, reporter: Reporter) -> DashboardClient:
     return DashboardClient(url)
 
 
+def _bundle_with_secrets(plan: ProjectPlan, **options: Any) -> Bundle:
+    """``build_bundle(plan, **options)`` with the values of the secrets the project's
+    components and tasks declare (each hidden from every output first; a missing one raises
+    ``MissingSecret`` before anything changes on the cluster)."""
+    from peach_cli.boundary import hide
+    from peach_cli.deploy.scheduler import task_secrets
+    from peach_cli.project.secrets import secret_values
+
+    needed = [s for c in plan.components() for s in c.secrets] + task_secrets(plan)
+    secrets = secret_values(plan.root, needed)
+    hide(secrets.values())
+    return build_bundle(plan, secrets=secrets, **options)
+
+
 def deploy(
     plan: ProjectPlan,
     *,
@@ -171,20 +185,14 @@ def deploy(
     revision)`` when ``plan`` was read from an export of that revision.
     """
     from peach_cli.boundary import hide
-    from peach_cli.deploy.scheduler import task_secrets
-    from peach_cli.project.secrets import secret_values
 
     reporter = reporter or Reporter()
     started = time.monotonic()
-    needed = [s for c in plan.components() for s in c.secrets] + task_secrets(plan)
-    secrets = secret_values(plan.root, needed)
-    hide(secrets.values())  # raises MissingSecret first: nothing changes on the cluster
-    bundle = build_bundle(
+    bundle = _bundle_with_secrets(
         plan,
         http_host=http_host or DEFAULT_HTTP_HOST,
         http_port=http_port or DEFAULT_HTTP_PORT,
         route_prefix=route_prefix,
-        secrets=secrets,
         tasks=tasks,
     )
     source, revision = ref if ref is not None else (None, None)
@@ -248,14 +256,9 @@ def diff(
     The config is built as the deploy builds it (``build_bundle``, the project's secrets
     in it: a changed secret restarts its components; ``tasks``: the scheduler's loop)."""
     from peach_cli.boundary import hide
-    from peach_cli.deploy.scheduler import task_secrets
-    from peach_cli.project.secrets import secret_values
 
     reporter = reporter or Reporter()
-    needed = [s for c in plan.components() for s in c.secrets] + task_secrets(plan)
-    secrets = secret_values(plan.root, needed)
-    hide(secrets.values())
-    bundle = build_bundle(plan, route_prefix=route_prefix, secrets=secrets, tasks=tasks)
+    bundle = _bundle_with_secrets(plan, route_prefix=route_prefix, tasks=tasks)
     with connect(address, reporter) as dashboard:
         details = dashboard.serve_details()
     hide(deployed_secrets(details))
