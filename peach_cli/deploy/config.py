@@ -265,8 +265,6 @@ def build_bundle(
     gateway gets none. A project with tasks gets its scheduler (``tasks``: see
     ``deploy.scheduler``), with the loop and its pause as ``tasks`` says.
     """
-    from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
-
     runtime = runtime_package()
     project = project_package(project_files(plan.root, excluded=plan.watched_files))
     gateway_files = [
@@ -275,22 +273,7 @@ def build_bundle(
     ]
     gateway_package = package("gateway", gateway_files, "the gateway's routes")
     packages = {p.name: p for p in (project, runtime, gateway_package)}
-    deployments: list[dict[str, Any]] = [
-        {
-            "name": GATEWAY,
-            "num_replicas": 1,
-            "max_ongoing_requests": GATEWAY_MAX_ONGOING,
-            SURGE_OPTION: surge_percent(1),
-            DRAIN_OPTION: DRAIN_TIMEOUT_S,
-            "ray_actor_options": {
-                "num_cpus": GATEWAY_CPUS,
-                "runtime_env": {
-                    "working_dir": gateway_package.uri,
-                    **requirements_runtime_env(plan.py_environments.get("base", ())),
-                },
-            },
-        }
-    ]
+    deployments: list[dict[str, Any]] = [_gateway_deployment(plan, gateway_package)]
     for spec in sorted(plan.components(), key=deployment_name):
         name = deployment_name(spec)
         own = spec_package(
@@ -329,6 +312,27 @@ def build_bundle(
         "applications": [application],
     }
     return Bundle(plan.codops, config, tuple(packages.values()))
+
+
+def _gateway_deployment(plan: ProjectPlan, gateway_package: Package) -> dict[str, Any]:
+    """The gateway's deployment: one replica, its routes in ``gateway_package``, the base
+    py_env's requirements."""
+    from peach_cli.deploy.requirements import requirements_runtime_env  # not in the runtime
+
+    return {
+        "name": GATEWAY,
+        "num_replicas": 1,
+        "max_ongoing_requests": GATEWAY_MAX_ONGOING,
+        SURGE_OPTION: surge_percent(1),
+        DRAIN_OPTION: DRAIN_TIMEOUT_S,
+        "ray_actor_options": {
+            "num_cpus": GATEWAY_CPUS,
+            "runtime_env": {
+                "working_dir": gateway_package.uri,
+                **requirements_runtime_env(plan.py_environments.get("base", ())),
+            },
+        },
+    }
 
 
 def _shipped_document(
