@@ -316,6 +316,7 @@ def test_both_hosts_answer_every_request_alike(hosts: tuple[str, str]) -> None:
     @example(request=Request("POST", b"/params", b'{"a": "' + b"x" * (MAX_BODY + 1) + b'"}'))
     @example(request=Request("POST", b"/params?stream=true", b"{", MAX_BODY * 2))
     @example(request=Request("POST", b"/params", LONE_SURROGATES[0]))
+    @example(request=Request("GET", "/params?a=caf\u00e9&b=\u20ac".encode(), None))
     def compare(request: Request) -> None:
         sent.append(request)
         dev = send(dev_url, request)

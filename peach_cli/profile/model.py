@@ -54,7 +54,7 @@ class Profile:
     busy: int = 0
     """Samples that found a thread in the user's code (wall-clock)."""
     late: int = 0
-    """Of those, the ones that waited for a thread to let go of the GIL (see ``biased``)."""
+    """Of those, the ones that waited for a thread to let go of the GIL (counted, not shown: by the clock it cannot tell a starved sampler from a lean)."""
 
     @classmethod
     def merge(cls, profiles: Iterable[dict[str, Any]], duration_s: float | None = None) -> Profile:
@@ -94,15 +94,6 @@ class Profile:
             self.kinds.setdefault(frame, str(kind))
             folded.append(frame)
         return tuple(folded)
-
-    @property
-    def biased(self) -> bool:
-        """Whether a wall-clock profile leans toward the lines where threads let go of the
-        GIL: a fifth or more of its samples of the user's code waited for a thread to let
-        go of it, for less than the switch interval (so where that thread waited or slept,
-        `time.sleep(0)` too, not where the interval stopped it). The sampler needs the GIL
-        to look (``runtime.sampler.Sampler._run``)."""
-        return self.mode == "wall" and self.busy >= 20 and self.late >= self.busy / 5
 
     @property
     def total_weight(self) -> float:

@@ -18,7 +18,7 @@ profile holds are the replica's, but for the sampler's own (``_cpu_weight``).
 While it runs, ``timed`` counts the calls of the user's method and the time they take (a
 call too short to be sampled is still named), and wall-clock mode counts the samples that
 waited for a thread to let go of the GIL (``late``): those find that thread where it let
-go, so the profile leans toward such lines (``Profile.biased``).
+go, so the profile leans toward such lines (counted in the profile, not shown).
 
 ``stop()`` returns the profile as plain data: a table of frames, each
 ``(kind, position, function)`` with ``kind`` one of ``notebook``, ``project``, ``library``,

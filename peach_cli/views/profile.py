@@ -79,13 +79,6 @@ def render_profile(
     if profile.calls:
         lines += ["", "calls (the method, timed)"]
         lines += [_calls_row(frame, n, seconds) for frame, (n, seconds) in profile.calls.items()]
-    if profile.biased:
-        lines += ["", *_wrap(
-            f"biased: {profile.late / profile.busy:.0%} of the samples waited for a thread to "
-            "let go of the GIL (the sampler needs it to look), and found that thread where it "
-            "did: lines that let go of it (I/O, sleeps, time.sleep(0)) show more than their "
-            "share, the Python between them less; --cpu leans less"
-        )]  # fmt: skip
     if written is not None:
         kind = "flame graph" if written.suffix.lower() == ".svg" else "speedscope file"
         path = shown(str(written))
