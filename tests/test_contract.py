@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -180,6 +181,38 @@ class TestResults:
         first, second, other_reinits, reinits = asyncio.run(scenario())
         assert first.drift and first.result != second.result
         assert (other_reinits, reinits) == (0, 1)
+
+    def test_a_reinit_runs_in_the_working_dir_made_again_under_its_name(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Ray's agent of another node on the same machine sets up the same working_dir by
+        removing the folder and unpacking it again: the replica's re-init still reads it."""
+        folder = tmp_path / "working_dir"
+        folder.mkdir()
+        (folder / "version.txt").write_text("1")
+        monkeypatch.chdir(folder)
+        source = (
+            "from pathlib import Path\n"
+            "def init_state():\n"
+            "    return (Path.cwd() / 'version.txt').read_text()\n"
+            "def drifting(model):\n"
+            "    return [model], {'drift_detected': model == '1'}\n"
+        )
+        spec = dataclasses.replace(runner_for_loop("drifting").spec, source=source)
+
+        async def scenario():
+            runner = contract.ComponentRunner(spec, Path("."))
+            await runner.start()
+            shutil.rmtree(folder)  # as Ray's agent does, the process still in it
+            folder.mkdir()
+            (folder / "version.txt").write_text("2")
+            first = await runner.call(RequestParams())
+            await runner.wait_reinit()
+            second = await runner.call(RequestParams())
+            runner.close()
+            return first.result, runner.last_reinit_error, second.result
+
+        assert asyncio.run(scenario()) == (["1"], None, ["2"])
 
     def test_conversions(self) -> None:
         np = pytest.importorskip("numpy")

@@ -14,6 +14,7 @@ import contextvars
 import inspect
 import linecache
 import logging
+import os
 import sys
 import threading
 import types
@@ -81,6 +82,8 @@ class ComponentRunner:
     def __init__(self, spec: ComponentSpec, root: Path, *, replica_id: str = "") -> None:
         self.spec = spec
         self.root = Path(root)
+        self.cwd = os.getcwd()
+        """The folder the user's code runs in (a Ray replica's: its working_dir)."""
         self.replica_id = replica_id or spec.key
         self.state: Any = None
         self.method: Callable[..., Any] | None = None
@@ -204,7 +207,25 @@ class ComponentRunner:
         """True while a drift re-init runs; new calls wait for it."""
         return not self._ready.is_set()
 
+    def _keep_cwd(self) -> None:
+        """Re-enter ``cwd`` when it was deleted and made again under its name.
+
+        Ray's runtime_env agent of a node sets up a ``working_dir`` by removing the folder
+        and unpacking the package again: two nodes on one machine share that folder, so a
+        task's job starting on one (the scheduler's) replaced the folder a replica on the
+        other runs in. Its ``os.getcwd()`` then raises ``FileNotFoundError``, and so did
+        every drift re-init of ``examples/assistant`` (``Path.cwd()``).
+        """
+        try:
+            os.getcwd()
+        except FileNotFoundError:
+            try:
+                os.chdir(self.cwd)
+            except OSError:  # not made again (yet): the user's code reports what it lacks
+                pass
+
     async def _reinit(self) -> None:
+        self._keep_cwd()
         try:
             state = await self._run_init()
         except Exception as error:  # keep the old state, report the error (SPEC decision)
@@ -255,6 +276,7 @@ class ComponentRunner:
         """
         assert self.method is not None, "start() first"
         await self._ready.wait()
+        self._keep_cwd()
         if self.streams:
             return CallResult.failure(
                 "stream_required",
@@ -313,6 +335,7 @@ class ComponentRunner:
         """
         assert self.method is not None, "start() first"
         await self._ready.wait()
+        self._keep_cwd()
         if not self.streams:
             raise ContractError("bad_request", f"{self.spec.method}() does not stream")
         kwargs = self._bind(params)
