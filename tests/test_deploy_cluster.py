@@ -96,7 +96,12 @@ def test_deploy_waits_until_running_then_answers_and_shows_status(cluster):
         "--http-port", str(cluster.http_port),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "deploy-basic is running: 4 replicas" in result.stderr
+    short = subprocess.run(
+        ["git", "-C", str(BASIC), "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    summary = rf"deploy-basic at {short}(\+dirty)? is running: 4 replicas in 3 deployments, "
+    assert re.search(summary, result.stderr), result.stderr
     assert f"/hello  {cluster.serve_url}/hello" in result.stdout
 
     response = httpx.get(f"{cluster.serve_url}/hello", params={"name": "ray"}, timeout=10)

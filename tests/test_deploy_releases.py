@@ -185,8 +185,10 @@ ENDPOINTS = """
 """
 TASKS = """
 tasks:
-  refresh: {notebook: notebooks/Hello.ipynb, method: count}
+  refresh: {notebook: notebooks/Task.ipynb, method: count}
 """
+SCHEDULER = "tasks"
+"""The deployment of the line ``scheduler`` (the project's task scheduler)."""
 
 
 def diff_lines(cluster: RayHead, project: Path) -> dict[str, str]:
@@ -208,7 +210,7 @@ def check_deploy_does_what_diff_said(cluster: RayHead, project: Path, said: dict
         kind, _, name = label.partition(" ")
         if kind == "task":
             continue
-        deployment = name or kind
+        deployment = SCHEDULER if kind == "scheduler" else name or kind
         if what == "removed":
             assert deployment not in after, label
         elif what == "new":
@@ -251,12 +253,23 @@ def test_diff_says_what_the_next_deploy_does_and_changes_nothing(cluster, tmp_pa
 
     # a task added and an endpoint removed: the application is built again
     edit(project / "peach.yaml", "\n  same:\n", "\n  gone:\n")
+    shutil.copy(project / "notebooks" / "Hello.ipynb", project / "notebooks" / "Task.ipynb")
     (project / "peach.yaml").write_text((project / "peach.yaml").read_text() + TASKS)
     said = diff_lines(cluster, project)
     assert said["component same.main"] == "removed" and said["component gone.main"] == "new"
-    assert said["task refresh"] == "new"
+    assert said["task refresh"] == "new" and said["scheduler"] == "new"
     check_deploy_does_what_diff_said(cluster, project, said)
-    assert diff_lines(cluster, project)["task refresh"] == "unchanged"
+    assert set(diff_lines(cluster, project).values()) == {"unchanged"}
+
+    # only the task's code: its next run restarts; the scheduler, holding the tasks in its
+    # user_config, is reconfigured in place (its replica kept), nothing else is touched
+    edit(project / "notebooks" / "Task.ipynb", "range(n)", "range(0, n)")  # its method
+    said = diff_lines(cluster, project)
+    assert said["task refresh"] == "restarts (code)"
+    assert said["scheduler"] == "unchanged"
+    assert {what for label, what in said.items() if label != "task refresh"} == {"unchanged"}
+    check_deploy_does_what_diff_said(cluster, project, said)
+    assert set(diff_lines(cluster, project).values()) == {"unchanged"}
 
 
 # -- request lines ---------------------------------------------------------------------------
