@@ -92,7 +92,10 @@ def bench(url: str, seconds: float, pid: int | None = None) -> tuple[float, floa
 
 
 def action(base: str, name: str, body: dict) -> dict:
-    answer = httpx.post(f"{base}/_peach/profile/{name}", json=body, timeout=30)
+    from peach_cli.devtoken import token_headers  # a profile action needs the dev token
+
+    headers = token_headers(base)
+    answer = httpx.post(f"{base}/_peach/profile/{name}", json=body, headers=headers, timeout=30)
     answer.raise_for_status()
     return answer.json()["result"]
 
