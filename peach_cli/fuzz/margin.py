@@ -73,10 +73,12 @@ class Margin:
 
     def times_out(self, target: Target, request: Request) -> bool:
         """Whether ``request`` runs past ``timeout_s`` and its margin."""
-        from peach_cli.fuzz.run import request_to
+        from peach_cli.fuzz.targets import request_to
         from peach_cli.testing.run import observe_request
 
-        sent = request_to(target, request, self.host(), self.bound_s + READ_SLACK_S)
+        sent = request_to(
+            target, request.method, request.params, self.host(), self.bound_s + READ_SLACK_S
+        )
         observed = observe_request(self.client, sent)
         self.recover(observed, None)
         return observed.elapsed_ms >= self.bound_s * 1000 - EARLY_MS

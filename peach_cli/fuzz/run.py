@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.fuzz.findings import Finding, judge
-from peach_cli.fuzz.targets import Target
+from peach_cli.fuzz.targets import Target, request_to
 
 if TYPE_CHECKING:
     from peach_cli.client.send import Client
@@ -75,22 +75,6 @@ class Explored:
         return self.requests > 0 and self.unavailable == self.requests
 
 
-def request_to(target: Target, request: Request, base: str, read_timeout_s: float) -> Any:
-    """The ``AskRequest`` of a generated request: a SPEC §8 case's, marked ``x-peach-tool:
-    fuzz`` (a finding's ready case sends exactly it)."""
-    from peach_cli.testing.cases import Case
-    from peach_cli.testing.run import request_for
-
-    case = Case.model_construct(
-        name="fuzz",
-        url=target.url,
-        method=request.method,
-        params=request.params,
-        stream=target.streams,
-    )
-    return request_for(case, base, read_timeout_s, tool="fuzz")
-
-
 def prober(
     target: Target,
     client: Client,
@@ -111,7 +95,7 @@ def prober(
         mark = watch.mark() if watch is not None else None
         observed = observe_request(
             client,
-            request_to(target, request, base, read_timeout_s),
+            request_to(target, request.method, request.params, base, read_timeout_s),
             stream_limit_s=STREAM_LIMIT_S,
         )
         heard = watch.settle(mark) if watch is not None and mark is not None else None

@@ -183,3 +183,21 @@ def _unknown(name: str, targets: list[Target]) -> UsageError:
     guess = f"; did you mean {close[0]}?" if close else ""
     known = ", ".join(f"{t.url} ({t.endpoint})" for t in targets) or "none"
     return UsageError(f"no endpoint {name!r} in the project{guess}", hint=f"endpoints: {known}")
+
+
+def request_to(
+    target: Target, method: str, params: dict[str, Any], base: str, read_timeout_s: float
+) -> Any:
+    """The ``AskRequest`` of a generated request: a SPEC §8 case's, marked ``x-peach-tool:
+    fuzz`` (a finding's ready case sends exactly it)."""
+    from peach_cli.testing.cases import Case
+    from peach_cli.testing.run import request_for
+
+    case = Case.model_construct(
+        name="fuzz",
+        url=target.url,
+        method=method,
+        params=params,
+        stream=target.streams,
+    )
+    return request_for(case, base, read_timeout_s, tool="fuzz")
