@@ -20,6 +20,15 @@ REPO = Path(__file__).resolve().parent.parent
 CLUSTER_ENV = ("PEACH_RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
+def peach_env(env: dict[str, str] | None, columns: int) -> dict[str, str]:
+    """This process's environment for a `peach` a test starts: no colour, ``columns`` wide,
+    no cluster address or token of the developer's shell; ``env`` on top."""
+    full = {**os.environ, "NO_COLOR": "1", "COLUMNS": str(columns)}
+    for name in CLUSTER_ENV:
+        full.pop(name, None)
+    return {**full, **(env or {})}
+
+
 def run_peach(
     *args: str,
     cwd: Path | None = REPO,
@@ -28,10 +37,7 @@ def run_peach(
     columns: int = 200,
 ) -> subprocess.CompletedProcess[str]:
     """`peach ARGS` in ``cwd``; ``env`` on top of this process's environment."""
-    full = {**os.environ, "NO_COLOR": "1", "COLUMNS": str(columns)}
-    for name in CLUSTER_ENV:
-        full.pop(name, None)
-    full.update(env or {})
+    full = peach_env(env, columns)
     return subprocess.run(
         [sys.executable, "-m", "peach_cli.cli", *args],
         capture_output=True,
@@ -56,7 +62,7 @@ def on_a_terminal(
     import select
 
     leader, follower = pty.openpty()
-    full = {**os.environ, **(env or {}), "COLUMNS": str(columns), "LINES": "24", "NO_COLOR": "1"}
+    full = {**peach_env(env, columns), "LINES": "24"}
     process = subprocess.Popen(
         [sys.executable, "-m", "peach_cli.cli", *args],
         stdin=follower,
