@@ -150,8 +150,15 @@ def connect(address: str | None, reporter: Reporter) -> DashboardClient:
     return DashboardClient(url)
 
 
-def _bundle_with_secrets(plan: ProjectPlan, **options: Any) -> Bundle:
-    """``build_bundle(plan, **options)`` with the values of the secrets the project's
+def _bundle_with_secrets(
+    plan: ProjectPlan,
+    *,
+    route_prefix: str,
+    tasks: TaskOptions | None,
+    http_host: str = DEFAULT_HTTP_HOST,
+    http_port: int = DEFAULT_HTTP_PORT,
+) -> Bundle:
+    """``build_bundle`` for ``plan`` with the values of the secrets the project's
     components and tasks declare (each hidden from every output first; a missing one raises
     ``MissingSecret`` before anything changes on the cluster)."""
     from peach_cli.boundary import hide
@@ -161,7 +168,14 @@ def _bundle_with_secrets(plan: ProjectPlan, **options: Any) -> Bundle:
     needed = [s for c in plan.components() for s in c.secrets] + task_secrets(plan)
     secrets = secret_values(plan.root, needed)
     hide(secrets.values())
-    return build_bundle(plan, secrets=secrets, **options)
+    return build_bundle(
+        plan,
+        http_host=http_host,
+        http_port=http_port,
+        route_prefix=route_prefix,
+        secrets=secrets,
+        tasks=tasks,
+    )
 
 
 def deploy(
