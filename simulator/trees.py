@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from typing import Any
 
 
@@ -31,6 +32,8 @@ def kill_tree(pid: int) -> set[int]:
         root = psutil.Process(pid)
     except psutil.Error:
         root = None
+    if root is not None:
+        _stop(root)
     for _ in range(20 if root is not None else 0):
         try:
             below = root.children(recursive=True)
@@ -52,6 +55,26 @@ def kill_tree(pid: int) -> set[int]:
             root.kill()
             killed.add(pid)
     return killed
+
+
+def _stop(root: Any) -> None:
+    """Stop the worker (and its group) before looking below it, so that it forks nothing
+    between the look and the kill: a child started in that moment would die with the group
+    uncounted. Waits a moment for the stop to take effect (it is sent, not awaited)."""
+    import psutil
+
+    with contextlib.suppress(OSError):
+        os.killpg(root.pid, signal.SIGSTOP)
+    with contextlib.suppress(psutil.Error):
+        root.suspend()
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        try:
+            if root.status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
+                return
+        except psutil.Error:
+            return
+        time.sleep(0.001)
 
 
 def _alive(process: Any) -> bool:

@@ -357,6 +357,14 @@ def children(pid: int) -> set[int]:
     return found
 
 
+def runs(pid: int, module: bytes) -> bool:
+    """Whether process ``pid`` runs ``module`` (its command line names it)."""
+    try:
+        return module in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def direct_children(pid: int) -> set[int]:
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -382,9 +390,11 @@ def test_no_replica_or_spare_process_outlives_peach_dev(served: Served, how: str
     pid = served.dev.process.pid
 
     def idle_spares() -> set[int]:
+        # A spare is a spawned replica worker that serves nothing yet: not the keeper, not a
+        # warm template (with those counted, the save could come before any spare existed).
         health = served.dev.wait_ready()
         replicas = {r["pid"] for c in health["components"] for r in c["replicas"]}
-        return children(pid) - replicas
+        return {p for p in children(pid) - replicas if runs(p, b"peach_cli.runtime.replica_worker")}
 
     first = poll(idle_spares, "a spare replica process")
     saved = since_boot()
