@@ -293,3 +293,17 @@ def figures(
         rollout_s=rollout[1] - rollout[0],
         reasons=sorted({reason for _, reason in timeline.failures_at}),
     )
+
+
+def niceness_by_title(prefix: str) -> dict[str, set[int]]:
+    """The ``nice`` values of this machine's processes whose title (Ray sets
+    ``ray::ServeReplica:APP:DEPLOYMENT``, ``ray::ProxyActor``…) starts with ``prefix``, by
+    title: the test cluster's nodes run here."""
+    import psutil
+
+    found: dict[str, set[int]] = {}
+    for process in psutil.process_iter(["cmdline", "nice"]):
+        title = " ".join(process.info["cmdline"] or ())
+        if title.startswith(prefix):
+            found.setdefault(title.split(" ", 1)[0], set()).add(process.info["nice"])
+    return found

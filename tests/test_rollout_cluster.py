@@ -14,6 +14,7 @@ from cli_support import run_peach
 from rollout_support import (
     RolloutLoad,
     figures,
+    niceness_by_title,
     replica_ids,
     watch_rollout,
     write_rollout_project,
@@ -68,6 +69,16 @@ def test_a_redeploy_under_load_loses_nothing_and_keeps_the_latency(ray_cluster, 
     # process's start takes from the busy machine: far below the rollout's length minus
     # half the init (the strict figure, p99 ≤ 2× steady: benchmarks/rollout.py).
     assert result.rollout_max_ms < 1000 * (result.rollout_s - INIT_S / 2), result.line()
+
+    # Ray lowers its workers' priority (nice 15) once they have imported Ray; the project's
+    # replicas serve at the priority a new process starts at, so a replica starting does not
+    # take the CPU from those serving (the proxy, Ray's own, shows what they had before).
+    replicas = niceness_by_title("ray::ServeReplica:rollout:")
+    assert set(replicas) >= {f"ray::ServeReplica:rollout:{c}" for c in COMPONENTS}, replicas
+    assert set().union(*replicas.values()) == {0}, replicas
+    assert niceness_by_title("ray::ProxyActor") and all(
+        nice == {15} for nice in niceness_by_title("ray::ProxyActor").values()
+    )
 
 
 def test_a_cluster_without_room_for_the_surge_is_told_and_rolls_as_ray_does(ray_cluster, tmp_path):

@@ -63,6 +63,13 @@ in-flight calls and streams (as long as `peach dev` lets a reloaded component dr
 SURGE_OPTION = "max_surge_percent"
 DRAIN_OPTION = "graceful_shutdown_timeout_s"
 """The rollout settings of every deployment (both are updated without a restart)."""
+SERVING_ENV_VARS = {"RAY_worker_niceness": "0"}
+"""The application's own ``env_vars`` (every deployment of it gets them beside its own):
+its replicas serve at the CPU priority Ray's processes start at. Ray lowers every worker's
+(``nice`` 15) once it has imported Ray, so a new replica importing Ray during a rollout ran
+at 0 against the serving ones at 15 and took the CPU from them (``benchmarks/rollout.py``).
+Ray's job supervisors are given the same. A task's run (a Ray job) keeps Ray's 15: batch
+work yields to serving."""
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8000
 ROUTE_PREFIX = "/"
@@ -302,7 +309,7 @@ def build_bundle(
         "route_prefix": route_prefix,
         "import_path": APPLICATION_BUILDER,
         "args": args,
-        "runtime_env": {"py_modules": [runtime.uri]},
+        "runtime_env": {"py_modules": [runtime.uri], "env_vars": dict(SERVING_ENV_VARS)},
         # the gateway logs each request as `peach dev` prints it: not Serve's access line
         "logging_config": {"enable_access_log": False},
         "deployments": deployments,
