@@ -68,8 +68,7 @@ SERVING_ENV_VARS = {"RAY_worker_niceness": "0"}
 its replicas serve at the CPU priority Ray's processes start at. Ray lowers every worker's
 (``nice`` 15) once it has imported Ray, so a new replica importing Ray during a rollout ran
 at 0 against the serving ones at 15 and took the CPU from them (``benchmarks/rollout.py``).
-Ray's job supervisors are given the same. A task's run (a Ray job) keeps Ray's 15: batch
-work yields to serving."""
+Ray's job supervisors are given the same."""
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8000
 ROUTE_PREFIX = "/"
