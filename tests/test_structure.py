@@ -511,12 +511,6 @@ STATE_EXEMPT = {
     "rework hands it to the debugger relay instead (issue 51)",
     "simulator.http_protocol:_DEFAULT_HEAD": "uvicorn's default headers written out once a "
     "second, for every server of the process; to be held by the fast lane's server",
-    "peach_cli.envs.provides:_read": "what a site-packages provides, by its mtime (a cache "
-    "for the process); to be the env store's",
-    "peach_cli.envs.runtime:_staged": "the runtime staged once per project folder; to be "
-    "the session's",
-    "peach_cli.project.notebook:_BELOW": "a parsed cell's statements, by tree (weak: gone "
-    "with the tree); to be the loader's",
 }
 """Module state known and going away, each with why; an entry no longer found fails."""
 
