@@ -167,8 +167,9 @@ _ENDS = {"kill", "terminate", "send_signal", "kill_tree", "reap", "killpg"}
 
 
 def test_only_the_process_modules_start_or_end_a_process_in_the_simulator() -> None:
-    """A replica speaks to its process through its socket; starting (``simulator.spawn``
-    alone), signalling and reaping a process is the process modules'."""
+    """A replica speaks to its process through its socket; starting a process is
+    ``simulator.spawn``'s (and the warm template's it asks), signalling and reaping one the
+    process modules'."""
     starting = {
         name for name, tree in _trees("simulator.").items() if _called_names(tree) & _STARTS
     }
