@@ -62,7 +62,7 @@ from simulator.events import Event, ReplicaState, RequestLogged
 from simulator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from simulator.metrics import DevMetrics, deployment_name
 from simulator.pool import ReplicaPool, Unavailable
-from simulator.profiling import Profiler
+from simulator.profiling import InitProfiling, Profiler
 from simulator.replica import ReplicaGone
 from simulator.routing import Route, RoutingTable
 
@@ -90,6 +90,7 @@ class DevGateway:
         debugger: debug.DebugRelay | None = None,
         token: DevToken | None = None,
         task_rows: Callable[[], list[dict[str, Any]]] | None = None,
+        init_profiling: InitProfiling | None = None,
     ) -> None:
         self.table = table
         self.token = token or DevToken.new()
@@ -109,7 +110,7 @@ class DevGateway:
         """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
         self.recorder: RecordWriter | None = None
         """``peach dev --record``: every answered request, one JSON line each."""
-        self.profiler = Profiler(self)
+        self.profiler = Profiler(self, init_profiling)
         """``/_peach/profile/…``: `peach profile` samples the replicas."""
         self._document: tuple[RoutingTable, bytes] | None = None
         """The OpenAPI document of a routing table (built on the first GET after a reload)."""

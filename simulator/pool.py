@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from peach_cli.runtime.contract import Attempt, CallResult, RequestParams, unavailable_message
 from peach_cli.runtime.plan import ComponentSpec
+from peach_cli.runtime.protocol import Message
 from simulator.events import Event, ReplicaState
 from simulator.replica import INIT_STUCK_S, RESTARTED_WHEN_GONE, NotSent, Replica, ReplicaStream
 from simulator.spawn import Spawner
@@ -65,6 +66,8 @@ class PoolOptions:
     init_stuck_s: float = INIT_STUCK_S
     """A replica's start-up still running after this long is reported."""
     debugger: DebugRelay | None = None
+    first_messages: Callable[[Replica], list[Message]] | None = None
+    """What a replica's process gets before ``Start`` (``Replica.first_messages``)."""
 
 
 class ReplicaPool:
@@ -92,6 +95,7 @@ class ReplicaPool:
                 spawner=options.spawner,
                 init_stuck_s=options.init_stuck_s,
                 debugger=options.debugger,
+                first_messages=options.first_messages,
             )
             for _ in range(max(1, spec.replicas))
         ]

@@ -12,6 +12,11 @@ Three ``/_peach/`` actions, for loopback clients with the session's token only (
            replicas (as ``/_peach/reinit`` does), sampled from before their code loads
            until ``init`` returned.
 
+``--init`` needs the replicas that start while ``init`` is re-run to sample from their first
+line: the server makes one ``InitProfiling`` and hands it to the gateway's ``Profiler`` (which
+opens a watch on it) and to every replica it starts (``Replica(first_messages=...)``, which
+asks it what to send before ``Start``).
+
 The sampling itself runs inside each replica (``peach_cli.runtime.sampler``), switched on
 and off by the ``ProfileStart`` and ``ProfileStop`` messages; a profile is plain data that
 ``peach_cli.profile`` turns into tables, a flame graph or a speedscope file.
@@ -23,9 +28,10 @@ import asyncio
 import math
 import secrets
 import time
-import weakref
+from collections.abc import Awaitable, Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -34,23 +40,46 @@ from starlette.routing import Route as StarletteRoute
 from peach_cli.printable import without_surrogates
 from peach_cli.runtime import contract
 from peach_cli.runtime.jsonlimits import MAX_DEPTH, nests_deeper
-from peach_cli.runtime.plan import url_key
+from peach_cli.runtime.plan import ComponentSpec, url_key
 from peach_cli.runtime.protocol import Message, ProfileData, ProfileStart, ProfileStop
 
-Replica = Any
-"""A ``simulator.replica.Replica`` (not imported: it imports this module)."""
-Route = Any
-"""A ``simulator.routing.Route``."""
+if TYPE_CHECKING:
+    from simulator.changes import PlanChange
+    from simulator.routing import Route, RoutingTable
+
+
+class Sampled(Protocol):
+    """A replica as profiling sees it (``simulator.replica.Replica`` is one)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def spec(self) -> ComponentSpec: ...
+    @property
+    def pid(self) -> int | None: ...
+    def notify(self, message: Message) -> bool: ...
+    async def request(self, make: Callable[[int], Message], timeout_s: float) -> Message | None: ...
+
+
+class Gateway(Protocol):
+    """What the profile actions use of the gateway (``simulator.gateway.DevGateway``)."""
+
+    @property
+    def table(self) -> RoutingTable: ...
+    @property
+    def reinit(self) -> Callable[[Collection[str]], Awaitable[PlanChange]] | None: ...
+    def refuse_action(self, request: Request, what: str) -> JSONResponse | None: ...
+
 
 COLLECT_TIMEOUT_S = 10.0
 """How long a replica may take to send its profile."""
 MAX_SESSIONS = 16
+"""Sessions kept at most; the oldest is stopped (its samples dropped) to make room."""
 GRACE_S = 10.0
 """A session asked for ``duration_s`` ends by itself this long after it (its client is
 gone: a killed `peach profile` leaves no replica sampling)."""
 MAX_SESSION_S = 600.0
 """... and a session ends by itself after this long, whatever it asked for."""
-"""Sessions kept at most; the oldest is stopped (its samples dropped) to make room."""
 _MAX_BODY = 64 * 1024
 
 
@@ -60,26 +89,43 @@ class _InitWatch:
 
     keys: frozenset[str]
     start: ProfileStart
-    replicas: list[Replica] = field(default_factory=list)
+    replicas: list[Sampled] = field(default_factory=list)
 
 
-_WATCHES: weakref.WeakKeyDictionary[Any, _InitWatch] = weakref.WeakKeyDictionary()
-"""Spawner (one per server) → the init being profiled on it."""
+class InitProfiling:
+    """The ``init`` being profiled on one server (``peach profile --init``), if any: what a
+    replica it starts gets before ``Start``. One per server, handed to its replicas and to
+    its gateway's ``Profiler``."""
 
+    def __init__(self) -> None:
+        self._watch: _InitWatch | None = None
 
-def first_messages(replica: Replica) -> list[Message]:
-    """What a new replica process gets before ``Start``: ``ProfileStart`` while its
-    component's ``init`` is profiled (``Replica._spawn`` asks)."""
-    watch = _WATCHES.get(replica.spawner)
-    if watch is None or replica.spec.key not in watch.keys:
-        return []
-    watch.replicas.append(replica)
-    return [watch.start]
+    def first_messages(self, replica: Sampled) -> list[Message]:
+        """``ProfileStart`` for a replica of a component whose ``init`` is profiled (the
+        replica is collected when the watch ends); nothing otherwise."""
+        watch = self._watch
+        if watch is None or replica.spec.key not in watch.keys:
+            return []
+        watch.replicas.append(replica)
+        return [watch.start]
+
+    @property
+    def busy(self) -> bool:
+        return self._watch is not None
+
+    @contextmanager
+    def watching(self, keys: Collection[str], start: ProfileStart) -> Iterator[_InitWatch]:
+        """Replicas of ``keys`` started inside the block sample with ``start``'s settings."""
+        watch = self._watch = _InitWatch(frozenset(keys), start)
+        try:
+            yield watch
+        finally:
+            self._watch = None
 
 
 @dataclass
 class _Session:
-    replicas: list[Replica]
+    replicas: list[Sampled]
     began: float = field(default_factory=time.monotonic)
     expiry: asyncio.TimerHandle | None = None
     """Ends the session by itself (``Profiler.expire``), if nobody stops it first."""
@@ -88,8 +134,11 @@ class _Session:
 class Profiler:
     """The profile actions of one gateway (``DevGateway``), and their sessions."""
 
-    def __init__(self, gateway: Any) -> None:
+    def __init__(self, gateway: Gateway, init: InitProfiling | None = None) -> None:
         self.gateway = gateway
+        self.init = init
+        """Where ``--init`` watches for the replicas it restarts (None: this gateway's
+        server cannot restart replicas)."""
         self.sessions: dict[str, _Session] = {}
         self._expiring: set[asyncio.Task[Any]] = set()
 
@@ -110,7 +159,7 @@ class Profiler:
         asked_duration = _duration(asked)
         if asked_duration is None:
             return _error(400, "bad_request", "duration_s must be a number of seconds, more than 0")
-        replicas = [
+        replicas: list[Sampled] = [
             replica
             for pool in route.pools.values()
             for replica in pool.replicas
@@ -157,18 +206,13 @@ class Profiler:
         keys = [spec.key for spec in specs.values() if spec.init]
         if not keys:
             return _error(400, "bad_request", f"{route.endpoint.url} has no component with init")
-        reinit = self.gateway.reinit
-        spawner = next((r.spawner for pool in route.pools.values() for r in pool.replicas), None)
-        if reinit is None or spawner is None:
+        reinit, init = self.gateway.reinit, self.init
+        if reinit is None or init is None:
             return _error(503, "unavailable", "this server cannot restart replicas")
-        if spawner in _WATCHES:
+        if init.busy:
             return _error(409, "busy", "an init is already being profiled on this server")
-        watch = _InitWatch(frozenset(keys), settings)
-        _WATCHES[spawner] = watch
-        try:
+        with init.watching(keys, settings) as watch:
             change = await reinit(keys)
-        finally:
-            _WATCHES.pop(spawner, None)
         profiles = await _collect(watch.replicas)
         if change.failed:
             message = "; ".join(f"{key}: {error}" for key, error in change.failed.items())
@@ -202,7 +246,7 @@ class Profiler:
         return route
 
 
-async def _read(request: Request, gateway: Any) -> dict[str, Any] | JSONResponse:
+async def _read(request: Request, gateway: Gateway) -> dict[str, Any] | JSONResponse:
     refused = gateway.refuse_action(request, "/_peach/profile")
     if refused is not None:
         return refused
@@ -238,7 +282,7 @@ def _duration(asked: dict[str, Any]) -> float | None:
     return float(duration)
 
 
-async def _collect(replicas: list[Replica]) -> list[dict[str, Any]]:
+async def _collect(replicas: list[Sampled]) -> list[dict[str, Any]]:
     """Stop sampling in ``replicas`` and gather their profiles (a gone one gives none)."""
     answers = await asyncio.gather(
         *(replica.request(ProfileStop, COLLECT_TIMEOUT_S) for replica in replicas)
@@ -262,4 +306,4 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(contract.error_envelope(code, message), status_code=status)
 
 
-__all__ = ["Profiler", "first_messages"]
+__all__ = ["InitProfiling", "Profiler", "Sampled"]

@@ -56,7 +56,7 @@ from peach_cli.runtime.protocol import (
     StreamRefused,
     StreamStarted,
 )
-from simulator import debug, profiling
+from simulator import debug
 from simulator.environments import explain_init_error
 from simulator.events import (
     Event,
@@ -277,6 +277,7 @@ class Replica:
         spawner: Spawner | None = None,
         init_stuck_s: float = INIT_STUCK_S,
         debugger: debug.DebugRelay | None = None,
+        first_messages: Callable[[Replica], list[Message]] | None = None,
     ) -> None:
         self.spec = spec
         self.root = Path(root).resolve()
@@ -292,6 +293,10 @@ class Replica:
         """A start-up still running after this long is reported (it goes on waiting)."""
         self.debugger = debugger
         """The session's pdb relay: a breakpoint in a call suspends the call's deadline."""
+        self.first_messages = first_messages
+        """What its process gets before ``Start`` each time it starts (the server's
+        ``simulator.profiling.InitProfiling``: `peach profile --init` samples from the
+        first line)."""
         self.on_event = on_event
         self.on_change = on_change
         self.state = ReplicaState.STARTING
@@ -336,7 +341,7 @@ class Replica:
         self._channel = channel
         await loop.create_connection(lambda: channel, sock=parent_end)
         self._started = loop.create_future()
-        for first in profiling.first_messages(self):  # `peach profile --init`
+        for first in self.first_messages(self) if self.first_messages else ():
             channel.send(first)
         channel.send(Start(self.spec, str(self.root), self.id, self.variables))
         try:
@@ -377,11 +382,6 @@ class Replica:
     def kill_now(self) -> None:
         """Last resort at interpreter exit: SIGKILL it and its tree without waiting."""
         self.supervisor.kill_now()
-
-    @property
-    def spawner(self) -> Spawner:
-        """What starts its process (``supervisor.spawner``), shared by a server's replicas."""
-        return self.supervisor.spawner
 
     @property
     def serving(self) -> bool:

@@ -32,6 +32,7 @@ from simulator.environments import Environments
 from simulator.events import Event, ReplicaState
 from simulator.http_server import HttpServer, ServeError
 from simulator.pool import PoolOptions, ReplicaPool
+from simulator.profiling import InitProfiling
 from simulator.replica import INIT_STUCK_S
 from simulator.routing import RoutingTable
 from simulator.spawn import Spawner, WorkerLaunch
@@ -95,6 +96,9 @@ class DevServer:
         self.token = DevToken.new()
         """What state-changing ``/_peach/*`` actions need (``x-peach-token``); the session
         writes it where peach's own tools find it (``peach_cli.devtoken``)."""
+        self.init_profiling = InitProfiling()
+        """``peach profile --init``: the replicas started while an init is profiled sample
+        from their first line (handed to every replica and to the gateway)."""
         self._pool_options = PoolOptions(
             plan.root,
             self.emit,
@@ -102,6 +106,7 @@ class DevServer:
             spawner=self.spawner,
             init_stuck_s=init_stuck_s,
             debugger=debugger,
+            first_messages=self.init_profiling.first_messages,
         )
         """What each pool is made with (its replicas numbered on across reloads)."""
         self._on_event = on_event
@@ -159,6 +164,7 @@ class DevServer:
             debugger=self.debugger,
             token=self.token,
             task_rows=self.task_rows,
+            init_profiling=self.init_profiling,
         )
         self.gateway.reinit = self.reinit
         self.gateway.recorder = self.recorder

@@ -258,7 +258,6 @@ def test_the_staged_runtime_is_byte_compiled_even_without_bytecode_writing(tmp_p
     from peach_cli.envs import runtime
 
     monkeypatch.setenv("PEACH_ENV_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(runtime, "_staged", {})
     folder = runtime.stage_runtime()
     for name in runtime.REPLICA_RUNTIME:
         assert Path(importlib.util.cache_from_source(str(folder / name))).is_file(), name

@@ -11,13 +11,12 @@ component of every file in ``RECORD`` (``six.py`` → ``six``, ``yaml/__init__.p
 from __future__ import annotations
 
 import csv
+from functools import lru_cache
 from pathlib import Path
 
 from peach_cli.envs.spec import normalize_name
 
 _SKIPPED = {"__pycache__", "..", "."}
-_read: dict[Path, tuple[int, dict[str, set[str]]]] = {}
-"""site-packages folder → (its mtime in ns when read, what it provided then)."""
 
 
 def _module_of(first: str) -> str | None:
@@ -53,12 +52,14 @@ def installed_modules(site_packages: Path) -> dict[str, set[str]]:
         stamp = site_packages.stat().st_mtime_ns
     except OSError:
         return {}
-    known = _read.get(site_packages)
-    if known is not None and known[0] == stamp:
-        return known[1]
-    found = _read_modules(site_packages)
-    _read[site_packages] = (stamp, found)
-    return found
+    return _provided(site_packages, stamp)
+
+
+@lru_cache(maxsize=32)
+def _provided(site_packages: Path, stamp: int) -> dict[str, set[str]]:
+    """What ``site_packages`` provides while its mtime is ``stamp`` (read once per change:
+    `peach dev` re-validates on every save)."""
+    return _read_modules(site_packages)
 
 
 def _read_modules(site_packages: Path) -> dict[str, set[str]]:

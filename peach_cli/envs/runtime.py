@@ -38,8 +38,6 @@ def runtime_files() -> tuple[str, ...]:
 
 REPLICA_RUNTIME = runtime_files()
 
-_staged: dict[Path, Path] = {}
-
 
 def runtime_digest() -> str:
     """A hash of the runtime's files: a new version of peach stages a new folder."""
@@ -52,9 +50,6 @@ def runtime_digest() -> str:
 def stage_runtime() -> Path:
     """The folder holding the replica runtime (written now if this version is new)."""
     root = cache_root()
-    known = _staged.get(root)
-    if known is not None and known.is_dir():
-        return known
     folder = root / f"runtime-{runtime_digest()}"
     if not folder.is_dir():
         root.mkdir(parents=True, exist_ok=True)
@@ -74,7 +69,6 @@ def stage_runtime() -> Path:
     compile_runtime(folder)
     with contextlib.suppress(OSError):  # when it was last used: `peach env prune` reads it
         os.utime(folder)
-    _staged[root] = folder
     return folder
 
 

@@ -17,7 +17,6 @@ import gc
 import json
 import re
 import threading
-import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -475,19 +474,15 @@ class _Readers:
     saved: tuple[int, int, int] = (700, 10, 10)
 
 
-_BELOW: weakref.WeakKeyDictionary[ast.AST, list[ast.AST]] = weakref.WeakKeyDictionary()
-"""Tree -> the nodes below it. Never the tree itself: a value that holds its own key keeps
-it alive for good (every notebook a reload of ``peach dev`` read, kept)."""
-
-
 def walk(tree: ast.AST) -> list[ast.AST]:
-    """Every node of ``tree`` in ``ast.walk``'s order, listed once per tree (the checks go
-    over each cell several times: a list is several times faster to go over than
-    ``ast.walk``'s generator)."""
-    below = _BELOW.get(tree)
+    """Every node of ``tree`` in ``ast.walk``'s order, listed once per tree and kept on it
+    (the checks go over each cell several times: a list is several times faster to go over
+    than ``ast.walk``'s generator). The list leaves the tree itself out: it goes with the
+    tree."""
+    below: list[ast.AST] | None = getattr(tree, "_peach_below", None)
     if below is None:
         nodes = list(ast.walk(tree))
-        _BELOW[tree] = nodes[1:]
+        tree._peach_below = nodes[1:]  # type: ignore[attr-defined]
         return nodes
     return [tree, *below]
 
