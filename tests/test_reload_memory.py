@@ -248,3 +248,23 @@ def test_closed_connections_and_cut_streams_are_freed_without_the_collector(tmp_
             gc.enable()
 
     aio.run(serve(project, body))
+
+
+def test_a_save_s_checks_are_freed_without_the_collector(tmp_path):
+    """What checking a version builds (its conf, notebooks and their trees, findings) goes
+    as soon as the plan is made: held in a reference cycle, each reload's checks waited
+    for a full garbage collection, and the gateway's memory rose in steps meanwhile."""
+    project = copy_project("faults/soak", tmp_path)
+    build_plan(project)  # what is made once is made now
+    gc.collect()
+    gc.disable()
+    try:
+        before = Counter(type(o).__name__ for o in gc.get_objects() if isinstance(o, PER_VERSION))
+        for _ in range(3):
+            plan, diagnostics = build_plan(project)
+            assert plan is not None, diagnostics
+            del plan, diagnostics
+        after = Counter(type(o).__name__ for o in gc.get_objects() if isinstance(o, PER_VERSION))
+        assert after - before == Counter()
+    finally:
+        gc.enable()
