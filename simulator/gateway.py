@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as StarletteRoute
 
 from peach_cli.addresses import is_loopback
@@ -171,10 +171,8 @@ class DevGateway:
             if recording is not None and reply.chunks is not None:
                 reply.chunks = recording.wrap(reply.chunks)
             if reply.chunks is not None:
-                response = StreamingResponse(reply.chunks, status_code=reply.status)
-                response.raw_headers = reply.headers
                 try:
-                    await response(scope, receive, send)  # StreamCut: uvicorn cuts the response
+                    await _send_stream(send, receive, reply)  # StreamCut: uvicorn cuts it
                 finally:
                     await reply.aclose()
             elif not reply.gone:
@@ -382,6 +380,40 @@ class _Pools:
             raise ContractError("unavailable", str(error)) from None
         except ReplicaGone as error:
             raise ContractError("method_error", str(error)) from None
+
+
+async def _send_stream(send: Any, receive: Any, reply: HttpReply) -> None:
+    """Send a streamed ``reply`` chunk by chunk; stop it as soon as the client hangs up.
+
+    What Starlette's ``StreamingResponse`` does, with two asyncio tasks instead of an anyio
+    task group: a task of anyio's group ended by a hang-up leaves a reference cycle behind
+    (its ``CancelledError``, whose traceback holds the frame that holds it), which kept the
+    cut stream and its whole connection in memory until a full garbage collection: over a
+    day of dropped streams, steps in the gateway's memory. An error of the stream (``StreamCut``)
+    is raised here, as it was from the response.
+    """
+    chunks = reply.chunks
+    assert chunks is not None
+
+    async def pump() -> None:
+        await send(
+            {"type": "http.response.start", "status": reply.status, "headers": reply.headers}
+        )
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    streaming = asyncio.ensure_future(pump())
+    hang_up = asyncio.ensure_future(_wait_disconnect(receive))
+    try:
+        await asyncio.wait((streaming, hang_up), return_when=asyncio.FIRST_COMPLETED)
+    finally:  # one of them is done (or this request is cancelled): the other ends too
+        hang_up.cancel()
+        if not streaming.done():
+            streaming.cancel()
+            await asyncio.wait((streaming,))
+    if not streaming.cancelled():
+        streaming.result()
 
 
 async def _wait_disconnect(receive: Any) -> None:

@@ -29,6 +29,7 @@ from reload_support import copy_project, edit_cell
 from peach_cli.boundary import new_console
 from peach_cli.checks.build import build_plan
 from peach_cli.project.notebook import Notebook
+from peach_cli.runtime import aio
 from peach_cli.runtime.plan import ComponentSpec, ProjectPlan
 from peach_cli.views.dev import LATENCY_WINDOW, DevView
 from simulator.changes import Snapshot
@@ -173,3 +174,97 @@ def test_versions_no_longer_served_are_gone_and_the_view_keeps_only_live_replica
         assert named <= serving, sorted(named - serving)
 
     asyncio.run(serve(project, body))
+
+
+CONNECTION_KINDS = (
+    "BoundedHttpToolsProtocol",
+    "RequestResponseCycle",
+    "HeadWithBody",
+    "TCPTransport",
+    "_SelectorSocketTransport",
+    "CancelledError",
+)
+"""What each connection (and each stream a client cuts) makes in the gateway."""
+
+CALLS = {
+    "plain call": b"GET /recommend?user=u1&size=3",
+    "call that raises": b"GET /fails",
+    "stream read to its end": b"GET /stream?stream=true&count=3",
+    "stream cut by the client": b"GET /stream?stream=true&count=200&delay=0.01",
+}
+
+
+def connection_objects() -> Counter[str]:
+    """The connection objects alive (no collection: what reference counting left)."""
+    return Counter(n for o in gc.get_objects() if (n := type(o).__name__) in CONNECTION_KINDS)
+
+
+async def call_and_hang_up(url: str, request: bytes) -> None:
+    """One connection: ``request``, its answer's head and first bytes, then the client
+    closes it (a stream of 200 chunks is cut after its first)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+    assert head.split(b" ")[1] in (b"200", b"500"), head
+    await asyncio.wait_for(reader.read(1), 30)
+    writer.transport.abort()
+
+
+def test_closed_connections_and_cut_streams_are_freed_without_the_collector(tmp_path):
+    """A connection the client closes, and a stream it cuts, are freed at once by reference
+    counting: objects in reference cycles wait for a full collection, which a busy gateway
+    runs every minute or two, so its memory rose in steps by all that waited meanwhile."""
+    project = copy_project("faults/soak", tmp_path)
+
+    async def body(run: Run, client: httpx.AsyncClient) -> None:
+        for request in CALLS.values():  # what is made once is made now
+            await call_and_hang_up(run.session.url, request)
+        await run.server.wait_retired()
+        gc.collect()
+        gc.disable()
+        try:
+            left: dict[str, Counter[str]] = {}
+            for name, request in CALLS.items():
+                before = connection_objects()
+                for _ in range(8):
+                    await call_and_hang_up(run.session.url, request)
+                # a cut stream ends (with its connection) once the gateway sees the client left
+                deadline = asyncio.get_running_loop().time() + 20
+                while (
+                    connection_objects() - before and asyncio.get_running_loop().time() < deadline
+                ):
+                    await asyncio.sleep(0.05)
+                if connection_objects() - before:
+                    left[name] = connection_objects() - before
+            assert left == {}
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            cycles = Counter(n for o in gc.garbage if (n := type(o).__name__) in CONNECTION_KINDS)
+            assert cycles == Counter()
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+
+    aio.run(serve(project, body))
+
+
+def test_a_save_s_checks_are_freed_without_the_collector(tmp_path):
+    """What checking a version builds (its conf, notebooks and their trees, findings) goes
+    as soon as the plan is made: held in a reference cycle, each reload's checks waited
+    for a full garbage collection, and the gateway's memory rose in steps meanwhile."""
+    project = copy_project("faults/soak", tmp_path)
+    build_plan(project)  # what is made once is made now
+    gc.collect()
+    gc.disable()
+    try:
+        before = Counter(type(o).__name__ for o in gc.get_objects() if isinstance(o, PER_VERSION))
+        for _ in range(3):
+            plan, diagnostics = build_plan(project)
+            assert plan is not None, diagnostics
+            del plan, diagnostics
+        after = Counter(type(o).__name__ for o in gc.get_objects() if isinstance(o, PER_VERSION))
+        assert after - before == Counter()
+    finally:
+        gc.enable()

@@ -83,14 +83,6 @@ class _Checker:
         self.notebooks = NotebookChecks(self.out)
         self.modules = ProjectModules(project.root)
         self.urls: dict[str, tuple[str, Position]] = {}
-        self.decorated = DecoratorNotebooks(
-            self.out,
-            self.notebooks,
-            self.conf,
-            self.result.endpoints,
-            self.check_url,
-            self.component_spec,
-        )
 
     def run(self) -> Validation:
         for name, env in self.conf.endpoints.items():
@@ -175,6 +167,17 @@ class _Checker:
         )
 
     def check_decorator_notebooks(self) -> None:
+        # made here, not kept: it holds this checker's methods, so keeping it would make
+        # the checker a reference cycle, and every reload's checks (the project, its conf,
+        # its notebooks' findings) would wait for a full garbage collection to go
+        decorated = DecoratorNotebooks(
+            self.out,
+            self.notebooks,
+            self.conf,
+            self.result.endpoints,
+            self.check_url,
+            self.component_spec,
+        )
         seen: dict[str, int] = {}
         for index, path in enumerate(self.conf.decorator_endpoints):
             if path in seen:
@@ -186,7 +189,7 @@ class _Checker:
                 )
                 continue
             seen[path] = index
-            self.decorated.check(index, path)
+            decorated.check(index, path)
 
     def check_across(self) -> None:
         """The checks across the whole project: undeclared imports, unknown triggered
