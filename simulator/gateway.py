@@ -154,9 +154,7 @@ class DevGateway:
         self, route: Route, table: RoutingTable, scope: dict[str, Any], receive: Any, send: Any
     ) -> None:
         started = time.perf_counter()
-        if self.debugger is not None:  # a breakpoint's banner names the request
-            line = debug.request_line(scope["method"], scope["path"], scope["query_string"])
-            debug.REQUEST_LINE.set(line)
+        line = self.request_line(scope["method"], scope["path"], scope["query_string"])
         recorder = self.recorder
         recording = recorder.begin(scope) if recorder is not None else None
         if recording is not None:
@@ -164,7 +162,7 @@ class DevGateway:
         request = HttpRequest(
             scope["method"], scope["query_string"], scope.get("headers", ()), receive
         )
-        components = _Pools(route.pools, receive)
+        components = _Pools(route.pools, receive, line)
         reply = await self.flow.handle(route.endpoint, request, components, table.timeout_s)
         try:
             if recording is not None and reply.chunks is not None:
@@ -182,6 +180,13 @@ class DevGateway:
             self.log(scope["method"], scope["path"], route.endpoint, reply, started)
             if recorder is not None and recording is not None and not reply.gone:
                 recorder.finish(recording, scope, reply)
+
+    def request_line(self, method: str, path: str, query: bytes) -> str | None:
+        """How a breakpoint's banner names a request (``GET /greet?name=Ada``), handed to
+        its replica with the call; None without a debugger relay (nothing names it)."""
+        if self.debugger is None:
+            return None
+        return debug.request_line(method, path, query)
 
     def log(
         self,
@@ -350,16 +355,18 @@ async def _send_reply(send: Any, reply: HttpReply) -> None:
 
 
 class _Pools:
-    """An endpoint's components under `peach dev`: their replica pools (``contract.Components``)."""
+    """An endpoint's components under `peach dev`: their replica pools (``contract.Components``),
+    for one request (``line``: how a breakpoint's banner names it)."""
 
-    __slots__ = ("pools", "receive")
+    __slots__ = ("pools", "receive", "line")
 
-    def __init__(self, pools: dict[str, ReplicaPool], receive: Any) -> None:
+    def __init__(self, pools: dict[str, ReplicaPool], receive: Any, line: str | None) -> None:
         self.pools = pools
         self.receive = receive
+        self.line = line
 
     async def call(self, component: str, params: RequestParams, attempt: Attempt) -> CallResult:
-        return await self.pools[component].call(params, attempt)
+        return await self.pools[component].call(params, attempt, self.line)
 
     async def open_stream(self, component: str, params: RequestParams, attempt: Attempt) -> Opened:
         pool = self.pools[component]
@@ -368,7 +375,7 @@ class _Pools:
                 await pool.acquire()
             if dispatch(pool.method_kind, True) != "stream":
                 return Opened()  # the envelope answers: a plain call
-            opening = asyncio.ensure_future(pool.open_stream(params, attempt))
+            opening = asyncio.ensure_future(pool.open_stream(params, attempt, self.line))
             disconnect = asyncio.ensure_future(_wait_disconnect(self.receive))
             await asyncio.wait((opening, disconnect), return_when=asyncio.FIRST_COMPLETED)
             if not opening.done():  # the client left before the stream started

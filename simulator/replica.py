@@ -127,6 +127,11 @@ class CallInFlight(InFlight):
     replica: Replica
     """The replica the call was sent to."""
 
+    def sent(self, replica: Replica, request_id: int) -> None:
+        """The call went to ``replica`` (which it is to keep as ``replica``) as
+        ``request_id``."""
+        raise NotImplementedError
+
     def answered(self, result: CallResult) -> None:
         raise NotImplementedError
 
@@ -148,8 +153,10 @@ class _AwaitedCall(CallInFlight):
 
     __slots__ = ("future", "replica")
 
-    def __init__(self, future: asyncio.Future[CallResult], replica: Replica) -> None:
+    def __init__(self, future: asyncio.Future[CallResult]) -> None:
         self.future = future
+
+    def sent(self, replica: Replica, request_id: int) -> None:
         self.replica = replica
 
     def answered(self, result: CallResult) -> None:
@@ -397,11 +404,23 @@ class Replica:
         self._next_id += 1
         return self._next_id
 
-    def _track(self, request_id: int, entry: InFlight) -> None:
+    def _track(
+        self,
+        request_id: int,
+        entry: InFlight,
+        deadline: Deadline | None = None,
+        line: str | None = None,
+    ) -> None:
+        """Put a request in the table. A call or a stream (``counted``) is registered with
+        the debugger relay while it is in flight: a breakpoint in it suspends ``deadline``
+        (its ``timeout_s``) and its banner names ``line``, the HTTP request it serves."""
         self._in_flight[request_id] = entry
         if entry.counted:
             self.outstanding += 1
             self._idle.clear()
+            relay = self.debugger
+            if relay is not None:
+                relay.register(self.id, request_id, deadline, line)
 
     def _forget(self, request_id: int) -> InFlight | None:
         """Take a request out of the table (its answer, if one comes, is dropped)."""
@@ -410,6 +429,9 @@ class Replica:
             self.outstanding -= 1
             if self.outstanding == 0:
                 self._idle.set()
+            relay = self.debugger
+            if relay is not None:
+                relay.unregister(self.id, request_id)
         return entry
 
     def _settle(self, request_id: int, outcome: Message | ReplicaGone) -> None:
@@ -430,39 +452,44 @@ class Replica:
 
     # -- calls and streams ---------------------------------------------------------------
 
-    async def call(self, params: RequestParams, deadline: Deadline | None = None) -> CallResult:
-        """One non-streaming call; cancelling it cancels the call in the replica. A
-        breakpoint in it suspends ``deadline`` (its ``timeout_s``)."""
+    async def call(
+        self, params: RequestParams, deadline: Deadline | None = None, line: str | None = None
+    ) -> CallResult:
+        """One non-streaming call, awaited; cancelling it cancels the call in the replica.
+        ``deadline`` and ``line`` as for ``send_call``."""
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
-        request_id = self.send_call(params, _AwaitedCall(future, self))
+        request_id = self.send_call(params, _AwaitedCall(future), deadline, line)
         if request_id is None:
             if not self._stopping and self.state in RESTARTED_WHEN_GONE:
                 raise NotSent(self.id)
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id
             )
-        relay = self.debugger
-        if relay is not None:  # a breakpoint in this call suspends its timeout
-            relay.register(self.id, request_id, deadline)
         try:
             return await future
         except asyncio.CancelledError:
             self.cancel_call(request_id)
             raise
-        finally:
-            if relay is not None:
-                relay.unregister(self.id, request_id)
 
-    def send_call(self, params: RequestParams, call: CallInFlight) -> int | None:
-        """Send one non-streaming call (``call.replica`` is this one) whose ``CallResult``
-        goes to ``call.answered``, once, from the loop, as soon as it arrives (or fails: the
-        process died); its request id, or None when the process is not running.
-        ``cancel_call`` takes it back. ``call`` awaits one; the gateway's fast lane is one."""
+    def send_call(
+        self,
+        params: RequestParams,
+        call: CallInFlight,
+        deadline: Deadline | None = None,
+        line: str | None = None,
+    ) -> int | None:
+        """Send one non-streaming call (``call.sent`` is told where it went) whose
+        ``CallResult`` goes to ``call.answered``, once, from the loop, as soon as it arrives
+        (or fails: the process died); its request id, or None when the process is not
+        running. ``cancel_call`` takes it back. A breakpoint in it suspends ``deadline``
+        (its ``timeout_s``), and its banner names ``line`` (``GET /greet?name=Ada``).
+        ``call`` awaits one; the gateway's fast lane is one."""
         channel = self._channel
         request_id = self._new_id()
         if channel is None or not channel.send(Call(request_id, params.query, params.body)):
             return None
-        self._track(request_id, call)
+        call.sent(self, request_id)
+        self._track(request_id, call, deadline, line)
         return request_id
 
     def cancel_call(self, request_id: int) -> None:
@@ -472,8 +499,9 @@ class Replica:
             if channel is not None:
                 channel.send(Cancel(request_id))
 
-    async def open_stream(self, params: RequestParams) -> ReplicaStream:
-        """Start a stream; return its chunks once the replica has bound the call.
+    async def open_stream(self, params: RequestParams, line: str | None = None) -> ReplicaStream:
+        """Start a stream; return its chunks once the replica has bound the call (a
+        breakpoint's banner names ``line``, the HTTP request).
 
         Raises ``ContractError`` when the stream cannot start (a binding error) and
         ``ReplicaGone`` when the process dies first. Cancelling this call, or closing the
@@ -484,9 +512,7 @@ class Replica:
             raise ReplicaGone(f"the replica {self.id} is not running")
         request_id = self._new_id()
         entry = _StreamInFlight()
-        self._track(request_id, entry)
-        if self.debugger is not None:  # a breakpoint's banner names the request
-            self.debugger.register(self.id, request_id, None)
+        self._track(request_id, entry, None, line)
         stream = ReplicaStream(self, channel, request_id, entry.queue)
         try:
             channel.send(OpenStream(request_id, params.query, params.body))
@@ -508,8 +534,6 @@ class Replica:
 
     def _stream_done(self, request_id: int, channel: MessageChannel, finished: bool) -> None:
         self._forget(request_id)
-        if self.debugger is not None:
-            self.debugger.unregister(self.id, request_id)
         if not finished:
             channel.send(Cancel(request_id))
 
