@@ -40,7 +40,7 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.runtime.contract import Attempt, CallResult, HttpReply, Prepared
+from peach_cli.runtime.contract import Attempt, CallResult, HttpReply, Prepared, RequestParams
 from simulator.gateway import lookup
 from simulator.http_protocol import LaneConnection
 from simulator.local_service import request_sources
@@ -186,13 +186,19 @@ class FastCall(LaneConnection, CallInFlight):
             if reply is not None:
                 self._reply(reply)
                 return
-            self._reply_later(flow.finish(prepared, result, self.route, self.timeout_s))
+            self._reply_later(flow.finish(prepared, result, self, self.timeout_s))
         except Exception:  # noqa: BLE001 - as uvicorn does for an app that raises
             logger.exception("Exception in the fast lane")
             self._failed()
 
     async def _serve_waiting(self, prepared: Prepared) -> HttpReply:
-        return await self.lane.flow.serve_call(prepared, self.route, self.timeout_s)
+        return await self.lane.flow.serve_call(prepared, self, self.timeout_s)
+
+    async def call(self, component: str, params: RequestParams, attempt: Attempt) -> CallResult:
+        """A call awaited (``contract.Caller``): the arm's when no replica was ready, the
+        fallback's; a breakpoint's banner names this request too."""
+        line = self.lane.gateway.request_line(self.method, self.path, self.query)
+        return await self.route.pools[component].call(params, attempt, line)
 
     def _reply_later(self, replying: Coroutine[Any, Any, HttpReply]) -> None:
         task = asyncio.ensure_future(self._reply_awaited(replying))

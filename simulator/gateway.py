@@ -33,7 +33,14 @@ from starlette.routing import Route as StarletteRoute
 
 from peach_cli.addresses import is_loopback
 from peach_cli.devtoken import TOKEN_HEADER, DevToken
-from peach_cli.openapi.document import OPENAPI_PATH
+from peach_cli.internal import (
+    HEALTH_PATH,
+    INTERNAL_PREFIX,
+    METRICS_PATH,
+    OPENAPI_PATH,
+    REINIT_PATH,
+    ROUTES_PATH,
+)
 from peach_cli.runtime import contract
 from peach_cli.runtime.contract import (
     STREAMING_KINDS,
@@ -70,8 +77,6 @@ if TYPE_CHECKING:
     from simulator.changes import PlanChange
     from simulator.record import RecordWriter
 
-INTERNAL_PREFIX = "/_peach/"
-
 
 def lookup(routes: dict[str, Route], path: str) -> Route | None:
     """The route for a request path (the table is keyed by ``url_key``)."""
@@ -90,6 +95,8 @@ class DevGateway:
         debugger: debug.DebugRelay | None = None,
         token: DevToken | None = None,
         task_rows: Callable[[], list[dict[str, Any]]] | None = None,
+        reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None,
+        recorder: RecordWriter | None = None,
     ) -> None:
         self.table = table
         self.token = token or DevToken.new()
@@ -105,9 +112,9 @@ class DevGateway:
         """SPEC §2 for every request to an endpoint; its A/B counts are kept across reloads."""
         self.metrics = DevMetrics(lambda: self.table.pools(), lambda: self.table.codops)
         """What ``GET /_peach/metrics`` shows (every answered request is counted)."""
-        self.reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None
-        """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
-        self.recorder: RecordWriter | None = None
+        self.reinit = reinit
+        """Re-runs ``init`` of components (``DevSession.reinit``), for ``/_peach/reinit``."""
+        self.recorder = recorder
         """``peach dev --record``: every answered request, one JSON line each."""
         self.profiler = Profiler(self)
         """``/_peach/profile/…``: `peach profile` samples the replicas."""
@@ -115,13 +122,13 @@ class DevGateway:
         """The OpenAPI document of a routing table (built on the first GET after a reload)."""
         self._internal = Starlette(
             routes=[
-                StarletteRoute("/_peach/routes", self._list_routes, methods=["GET"]),
-                StarletteRoute("/_peach/health", self._health, methods=["GET"]),
-                StarletteRoute("/_peach/metrics", self._metrics, methods=["GET"]),
+                StarletteRoute(ROUTES_PATH, self._list_routes, methods=["GET"]),
+                StarletteRoute(HEALTH_PATH, self._health, methods=["GET"]),
+                StarletteRoute(METRICS_PATH, self._metrics, methods=["GET"]),
                 StarletteRoute(OPENAPI_PATH, self._openapi, methods=["GET"]),
-                StarletteRoute("/_peach/reinit/{endpoint}", self._reinit, methods=["POST"]),
+                StarletteRoute(REINIT_PATH + "/{endpoint}", self._reinit, methods=["POST"]),
                 StarletteRoute(
-                    "/_peach/reinit/{endpoint}/{component}", self._reinit, methods=["POST"]
+                    REINIT_PATH + "/{endpoint}/{component}", self._reinit, methods=["POST"]
                 ),
                 *self.profiler.routes(),
                 *DocsPage().routes(),
@@ -139,7 +146,7 @@ class DevGateway:
         table = self.table
         route = lookup(table.routes, path)
         if route is None:
-            if path.startswith(INTERNAL_PREFIX):
+            if path.startswith(INTERNAL_PREFIX + "/"):
                 await self._internal(scope, receive, send)
                 return
             await self._not_found(scope, receive, send, table)
@@ -225,6 +232,25 @@ class DevGateway:
                 )
             )
 
+    def log_refused(self, method: str, path: str, reply: HttpReply, started: float) -> None:
+        """Count a request the HTTP protocol refused before any route took it (a head or
+        body that stopped arriving, a head over its limit: ``DevMetrics.refused``) and log
+        it as any request is; ``method`` is ``""`` when its head never said it."""
+        self.metrics.refused(method, reply.status)
+        if self.on_event is not None:
+            self.on_event(
+                RequestLogged(
+                    method or "-",
+                    path or "-",
+                    reply.status,
+                    None,
+                    None,
+                    None,
+                    time.perf_counter() - started,
+                    error=reply.error,
+                )
+            )
+
     async def _not_found(
         self, scope: dict[str, Any], receive: Any, send: Any, table: RoutingTable
     ) -> None:
@@ -284,8 +310,8 @@ class DevGateway:
                         replica.pid,
                         replica.error,
                         outstanding=replica.outstanding,
-                        rss=replica.rss,
-                        pss=replica.pss,
+                        rss=replica.memory.rss,
+                        pss=replica.memory.pss,
                     )
                 )
             # the error none of its replicas got past: every one is unhealthy with it
@@ -302,7 +328,7 @@ class DevGateway:
     async def _reinit(self, request: Request) -> JSONResponse:
         """Re-run ``init`` of an endpoint's components that have one, or of one component:
         new replicas, started while the old ones serve. Loopback clients only."""
-        refused = self.refuse_action(request, "/_peach/reinit")
+        refused = self.refuse_action(request, REINIT_PATH)
         if refused is not None:
             return refused
         name, component = request.path_params["endpoint"], request.path_params.get("component")
