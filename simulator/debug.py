@@ -11,16 +11,17 @@ the process closes the connection (``c``, ``q``, or the call returned); then the
 timeout runs on for what was left of it, ``DebugEnded`` resumes the view, and the next
 waiting session starts. Replicas never get the terminal themselves.
 
-The gateway tells the relay which HTTP request a replica's call serves: ``DevGateway`` sets
-``REQUEST_LINE``, and ``Replica.call`` registers the call (``register``) with its deadline
-(the contract's ``Deadline``, from the call's ``Attempt``) while it waits for the answer.
+The relay knows which HTTP request a replica's call serves: the gateway names it
+(``request_line``) and hands the line to the replica with the call, and the replica
+registers each call and stream (``register``) with its deadline (the contract's
+``Deadline``, from the call's ``Attempt``) while it is in flight — one place, the replica's
+table of requests in flight, for both of the gateway's paths.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import json
 import os
 import re
@@ -34,11 +35,6 @@ from typing import Any, Protocol
 
 from peach_cli.boundary import continued
 from peach_cli.runtime.debug import POST_MORTEM_ENV, SKIPPED_ENV, SOCKET_ENV
-
-REQUEST_LINE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "peach_request_line", default=None
-)
-"""``GET /greet?name=Ada``: the HTTP request the current gateway task serves."""
 
 
 @dataclass(frozen=True)
@@ -207,9 +203,9 @@ class DebugRelay:
         deadline: Deadline | None,
         line: str | None = None,
     ) -> None:
-        """A replica's call (or, ``request_id`` None, a task's run) under way; ``line`` is
-        its request line (default: ``REQUEST_LINE``, set by the gateway for the request)."""
-        self.calls[(replica, request_id)] = _Call(line or REQUEST_LINE.get(), deadline)
+        """A replica's call or stream (or, ``request_id`` None, a task's run) under way;
+        ``line`` is the HTTP request it serves (``request_line``), None for a task's run."""
+        self.calls[(replica, request_id)] = _Call(line, deadline)
 
     def unregister(self, replica: str, request_id: int | None) -> None:
         self.calls.pop((replica, request_id), None)

@@ -8,8 +8,10 @@ arrives (``BoundedHttpToolsProtocol``) and, once its body is in, drives the cont
 steps with the call answered through a callback instead of awaited — no task, no future,
 one write:
 
-    Flow.prepare → the call sent to a replica, bounded by a contract ``Deadline``
-    → Flow.settle on its result (or Flow.finish, in a task: the fallback, the error answers)
+    Flow.prepare → the contract's ``Attempt`` bound (its ``Deadline``), the call sent to
+    a replica (``ReplicaPool.send``) → ``Attempt.ended`` on its result (or
+    ``Attempt.timed_out``) → Flow.settle (or Flow.finish, in a task: the fallback, the
+    error answers)
 
 A request is one object, ``FastCall``: the protocol's cycle while it is answered and the
 call in flight on its replica, whose result reaches it in one callback (``answered``). It
@@ -38,13 +40,11 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.runtime.contract import Attempt, CallResult, Deadline, HttpReply, Prepared
-from peach_cli.runtime.contract.answers import timed_out
-from simulator import debug
+from peach_cli.runtime.contract import Attempt, CallResult, HttpReply, Prepared, RequestParams
 from simulator.gateway import lookup
 from simulator.http_protocol import LaneConnection
 from simulator.local_service import request_sources
-from simulator.replica import CallInFlight
+from simulator.replica import CallInFlight, Replica
 
 if TYPE_CHECKING:
     from simulator.gateway import DevGateway
@@ -121,7 +121,7 @@ class FastCall(LaneConnection, CallInFlight):
         "replica",
         "_prepared",
         "_request_id",
-        "_deadline",
+        "_attempt",
     )
 
     def __init__(
@@ -136,7 +136,7 @@ class FastCall(LaneConnection, CallInFlight):
         self.started = time.perf_counter()
         self._prepared: Prepared | None = None
         self._request_id = 0
-        self._deadline: Deadline | None = None
+        self._attempt: Attempt | None = None
 
     def start(self) -> bool:
         """The whole body is in: serve the request; False when the general path must take
@@ -153,56 +153,52 @@ class FastCall(LaneConnection, CallInFlight):
             return True
         self._prepared = prepared
         self.lane.calls += 1
-        replica = route.pools[prepared.arm].pick()
-        request_id = None
-        if replica is not None:
-            self.replica = replica
-            request_id = replica.send_call(prepared.params, self)
-        if request_id is None:  # no replica ready: the pool waits for one
-            self._reply_later(self._serve_waiting(prepared))
-            return True
-        self._request_id = request_id
-        deadline = self._deadline = Deadline(self.loop, self.timeout_s, self._timed_out)
-        relay = self.lane.gateway.debugger
-        if relay is not None:  # a breakpoint in this call suspends its timeout
-            line = debug.request_line(self.method, self.path, self.query)
-            relay.register(self.replica.id, request_id, deadline, line)
+        attempt = self._attempt = Attempt(prepared.arm)
+        deadline = attempt.bound(self.loop, self.timeout_s, self._timed_out)
+        line = self.lane.gateway.request_line(self.method, self.path, self.query)
+        if route.pools[prepared.arm].send(prepared.params, self, attempt, line) is None:
+            deadline.cancel()  # no replica ready: the pool waits for one (the awaited
+            self._reply_later(self._serve_waiting(prepared))  # attempt has its own deadline)
         return True
+
+    def sent(self, replica: Replica, request_id: int) -> None:
+        self.replica = replica
+        self._request_id = request_id
 
     # -- the answer ------------------------------------------------------------------------
 
     def _timed_out(self) -> None:
-        replica, prepared = self.replica, self._prepared
-        assert prepared is not None
-        replica.cancel_call(self._request_id)
-        attempt = Attempt(prepared.arm, replica.id)
-        self.answered(timed_out(prepared.endpoint, attempt, self.timeout_s))
+        attempt, prepared = self._attempt, self._prepared
+        assert attempt is not None and prepared is not None
+        self.replica.cancel_call(self._request_id)
+        self.answered(attempt.timed_out(prepared.endpoint, self.timeout_s))
 
     def answered(self, result: CallResult) -> None:
         """The arm's result: a success is written now, anything else goes on to
         ``Flow.finish``. Called from the replica's channel: whatever goes wrong here must
         not reach it (it would close the channel)."""
         try:
-            deadline, replica, prepared = self._deadline, self.replica, self._prepared
-            assert deadline is not None and prepared is not None
-            deadline.cancel()
-            relay = self.lane.gateway.debugger
-            if relay is not None:
-                relay.unregister(replica.id, self._request_id)
-            if result.replica is None:
-                result.replica = replica.id
+            attempt, prepared = self._attempt, self._prepared
+            assert attempt is not None and prepared is not None
+            attempt.ended(result)
             flow = self.lane.flow
             reply = flow.settle(prepared, result)
             if reply is not None:
                 self._reply(reply)
                 return
-            self._reply_later(flow.finish(prepared, result, self.route, self.timeout_s))
+            self._reply_later(flow.finish(prepared, result, self, self.timeout_s))
         except Exception:  # noqa: BLE001 - as uvicorn does for an app that raises
             logger.exception("Exception in the fast lane")
             self._failed()
 
     async def _serve_waiting(self, prepared: Prepared) -> HttpReply:
-        return await self.lane.flow.serve_call(prepared, self.route, self.timeout_s)
+        return await self.lane.flow.serve_call(prepared, self, self.timeout_s)
+
+    async def call(self, component: str, params: RequestParams, attempt: Attempt) -> CallResult:
+        """A call awaited (``contract.Caller``): the arm's when no replica was ready, the
+        fallback's; a breakpoint's banner names this request too."""
+        line = self.lane.gateway.request_line(self.method, self.path, self.query)
+        return await self.route.pools[component].call(params, attempt, line)
 
     def _reply_later(self, replying: Coroutine[Any, Any, HttpReply]) -> None:
         task = asyncio.ensure_future(self._reply_awaited(replying))

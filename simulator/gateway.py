@@ -33,7 +33,14 @@ from starlette.routing import Route as StarletteRoute
 
 from peach_cli.addresses import is_loopback
 from peach_cli.devtoken import TOKEN_HEADER, DevToken
-from peach_cli.openapi.document import OPENAPI_PATH
+from peach_cli.internal import (
+    HEALTH_PATH,
+    INTERNAL_PREFIX,
+    METRICS_PATH,
+    OPENAPI_PATH,
+    REINIT_PATH,
+    ROUTES_PATH,
+)
 from peach_cli.runtime import contract
 from peach_cli.runtime.contract import (
     STREAMING_KINDS,
@@ -70,8 +77,6 @@ if TYPE_CHECKING:
     from simulator.changes import PlanChange
     from simulator.record import RecordWriter
 
-INTERNAL_PREFIX = "/_peach/"
-
 
 def lookup(routes: dict[str, Route], path: str) -> Route | None:
     """The route for a request path (the table is keyed by ``url_key``)."""
@@ -91,6 +96,8 @@ class DevGateway:
         token: DevToken | None = None,
         task_rows: Callable[[], list[dict[str, Any]]] | None = None,
         init_profiling: InitProfiling | None = None,
+        reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None,
+        recorder: RecordWriter | None = None,
     ) -> None:
         self.table = table
         self.token = token or DevToken.new()
@@ -106,9 +113,9 @@ class DevGateway:
         """SPEC §2 for every request to an endpoint; its A/B counts are kept across reloads."""
         self.metrics = DevMetrics(lambda: self.table.pools(), lambda: self.table.codops)
         """What ``GET /_peach/metrics`` shows (every answered request is counted)."""
-        self.reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None
-        """Re-runs ``init`` of components (``DevServer.reinit``), for ``/_peach/reinit``."""
-        self.recorder: RecordWriter | None = None
+        self.reinit = reinit
+        """Re-runs ``init`` of components (``DevSession.reinit``), for ``/_peach/reinit``."""
+        self.recorder = recorder
         """``peach dev --record``: every answered request, one JSON line each."""
         self.profiler = Profiler(self, init_profiling)
         """``/_peach/profile/…``: `peach profile` samples the replicas."""
@@ -116,13 +123,13 @@ class DevGateway:
         """The OpenAPI document of a routing table (built on the first GET after a reload)."""
         self._internal = Starlette(
             routes=[
-                StarletteRoute("/_peach/routes", self._list_routes, methods=["GET"]),
-                StarletteRoute("/_peach/health", self._health, methods=["GET"]),
-                StarletteRoute("/_peach/metrics", self._metrics, methods=["GET"]),
+                StarletteRoute(ROUTES_PATH, self._list_routes, methods=["GET"]),
+                StarletteRoute(HEALTH_PATH, self._health, methods=["GET"]),
+                StarletteRoute(METRICS_PATH, self._metrics, methods=["GET"]),
                 StarletteRoute(OPENAPI_PATH, self._openapi, methods=["GET"]),
-                StarletteRoute("/_peach/reinit/{endpoint}", self._reinit, methods=["POST"]),
+                StarletteRoute(REINIT_PATH + "/{endpoint}", self._reinit, methods=["POST"]),
                 StarletteRoute(
-                    "/_peach/reinit/{endpoint}/{component}", self._reinit, methods=["POST"]
+                    REINIT_PATH + "/{endpoint}/{component}", self._reinit, methods=["POST"]
                 ),
                 *self.profiler.routes(),
                 *DocsPage().routes(),
@@ -140,7 +147,7 @@ class DevGateway:
         table = self.table
         route = lookup(table.routes, path)
         if route is None:
-            if path.startswith(INTERNAL_PREFIX):
+            if path.startswith(INTERNAL_PREFIX + "/"):
                 await self._internal(scope, receive, send)
                 return
             await self._not_found(scope, receive, send, table)
@@ -155,9 +162,7 @@ class DevGateway:
         self, route: Route, table: RoutingTable, scope: dict[str, Any], receive: Any, send: Any
     ) -> None:
         started = time.perf_counter()
-        if self.debugger is not None:  # a breakpoint's banner names the request
-            line = debug.request_line(scope["method"], scope["path"], scope["query_string"])
-            debug.REQUEST_LINE.set(line)
+        line = self.request_line(scope["method"], scope["path"], scope["query_string"])
         recorder = self.recorder
         recording = recorder.begin(scope) if recorder is not None else None
         if recording is not None:
@@ -165,7 +170,7 @@ class DevGateway:
         request = HttpRequest(
             scope["method"], scope["query_string"], scope.get("headers", ()), receive
         )
-        components = _Pools(route.pools, receive)
+        components = _Pools(route.pools, receive, line)
         reply = await self.flow.handle(route.endpoint, request, components, table.timeout_s)
         try:
             if recording is not None and reply.chunks is not None:
@@ -181,6 +186,13 @@ class DevGateway:
             self.log(scope["method"], scope["path"], route.endpoint, reply, started)
             if recorder is not None and recording is not None and not reply.gone:
                 recorder.finish(recording, scope, reply)
+
+    def request_line(self, method: str, path: str, query: bytes) -> str | None:
+        """How a breakpoint's banner names a request (``GET /greet?name=Ada``), handed to
+        its replica with the call; None without a debugger relay (nothing names it)."""
+        if self.debugger is None:
+            return None
+        return debug.request_line(method, path, query)
 
     def log(
         self,
@@ -216,6 +228,25 @@ class DevGateway:
                     arm=reply.arm,
                     tried=reply.tried,
                     covered=reply.covered,
+                )
+            )
+
+    def log_refused(self, method: str, path: str, reply: HttpReply, started: float) -> None:
+        """Count a request the HTTP protocol refused before any route took it (a head or
+        body that stopped arriving, a head over its limit: ``DevMetrics.refused``) and log
+        it as any request is; ``method`` is ``""`` when its head never said it."""
+        self.metrics.refused(method, reply.status)
+        if self.on_event is not None:
+            self.on_event(
+                RequestLogged(
+                    method or "-",
+                    path or "-",
+                    reply.status,
+                    None,
+                    None,
+                    None,
+                    time.perf_counter() - started,
+                    error=reply.error,
                 )
             )
 
@@ -278,8 +309,8 @@ class DevGateway:
                         replica.pid,
                         replica.error,
                         outstanding=replica.outstanding,
-                        rss=replica.rss,
-                        pss=replica.pss,
+                        rss=replica.memory.rss,
+                        pss=replica.memory.pss,
                     )
                 )
             # the error none of its replicas got past: every one is unhealthy with it
@@ -296,7 +327,7 @@ class DevGateway:
     async def _reinit(self, request: Request) -> JSONResponse:
         """Re-run ``init`` of an endpoint's components that have one, or of one component:
         new replicas, started while the old ones serve. Loopback clients only."""
-        refused = self.refuse_action(request, "/_peach/reinit")
+        refused = self.refuse_action(request, REINIT_PATH)
         if refused is not None:
             return refused
         name, component = request.path_params["endpoint"], request.path_params.get("component")
@@ -349,16 +380,18 @@ async def _send_reply(send: Any, reply: HttpReply) -> None:
 
 
 class _Pools:
-    """An endpoint's components under `peach dev`: their replica pools (``contract.Components``)."""
+    """An endpoint's components under `peach dev`: their replica pools (``contract.Components``),
+    for one request (``line``: how a breakpoint's banner names it)."""
 
-    __slots__ = ("pools", "receive")
+    __slots__ = ("pools", "receive", "line")
 
-    def __init__(self, pools: dict[str, ReplicaPool], receive: Any) -> None:
+    def __init__(self, pools: dict[str, ReplicaPool], receive: Any, line: str | None) -> None:
         self.pools = pools
         self.receive = receive
+        self.line = line
 
     async def call(self, component: str, params: RequestParams, attempt: Attempt) -> CallResult:
-        return await self.pools[component].call(params, attempt)
+        return await self.pools[component].call(params, attempt, self.line)
 
     async def open_stream(self, component: str, params: RequestParams, attempt: Attempt) -> Opened:
         pool = self.pools[component]
@@ -367,7 +400,7 @@ class _Pools:
                 await pool.acquire()
             if dispatch(pool.method_kind, True) != "stream":
                 return Opened()  # the envelope answers: a plain call
-            opening = asyncio.ensure_future(pool.open_stream(params, attempt))
+            opening = asyncio.ensure_future(pool.open_stream(params, attempt, self.line))
             disconnect = asyncio.ensure_future(_wait_disconnect(self.receive))
             await asyncio.wait((opening, disconnect), return_when=asyncio.FIRST_COMPLETED)
             if not opening.done():  # the client left before the stream started

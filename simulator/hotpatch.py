@@ -11,6 +11,10 @@ nothing:
    new one, keeping the state ``init`` returned. Calls already running finish on the old
    function; the next call runs the new one.
 
+Both are messages on the replica's socket (``Patch``, answered ``PatchReady`` or
+``PatchFailed``; ``CommitPatch``), sent here through the replica's requests (``Replica.ask``,
+``Replica.notify``); a replica that committed serves the new spec (``Replica.adopt``).
+
 Usage (inside the server's loop)::
 
     outcome = await patch_pool(pool, new_spec)
@@ -27,7 +31,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from peach_cli.runtime.plan import ComponentSpec
+from peach_cli.runtime.protocol import CommitPatch, Message, Patch, PatchFailed, PatchReady
 from simulator.pool import ReplicaPool
+from simulator.replica import Replica, ReplicaGone
 
 PATCH_TIMEOUT_S = 10.0
 """How long the new code may take to run in a replica before the patch is given up."""
@@ -39,6 +45,53 @@ class PatchOutcome:
 
     ok: bool
     error: str | None = None
+
+
+@dataclass
+class _Prepared:
+    """What one replica made of the new code: ``request_id`` the patch was sent as (None:
+    never sent), and ``error`` (None: ready to commit), or the method kind it found."""
+
+    request_id: int | None = None
+    error: str | None = None
+    method_kind: str | None = None
+
+
+async def _prepare(replica: Replica, spec: ComponentSpec, timeout_s: float) -> _Prepared:
+    """Have ``replica``'s process execute ``spec``'s code beside the code in use: ready, or
+    the error saying why not (the code raised, the process is gone, it took over
+    ``timeout_s``)."""
+    prepared = _Prepared()
+
+    def patch(request_id: int) -> Message:
+        prepared.request_id = request_id
+        return Patch(request_id, spec)
+
+    try:
+        answer = await replica.ask(patch, (PatchReady, PatchFailed), timeout_s)
+    except ReplicaGone as gone:
+        prepared.error = str(gone)
+        return prepared
+    except TimeoutError:
+        prepared.error = f"the new code did not finish running within {timeout_s:g} s"
+        return prepared
+    match answer:
+        case PatchReady(method_kind=kind):
+            prepared.method_kind = kind
+        case PatchFailed(message=message):
+            # The traceback is not logged here: the restart that follows a failed patch
+            # runs the same code and reports it, with the error, if it fails again.
+            prepared.error = message
+    return prepared
+
+
+def _commit(replica: Replica, prepared: _Prepared, spec: ComponentSpec, *, commit: bool) -> None:
+    """Serve (``commit``) or drop the code ``replica`` prepared. Calls sent after this run
+    the new method: the process reads its messages in order."""
+    if prepared.request_id is not None:
+        replica.notify(CommitPatch(prepared.request_id, commit))
+    if commit:
+        replica.adopt(spec, prepared.method_kind)
 
 
 def unpatchable(pool: ReplicaPool) -> str | None:
@@ -57,11 +110,11 @@ async def patch_pool(
     if blocked is not None:
         return PatchOutcome(False, blocked)
     replicas = list(pool.replicas)
-    prepared = await asyncio.gather(*(r.prepare_patch(spec, timeout_s) for r in replicas))
-    errors = [error for _, error in prepared if error is not None]
+    prepared = await asyncio.gather(*(_prepare(r, spec, timeout_s) for r in replicas))
+    errors = [each.error for each in prepared if each.error is not None]
     error = errors[0] if errors else unpatchable(pool)  # one died while it prepared
-    for replica, (request_id, _) in zip(replicas, prepared, strict=True):
-        replica.commit_patch(request_id, spec, commit=error is None)
+    for replica, each in zip(replicas, prepared, strict=True):
+        _commit(replica, each, spec, commit=error is None)
     if error is not None:
         return PatchOutcome(False, error)
     pool.spec = spec

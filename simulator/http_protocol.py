@@ -5,7 +5,8 @@ on it (h11 has one, at some cost in speed), so a client could make the gateway h
 megabytes of header. This protocol counts the bytes received while a request's head is
 being read and answers ``431 Request Header Fields Too Large`` (and closes) past
 ``MAX_HEAD_BYTES``. Its refusals (431 and the 408s below) are the contract's error answers
-(``headers_too_large``, ``request_timeout``), counted in ``/_peach/metrics``.
+(``headers_too_large``, ``request_timeout``), counted in ``/_peach/metrics`` and logged as
+any request is (``on_refusal``: ``DevGateway.log_refused``, a request line in the dev view).
 
 uvicorn arms its keep-alive timeout only once a response is complete, and cancels it at the
 first byte received, so a connection that sends half a head, or half a body, and then nothing
@@ -38,14 +39,16 @@ the loop (or sends it alone at the end of that turn: a stream's first chunk may 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 import httptools
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from peach_cli.runtime.contract import answer_reply, error_answer
+from peach_cli.runtime.contract import HttpReply, answer_reply, error_answer
 
 MAX_HEAD_BYTES = 64 * 1024
 """Request line plus headers; browsers and proxies stay well under 16 KiB."""
@@ -174,11 +177,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     fast_lane: Lane | None = None
     """Takes plain calls without an ASGI cycle (``simulator.fastlane``); set per server."""
-    on_refusal: Callable[[str, int], None] | None = None
-    """Counts a request refused here, ``(method, status)`` (``DevMetrics.refused``); set
-    per server."""
+    on_refusal: Callable[[str, str, HttpReply, float], None] | None = None
+    """Logs and counts a request refused here: ``(method, path, reply, started)``, the
+    method ``""`` and the path what arrived of it when the head was not all in
+    (``DevGateway.log_refused``); set per server."""
     _method = b""
     """The method of the request being read, once its head is in."""
+    _began = 0.0
+    """``time.perf_counter()`` when the request being read began (its first byte)."""
     _fast: LaneConnection | None = None
     """The request whose body the fast lane is reading."""
     _reading_head = True
@@ -195,6 +201,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self.flow = ReadResumes(transport, self._reading_resumed)
+        self._began = time.perf_counter()
         self._arm_head_timer()
 
     def _reading_resumed(self) -> None:
@@ -236,17 +243,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._cut("Closed a connection whose request head did not arrive in time.", begun)
 
     def _cut(self, why: str, answer: bool) -> None:
-        """Close the connection of a client too slow, with a ``408`` if ``answer``."""
-        self.logger.info(why)
+        """Close the connection of a client too slow, with a ``408`` if ``answer`` (logged
+        as its request); ``why`` is logged (at info) when nothing is answered."""
         self._refused = True
         if answer:
             wait = f"{self.head_timeout_s:g} s"
             self._refuse("request_timeout", f"the request did not arrive in {wait}")
+        else:
+            self.logger.info(why)
         self.transport.close()
 
     def _refuse(self, code: str, message: str) -> None:
         """Answer the contract's error ``code`` and close (the connection cannot go on),
-        counted as a refusal."""
+        logged and counted as a refusal."""
         reply = answer_reply(error_answer(code, message))
         head = [STATUS_LINE[reply.status]]
         for name, value in reply.headers:
@@ -255,7 +264,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.write(b"".join(head))
         self.transport.close()
         if self.on_refusal is not None:
-            self.on_refusal(self._method.decode("ascii", "replace"), reply.status)
+            url = getattr(self, "url", b"")  # (set as a request begins)
+            path = unquote(url.partition(b"?")[0].decode("latin-1"), "latin-1")
+            self.on_refusal(self._method.decode("ascii", "replace"), path, reply, self._began)
 
     def _body_paused(self) -> None:
         """The body timer: close the connection if the body received nothing for
@@ -280,6 +291,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._method = b""
+        self._began = time.perf_counter()
         self._in_head = True  # the first byte of a request line: its head's time starts
         self._cancel_head_timer()  # (armed at the end of this read if the head is not all in)
 
@@ -390,7 +402,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         message = f"the request's headers are over {MAX_HEAD_BYTES // 1024} KiB"
-        self.logger.warning("Refused a request: %s.", message)
         self._refuse("headers_too_large", message)
 
 
@@ -479,11 +490,11 @@ class HeadWithBody:
 def protocol_with(
     head_timeout_s: float | None,
     fast_lane: Lane | None = None,
-    on_refusal: Callable[[str, int], None] | None = None,
+    on_refusal: Callable[[str, str, HttpReply, float], None] | None = None,
 ) -> type[BoundedHttpToolsProtocol]:
     """The protocol class, with its head timeout changed when ``head_timeout_s`` is given
     (None: ``HEAD_TIMEOUT_S``), plain calls taken by ``fast_lane``, and its refusals (408,
-    431) counted by ``on_refusal``."""
+    431) logged and counted by ``on_refusal``."""
     settings: dict[str, Any] = {"fast_lane": fast_lane}
     if on_refusal is not None:
         settings["on_refusal"] = staticmethod(on_refusal)

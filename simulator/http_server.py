@@ -118,7 +118,7 @@ class HttpServer:
             self.fast_lane = FastLane(gateway, app)  # --record sees every request whole
         config = uvicorn.Config(
             app,
-            http=protocol_with(self.head_timeout_s, self.fast_lane, gateway.metrics.refused),
+            http=protocol_with(self.head_timeout_s, self.fast_lane, gateway.log_refused),
             ws="none",
             lifespan="off",
             log_config=None,

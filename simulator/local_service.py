@@ -33,12 +33,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from peach_cli.addresses import is_loopback
+from peach_cli.internal import is_internal
 from peach_cli.runtime import contract
 from peach_cli.runtime.contract import HttpReply
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 _WILDCARDS = ("0.0.0.0", "::", "")
-INTERNAL_PREFIX = "/_peach"
 OTHER_SITES = frozenset(("cross-site", "same-site"))
 """``Sec-Fetch-Site`` values of a request a page of another origin made."""
 
@@ -240,7 +240,7 @@ class LocalService:
                     f"requests from {shown} (Sec-Fetch-Site: {site.value}) are refused "
                     "(start peach dev with --allow-origin ORIGIN to accept it)"
                 )
-        if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
+        if is_internal(path):
             if not is_loopback(client):
                 where = "/".join(path.split("/")[:3])
                 return "forbidden", f"{where} is for loopback clients"

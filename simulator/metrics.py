@@ -216,8 +216,8 @@ class _ReplicaCollector:
                 values = [deployment, replica.id, application]
                 healthy.add_metric(values, 1.0 if replica.state is ReplicaState.HEALTHY else 0.0)
                 queries.add_metric(values, float(replica.outstanding))
-                if replica.rss:
-                    rss.add_metric(values, float(replica.rss))
+                if replica.memory.rss:
+                    rss.add_metric(values, float(replica.memory.rss))
         yield healthy
         yield queries
         yield rss

@@ -22,7 +22,14 @@ from peach_cli.runtime.contract import Attempt, CallResult, RequestParams, unava
 from peach_cli.runtime.plan import ComponentSpec
 from peach_cli.runtime.protocol import Message
 from simulator.events import Event, ReplicaState
-from simulator.replica import INIT_STUCK_S, RESTARTED_WHEN_GONE, NotSent, Replica, ReplicaStream
+from simulator.replica import (
+    INIT_STUCK_S,
+    RESTARTED_WHEN_GONE,
+    CallInFlight,
+    NotSent,
+    Replica,
+    ReplicaStream,
+)
 from simulator.spawn import Spawner
 
 if TYPE_CHECKING:
@@ -188,10 +195,28 @@ class ReplicaPool:
         states = ", ".join(sorted({r.state.value for r in self.replicas}))
         return unavailable_message(where, f"(replicas are {states})")
 
-    async def call(self, params: RequestParams, attempt: Attempt) -> CallResult:
-        """Call the component on the best replica; the contract's ``call`` for this pool.
-        A call sent to a replica whose process had already died (``NotSent``) waits for the
-        restart, as one arriving a moment later would (SPEC §2, starting replicas)."""
+    def send(
+        self, params: RequestParams, call: CallInFlight, attempt: Attempt, line: str | None = None
+    ) -> int | None:
+        """Send a call to the best replica now (``Replica.send_call``: its result goes to
+        ``call.answered``), recorded in ``attempt``, whose deadline it is bounded by; its
+        request id, or None when no replica can take it now (none is ready, or its process
+        has just died): ``call`` waits for one. ``line`` is the HTTP request it serves."""
+        replica = self.pick()
+        if replica is None:
+            return None
+        request_id = replica.send_call(params, call, attempt.deadline, line)
+        if request_id is not None:
+            attempt.replica = replica.id
+        return request_id
+
+    async def call(
+        self, params: RequestParams, attempt: Attempt, line: str | None = None
+    ) -> CallResult:
+        """Call the component on the best replica, awaited; the contract's ``call`` for this
+        pool (``line``: the HTTP request it serves). A call sent to a replica whose process
+        had already died (``NotSent``) waits for the restart, as one arriving a moment later
+        would (SPEC §2, starting replicas)."""
         while True:
             if not any(r.state in _SERVING for r in self.replicas):  # it waits for one to start
                 waiting = [r.state_since for r in self.replicas if r.state in _WAITING]
@@ -202,7 +227,7 @@ class ReplicaPool:
                 return CallResult.failure("unavailable", str(error))
             attempt.replica = replica.id
             try:
-                return await replica.call(params, attempt.deadline)
+                return await replica.call(params, attempt.deadline, line)
             except NotSent:
                 if not await self._left(replica):
                     return CallResult.failure(
@@ -218,12 +243,14 @@ class ReplicaPool:
                 return False
         return True
 
-    async def open_stream(self, params: RequestParams, attempt: Attempt) -> ReplicaStream:
+    async def open_stream(
+        self, params: RequestParams, attempt: Attempt, line: str | None = None
+    ) -> ReplicaStream:
         """Open a stream on the best replica, recorded in ``attempt`` (raises ``Unavailable``,
         ``ContractError``, ``ReplicaGone``)."""
         replica = await self.acquire()
         attempt.replica = replica.id
-        return await replica.open_stream(params)
+        return await replica.open_stream(params, line)
 
     @property
     def outstanding(self) -> int:

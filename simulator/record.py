@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from peach_cli.boundary import open_lines
-from peach_cli.client.items import TOOL_HEADER
+from peach_cli.internal import TOOL_HEADER
 from peach_cli.printable import escape_surrogates, has_surrogate, without_surrogates
 from peach_cli.runtime.jsonlimits import MAX_DEPTH, nests_deeper
 

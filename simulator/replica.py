@@ -2,10 +2,13 @@
 
 A ``Replica`` starts a worker (its ``ProcessSupervisor``, ``simulator.supervisor``: cwd =
 the project root), sends it the component, and waits for ``init``: the replica becomes
-healthy, or unhealthy with the init error. Calls, streams, pings and patches are multiplexed
-over the replica's socket by request id, in one table of requests in flight, each settled
-one way (``_settle``: what the process sent for it, or its death). The replica counts the
-calls and streams outstanding (the pool's load-balancing signal). When the process dies,
+healthy, or unhealthy with the init error. Calls, streams and requests with one reply
+(pings; a hot patch's, ``simulator.hotpatch``; a profile's) are multiplexed over the
+replica's socket by request id, in one table of requests in flight, each settled one way
+(``_settle``: what the process sent for it, or its death); a call or a stream is registered
+with the debugger relay while it is in the table. The replica counts the calls and streams
+outstanding (the pool's load-balancing signal); its supervisor samples its memory
+(``MemoryWatch``). When the process dies,
 every request in flight fails at once with an error saying so, streams end, and the
 supervisor restarts the process (with a growing pause if it keeps dying).
 """
@@ -32,14 +35,12 @@ from peach_cli.runtime.protocol import (
     Call,
     Cancel,
     Chunk,
-    CommitPatch,
     Credit,
     InitFailed,
     Log,
     Message,
     MessageChannel,
     OpenStream,
-    Patch,
     PatchFailed,
     PatchReady,
     Ping,
@@ -58,26 +59,10 @@ from peach_cli.runtime.protocol import (
 )
 from simulator import debug
 from simulator.environments import explain_init_error
-from simulator.events import (
-    Event,
-    MemoryWarning,
-    ReplicaChanged,
-    ReplicaLog,
-    ReplicaMemory,
-    ReplicaState,
-)
+from simulator.events import Event, ReplicaChanged, ReplicaLog, ReplicaState
 from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
-from simulator.supervisor import (
-    STOP_TIMEOUT_S,
-    ProcessSupervisor,
-    exit_description,
-    resident_memory,
-)
+from simulator.supervisor import STOP_TIMEOUT_S, MemoryWatch, ProcessSupervisor, exit_description
 
-HEALTH_INTERVAL_S = 1.0
-PSS_EVERY = 5
-"""The RSS is sampled every ``HEALTH_INTERVAL_S``, the PSS (costlier: each second, for a
-hundred replicas, it would cost the gateway about 7 % of a core) the first time and every 5th after."""
 INIT_STUCK_S = 10.0
 """An init (or code) still running after this long is reported (the replica keeps waiting
 for it); a session's ``Knobs.init_stuck_s`` changes it (tests say it sooner)."""
@@ -127,6 +112,11 @@ class CallInFlight(InFlight):
     replica: Replica
     """The replica the call was sent to."""
 
+    def sent(self, replica: Replica, request_id: int) -> None:
+        """The call went to ``replica`` (which it is to keep as ``replica``) as
+        ``request_id``."""
+        raise NotImplementedError
+
     def answered(self, result: CallResult) -> None:
         raise NotImplementedError
 
@@ -148,8 +138,10 @@ class _AwaitedCall(CallInFlight):
 
     __slots__ = ("future", "replica")
 
-    def __init__(self, future: asyncio.Future[CallResult], replica: Replica) -> None:
+    def __init__(self, future: asyncio.Future[CallResult]) -> None:
         self.future = future
+
+    def sent(self, replica: Replica, request_id: int) -> None:
         self.replica = replica
 
     def answered(self, result: CallResult) -> None:
@@ -172,20 +164,14 @@ class _StreamInFlight(InFlight):
 
 
 class _ReplyInFlight(InFlight):
-    """A request with one answer of kind ``expected`` (a ping, a patch), for ``future``;
-    ``gone`` makes the answer of a process that died (or answered something else)."""
+    """A request with one answer of kind ``expected`` (a ping, a patch, a profile), for
+    ``future``: ``ReplicaGone`` when the process died (or answered something else)."""
 
-    __slots__ = ("future", "expected", "gone")
+    __slots__ = ("future", "expected")
 
-    def __init__(
-        self,
-        future: asyncio.Future[Any],
-        expected: type | tuple[type, ...],
-        gone: Callable[[str], object],
-    ) -> None:
+    def __init__(self, future: asyncio.Future[Any], expected: type | tuple[type, ...]) -> None:
         self.future = future
         self.expected = expected
-        self.gone = gone
 
     def deliver(self, outcome: Message | ReplicaGone) -> None:
         if self.future.done():
@@ -194,7 +180,7 @@ class _ReplyInFlight(InFlight):
             self.future.set_result(outcome)
         else:
             reason = str(outcome) if isinstance(outcome, ReplicaGone) else type(outcome).__name__
-            self.future.set_result(self.gone(reason))
+            self.future.set_exception(ReplicaGone(reason))
 
 
 class ReplicaStream:
@@ -304,20 +290,16 @@ class Replica:
         """When it entered ``state`` (a timeout while it starts says for how long)."""
         self.error: str | None = None
         self.pid: int | None = None
-        self.rss = 0
-        self.pss = 0
-        """Its memory as last sampled: RSS (what the ``memory`` request is checked against:
-        a replica of its own on the platform) and PSS (shared pages counted once)."""
+        self.memory = MemoryWatch(spec, replica_id, on_event)
+        """Its process's memory, sampled while it runs (``rss``, ``pss``)."""
         self.method_kind: str | None = None
         self.outstanding = 0
         self._channel: MessageChannel | None = None
         self._in_flight: dict[int, InFlight] = {}
         """Every request in flight (calls, streams, pings, patches, profiles) by request id."""
-        self._prepared_kind: str | None = None
         self._next_id = 0
         self._started: asyncio.Future[None] | None = None
         self._stopping = False
-        self._over_limit = False
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -397,11 +379,23 @@ class Replica:
         self._next_id += 1
         return self._next_id
 
-    def _track(self, request_id: int, entry: InFlight) -> None:
+    def _track(
+        self,
+        request_id: int,
+        entry: InFlight,
+        deadline: Deadline | None = None,
+        line: str | None = None,
+    ) -> None:
+        """Put a request in the table. A call or a stream (``counted``) is registered with
+        the debugger relay while it is in flight: a breakpoint in it suspends ``deadline``
+        (its ``timeout_s``) and its banner names ``line``, the HTTP request it serves."""
         self._in_flight[request_id] = entry
         if entry.counted:
             self.outstanding += 1
             self._idle.clear()
+            relay = self.debugger
+            if relay is not None:
+                relay.register(self.id, request_id, deadline, line)
 
     def _forget(self, request_id: int) -> InFlight | None:
         """Take a request out of the table (its answer, if one comes, is dropped)."""
@@ -410,6 +404,9 @@ class Replica:
             self.outstanding -= 1
             if self.outstanding == 0:
                 self._idle.set()
+            relay = self.debugger
+            if relay is not None:
+                relay.unregister(self.id, request_id)
         return entry
 
     def _settle(self, request_id: int, outcome: Message | ReplicaGone) -> None:
@@ -430,39 +427,44 @@ class Replica:
 
     # -- calls and streams ---------------------------------------------------------------
 
-    async def call(self, params: RequestParams, deadline: Deadline | None = None) -> CallResult:
-        """One non-streaming call; cancelling it cancels the call in the replica. A
-        breakpoint in it suspends ``deadline`` (its ``timeout_s``)."""
+    async def call(
+        self, params: RequestParams, deadline: Deadline | None = None, line: str | None = None
+    ) -> CallResult:
+        """One non-streaming call, awaited; cancelling it cancels the call in the replica.
+        ``deadline`` and ``line`` as for ``send_call``."""
         future: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
-        request_id = self.send_call(params, _AwaitedCall(future, self))
+        request_id = self.send_call(params, _AwaitedCall(future), deadline, line)
         if request_id is None:
             if not self._stopping and self.state in RESTARTED_WHEN_GONE:
                 raise NotSent(self.id)
             return CallResult.failure(
                 "unavailable", f"the replica {self.id} is not running", self.id
             )
-        relay = self.debugger
-        if relay is not None:  # a breakpoint in this call suspends its timeout
-            relay.register(self.id, request_id, deadline)
         try:
             return await future
         except asyncio.CancelledError:
             self.cancel_call(request_id)
             raise
-        finally:
-            if relay is not None:
-                relay.unregister(self.id, request_id)
 
-    def send_call(self, params: RequestParams, call: CallInFlight) -> int | None:
-        """Send one non-streaming call (``call.replica`` is this one) whose ``CallResult``
-        goes to ``call.answered``, once, from the loop, as soon as it arrives (or fails: the
-        process died); its request id, or None when the process is not running.
-        ``cancel_call`` takes it back. ``call`` awaits one; the gateway's fast lane is one."""
+    def send_call(
+        self,
+        params: RequestParams,
+        call: CallInFlight,
+        deadline: Deadline | None = None,
+        line: str | None = None,
+    ) -> int | None:
+        """Send one non-streaming call (``call.sent`` is told where it went) whose
+        ``CallResult`` goes to ``call.answered``, once, from the loop, as soon as it arrives
+        (or fails: the process died); its request id, or None when the process is not
+        running. ``cancel_call`` takes it back. A breakpoint in it suspends ``deadline``
+        (its ``timeout_s``), and its banner names ``line`` (``GET /greet?name=Ada``).
+        ``call`` awaits one; the gateway's fast lane is one."""
         channel = self._channel
         request_id = self._new_id()
         if channel is None or not channel.send(Call(request_id, params.query, params.body)):
             return None
-        self._track(request_id, call)
+        call.sent(self, request_id)
+        self._track(request_id, call, deadline, line)
         return request_id
 
     def cancel_call(self, request_id: int) -> None:
@@ -472,8 +474,9 @@ class Replica:
             if channel is not None:
                 channel.send(Cancel(request_id))
 
-    async def open_stream(self, params: RequestParams) -> ReplicaStream:
-        """Start a stream; return its chunks once the replica has bound the call.
+    async def open_stream(self, params: RequestParams, line: str | None = None) -> ReplicaStream:
+        """Start a stream; return its chunks once the replica has bound the call (a
+        breakpoint's banner names ``line``, the HTTP request).
 
         Raises ``ContractError`` when the stream cannot start (a binding error) and
         ``ReplicaGone`` when the process dies first. Cancelling this call, or closing the
@@ -484,9 +487,7 @@ class Replica:
             raise ReplicaGone(f"the replica {self.id} is not running")
         request_id = self._new_id()
         entry = _StreamInFlight()
-        self._track(request_id, entry)
-        if self.debugger is not None:  # a breakpoint's banner names the request
-            self.debugger.register(self.id, request_id, None)
+        self._track(request_id, entry, None, line)
         stream = ReplicaStream(self, channel, request_id, entry.queue)
         try:
             channel.send(OpenStream(request_id, params.query, params.body))
@@ -508,14 +509,15 @@ class Replica:
 
     def _stream_done(self, request_id: int, channel: MessageChannel, finished: bool) -> None:
         self._forget(request_id)
-        if self.debugger is not None:
-            self.debugger.unregister(self.id, request_id)
         if not finished:
             channel.send(Cancel(request_id))
 
     async def ping(self, timeout_s: float = 2.0) -> Pong | None:
         """The replica's answer, or None when it is gone or does not answer in time."""
-        reply = await self._ask(Ping, Pong, timeout_s)
+        try:
+            reply = await self.ask(Ping, Pong, timeout_s)
+        except (ReplicaGone, TimeoutError):
+            return None
         return reply if isinstance(reply, Pong) else None
 
     def notify(self, message: Message) -> bool:
@@ -526,72 +528,38 @@ class Replica:
     async def request(self, make: Callable[[int], Message], timeout_s: float) -> Message | None:
         """Send ``make(request_id)`` and return the reply carrying that id (a ``ProfileData``);
         None when the process is gone or does not reply within ``timeout_s``."""
-        return await self._ask(make, ProfileData, timeout_s)
+        try:
+            return await self.ask(make, ProfileData, timeout_s)
+        except (ReplicaGone, TimeoutError):
+            return None
 
-    async def _ask(
-        self, make: Callable[[int], Message], reply: type, timeout_s: float
-    ) -> Message | None:
-        """Send ``make(request_id)``; the ``reply`` message carrying that id, or None."""
+    async def ask(
+        self,
+        make: Callable[[int], Message],
+        expected: type | tuple[type, ...],
+        timeout_s: float,
+    ) -> Message:
+        """Send ``make(request_id)`` and return the reply of kind ``expected`` carrying that
+        id: ``ReplicaGone`` when the process is not running, dies first or answers something
+        else, ``TimeoutError`` when it does not within ``timeout_s``."""
         channel = self._channel
         if channel is None:
-            return None
+            raise ReplicaGone(f"the replica {self.id} is not running")
         request_id = self._new_id()
-        future: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
-        self._track(request_id, _ReplyInFlight(future, reply, lambda _reason: None))
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._track(request_id, _ReplyInFlight(future, expected))
         try:
             if not channel.send(make(request_id)):
-                return None
+                raise ReplicaGone(f"the replica {self.id} is not running")
             return await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            return None
         finally:
             self._forget(request_id)
 
-    # -- hot patches (simulator.hotpatch) -------------------------------------------------
-
-    async def prepare_patch(self, spec: ComponentSpec, timeout_s: float) -> tuple[int, str | None]:
-        """Have the process execute ``spec``'s code beside the code in use.
-
-        Returns the patch's id and None when it is ready to commit, or an error saying why
-        it is not (the code raised, the process is gone, it took over ``timeout_s``).
-        """
-        channel = self._channel
-        request_id = self._new_id()
-        if channel is None or not channel.send(Patch(request_id, spec)):
-            return request_id, f"the replica {self.id} is not running"
-        future: asyncio.Future[PatchReady | PatchFailed] = (
-            asyncio.get_running_loop().create_future()
-        )
-
-        def gone(reason: str) -> PatchFailed:
-            return PatchFailed(request_id, reason, "")
-
-        self._track(request_id, _ReplyInFlight(future, (PatchReady, PatchFailed), gone))
-        try:
-            answer = await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            return request_id, f"the new code did not finish running within {timeout_s:g} s"
-        finally:
-            self._forget(request_id)
-        match answer:
-            case PatchReady(method_kind=kind):
-                self._prepared_kind = kind
-                return request_id, None
-            case PatchFailed(message=message):
-                # The traceback is not logged here: the restart that follows a failed patch
-                # runs the same code and reports it, with the error, if it fails again.
-                return request_id, message
-        return request_id, f"the replica {self.id} sent {type(answer).__name__} for a patch"
-
-    def commit_patch(self, request_id: int, spec: ComponentSpec, *, commit: bool) -> None:
-        """Serve (``commit``) or drop the code prepared as ``request_id``. Calls sent after
-        this run the new method: the process reads its messages in order."""
-        channel = self._channel
-        if channel is not None:
-            channel.send(CommitPatch(request_id, commit))
-        if commit:
-            self.spec = spec  # a restart of this process runs the new code, init included
-            self.method_kind = self._prepared_kind or self.method_kind
+    def adopt(self, spec: ComponentSpec, method_kind: str | None) -> None:
+        """Serve ``spec``'s code from now on (a hot patch committed it in the process): a
+        restart of this process runs it, init included."""
+        self.spec = self.memory.spec = spec
+        self.method_kind = method_kind or self.method_kind
 
     # -- messages from the process -------------------------------------------------------
 
@@ -632,7 +600,7 @@ class Replica:
                 self.supervisor.ready()
                 restarted = "restarted" if self.supervisor.restarted else None
                 self._set_state(ReplicaState.HEALTHY, message=restarted)
-                self.supervisor.watch(self._monitor())
+                self.supervisor.watch(self.memory.watch(self.supervisor, self.ping))
                 self._init_done()
             case InitFailed(message=text, details=details):
                 if details:
@@ -696,30 +664,6 @@ class Replica:
     def _output(self, text: str) -> None:
         """A line the process printed (the user's prints, crashes): a log event."""
         self.on_event(ReplicaLog(self.spec.key, self.id, "output", text))
-
-    async def _monitor(self) -> None:
-        """Sample memory about once a second; warn once each time it crosses the limit."""
-        process = self.supervisor.process
-        samples = 0
-        while (
-            process is self.supervisor.process
-            and process is not None
-            and process.returncode is None
-        ):
-            info = await self.ping()
-            pss = samples % PSS_EVERY == 0
-            memory = resident_memory(process.pid, pss=pss) if info is not None else None
-            if memory is not None:
-                samples += 1
-                self.rss, self.pss = memory.rss, memory.pss if pss else self.pss
-                limit = self.spec.memory
-                self.on_event(ReplicaMemory(self.spec.key, self.id, self.rss, limit, self.pss))
-                over = limit is not None and self.rss > limit
-                if over and not self._over_limit:
-                    assert limit is not None
-                    self.on_event(MemoryWarning(self.spec.key, self.id, self.rss, limit))
-                self._over_limit = over
-            await asyncio.sleep(HEALTH_INTERVAL_S)
 
     def _set_state(
         self, state: ReplicaState, *, error: str | None = None, message: str | None = None

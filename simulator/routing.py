@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from peach_cli.runtime.contract import Attempt, CallResult, RequestParams
 from peach_cli.runtime.plan import EndpointSpec, ProjectPlan, url_key
 from simulator.pool import ReplicaPool
 
@@ -29,10 +28,6 @@ class Route:
     def method_kind(self, component: str) -> str | None:
         """The kind of ``component``'s method, once one of its replicas has said it."""
         return self.pools[component].method_kind
-
-    async def call(self, component: str, params: RequestParams, attempt: Attempt) -> CallResult:
-        """One non-streaming call of ``component`` (``contract.Caller``)."""
-        return await self.pools[component].call(params, attempt)
 
     def enter(self) -> None:
         self.inflight += 1
@@ -65,6 +60,11 @@ class RoutingTable:
                 {name: pools[spec.key] for name, spec in endpoint.components.items()},
             )
         return cls(plan.codops, plan.timeout_s if timeout_s is None else timeout_s, routes)
+
+    @classmethod
+    def empty(cls, plan: ProjectPlan) -> RoutingTable:
+        """The table of a server not started yet: no route (its pools start with it)."""
+        return cls(plan.codops, plan.timeout_s, {})
 
     def pools(self) -> list[ReplicaPool]:
         seen: dict[int, ReplicaPool] = {}

@@ -1,8 +1,10 @@
 """``DevServer``: a project plan served locally — its replica pools, their plan's lifecycle.
 
-Usage (inside a running event loop)::
+Usage (inside a running event loop; ``simulator.session.DevSession`` assembles the three)::
 
-    server = DevServer(plan, host="127.0.0.1", port=0, on_event=print)
+    http = HttpServer("127.0.0.1", 0)
+    gateway = DevGateway(RoutingTable.empty(plan), print)
+    server = DevServer(plan, http=http, gateway=gateway, on_event=print)
     await server.start()          # binds (port 0 picks one), starts every replica
     print(server.url)             # the bound address
     await server.wait_ready()     # every replica healthy, unhealthy or restarting
@@ -12,7 +14,9 @@ Usage (inside a running event loop)::
 
 ``server.served`` is what it serves: the plan as applied and each component's fingerprint
 (``simulator.changes.Snapshot``), the one record hot reload compares a save with. The HTTP
-side (uvicorn, its protocol, ``LocalService``, the fast lane) is ``simulator.http_server``'s.
+side (uvicorn, its protocol, ``LocalService``, the fast lane) is ``simulator.http_server``'s,
+and the requests are the gateway's (``simulator.gateway``): the server hands the gateway
+each routing table it serves.
 The server reports what happens through ``on_event`` (see ``simulator.events``); it never
 prints. Replica processes exit when the server stops, and on their own when its process
 dies (their socket closes), so none is left behind.
@@ -25,7 +29,6 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.devtoken import DevToken
 from peach_cli.runtime.plan import ProjectPlan
 from simulator.changes import PlanChange, Snapshot
 from simulator.environments import Environments
@@ -41,7 +44,6 @@ if TYPE_CHECKING:
     from simulator.debug import DebugRelay
     from simulator.fastlane import FastLane
     from simulator.gateway import DevGateway
-    from simulator.record import RecordWriter
 
 __all__ = ["DRAIN_TIMEOUT_S", "DevServer", "ServeError"]
 
@@ -56,22 +58,17 @@ class DevServer:
         self,
         plan: ProjectPlan,
         *,
-        host: str = "127.0.0.1",
-        port: int = 8000,
+        http: HttpServer,
+        gateway: DevGateway,
         timeout_s: float | None = None,
         on_event: Callable[[Event], None] | None = None,
         environments: Environments | None = None,
         spawner: Spawner | None = None,
-        allow_hosts: Collection[str] = (),
-        allow_origins: Collection[str] = (),
-        head_timeout_s: float | None = None,
-        fast_lane: bool = True,
         init_stuck_s: float = INIT_STUCK_S,
         debugger: DebugRelay | None = None,
-        task_rows: Callable[[], list[dict[str, Any]]] | None = None,
+        init_profiling: InitProfiling | None = None,
     ) -> None:
-        """``task_rows``: the tasks' rows of the session's scheduler, for ``/_peach/health``."""
-        self.task_rows = task_rows
+        """``http`` serves ``gateway``, which this server hands each routing table."""
         self.served = Snapshot.take(plan)
         """What is served: the plan as applied, each component's fingerprint (a component
         whose restart a reload refused keeps its previous version here)."""
@@ -80,25 +77,17 @@ class DevServer:
         """The interpreters replicas run in (default: peach's own, shared by all)."""
         self.spawner = spawner or Spawner()
         """Starts replica processes (taking the spares hot reload keeps)."""
-        self.http = HttpServer(
-            host,
-            port,
-            allow_hosts=allow_hosts,
-            allow_origins=allow_origins,
-            head_timeout_s=head_timeout_s,
-            fast_lane=fast_lane,
-        )
+        self.http = http
         """The socket, uvicorn and the app in front of the gateway."""
+        self.gateway = gateway
+        """Answers the requests (its ``table`` is what this server serves, once started)."""
         self.init_stuck_s = init_stuck_s
         """A replica's start-up still running after this long is reported."""
         self.debugger = debugger
         """The session's pdb relay (``simulator.debug``): calls register with it."""
-        self.token = DevToken.new()
-        """What state-changing ``/_peach/*`` actions need (``x-peach-token``); the session
-        writes it where peach's own tools find it (``peach_cli.devtoken``)."""
-        self.init_profiling = InitProfiling()
+        self.init_profiling = init_profiling or InitProfiling()
         """``peach profile --init``: the replicas started while an init is profiled sample
-        from their first line (handed to every replica and to the gateway)."""
+        from their first line (the gateway's ``Profiler`` is handed the same)."""
         self._pool_options = PoolOptions(
             plan.root,
             self.emit,
@@ -118,9 +107,6 @@ class DevServer:
         self._stopped = False
         self._applying = asyncio.Lock()
         """Held by ``apply_plan``: a reload and an on-demand re-init never overlap."""
-        self.gateway: DevGateway | None = None
-        self.recorder: RecordWriter | None = None
-        """Set before ``start``: the gateway records every answered request with it."""
 
     @property
     def plan(self) -> ProjectPlan:
@@ -155,19 +141,7 @@ class DevServer:
         self._starting = asyncio.ensure_future(
             asyncio.gather(*(pool.starting for pool in self._pools.values()))
         )
-        from simulator.gateway import DevGateway
-
-        table = RoutingTable.of(self.plan, self._pools, self.timeout_override)
-        self.gateway = DevGateway(
-            table,
-            self._on_event,
-            debugger=self.debugger,
-            token=self.token,
-            task_rows=self.task_rows,
-            init_profiling=self.init_profiling,
-        )
-        self.gateway.reinit = self.reinit
-        self.gateway.recorder = self.recorder
+        self.gateway.table = RoutingTable.of(self.plan, self._pools, self.timeout_override)
         await self.http.serve(self.gateway)
 
     async def wait_ready(self) -> None:
@@ -214,8 +188,7 @@ class DevServer:
     def all_pools(self) -> list[ReplicaPool]:
         """Every pool with replicas: served, and retired by a reload but still draining."""
         pools = list(self._pools.values())
-        if self.gateway is not None:
-            pools += [p for p in self.gateway.table.pools() if p not in pools]
+        pools += [p for p in self.gateway.table.pools() if p not in pools]
         pools += [p for p in self._retiring if p not in pools]
         return pools
 
@@ -257,7 +230,6 @@ class DevServer:
     ) -> PlanChange:
         from simulator.hotpatch import patch_pools
 
-        assert self.gateway is not None, "start() first"
         new_plan = snapshot.plan
         specs = new_plan.components()
         change = PlanChange()
@@ -370,8 +342,7 @@ class DevServer:
 
     def _forget(self, pools: list[ReplicaPool]) -> None:
         """Drop what the server kept of the replicas of ``pools``, stopped for good."""
-        if self.gateway is not None:
-            self.gateway.metrics.forget(r.id for pool in pools for r in pool.replicas)
+        self.gateway.metrics.forget(r.id for pool in pools for r in pool.replicas)
 
     async def wait_retired(self) -> None:
         """Wait until every pool retired by ``apply_plan`` has stopped."""

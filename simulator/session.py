@@ -1,7 +1,9 @@
 """``DevSession``: one local run of a project — its envs, tasks, server and reloader.
 
 Built from one ``SessionConfig``, it owns every part of the run and starts and stops them
-in order; nothing is wired after construction. ``peach dev`` serves with it, ``peach task
+in order; it assembles them — the HTTP side (``HttpServer``), the gateway (``DevGateway``)
+and the server of replicas (``DevServer``) among them — and nothing is wired after
+construction. ``peach dev`` serves with it, ``peach task
 run`` runs a task with it (``serve=False``), and a test can start the simulator quietly on
 a free port::
 
@@ -32,10 +34,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.devtoken import DevToken
 from simulator.debug import DebugRelay, skipped_env, skipped_once
 from simulator.environments import Environments
 from simulator.events import ReplicasStarted, ServerNote, Serving
+from simulator.profiling import InitProfiling
 from simulator.replica import INIT_STUCK_S
+from simulator.routing import RoutingTable
 from simulator.server import DevServer
 from simulator.spawn import Keeper, Spawner
 from simulator.tasks.scheduler import DEFAULT_INTERVAL_S, TaskScheduler, TriggerSocket
@@ -43,6 +48,8 @@ from simulator.template import Templates
 
 if TYPE_CHECKING:
     from peach_cli.runtime.plan import ProjectPlan
+    from simulator.changes import PlanChange
+    from simulator.gateway import DevGateway
     from simulator.reload import ReloadMode
     from simulator.tasks.events import TaskRunEnded
 
@@ -189,29 +196,10 @@ class DevSession:
             debugger=self.debugger,
         )
         self.server: DevServer | None = None
+        self.gateway: DevGateway | None = None
+        """Answers the server's requests (``simulator.gateway``)."""
         if config.serve:
-            self.server = DevServer(
-                plan,
-                host=config.host,
-                port=config.port,
-                timeout_s=config.timeout_s,
-                on_event=on_event,
-                environments=self.environments,
-                spawner=self.spawner,
-                allow_hosts=config.allow_hosts,
-                allow_origins=config.allow_origins,
-                head_timeout_s=(
-                    knobs.head_timeout_s if config.head_timeout_s is None else config.head_timeout_s
-                ),
-                fast_lane=knobs.fast_lane,
-                init_stuck_s=knobs.init_stuck_s,
-                debugger=self.debugger,
-                task_rows=self.scheduler.task_rows,
-            )
-            if config.record is not None:
-                from simulator.record import RecordWriter
-
-                self.server.recorder = RecordWriter(config.record, on_note=self._warn)
+            self.gateway, self.server = self._serving(config, on_event)
         self._starting: asyncio.Task[None] | None = None
         self._stopped = False
         self._stopping = asyncio.Event()
@@ -219,6 +207,56 @@ class DevSession:
         self._reloading: asyncio.Task[None] | None = None
         self._reporting: asyncio.Task[None] | None = None
         self._reinits: set[asyncio.Task[Any]] = set()
+
+    def _serving(
+        self, config: SessionConfig, on_event: Callable[[Any], None] | None
+    ) -> tuple[DevGateway, DevServer]:
+        """The gateway and the server of ``config.plan``, behind the HTTP side."""
+        from simulator.gateway import DevGateway
+        from simulator.http_server import HttpServer
+
+        knobs = config.knobs
+        http = HttpServer(
+            config.host,
+            config.port,
+            allow_hosts=config.allow_hosts,
+            allow_origins=config.allow_origins,
+            head_timeout_s=(
+                knobs.head_timeout_s if config.head_timeout_s is None else config.head_timeout_s
+            ),
+            fast_lane=knobs.fast_lane,
+        )
+        recorder = None
+        if config.record is not None:
+            from simulator.record import RecordWriter
+
+            recorder = RecordWriter(config.record, on_note=self._warn)
+        init_profiling = (
+            InitProfiling()
+        )  # `peach profile --init`: the gateway asks, replicas sample
+        gateway = DevGateway(
+            RoutingTable.empty(config.plan),
+            on_event,
+            debugger=self.debugger,
+            token=DevToken.new(),
+            task_rows=self.scheduler.task_rows,
+            init_profiling=init_profiling,
+            reinit=self.reinit,
+            recorder=recorder,
+        )
+        server = DevServer(
+            config.plan,
+            http=http,
+            gateway=gateway,
+            timeout_s=config.timeout_s,
+            on_event=on_event,
+            environments=self.environments,
+            spawner=self.spawner,
+            init_stuck_s=knobs.init_stuck_s,
+            debugger=self.debugger,
+            init_profiling=init_profiling,
+        )
+        return gateway, server
 
     def emit(self, event: object) -> None:
         if self.on_event is not None:
@@ -255,7 +293,7 @@ class DevSession:
             await self.scheduler.start(run_loop=False)
             return
         await server.start()
-        self._write_token(server)
+        self._write_token(server.url)
         self.emit(Serving(server.url))
         await self.scheduler.start()
         if self.config.plan.tasks:
@@ -270,11 +308,12 @@ class DevSession:
             self._reloading = loop.create_task(reloader.run(self._stopping))
         self._reporting = loop.create_task(self._report_started(began))
 
-    def _write_token(self, server: DevServer) -> None:
-        """Write the server's session token where peach's own tools read it (SPEC §6)."""
-        port = int(server.url.rsplit(":", 1)[1])
+    def _write_token(self, url: str) -> None:
+        """Write the gateway's session token where peach's own tools read it (SPEC §6)."""
+        assert self.gateway is not None
+        port = int(url.rsplit(":", 1)[1])
         try:
-            server.token.write(port)
+            self.gateway.token.write(port)
         except OSError as error:
             self.emit(
                 ServerNote(
@@ -321,11 +360,11 @@ class DevSession:
             await self.spawner.close()
             if self.server is not None:
                 await self.server.stop()  # streams closed, every replica stopped
-                if self.server.recorder is not None:
-                    self.server.recorder.close()  # every line written
+            if self.gateway is not None and self.gateway.recorder is not None:
+                self.gateway.recorder.close()  # every line written
         finally:
-            if self.server is not None:
-                self.server.token.remove()
+            if self.gateway is not None:
+                self.gateway.token.remove()
             await self.keeper.close()  # what is left below it dies (a crashed replica's)
             self.environments.release()  # nothing runs in them any more: prune may go on
 
@@ -358,11 +397,16 @@ class DevSession:
         self.scheduler.trigger(name, payload, triggered=False)
         return await self.scheduler.run_until_idle()
 
+    async def reinit(self, keys: Collection[str]) -> PlanChange:
+        """Re-run ``init`` of the components ``keys`` (``DevServer.reinit``): the dev keys'
+        and ``/_peach/reinit``'s."""
+        assert self.server is not None, "a session with serve=False has no server"
+        return await self.server.reinit(keys)
+
     def start_reinit(self, keys: Collection[str]) -> None:
         """Re-run ``init`` of the components ``keys`` in the background (``Reinitialized``
         reports it)."""
-        assert self.server is not None, "a session with serve=False has no server"
-        task = asyncio.get_running_loop().create_task(self.server.reinit(keys))
+        task = asyncio.get_running_loop().create_task(self.reinit(keys))
         self._reinits.add(task)
         task.add_done_callback(self._reinits.discard)
 

@@ -5,14 +5,19 @@ it starts the worker (``simulator.spawn``: a spare when one is kept, else throug
 keeper), forwards what the worker prints as lines (cut and rate-limited: a replica printing
 without pause must not starve the gateway), waits for it to exit (killing it and its tree
 when it lives on after closing its socket, or does not stop in time), and paces restarts
-(a growing pause for a process that keeps dying soon after it started). What the replica
-says, and the requests in flight on it, are the ``Replica``'s.
+(a growing pause for a process that keeps dying soon after it started). ``MemoryWatch``
+samples the process's memory while it runs and says when it crosses its component's
+``memory`` request. What the replica says, and the requests in flight on it, are the
+``Replica``'s.
 
     supervisor = ProcessSupervisor(spawner, on_output=print)
     process, sock = await supervisor.spawn(launch)   # the worker's end of the socket is its
     ...                                              # (its output is forwarded meanwhile)
     code = await supervisor.wait_exit(process)          # its socket closed: its exit code
     await supervisor.pause_before_restart()          # 0 s, 0.5 s, 1 s, 2 s, 5 s, ...
+
+    memory = MemoryWatch(spec, replica_id, on_event)
+    supervisor.watch(memory.watch(supervisor, ping))    # memory.rss, memory.pss
 """
 
 from __future__ import annotations
@@ -21,13 +26,15 @@ import asyncio
 import signal
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import psutil
 
 from peach_cli.procmem import Memory, process_memory
+from peach_cli.runtime.plan import ComponentSpec
 from peach_cli.runtime.protocol import CRASH_EXIT, THREADS_HELD_EXIT
+from simulator.events import Event, MemoryWarning, ReplicaMemory
 from simulator.spawn import Spawner, WorkerLaunch, WorkerProcess
 from simulator.trees import kill_tree, reap
 
@@ -42,6 +49,10 @@ OUTPUT_LINES_PER_S = 100
 """Lines of a replica's output shown per second; the others are counted, then summarised."""
 OUTPUT_LINE_BYTES = 4096
 """Longer lines of a replica's output are cut (the size of the rest is shown)."""
+HEALTH_INTERVAL_S = 1.0
+PSS_EVERY = 5
+"""The RSS is sampled every ``HEALTH_INTERVAL_S``, the PSS (costlier: each second, for a
+hundred replicas, it would cost the gateway about 7 % of a core) the first time and every 5th after."""
 
 
 def resident_memory(pid: int, *, pss: bool = True) -> Memory | None:
@@ -176,6 +187,50 @@ class ProcessSupervisor:
                 output.close()
                 return
             output.feed(data)
+
+
+class MemoryWatch:
+    """The memory of one replica's process: ``watch`` samples it about once a second
+    (``HEALTH_INTERVAL_S``) while the process answers its pings, reports each sample
+    (``ReplicaMemory``) and warns once each time it crosses the component's ``memory``
+    request (``MemoryWarning``)."""
+
+    def __init__(self, spec: ComponentSpec, replica_id: str, on_event: Callable[[Event], None]):
+        self.spec = spec
+        """The component (its ``memory`` request is read at each sample)."""
+        self.replica_id = replica_id
+        self.on_event = on_event
+        self.rss = 0
+        self.pss = 0
+        """As last sampled: RSS (what the ``memory`` request is checked against: a replica of
+        its own on the platform) and PSS (shared pages counted once)."""
+        self._over_limit = False
+
+    async def watch(
+        self, supervisor: ProcessSupervisor, ping: Callable[[], Awaitable[object | None]]
+    ) -> None:
+        """Sample the supervisor's current process until it is replaced or exits; a sample is
+        taken only after the process answered ``ping`` (None: it did not)."""
+        process = supervisor.process
+        samples = 0
+        while process is supervisor.process and process is not None and process.returncode is None:
+            answered = await ping()
+            pss = samples % PSS_EVERY == 0
+            memory = resident_memory(process.pid, pss=pss) if answered is not None else None
+            if memory is not None:
+                samples += 1
+                self._sampled(memory, pss)
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+
+    def _sampled(self, memory: Memory, pss: bool) -> None:
+        self.rss, self.pss = memory.rss, memory.pss if pss else self.pss
+        spec, limit = self.spec, self.spec.memory
+        self.on_event(ReplicaMemory(spec.key, self.replica_id, self.rss, limit, self.pss))
+        over = limit is not None and self.rss > limit
+        if over and not self._over_limit:
+            assert limit is not None
+            self.on_event(MemoryWarning(spec.key, self.replica_id, self.rss, limit))
+        self._over_limit = over
 
 
 class _OutputLimiter:

@@ -431,14 +431,14 @@ def test_replicas_exit_when_peach_dev_is_killed(peach_dev, small_project):
 
 @pytest.mark.slow
 def test_apply_plan_restarts_only_changed_components(tmp_path, small_project):
-    from simulator.server import DevServer
+    from simulator.session import DevSession, SessionConfig
 
     async def scenario() -> None:
         plan, diagnostics = build_plan(small_project)
         assert plan is not None, diagnostics
-        server = DevServer(plan, port=0)
-        await server.start()
-        try:
+        async with DevSession(SessionConfig(plan, shared_env=True)) as session:
+            server = session.server
+            assert server is not None
             await server.wait_ready()
             async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
                 hello_before = (await client.get("/hello")).json()["result"]["pid"]
@@ -462,8 +462,6 @@ def test_apply_plan_restarts_only_changed_components(tmp_path, small_project):
                 assert after.headers["x-peach-replica"] != slow_before
                 assert (await client.get("/hello")).json()["result"]["pid"] == hello_before
             await asyncio.wait_for(server.wait_retired(), 20)
-        finally:
-            await server.stop()
 
     from peach_cli.runtime import aio
 
@@ -472,14 +470,14 @@ def test_apply_plan_restarts_only_changed_components(tmp_path, small_project):
 
 @pytest.mark.slow
 def test_apply_plan_lets_in_flight_streams_finish_on_retired_replicas(tmp_path, small_project):
-    from simulator.server import DevServer
+    from simulator.session import DevSession, SessionConfig
 
     async def scenario() -> None:
         plan, _ = build_plan(small_project)
         assert plan is not None
-        server = DevServer(plan, port=0)
-        await server.start()
-        try:
+        async with DevSession(SessionConfig(plan, shared_env=True)) as session:
+            server = session.server
+            assert server is not None
             await server.wait_ready()
             async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
                 marker = tmp_path / "marker"
@@ -499,8 +497,6 @@ def test_apply_plan_lets_in_flight_streams_finish_on_retired_replicas(tmp_path, 
                 # The client closed the old stream: its generator is closed, then retired.
                 await asyncio.wait_for(server.wait_retired(), 20)
                 assert marker.read_text() == "closed"
-        finally:
-            await server.stop()
 
     from peach_cli.runtime import aio
 

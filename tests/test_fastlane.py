@@ -112,26 +112,26 @@ def serve(
     record: Path | None = None,
     head_timeout_s: float | None = None,
 ) -> None:
-    """Run ``scenario(server, client)`` against a ``DevServer`` of ``project`` (with
-    ``record``: recording its requests there, as ``peach dev --record`` does; with
-    ``head_timeout_s``: cutting stalled heads and bodies after that long)."""
-    from simulator.record import RecordWriter
-    from simulator.server import DevServer
+    """Run ``scenario(server, client)`` against the ``DevServer`` of a session serving
+    ``project`` (with ``record``: recording its requests there, as ``peach dev --record``
+    does; with ``head_timeout_s``: cutting stalled heads and bodies after that long)."""
+    from dataclasses import replace
+
+    from simulator.session import DevSession, Knobs, SessionConfig
 
     async def run() -> None:
         plan, diagnostics = build_plan(project)
         assert plan is not None, diagnostics
-        server = DevServer(plan, port=0, head_timeout_s=head_timeout_s, fast_lane=fast_lane)
-        server.recorder = RecordWriter(record) if record is not None else None
-        await server.start()
-        try:
-            await server.wait_ready()
-            async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
+        knobs = replace(Knobs.read(), fast_lane=fast_lane)
+        config = SessionConfig(
+            plan, shared_env=True, record=record, head_timeout_s=head_timeout_s, knobs=knobs
+        )
+        async with DevSession(config) as session:
+            server = session.server
+            assert server is not None
+            await session.wait_ready()
+            async with httpx.AsyncClient(base_url=session.url, timeout=20) as client:
                 await scenario(server, client)
-        finally:
-            await server.stop()
-            if server.recorder is not None:
-                server.recorder.close()
 
     aio.run(run())
 

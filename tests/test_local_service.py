@@ -336,3 +336,31 @@ def test_each_refusal_is_the_error_envelope_and_is_counted_in_the_metrics(
     assert json.loads(body)["error"]["code"] == code
     requests, errors = before
     assert refused_count(server, status, method, route) == (requests + 1, errors + 1)
+
+
+@pytest.mark.parametrize(
+    ("refuse", "line"),
+    [
+        (
+            oversized_head,
+            r"GET /echo 431 [\d.]+ m?s  headers_too_large: the request's headers are over 64 KiB",
+        ),
+        (
+            stalled_body,
+            r"POST /echo 408 [\d.]+ m?s  request_timeout: the request did not arrive in 1 s",
+        ),
+        (
+            lambda server: send_and_wait(server, b"GET /ec")[0],
+            r"- /ec 408 [\d.]+ m?s  request_timeout: the request did not arrive in 1 s",
+        ),
+    ],
+    ids=["oversized-head", "stalled-body", "half-a-head"],
+)
+def test_a_refusal_of_the_protocol_is_logged_as_its_request_line(server, refuse, line):
+    """The protocol's 431 and 408 are logged as every request is, through the dev view's
+    request line (not uvicorn's own words on stderr)."""
+    server.mark()
+    refuse(server)
+    server.wait_for_output(line)
+    logged = server.output_since_mark()
+    assert "Refused a request" not in logged and "warning:" not in logged, logged

@@ -508,8 +508,6 @@ STATE_EXEMPT = {
     "peach_cli.boundary:_masker": "the masker of ``_hidden`` (the same)",
     "peach_cli.project.notebook:_Readers": "who holds the collector's thresholds down: "
     "``gc`` is the interpreter's, one per process",
-    "simulator.debug:REQUEST_LINE": "the request a breakpoint's banner names; the gateway's "
-    "rework hands it to the debugger relay instead (issue 51)",
     "simulator.http_protocol:_DEFAULT_HEAD": "uvicorn's default headers written out once a "
     "second, for every server of the process; to be held by the fast lane's server",
 }

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from peach_cli.internal import HEALTH_PATH
+
 SAMPLE_S = 0.2
 LIST_S = 2.0
 
@@ -76,7 +78,7 @@ class CapacitySampler:
         import httpx
 
         try:
-            health = httpx.get(f"{self.base_url}/_peach/health", timeout=2.0).json()
+            health = httpx.get(self.base_url + HEALTH_PATH, timeout=2.0).json()
         except (httpx.HTTPError, ValueError):
             return False
         if not isinstance(health, dict) or "components" not in health:

@@ -30,12 +30,12 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from peach_cli.errors import UsageError
+from peach_cli.internal import TOOL_HEADER
 from peach_cli.runtime.jsonlimits import PayloadError, loads_bounded, read_bounded
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 60.0
 USER_AGENT = "peach-ask"
-TOOL_HEADER = "x-peach-tool"
 """Sent with the name of the peach tool that sends a request (``test``, ``replay``,
 ``bench``): ``peach dev --record`` records none of them (SPEC §8)."""
 URL_LIMIT = 2048  # bytes: KEY=VALUE items that would make the URL longer go in the body

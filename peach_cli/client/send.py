@@ -36,8 +36,8 @@ import httpx
 
 from peach_cli.client.items import DEFAULT_TIMEOUT_S, AskRequest
 from peach_cli.errors import ClientError
+from peach_cli.internal import ROUTES_PATH
 
-ROUTES_PATH = "/_peach/routes"
 CONNECT_TIMEOUT_S = 10.0
 
 

@@ -49,15 +49,13 @@ from peach_cli.deploy.packaging import (
     spec_file,
 )
 from peach_cli.deploy.progress import still_failing_to_start
+from peach_cli.internal import HEALTH_PATH, OPENAPI_PATH, ROUTES_PATH
 from peach_cli.runtime import contract
 from peach_cli.runtime.plan import EndpointSpec, url_key
 
 logger = logging.getLogger("peach.deploy")
 
 JSON_MEDIA_TYPE = "application/json"
-ROUTES_PATH = "/_peach/routes"
-HEALTH_PATH = "/_peach/health"
-OPENAPI_PATH = "/_peach/openapi.json"
 TASKS_READ_S = 2.0
 """How long ``/_peach/health`` waits for the scheduler's rows."""
 COMPONENT_CHECK_S = 1.0

@@ -13,8 +13,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from peach_cli.deploy import APPLICATION_BUILDER
+from peach_cli.internal import HEALTH_PATH
 
-HEALTH_PATH = "/_peach/health"
 TIMEOUT_S = 2.0
 _WILDCARD_OR_LOOPBACK = frozenset({"", "0.0.0.0", "::", "127.0.0.1", "localhost", "::1"})
 

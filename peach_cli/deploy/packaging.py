@@ -158,6 +158,7 @@ SERVE_APP_MODULES = (
     "peach_cli/boundary.py",
     "peach_cli/printable.py",
     "peach_cli/errors.py",
+    "peach_cli/internal.py",
     "peach_cli/deploy/__init__.py",
     "peach_cli/deploy/app.py",
     "peach_cli/deploy/config.py",

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import UsageError
+from peach_cli.internal import ROUTES_PATH
 from peach_cli.runtime.contract.results import notebook_position
 from peach_cli.runtime.plan import url_key
 
@@ -87,7 +88,7 @@ def find_replicas(dashboard: DashboardClient, origin: str, path: str) -> list[Re
         "(its gateway does not answer /_peach/routes)"
     )
     try:
-        answer = httpx.get(f"{origin}{prefix}/_peach/routes", timeout=10.0)
+        answer = httpx.get(f"{origin}{prefix}{ROUTES_PATH}", timeout=10.0)
         routes = answer.json() if answer.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         routes = None

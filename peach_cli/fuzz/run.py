@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from peach_cli.fuzz.findings import Finding, judge
 from peach_cli.fuzz.targets import Target, request_to
+from peach_cli.internal import HEALTH_PATH
 
 if TYPE_CHECKING:
     from peach_cli.client.send import Client
@@ -38,7 +39,6 @@ or never end, and an endpoint gets 50 requests. A generator that fails later tha
 not seen (most fail on their input, before or at their first chunk)."""
 RESTART_WAIT_S = 60.0
 """How long to wait for a replica that died to be healthy again before the next request."""
-HEALTH_PATH = "/_peach/health"
 HEALTH_POLL_S = 0.1
 BUSY_WINDOW_S = 0.3
 BUSY_PERCENT = 5.0

@@ -12,7 +12,6 @@ from peach_cli.openapi.contract import (
     endpoint_contract,
 )
 from peach_cli.openapi.document import (
-    OPENAPI_PATH,
     build_document,
     document_of,
     endpoint_contracts,
@@ -20,7 +19,6 @@ from peach_cli.openapi.document import (
 
 __all__ = [
     "NO_DEFAULT",
-    "OPENAPI_PATH",
     "EndpointContract",
     "Parameter",
     "build_document",

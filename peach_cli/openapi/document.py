@@ -27,7 +27,6 @@ from peach_cli.runtime.contract.errors import ERROR_STATUS
 from peach_cli.runtime.plan import EndpointSpec, ProjectPlan
 
 OPENAPI_VERSION = "3.1.0"
-OPENAPI_PATH = "/_peach/openapi.json"
 JSON = "application/json"
 ERROR_STATUSES = (400, 404, 405, 413, 500, 503, 504)
 """The statuses an endpoint answers with the error envelope (SPEC §2 "Envelope")."""

@@ -22,10 +22,11 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from peach_cli.internal import INTERNAL_PREFIX
 from peach_cli.runtime.plan import DEFAULT_MEDIA_TYPE, DEFAULT_TASK_TIMEOUT_S, DEFAULT_TIMEOUT_S
 
 BASE_ENV = "base"
-RESERVED_URL_PREFIX = "/_peach"
+RESERVED_URL_PREFIX = INTERNAL_PREFIX
 
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T|k)?\s*$")
 _UNITS = {

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from peach_cli.internal import DOCS_PATH
 from peach_cli.runtime import contract
 
 PAGE = "page.html"
@@ -48,8 +49,8 @@ class DocsPage:
     def routes(self) -> list[Route]:
         """``GET /_peach/docs`` and ``GET /_peach/docs/<asset>``."""
         return [
-            Route("/_peach/docs", self._page, methods=["GET"]),
-            Route("/_peach/docs/{asset}", self._asset, methods=["GET"]),
+            Route(DOCS_PATH, self._page, methods=["GET"]),
+            Route(DOCS_PATH + "/{asset}", self._asset, methods=["GET"]),
         ]
 
     def read(self, name: str) -> bytes:

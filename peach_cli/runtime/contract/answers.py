@@ -4,10 +4,15 @@
 it when its result is a success (``succeeded``) and otherwise ``finish``es: the fallback
 when it raised, timed out or returned nothing, else the error answer. Hosts supply only how
 a component is reached (a ``ComponentCall``); ``contract.Flow`` calls these steps.
+
+The attempt step is an object (``Attempt``) so that a host answering a call through a
+callback instead of awaiting it (the dev gateway's fast lane) drives the same step: its
+deadline, its timeout failure, its result naming the replica tried.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -125,9 +130,13 @@ class CallResult:
         return cls(ok=False, code=code, message=message, replica=replica)
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class Attempt:
-    """One try of one component; the host records which replica it picked."""
+    """One try of one component, bounded by ``timeout_s``: the host records which replica it
+    picked. ``attempt`` drives one awaited; a host whose call is answered through a callback
+    (the dev gateway's fast lane) drives one itself: ``bound`` starts its deadline before the
+    call is sent, ``timed_out`` is the failure when it runs out, and ``ended`` takes the
+    result (of either)."""
 
     component: str
     replica: str | None = None
@@ -135,8 +144,37 @@ class Attempt:
     """When the component's replicas began starting (``time.monotonic()``), set by a host
     whose call waits for one: a timeout then says they are still starting, and for how long."""
     deadline: Deadline | None = None
-    """The call's ``timeout_s`` (set by ``attempt``): a host registers it with the debugger
-    relay, which suspends it while the call is stopped at a breakpoint."""
+    """The call's ``timeout_s``: a host registers it with the debugger relay, which suspends
+    it while the call is stopped at a breakpoint."""
+
+    def bound(
+        self, loop: asyncio.AbstractEventLoop, timeout_s: float, expire: Callable[[], object]
+    ) -> Deadline:
+        """Start the attempt's ``timeout_s`` now, for a call answered through a callback:
+        ``expire`` runs when it runs out (the caller then cancels the call and ends the
+        attempt with ``timed_out``)."""
+        deadline = self.deadline = Deadline(loop, timeout_s, expire)
+        return deadline
+
+    def timed_out(self, endpoint: EndpointSpec, timeout_s: float) -> CallResult:
+        """The ``timeout`` failure of this attempt, which did not answer within ``timeout_s``."""
+        message = (
+            f"{endpoint.url} ({self.component}) did not answer within timeout_s = {timeout_s:g} s"
+        )
+        if self.replica is None and self.starting_since is not None:
+            starting = time.monotonic() - self.starting_since
+            message += f": its replicas are still starting ({starting:.0f} s so far)"
+        return CallResult.failure("timeout", message, self.replica)
+
+    def ended(self, result: CallResult) -> CallResult:
+        """The attempt's ``result`` (its call answered, failed or timed out): the deadline
+        ends, and the result names the replica tried."""
+        deadline = self.deadline
+        if deadline is not None:
+            deadline.cancel()
+        if result.replica is None:
+            result.replica = self.replica
+        return result
 
 
 ComponentCall = Callable[[str, Attempt], Awaitable[CallResult]]
@@ -150,22 +188,11 @@ failure. It must not raise for anything a user did.
 _FALLBACK_CODES = frozenset({"method_error", "timeout"})
 
 
-def timed_out(endpoint: EndpointSpec, attempt: Attempt, timeout_s: float) -> CallResult:
-    """The ``timeout`` failure of an attempt that did not answer within ``timeout_s``."""
-    message = (
-        f"{endpoint.url} ({attempt.component}) did not answer within timeout_s = {timeout_s:g} s"
-    )
-    if attempt.replica is None and attempt.starting_since is not None:
-        starting = time.monotonic() - attempt.starting_since
-        message += f": its replicas are still starting ({starting:.0f} s so far)"
-    return CallResult.failure("timeout", message, attempt.replica)
-
-
 async def attempt(
     call: ComponentCall, endpoint: EndpointSpec, component: str, timeout_s: float
 ) -> CallResult:
     """One call of ``component`` bounded by ``timeout_s`` (its ``Attempt`` carries the
-    ``Deadline``); running out is the ``timeout`` failure."""
+    ``Deadline``), awaited; running out is the ``timeout`` failure."""
     tried = Attempt(component)
 
     async def run(deadline: Deadline) -> CallResult:
@@ -175,10 +202,8 @@ async def attempt(
     try:
         result = await bounded(timeout_s, run)
     except TimeoutError:
-        result = timed_out(endpoint, tried, timeout_s)
-    if result.replica is None:
-        result.replica = tried.replica
-    return result
+        result = tried.timed_out(endpoint, timeout_s)
+    return tried.ended(result)
 
 
 def settles(primary: CallResult) -> bool:
