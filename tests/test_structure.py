@@ -782,11 +782,10 @@ def test_peach_test_walks_one_way_down() -> None:
     command = _functions(sources["peach_cli.commands.test"])
     own = set(command) - {"run_test"}
     steps = _calls_in(command["run_test"])
-    assert steps.index("split_paths") < steps.index("load_plan_to_check")
-    assert steps.index("load_plan_to_check") < steps.index("masked_root")
-    assert steps.index("masked_root") < steps.index("select_cases") < steps.index("Hosts")
+    assert steps.index("split_paths") < steps.index("at") < steps.index("to_check")
+    assert steps.index("to_check") < steps.index("select_cases") < steps.index("Hosts")
     assert steps.index("Hosts") < steps.index("simulator_url") < steps.index("run_cases")
-    first_down = steps.index("load_plan_to_check")
+    first_down = steps.index("at")
     assert own.isdisjoint(steps[first_down:]), "a step of the command after going down"
     assert "url_for" not in steps  # the host of a loaded plan: nothing is loaded again
     below = {
@@ -794,7 +793,7 @@ def test_peach_test_walks_one_way_down() -> None:
         "peach_cli.testing.run": None,
         "peach_cli.testing.outcome": None,
         "peach_cli.testing.report": None,
-        "peach_cli.testing.host": {"Hosts.url_for"},  # the pytest plugin's: it has no plan
+        "peach_cli.testing.host": {"FoundProject.at"},  # the one reading of the project
         "peach_cli.project.secrets": {"hide_declared_in"},  # for a command with no conf
     }
     for module, allowed in below.items():
