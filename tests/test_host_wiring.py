@@ -142,3 +142,24 @@ def test_peach_dev_declares_itself_in_its_health() -> None:
         assert CapacitySampler.for_dev(url) is not None
     with _answering("ray") as ray:
         assert CapacitySampler.for_dev(ray) is None
+
+
+def test_profile_of_a_deployed_app_reads_its_conf_once() -> None:
+    """`peach profile --url` of a host declaring ``ray``: the project's conf (its secrets
+    masked, its notebook lines named) found and read once, up to the dashboard, which is
+    not there (before: a host whose replicas named no ``node_ip`` was taken for a `peach
+    dev`; of one that did, the conf was found 3 times and read twice)."""
+    from peach_cli.commands.profile import run_profile
+    from peach_cli.errors import UsageError
+
+    refused: list[UsageError] = []
+
+    def run() -> None:
+        try:
+            run_profile("/recommend", url=ray, project=QUICKSTART, address=_refused())
+        except UsageError as error:
+            refused.append(error)
+
+    with _answering("ray") as ray:
+        assert _reads(run) == ["find", "read"]
+    assert "no Ray dashboard to profile its replicas with" in refused[0].message

@@ -19,8 +19,7 @@ that cannot, ``--init`` on a deployed app) · 3 no request got an answer · 130 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,6 @@ from peach_cli.commands.bench import check_load_options
 from peach_cli.errors import PeachError, UsageError
 
 if TYPE_CHECKING:
-    from peach_cli.runtime.contract.status import HostKind
     from peach_cli.testing.host import FoundProject
 
 EXIT_NO_ANSWER = 3
@@ -73,13 +71,13 @@ def run_profile(
     if init and (rate is not None or concurrency is not None or duration_s is not None):
         raise UsageError("--init profiles init and sends no load: leave out --rate, "
                          "--concurrency and --duration")  # fmt: skip
-    from peach_cli.testing.host import FoundProject
+    from peach_cli.testing.host import FoundProject, served
 
     # its conf found and read once: with --url, for the secrets to mask and the lines to name
     found = FoundProject.at(project or Path.cwd(), need_conf=url is None)
     load = Load(rate, concurrency, duration_s or DEFAULT_DURATION_S, timeout_s)
     shown = Shown(cpu, init, output_file, output)
-    with _served(found, url) as (base, host):
+    with served(found, url, doing="profiling", tool="profile") as (base, host):
         request = with_tool(
             build_request(target, items, base=base, headers=headers, timeout_s=timeout_s),
             "profile",
@@ -189,26 +187,6 @@ def _write(path: Path, profile: Any, title: str) -> None:
         write_file(path, text, channel="profile")
     except OSError as error:
         raise UsageError(f"-o {path}: cannot write it ({error.strerror})") from None
-
-
-@contextmanager
-def _served(found: FoundProject, url: str | None) -> Iterator[tuple[str, HostKind]]:
-    """The host to profile: the base URL requests go to, and what the host declares it is
-    (``dev`` or ``ray``): ``url``'s, the project's secrets masked in what is shown (frame
-    names, answers); else the project's simulator, started here. A host elsewhere can only
-    be a deployed app (a `peach dev` profiles for loopback clients only): it is not asked."""
-    from peach_cli.addresses import is_loopback
-    from peach_cli.testing.host import declared_host, local_host, reach
-
-    if url is not None:
-        found.mask()
-        base = reach(url)
-        here = is_loopback(urlsplit(base).hostname)
-        yield url, declared_host(base, tool="profile") if here else "ray"
-        return
-    plan = found.plan("profiling")  # "2 errors in X: not profiling"
-    with local_host(found.root, plan) as served:
-        yield served, "dev"
 
 
 def _split(url: str) -> tuple[str, str]:

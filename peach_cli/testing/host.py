@@ -9,12 +9,16 @@ to mask, the root its case files are under::
     plan = found.load_to_check("testing")       # ProjectInvalid (exit 2) on errors
     found.mask()                                # with --url: its secrets masked, no plan
 
-``reach`` checks a ``--url``; ``declared_host`` asks the host what it is — ``dev`` or
-``ray``, as its ``/_peach/health`` declares (``runtime.contract.status``) — and
-``peach_get`` / ``peach_post`` are the one client of the ``/_peach/*`` actions::
+``served`` gives the host a command sends to — the project's simulator, started, or
+``--url`` — and what that host is; ``reach`` checks a ``--url``; ``declared_host`` asks
+the host what it is — ``dev`` or ``ray``, as its ``/_peach/health`` declares
+(``runtime.contract.status``); ``peach_get`` / ``peach_post`` are the one client of the
+``/_peach/*`` actions::
 
+    with served(found, url, doing="profiling", tool="profile") as (base, kind):
+        ...                                      # kind: "dev" or "ray"
     base = reach("127.0.0.1:8000")               # "http://127.0.0.1:8000"
-    declared_host(base)                          # "dev"
+    declared_host(base, tool="profile")          # "dev"
     peach_post(base, "profile/start", {...}, tool="profile", timeout_s=30)
 
 ``Hosts`` is what `peach test` and the pytest plugin both run cases with: the host of each
@@ -265,6 +269,30 @@ def declared_host(base: str, *, tool: str) -> HostKind:
         "peach app (it does not answer /_peach/health as they do)",
         hint="give --url of a running `peach dev` or of a deployed app's proxy",
     )
+
+
+@contextmanager
+def served(
+    found: FoundProject, url: str | None, *, doing: str, tool: str
+) -> Iterator[tuple[str, HostKind]]:
+    """The host a command sends to, and what the host declares it is (``dev`` or ``ray``):
+    ``url``'s, the project's secrets masked in what is shown; else the project's simulator
+    (its plan checked: ``2 errors in X: not DOING``), started here and stopped on exit.
+
+    A host on another machine is taken for a deployed app and not asked: a `peach dev`
+    answers its ``/_peach/*`` actions for loopback clients only."""
+    if url is not None:
+        from urllib.parse import urlsplit
+
+        from peach_cli.addresses import is_loopback
+
+        found.mask()
+        base = reach(url)
+        here = is_loopback(urlsplit(base).hostname)
+        yield url, declared_host(base, tool=tool) if here else "ray"
+        return
+    with local_host(found.root, found.plan(doing)) as url:
+        yield url, "dev"
 
 
 class Hosts:
