@@ -318,7 +318,9 @@ class DevGateway:
             error = next((r.error for r in pool.replicas if r.error), None) if stuck else None
             deployment = deployment_name(pool.spec.endpoint, pool.spec.name)
             components.append(component_health(pool.spec, deployment, replicas, error))
-        body = health_body(self.table.codops, components, starting=starting, healthy=healthy)
+        body = health_body(
+            self.table.codops, components, host="dev", starting=starting, healthy=healthy
+        )
         tasks = self.task_rows() if self.task_rows is not None else []
         if tasks:
             body["tasks"] = tasks

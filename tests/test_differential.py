@@ -352,7 +352,7 @@ def test_both_hosts_answer_routes_and_health_in_one_shape(hosts: tuple[str, str]
     (``contract.status``) for both hosts: the same keys at every level, the same endpoints,
     components and A/B splits; only what one host cannot know differs (whether an endpoint
     streams is the replicas' on Ray: null; the requests each arm got; each replica's own
-    figures)."""
+    figures; which host answers, as each declares it)."""
     import httpx
 
     answers = {}
@@ -376,7 +376,9 @@ def test_both_hosts_answer_routes_and_health_in_one_shape(hosts: tuple[str, str]
     assert any(shape[-1] is not None for shape in dev_endpoints)  # an A/B test is compared
     assert {e["streams"] for e in ray_routes["endpoints"]} == {None}
 
-    assert sorted(dev_health) == sorted(ray_health) == ["codops", "components", "ready", "status"]
+    keys = ["codops", "components", "host", "ready", "status"]
+    assert sorted(dev_health) == sorted(ray_health) == keys
+    assert (dev_health["host"], ray_health["host"]) == ("dev", "ray")  # each says what it is
 
     def components(health: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         return {

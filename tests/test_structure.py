@@ -206,12 +206,6 @@ def test_rich_is_used_by_the_views_only() -> None:
     assert users == set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="peach fuzz and peach profile still send /_peach/* requests with httpx themselves "
-    "(peach_cli/commands/{fuzz,profile}.py); the host wiring moves them under "
-    "peach_cli.testing.host",
-)
 def test_commands_send_no_http_themselves() -> None:
     """A command wires a host and renders; what goes over HTTP is the client's
     (``peach_cli.client``) or the host wiring's (``peach_cli.testing.host``)."""

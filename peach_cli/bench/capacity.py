@@ -64,7 +64,8 @@ class CapacitySampler:
 
     @classmethod
     def for_dev(cls, origin: str) -> CapacitySampler | None:
-        """A sampler when ``origin`` is a `peach dev` on this machine, else None."""
+        """A sampler when ``origin`` is a `peach dev` on this machine (a loopback host whose
+        ``/_peach/health`` declares ``host: "dev"``), else None."""
         from urllib.parse import urlsplit
 
         from peach_cli.addresses import is_loopback
@@ -81,7 +82,11 @@ class CapacitySampler:
             health = httpx.get(self.base_url + HEALTH_PATH, timeout=2.0).json()
         except (httpx.HTTPError, ValueError):
             return False
-        if not isinstance(health, dict) or "components" not in health:
+        if (
+            not isinstance(health, dict)
+            or health.get("host") != "dev"
+            or "components" not in health
+        ):
             return False
         for component in health["components"]:
             for replica in component.get("replicas", []):

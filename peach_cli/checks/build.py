@@ -19,7 +19,7 @@ from pathlib import Path
 from peach_cli.checks.validate import validate_project
 from peach_cli.project.diagnostics import Diagnostic, has_errors, invalid, sort_key
 from peach_cli.project.filenames import find_conf_files
-from peach_cli.project.loader import read_project
+from peach_cli.project.loader import Project, read_project
 from peach_cli.project.notebook import fewer_collections
 from peach_cli.runtime.plan import ProjectPlan
 
@@ -31,11 +31,19 @@ def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:
     """
     with fewer_collections():
         root, files = find_conf_files(Path(path))
-        project, diagnostics = read_project(root, files)
-        if project is None:
-            return None, diagnostics
+        return plan_read(*read_project(root, files))
+
+
+def plan_read(
+    project: Project | None, diagnostics: list[Diagnostic]
+) -> tuple[ProjectPlan | None, list[Diagnostic]]:
+    """``build_plan`` of a project already read (``read_project``'s answer): validated and
+    planned, its conf not read again."""
+    if project is None:
+        return None, diagnostics
+    with fewer_collections():
         result = validate_project(project)
-    diagnostics += result.diagnostics
+    diagnostics = diagnostics + result.diagnostics
     if has_errors(diagnostics):
         return None, diagnostics
     return result.plan(), diagnostics
@@ -44,7 +52,21 @@ def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:
 def checked_plan(project: Path, doing: str) -> tuple[ProjectPlan, list[Diagnostic]]:
     """The plan and its warnings, sorted; ``ProjectInvalid`` when the project has errors
     (its message says ``2 errors in examples/bad: not serving`` for ``doing="serving"``)."""
-    plan, diagnostics = build_plan(project)
+    return _checked(project, build_plan(project), doing)
+
+
+def checked_read(
+    project: Path, read: tuple[Project | None, list[Diagnostic]], doing: str
+) -> tuple[ProjectPlan, list[Diagnostic]]:
+    """``checked_plan`` of a project already read (``read_project``'s answer), its conf not
+    read again."""
+    return _checked(project, plan_read(*read), doing)
+
+
+def _checked(
+    project: Path, built: tuple[ProjectPlan | None, list[Diagnostic]], doing: str
+) -> tuple[ProjectPlan, list[Diagnostic]]:
+    plan, diagnostics = built
     diagnostics.sort(key=sort_key)
     if plan is None or has_errors(diagnostics):
         raise invalid(project, diagnostics, doing)

@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from peach_cli.fuzz.margin import Margin
     from peach_cli.fuzz.run import Explored
     from peach_cli.fuzz.targets import Target
+    from peach_cli.testing.host import FoundProject
 
 FORMATS = ("text", "json")
 DEFAULT_EXAMPLES = 50
 DOCUMENT_PATH = "/_peach/openapi.json"
+"""Where a host serves its OpenAPI document (``peach_cli.testing.host.openapi_document``)."""
 URL_READ_TIMEOUT_S = 60.0
 """The longest gap between two pieces of an answer from a ``--url`` host."""
 LOCAL_READ_SLACK_S = 30.0
@@ -53,25 +55,6 @@ def _document_of(plan: Any) -> dict[str, Any]:
     return build_document(plan)
 
 
-def _fetch_document(url: str) -> dict[str, Any] | None:
-    """The host's OpenAPI document, or None when it serves none."""
-    import httpx
-
-    from peach_cli.client.items import TOOL_HEADER
-
-    try:
-        answer = httpx.get(
-            url.rstrip("/") + DOCUMENT_PATH,
-            headers={TOOL_HEADER: "fuzz"},
-            timeout=URL_READ_TIMEOUT_S,
-            follow_redirects=False,
-        )
-        document = answer.json() if answer.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
-    return document if isinstance(document, dict) and "paths" in document else None
-
-
 def _check_options(output_format: str, examples: int, seed: int | None) -> None:
     if output_format not in FORMATS:
         raise UsageError(
@@ -97,35 +80,18 @@ def run_fuzz(
     began = time.perf_counter()
     if seed is None:
         seed = random.randrange(2**32)
-    project, names = split_arguments(arguments)
+    path, names = split_arguments(arguments)
     from peach_cli.fuzz.targets import select, targets_of
+    from peach_cli.testing.host import FoundProject
 
-    plan: Any = None
-    timeout_s: float | None = None
-    if url is not None:
-        from peach_cli.client.items import check_url
-        from peach_cli.commands.loading import masked_root
-
-        base = url if "://" in url else "http://" + url
-        check_url(base, what="--url")
-        masked_root(project)  # answers are shown masked
-        document = _fetch_document(base) or _local_document(project)
-        if document is None:
-            raise UsageError(
-                f"{base} serves no OpenAPI document at {DOCUMENT_PATH}, and {project} "
-                "holds no peach project to read one from",
-                hint="point --url at a peach dev or a deployed app, or give the project",
-            )
-    else:
-        from peach_cli.commands.loading import load_plan_to_check
-
-        plan = load_plan_to_check(project, doing="fuzzing")
-        document = _document_of(plan)
-        timeout_s = plan.timeout_s
+    found = FoundProject.at(path, need_conf=url is None)  # its conf found and read once
+    plan = found.to_check(url, "fuzzing")  # None with --url: its secrets masked
+    timeout_s = plan.timeout_s if plan is not None else None
+    document = _document_of(plan) if plan is not None else _served_document(url, found)
     targets = select(targets_of(document), names)
     if not targets:
         raise UsageError("the project has no endpoint to fuzz")
-    explored = _explore(targets, plan, project, url, examples, seed, timeout_s, output_format)
+    explored = _explore(targets, plan, found.root, url, examples, seed, timeout_s, output_format)
     seconds = time.perf_counter() - began
     findings = [f for e in explored for f in e.findings]
     if output_format == "json":
@@ -140,17 +106,23 @@ def run_fuzz(
     return 1 if findings else 0
 
 
-def _local_document(project: Path) -> dict[str, Any] | None:
-    """The document of the project at ``project``, None when there is none."""
-    from peach_cli.commands.loading import project_root
+def _served_document(url: str | None, found: FoundProject) -> dict[str, Any]:
+    """The OpenAPI document the host at ``url`` serves, else the one of the project here
+    (``UsageError`` when there is neither)."""
+    from peach_cli.testing.host import openapi_document, reach
 
-    try:
-        root = project_root(project, need_conf=True)
-    except UsageError:
-        return None
-    from peach_cli.commands.loading import load_plan_to_check
-
-    return _document_of(load_plan_to_check(root, doing="fuzzing"))
+    assert url is not None  # no plan: the project's endpoints are at --url
+    base = reach(url)
+    document = openapi_document(base, tool="fuzz", timeout_s=URL_READ_TIMEOUT_S)
+    if document is None and found.read is not None:  # the project here says what it serves
+        document = _document_of(found.load_to_check("fuzzing"))
+    if document is None:
+        raise UsageError(
+            f"{base} serves no OpenAPI document at {DOCUMENT_PATH}, and {found.given} "
+            "holds no peach project to read one from",
+            hint="point --url at a peach dev or a deployed app, or give the project",
+        )
+    return document
 
 
 def _explore(

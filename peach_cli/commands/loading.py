@@ -34,75 +34,13 @@ def load_plan(project: Path, *, doing: str, warnings: Warnings = "hide") -> Proj
     secrets need cannot be read.
     """
     from peach_cli.checks.build import checked_plan
-    from peach_cli.project.secrets import hide_declared
+    from peach_cli.project.secrets import check_dotenv, hide_declared
 
     plan, found = checked_plan(project, doing)
     show_warnings(project, found, doing, warnings)
     check_dotenv(plan)
     hide_declared(project, plan)  # masked in everything this command shows
     return plan
-
-
-def load_plan_to_check(project: Path, *, doing: str) -> ProjectPlan:
-    """``load_plan`` for a command that checks the project's endpoints (`peach test`, `peach
-    fuzz`): a project with errors, or an unreadable ``.env``, is a usage error (exit 2),
-    since nothing was checked."""
-    from peach_cli.errors import ProjectInvalid
-    from peach_cli.project.secrets import DotenvError
-
-    try:
-        return load_plan(project, doing=doing, warnings="hide")
-    except (ProjectInvalid, DotenvError) as error:
-        error.exit_code = 2
-        raise
-
-
-def check_dotenv(plan: ProjectPlan) -> None:
-    """Read ``.env`` now when a secret of the plan is to come from it: a ``.env`` that
-    cannot be read stops the command here (``DotenvError``, naming ``.env:LINE``) instead
-    of failing every replica and task that reads a secret."""
-    from peach_cli.project.secrets import missing_secrets
-
-    names = [s for c in plan.components() for s in c.secrets]
-    names += [s for t in plan.tasks.values() for s in t.secrets]
-    missing_secrets(plan.root, names)
-
-
-def project_root(project: Path, *, need_conf: bool) -> Path:
-    """The root of the project at ``project``: where its conf is, else (``need_conf``
-    false) the folder itself (a folder whose cases or endpoints are on another host)."""
-    from peach_cli.errors import UsageError
-    from peach_cli.project.filenames import find_conf_files
-
-    if not need_conf and not project.exists():
-        raise UsageError(f"{project} does not exist")
-    try:
-        return find_conf_files(project)[0]
-    except UsageError:
-        if need_conf:
-            raise
-        return project if project.is_dir() else project.parent
-
-
-def masked_root(project: Path) -> Path:
-    """``project_root`` of a project whose answers come from another host (``--url``),
-    its conf read once: the values of the secrets it declares are masked from now on (a
-    conf with errors is read as far as it goes; a folder with no conf declares none)."""
-    from peach_cli.errors import UsageError
-    from peach_cli.project.filenames import find_conf_files
-    from peach_cli.project.loader import read_project
-    from peach_cli.project.secrets import hide_declared
-
-    if not project.exists():
-        raise UsageError(f"{project} does not exist")
-    try:
-        root, files = find_conf_files(project)
-    except UsageError:  # no conf here: the folder is its own root, and declares nothing
-        return project if project.is_dir() else project.parent
-    loaded, _ = read_project(root, files)
-    if loaded is not None:  # else no conf file could be read: none is declared
-        hide_declared(root, loaded.conf)
-    return root
 
 
 def load_conf(project: Path) -> PeachConf:

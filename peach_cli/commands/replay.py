@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.testing.host import FoundProject
 
 FORMATS = ("text", "json")
 FIRST_SHOWN = 5
@@ -31,15 +35,14 @@ def run_replay(
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
-    from peach_cli.project.secrets import hide_declared_in
     from peach_cli.testing.replay import counts, parse_path, read_recording, replay
 
     for path in ignore or []:
         parse_path(path)  # a bad path is a usage error before anything is sent
     entries = read_recording(file)
     # a recording stores secret values as ***: compared and shown masked
-    root = _secrets_root(project)
-    if root is None:
+    masked = _secrets_of(project)
+    if masked is None:
         from peach_cli.views.console import stderr
 
         stderr().print(
@@ -49,7 +52,7 @@ def run_replay(
             highlight=False,
         )
     else:
-        hide_declared_in(root)
+        masked.mask()
     began = time.perf_counter()
     outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=timeout_s)
     seconds = time.perf_counter() - began
@@ -68,14 +71,14 @@ def run_replay(
     return 1 if found["differ"] or found["failed"] else 0
 
 
-def _secrets_root(project: Path | None) -> Path | None:
-    """The root of the project whose secrets are masked: ``project`` (``UsageError`` when
-    it has no conf), else the current folder's, else None."""
-    from peach_cli.commands.loading import project_root
+def _secrets_of(project: Path | None) -> FoundProject | None:
+    """The project whose secrets are masked: ``project`` (``UsageError`` when it has no
+    conf), else the current folder's, else None."""
+    from peach_cli.testing.host import FoundProject
 
     if project is not None:
-        return project_root(project, need_conf=True)
+        return FoundProject.at(project, need_conf=True)
     try:
-        return project_root(Path("."), need_conf=True)
+        return FoundProject.at(Path("."), need_conf=True)
     except UsageError:
         return None

@@ -48,31 +48,21 @@ def run_test(
         )
     began = time.perf_counter()
     project, files = split_paths(paths)
-    plan = None
-    urls: list[str] | None = None
-    if url is None:
-        from peach_cli.commands.loading import load_plan_to_check
-
-        plan = load_plan_to_check(project, doing="testing")
-        root, urls = plan.root, [e.url for e in plan.endpoints.values()]
-    else:
-        from peach_cli.client.items import check_url
-        from peach_cli.commands.loading import masked_root
-
-        root = masked_root(project)  # what the host answers is shown with them masked
-        check_url(url if "://" in url else "http://" + url, what="--url")
     from peach_cli.testing.cases import select_cases
-    from peach_cli.testing.host import Hosts
+    from peach_cli.testing.host import FoundProject, Hosts
     from peach_cli.testing.run import DEFAULT_TIMEOUT_S, run_cases
 
-    selected = select_cases(root, files, keyword, urls)
+    found = FoundProject.at(project, need_conf=url is None)  # its conf found and read once
+    plan = found.to_check(url, "testing")  # None with --url: its secrets masked
+    urls = [e.url for e in plan.endpoints.values()] if plan is not None else None
+    selected = select_cases(found.root, files, keyword, urls)
     shown: dict[str, Any] = {}
     if output_format == "text":  # each outcome as it comes
         from peach_cli.views.testing import print_file, print_outcome
 
         shown = {"on_file": print_file, "on_outcome": print_outcome}
     with Hosts(url, timeout_s=timeout_s or DEFAULT_TIMEOUT_S) as hosts:
-        base = url if url is not None else hosts.simulator_url(root, plan)
+        base = url if url is not None else hosts.simulator_url(found.root, plan)
         outcomes = run_cases(selected, hosts.client, base, hosts.timeout_s, **shown)
     seconds = time.perf_counter() - began
     from peach_cli.testing.report import rendered, summary_counts

@@ -120,4 +120,4 @@ def health_body(
         if not replicas and not init_error:
             starting = True
         items.append(component_health(spec, deployment, replicas, init_error))
-    return health_body(codops, items, starting=starting, healthy=healthy)
+    return health_body(codops, items, host="ray", starting=starting, healthy=healthy)

@@ -16,10 +16,13 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from peach_cli.errors import PeachError
 from peach_cli.project.filenames import DOTENV
+
+if TYPE_CHECKING:
+    from peach_cli.runtime.plan import ProjectPlan
 
 MAX_DOTENV_BYTES = 1024 * 1024
 """A larger ``.env`` is refused unread (a variables file is a few lines)."""
@@ -134,6 +137,14 @@ def missing_secrets(
     except MissingSecret as error:
         return list(error.names)
     return []
+
+
+def check_dotenv(plan: ProjectPlan) -> None:
+    """Read ``.env`` now when a secret of ``plan`` is to come from it: a ``.env`` that cannot be read stops the command here (``DotenvError``, naming
+    ``.env:LINE``) instead of failing every replica and task that reads a secret."""
+    names = [s for c in plan.components() for s in c.secrets]
+    names += [s for t in plan.tasks.values() for s in t.secrets]
+    missing_secrets(plan.root, names)
 
 
 class _HasVariables(Protocol):

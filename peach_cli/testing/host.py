@@ -1,4 +1,25 @@
-"""The host cases run against: the project's own simulator, started quietly, or a URL.
+"""The one wiring of every command that runs against a project's host or a URL (`peach test`
+and its pytest plugin, `peach fuzz`, `peach profile`, `peach replay`, `peach bench`).
+
+``FoundProject`` is the project, its conf files found and read once; everything the command
+needs of it comes from that one reading — its plan (validated, not read again), the secrets
+to mask, the root its case files are under::
+
+    found = FoundProject.at(Path("examples/quickstart"), need_conf=True)
+    plan = found.load_to_check("testing")       # ProjectInvalid (exit 2) on errors
+    found.mask()                                # with --url: its secrets masked, no plan
+
+``served`` gives the host a command sends to — the project's simulator, started, or
+``--url`` — and what that host is; ``reach`` checks a ``--url``; ``declared_host`` asks
+the host what it is — ``dev`` or ``ray``, as its ``/_peach/health`` declares
+(``runtime.contract.status``); ``peach_get`` / ``peach_post`` are the one client of the
+``/_peach/*`` actions::
+
+    with served(found, url, doing="profiling", tool="profile") as (base, kind):
+        ...                                      # kind: "dev" or "ray"
+    base = reach("127.0.0.1:8000")               # "http://127.0.0.1:8000"
+    declared_host(base, tool="profile")          # "dev"
+    peach_post(base, "profile/start", {...}, tool="profile", timeout_s=30)
 
 ``Hosts`` is what `peach test` and the pytest plugin both run cases with: the host of each
 project (``--url``, else its simulator, started at first use) and the one client that sends
@@ -23,16 +44,255 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.errors import PeachError, UsageError
 from peach_cli.testing.run import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
     from peach_cli.client.send import Client
+    from peach_cli.project.diagnostics import Diagnostic
+    from peach_cli.project.loader import Project
+    from peach_cli.runtime.contract.status import HostKind
+    from peach_cli.runtime.plan import ProjectPlan
 
 START_TIMEOUT_S = 600.0
 """Building a py_environment the first time may take minutes."""
+HEALTH_TIMEOUT_S = 5.0
+"""How long a host may take to say what it is."""
+
+
+class FoundProject:
+    """The project at ``given``: its root and its conf files, found and read once.
+
+    With no conf there (``need_conf`` false: a folder whose endpoints are on another host)
+    the folder is its own root and nothing is read; ``missing`` says why there is none.
+    """
+
+    def __init__(
+        self,
+        given: Path,
+        root: Path,
+        read: tuple[Project | None, list[Diagnostic]] | None,
+        missing: UsageError | None = None,
+    ) -> None:
+        self.given = given
+        self.root = root
+        self.read = read
+        self.missing = missing
+        self._plan: ProjectPlan | None = None
+
+    @classmethod
+    def at(cls, path: Path, *, need_conf: bool) -> FoundProject:
+        """The project at ``path``; ``UsageError`` when ``path`` does not exist, or holds no
+        conf and ``need_conf``."""
+        from peach_cli.project.filenames import find_conf_files
+        from peach_cli.project.loader import read_project
+        from peach_cli.project.notebook import fewer_collections
+
+        if not need_conf and not path.exists():
+            raise UsageError(f"{path} does not exist")
+        try:
+            root, files = find_conf_files(path)
+        except UsageError as error:
+            if need_conf:
+                raise
+            return cls(path, path if path.is_dir() else path.parent, None, error)
+        with fewer_collections():
+            return cls(path, root, read_project(root, files))
+
+    def require(self) -> None:
+        """``UsageError`` when no conf was found (the project was named, so it must be one)."""
+        if self.missing is not None:
+            raise self.missing
+
+    def mask(self) -> None:
+        """Mask the values of the secrets the conf declares in everything shown from now on
+        (a conf with errors as far as it was read; no conf declares none)."""
+        loaded = self.read[0] if self.read is not None else None
+        if loaded is not None:
+            from peach_cli.project.secrets import hide_declared
+
+            hide_declared(self.root, loaded.conf)
+
+    def built(self) -> ProjectPlan | None:
+        """The plan of what was read, None when it has errors or there is no conf."""
+        if self.read is None:
+            return None
+        from peach_cli.checks.build import plan_read
+
+        return plan_read(*self.read)[0]
+
+    def plan(self, doing: str) -> ProjectPlan:
+        """The plan, checked as `peach dev` does; ``ProjectInvalid`` when the project has
+        errors (``2 errors in examples/bad: not testing``)."""
+        if self._plan is None:
+            self.require()
+            assert self.read is not None
+            from peach_cli.checks.build import checked_read
+
+            self._plan = checked_read(self.given, self.read, doing)[0]
+        return self._plan
+
+    def load_to_check(self, doing: str) -> ProjectPlan:
+        """``plan`` for a command that checks the project's endpoints (`peach test`, `peach
+        fuzz`): errors, or a ``.env`` that cannot be read, are a usage error (exit 2);
+        the secrets are masked from now on."""
+        from peach_cli.errors import ProjectInvalid
+        from peach_cli.project.secrets import DotenvError, check_dotenv, hide_declared
+
+        try:
+            plan = self.plan(doing)
+            check_dotenv(plan)
+        except (ProjectInvalid, DotenvError) as error:
+            error.exit_code = 2
+            raise
+        hide_declared(self.root, plan)
+        return plan
+
+    def to_check(self, url: str | None, doing: str) -> ProjectPlan | None:
+        """What a command that checks endpoints on its simulator or at ``url`` needs of the
+        project: without ``url`` its plan (``load_to_check``); with it, none — its secrets
+        masked in what the host answers, ``url`` checked (``reach``)."""
+        if url is None:
+            return self.load_to_check(doing)
+        self.mask()
+        reach(url)
+        return None
+
+
+def reach(url: str, *, what: str = "--url") -> str:
+    """The base URL of ``url`` (``http://`` when it names no scheme), checked: ``UsageError``
+    unless it is an http(s) URL with a host."""
+    from peach_cli.client.items import check_url
+
+    base = url if "://" in url else "http://" + url
+    check_url(base, what=what)
+    return base
+
+
+class Unreachable(PeachError):
+    """Nothing answered (the message names the error: ``ConnectError``, ``ReadTimeout``)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A host's answer to a ``/_peach/*`` request: its status and its JSON body (None when
+    the body is no JSON)."""
+
+    status: int
+    body: Any
+
+    def field(self, name: str) -> Any:
+        """The body's ``name``, None when the body is no object or lacks it."""
+        return self.body.get(name) if isinstance(self.body, dict) else None
+
+
+def peach_get(base: str, action: str, *, tool: str, timeout_s: float) -> Answer:
+    """``GET base/_peach/ACTION`` (``Unreachable`` when nothing answers)."""
+    return _peach_request("GET", base, action, None, tool, timeout_s)
+
+
+def peach_post(
+    base: str, action: str, settings: dict[str, Any], *, tool: str, timeout_s: float
+) -> Answer:
+    """``POST base/_peach/ACTION`` with ``settings`` as JSON, carrying the dev token of a
+    loopback host (``Unreachable`` when nothing answers)."""
+    return _peach_request("POST", base, action, settings, tool, timeout_s)
+
+
+def _peach_request(
+    method: str,
+    base: str,
+    action: str,
+    settings: dict[str, Any] | None,
+    tool: str,
+    timeout_s: float,
+) -> Answer:
+    import httpx
+
+    from peach_cli.client.items import TOOL_HEADER
+    from peach_cli.devtoken import token_headers
+
+    url = f"{base.rstrip('/')}/_peach/{action}"
+    headers = {TOOL_HEADER: tool, **token_headers(base)}
+    try:
+        answer = httpx.request(
+            method, url, json=settings, headers=headers, timeout=timeout_s, follow_redirects=False
+        )
+    except httpx.HTTPError as error:
+        raise Unreachable(f"{url} failed: {type(error).__name__}") from None
+    try:
+        body = answer.json()
+    except ValueError:
+        body = None
+    return Answer(answer.status_code, body)
+
+
+def openapi_document(base: str, *, tool: str, timeout_s: float) -> dict[str, Any] | None:
+    """The OpenAPI document the host at ``base`` serves, None when it serves none."""
+    try:
+        answer = peach_get(base, "openapi.json", tool=tool, timeout_s=timeout_s)
+    except Unreachable:
+        return None
+    document = answer.body if answer.status == 200 else None
+    return document if isinstance(document, dict) and "paths" in document else None
+
+
+def declared_host(base: str, *, tool: str) -> HostKind:
+    """What the host at ``base`` is, as its ``/_peach/health`` declares it: ``dev`` (a `peach
+    dev`, its replicas on this machine) or ``ray`` (a deployed app). ``UsageError`` when
+    nothing answers, or what answers declares neither."""
+    from peach_cli.runtime.contract.status import HOST_KINDS
+
+    try:
+        answer = peach_get(base, "health", tool=tool, timeout_s=HEALTH_TIMEOUT_S)
+    except Unreachable as error:
+        reason = error.message.rsplit(": ", 1)[-1]
+        raise UsageError(
+            f"nothing answers at {base} ({reason})",
+            hint=f"start `peach dev` first, or leave out --url to let peach {tool} start it",
+        ) from None
+    kind = answer.field("host")
+    if answer.status in (200, 503) and kind in HOST_KINDS:
+        return kind  # type: ignore[no-any-return]
+    if answer.status in (200, 503) and isinstance(answer.field("components"), list):
+        raise UsageError(
+            f"{base} does not say which host it is (a `peach dev` or an app deployed by an "
+            "older peach?)",
+            hint="restart `peach dev`, or deploy again, with this version of peach",
+        )
+    raise UsageError(
+        f"peach {tool} cannot work with {base}: it is neither a `peach dev` nor a deployed "
+        "peach app (it does not answer /_peach/health as they do)",
+        hint="give --url of a running `peach dev` or of a deployed app's proxy",
+    )
+
+
+@contextmanager
+def served(
+    found: FoundProject, url: str | None, *, doing: str, tool: str
+) -> Iterator[tuple[str, HostKind]]:
+    """The host a command sends to, and what the host declares it is (``dev`` or ``ray``):
+    ``url``'s, the project's secrets masked in what is shown; else the project's simulator
+    (its plan checked: ``2 errors in X: not DOING``), started here and stopped on exit.
+
+    A host on another machine is taken for a deployed app and not asked: a `peach dev`
+    answers its ``/_peach/*`` actions for loopback clients only."""
+    if url is not None:
+        from urllib.parse import urlsplit
+
+        from peach_cli.addresses import is_loopback
+
+        found.mask()
+        base = reach(url)
+        here = is_loopback(urlsplit(base).hostname)
+        yield url, declared_host(base, tool=tool) if here else "ray"
+        return
+    with local_host(found.root, found.plan(doing)) as url:
+        yield url, "dev"
 
 
 class Hosts:
@@ -48,7 +308,19 @@ class Hosts:
         self._stack = ExitStack()
         self._urls: dict[Path, str] = {}
         self._client: Client | None = None
+        self._projects: dict[Path, FoundProject] = {}
         self._masked: set[Path] = set()
+
+    def project(self, path: Path) -> FoundProject:
+        """The project at ``path``, found and read the first time it is asked for (a folder
+        with no conf is its own root, declaring no secret; its plan is that ``UsageError``)."""
+        key = path.resolve()
+        if key not in self._projects:
+            try:
+                self._projects[key] = FoundProject.at(path, need_conf=True)
+            except UsageError as error:
+                self._projects[key] = FoundProject(path, path, None, error)
+        return self._projects[key]
 
     def url_for(self, project: Path) -> str:
         """The base URL ``project``'s cases are sent to: ``url``, else its simulator's
@@ -57,9 +329,7 @@ class Hosts:
         if self.url is not None:
             return self.url
         if project.resolve() not in self._urls:
-            from peach_cli.checks.build import checked_plan
-
-            self.simulator_url(project, checked_plan(project, "testing")[0])
+            self.simulator_url(project, self.project(project).plan("testing"))
         return self._urls[project.resolve()]
 
     def simulator_url(self, project: Path, plan: Any) -> str:
@@ -85,9 +355,7 @@ class Hosts:
         on (once a project: a host that is no simulator of ours does not mask them)."""
         if project not in self._masked:
             self._masked.add(project)
-            from peach_cli.project.secrets import hide_declared_in
-
-            hide_declared_in(project)
+            self.project(project).mask()
 
     def close(self) -> None:
         """Close the client and stop every simulator started."""

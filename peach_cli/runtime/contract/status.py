@@ -8,9 +8,15 @@ these functions give each answer its one shape, whichever host serves it::
     {"codops": ..., "endpoints": [{"name", "url", "components", "streams", "ab"?}, ...]}
 
     health_body(codops, [component_health(spec, deployment, replicas, error), ...],
-                starting=..., healthy=...)
-    {"status": "ok" | "starting" | "degraded", "ready": ..., "codops": ...,
+                host="dev" | "ray", starting=..., healthy=...)
+    {"status": "ok" | "starting" | "degraded", "ready": ..., "host": "dev" | "ray",
+     "codops": ...,
      "components": [{"component", "deployment", "memory", "cpus", "error", "replicas"}]}
+
+``host`` is which host answers, declared by the host itself: ``dev`` for `peach dev` (its
+replicas are processes of this machine), ``ray`` for a deployed app's gateway (its replicas
+are Serve's, on the cluster's nodes). A client that must know (`peach profile`, `peach
+bench`'s capacity) reads it here (``peach_cli.testing.host``), never guesses it.
 
 Each replica is ``replica_health(id, state, pid, error, **details)``: the four fields every
 host has, then the host's own figures (``outstanding``, ``rss``, ``pss`` under ``peach
@@ -20,7 +26,7 @@ dev``; ``replica_id``, ``node_ip`` on Ray).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from peach_cli.runtime.contract.ab import ab_route
 from peach_cli.runtime.plan import ComponentSpec, EndpointSpec
@@ -76,16 +82,27 @@ def component_health(
     }
 
 
+HostKind = Literal["dev", "ray"]
+"""What ``/_peach/health`` declares its host to be (its ``host`` field)."""
+HOST_KINDS: tuple[HostKind, ...] = ("dev", "ray")
+
+
 def health_body(
-    codops: str, components: Iterable[dict[str, Any]], *, starting: bool, healthy: bool
+    codops: str,
+    components: Iterable[dict[str, Any]],
+    *,
+    host: HostKind,
+    starting: bool,
+    healthy: bool,
 ) -> dict[str, Any]:
     """``/_peach/health``: ``ok`` when every replica is healthy, ``starting`` while one
-    still starts (``ready`` is False), else ``degraded``; and the components
-    (``component_health``)."""
+    still starts (``ready`` is False), else ``degraded``; which ``host`` answers; and the
+    components (``component_health``)."""
     status = "ok" if healthy else ("starting" if starting else "degraded")
     return {
         "status": status,
         "ready": not starting,
+        "host": host,
         "codops": codops,
         "components": list(components),
     }
