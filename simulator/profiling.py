@@ -37,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route as StarletteRoute
 
+from peach_cli.internal import PROFILE_PATH
 from peach_cli.printable import without_surrogates
 from peach_cli.runtime import contract
 from peach_cli.runtime.jsonlimits import MAX_DEPTH, nests_deeper
@@ -144,9 +145,9 @@ class Profiler:
 
     def routes(self) -> list[StarletteRoute]:
         return [
-            StarletteRoute("/_peach/profile/start", self._start, methods=["POST"]),
-            StarletteRoute("/_peach/profile/stop", self._stop, methods=["POST"]),
-            StarletteRoute("/_peach/profile/init", self._init, methods=["POST"]),
+            StarletteRoute(PROFILE_PATH + "/start", self._start, methods=["POST"]),
+            StarletteRoute(PROFILE_PATH + "/stop", self._stop, methods=["POST"]),
+            StarletteRoute(PROFILE_PATH + "/init", self._init, methods=["POST"]),
         ]
 
     # -- actions -------------------------------------------------------------------------
@@ -247,7 +248,7 @@ class Profiler:
 
 
 async def _read(request: Request, gateway: Gateway) -> dict[str, Any] | JSONResponse:
-    refused = gateway.refuse_action(request, "/_peach/profile")
+    refused = gateway.refuse_action(request, PROFILE_PATH)
     if refused is not None:
         return refused
     body = await request.body()

@@ -74,22 +74,13 @@ def test_a_calls_deadline_is_made_by_the_contract_only() -> None:
     assert found == []
 
 
-LEFT = {
-    "peach_cli/commands/fuzz.py",
-    "peach_cli/commands/profile.py",
-    "peach_cli/fuzz/targets.py",
-    "simulator/profiling.py",
-}
-"""Files that still write a ``/_peach/…`` path out, left to the work on their commands."""
-
-
 def test_the_gateways_paths_and_tool_header_are_named_once() -> None:
     """``/_peach/…`` paths and ``x-peach-tool`` are written in ``peach_cli.internal`` and
     taken from there by the servers and the clients (words about them, in messages and
     help, may name them)."""
     found = []
     for path, tree in _trees().items():
-        if path == "peach_cli/internal.py" or path in LEFT:
+        if path == "peach_cli/internal.py":
             continue
         docstrings = {
             id(node.body[0].value)

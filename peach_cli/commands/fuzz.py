@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import UsageError
+from peach_cli.internal import OPENAPI_PATH
 
 if TYPE_CHECKING:
     from peach_cli.fuzz.margin import Margin
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 FORMATS = ("text", "json")
 DEFAULT_EXAMPLES = 50
-DOCUMENT_PATH = "/_peach/openapi.json"
 """Where a host serves its OpenAPI document (``peach_cli.testing.host.openapi_document``)."""
 URL_READ_TIMEOUT_S = 60.0
 """The longest gap between two pieces of an answer from a ``--url`` host."""
@@ -118,7 +118,7 @@ def _served_document(url: str | None, found: FoundProject) -> dict[str, Any]:
         document = _document_of(found.load_to_check("fuzzing"))
     if document is None:
         raise UsageError(
-            f"{base} serves no OpenAPI document at {DOCUMENT_PATH}, and {found.given} "
+            f"{base} serves no OpenAPI document at {OPENAPI_PATH}, and {found.given} "
             "holds no peach project to read one from",
             hint="point --url at a peach dev or a deployed app, or give the project",
         )

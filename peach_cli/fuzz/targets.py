@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from peach_cli.errors import UsageError
+from peach_cli.internal import is_internal
 from peach_cli.printable import printable
 
 STREAM_PARAM = "stream"
@@ -121,7 +122,7 @@ def targets_of(document: dict[str, Any]) -> list[Target]:
     found = []
     for url, item in (document.get("paths") or {}).items():
         _check_path(url)
-        if isinstance(item, dict) and not url.startswith("/_peach/"):
+        if isinstance(item, dict) and not is_internal(url):
             target = target_of(url, item, definitions)
             if target is not None:
                 found.append(target)

@@ -213,10 +213,10 @@ def _peach_request(
 ) -> Answer:
     import httpx
 
-    from peach_cli.client.items import TOOL_HEADER
     from peach_cli.devtoken import token_headers
+    from peach_cli.internal import INTERNAL_PREFIX, TOOL_HEADER
 
-    url = f"{base.rstrip('/')}/_peach/{action}"
+    url = f"{base.rstrip('/')}{INTERNAL_PREFIX}/{action}"
     headers = {TOOL_HEADER: tool, **token_headers(base)}
     try:
         answer = httpx.request(
