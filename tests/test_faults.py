@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import PROJECTS, REPO, URL_LINE, DevProcess, drain_stream, start_peach_dev
+from lifetime_support import dies_with_this_process
 from waiting import poll, wait_until
 
 from peach_cli.runtime.tree import descendants
@@ -558,6 +559,7 @@ def start_reloading(project: Path, log_path: Path) -> DevProcess:
         cwd=REPO,
         env=dict(os.environ, NO_COLOR="1", COLUMNS="200", PYTHONUNBUFFERED="1"),
         start_new_session=True,
+        preexec_fn=dies_with_this_process(),
     )
     log.close()
     dev = DevProcess(process, log_path)
