@@ -245,6 +245,7 @@ def holder(tmp_path: Path) -> Path:
     return write_project(tmp_path / "holder", HOLDER_CONF, {"nb.ipynb": HOLDER_CELLS})
 
 
+@pytest.mark.slow
 def test_a_replica_killed_while_a_process_it_forked_lives_on_is_restarted_at_once(
     peach_dev, holder, tmp_path, monkeypatch
 ):
@@ -279,6 +280,7 @@ def test_a_replica_killed_while_a_process_it_forked_lives_on_is_restarted_at_onc
                 os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_programs_a_replica_starts_get_no_socket_of_peach(peach_dev, holder):
     """A program the user's code starts keeping inheritable fds (``close_fds=False``,
     ``os.system``) gets neither the replica's socket to the gateway nor the keeper's to
