@@ -68,6 +68,11 @@ INIT_STUCK_S = 10.0
 for it); a session's ``Knobs.init_stuck_s`` changes it (tests say it sooner)."""
 
 
+EXIT_DRAIN_TRIES = 100
+"""How many times (10 ms apart) the messages a process sent before it exited are waited for
+before its connection is closed, when its end of the socket outlives it."""
+
+
 class ReplicaGone(Exception):
     """The replica process died before a stream it was asked for started."""
 
@@ -322,6 +327,7 @@ class Replica:
         channel = MessageChannel(self._on_message, lambda exc: self._on_lost(process, exc))
         self._channel = channel
         await loop.create_connection(lambda: channel, sock=parent_end)
+        self.supervisor.watch(_close_at_exit(process, channel))
         self._started = loop.create_future()
         for first in self.first_messages(self) if self.first_messages else ():
             channel.send(first)
@@ -625,6 +631,7 @@ class Replica:
             self._started.set_result(None)
 
     def _on_lost(self, process: WorkerProcess, error: Exception | None) -> None:
+        """The process's connection closed: it exited (or closed it, or sent garbage)."""
         if process is not self.supervisor.process:
             return
         if isinstance(error, ProtocolError):
@@ -680,3 +687,15 @@ class Replica:
         )
         if self.on_change is not None:
             self.on_change()
+
+
+async def _close_at_exit(process: WorkerProcess, channel: MessageChannel) -> None:
+    """Close ``channel`` once ``process`` has exited. Its end of the socket closes with it,
+    unless another process holds a copy (a process its code forked and left running): the
+    exit alone then says it is gone, and what is in flight on it fails at once."""
+    await process.wait()
+    for _ in range(EXIT_DRAIN_TRIES):  # what it sent before it exited is read first
+        if not channel.unread():
+            break
+        await asyncio.sleep(0.01)
+    channel.abort()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lifetime_support import dies_with_this_process
 
 TESTS = Path(__file__).resolve().parent
 PROJECTS = TESTS / "projects"
@@ -151,6 +152,7 @@ def start_peach_dev(
         cwd=REPO,
         env=env,
         start_new_session=True,
+        preexec_fn=dies_with_this_process(),  # never outlives the pytest worker
     )
     log.close()
     dev = DevProcess(process, log_path)

@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, URL_LINE, DevProcess, with_group_killed
+from tests.lifetime_support import dies_with_this_process
 from tests.projectkit import write_project
 
 DEADLINE_S = 30.0
@@ -112,7 +113,7 @@ class Terminal:
                 cwd=REPO,
                 env=dict(os.environ, NO_COLOR="1", COLUMNS="200", PYTHONUNBUFFERED="1"),
                 start_new_session=True,
-                preexec_fn=_take_terminal if tty else None,
+                preexec_fn=dies_with_this_process(then=_take_terminal if tty else None),
             )
         os.close(secondary)
         self.dev = DevProcess(self.process, log_path)
@@ -382,7 +383,7 @@ class Screen:
             cwd=REPO,
             env=dict(env, PYTHONUNBUFFERED="1", TERM="xterm"),
             start_new_session=True,
-            preexec_fn=_take_terminal,
+            preexec_fn=dies_with_this_process(then=_take_terminal),
         )
         os.close(secondary)
         self.reader = threading.Thread(target=self._read, daemon=True)

@@ -49,6 +49,7 @@ from typing import Any
 
 import pytest
 import yaml
+from lifetime_support import dies_with_this_process
 from projectkit import ASSISTANT_MODEL_DIR
 
 from peach_cli.project.diagnostics import CODES, MEANINGS
@@ -192,6 +193,7 @@ class Page:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            preexec_fn=dies_with_this_process(),
         )
         assert self.server.stdout is not None
         deadline = time.monotonic() + COMMAND_DEADLINE_S
@@ -276,6 +278,7 @@ class Page:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=dies_with_this_process(),
         )
         assert process.stdout is not None
         lines: list[bytes] = []

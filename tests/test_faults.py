@@ -9,6 +9,7 @@ next request works, no process is left behind, the gateway's memory stays bounde
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import PROJECTS, REPO, URL_LINE, DevProcess, drain_stream, start_peach_dev
+from lifetime_support import dies_with_this_process
 from waiting import poll, wait_until
 
 from peach_cli.runtime.tree import descendants
@@ -192,13 +194,104 @@ def test_sigkill_mid_stream_ends_the_stream_and_the_next_one_works(faults):
 def test_requests_arriving_while_a_killed_replica_restarts_wait_for_it(faults):
     before = replica(faults, "hello/main")
     os.kill(before["pid"], signal.SIGKILL)  # idle: nothing of its own is in flight
-    wait_until(lambda: not alive(before["pid"]), 5, "the replica to die")
+    # Gone, not only a zombie: a killed process's leader thread is one while its other
+    # threads are still exiting, and its socket is open until the last one has.
+    wait_until(lambda: not os.path.exists(f"/proc/{before['pid']}"), 5, "the replica to go")
     calls = [Background("GET", f"{faults.url}/hello", params={"name": str(i)}) for i in range(5)]
     for i, call in enumerate(calls):  # none is lost: each waits for the restart
         response = call.result()
         assert response.status_code == 200, response.text
         assert response.json()["result"]["hello"] == str(i)
         assert response.json()["result"]["pid"] != before["pid"]
+
+
+# -- a replica's socket held by another process ---------------------------------------------
+
+HOLDER_CONF = """codops: holder
+timeout_s: 30
+endpoints:
+  hold:
+    url: /hold
+    components:
+      main: {notebook: nb.ipynb, method: hold}
+  fds:
+    url: /fds
+    components:
+      main: {notebook: nb.ipynb, method: fds}
+"""
+HOLDER_CELLS = [
+    # a process forked mid-call, left running: it holds every fd the replica had
+    "import os\nimport time\n\n\ndef hold(seconds: float = 0, pidfile: str = ''):\n"
+    "    if pidfile:\n"
+    "        child = os.fork()\n"
+    "        if child == 0:\n"
+    "            time.sleep(120)\n"
+    "            os._exit(0)\n"
+    "        with open(pidfile, 'w') as out:\n"
+    "            out.write(str(child))\n"
+    "    time.sleep(seconds)\n"
+    "    return os.getpid()\n",
+    # a program started keeping the fds it may inherit: which sockets does it get?
+    "import subprocess\n\n\ndef fds():\n"
+    "    listing = ['ls', '-l', '/proc/self/fd']\n"
+    "    return subprocess.run(listing, close_fds=False, capture_output=True, text=True).stdout\n",
+]
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Path:
+    from projectkit import write_project
+
+    return write_project(tmp_path / "holder", HOLDER_CONF, {"nb.ipynb": HOLDER_CELLS})
+
+
+@pytest.mark.slow
+def test_a_replica_killed_while_a_process_it_forked_lives_on_is_restarted_at_once(
+    peach_dev, holder, tmp_path, monkeypatch
+):
+    """The process a call forked keeps the replica's end of its socket open after the
+    replica is killed: peach dev goes by the replica's exit, not by its socket closing. No
+    subreaper (``PEACH_LINUX_WITHOUT``): nothing kills the forked process behind peach's
+    back, so it holds the socket for the whole test."""
+    monkeypatch.setenv("PEACH_LINUX_WITHOUT", "subreaper")
+    dev = peach_dev(holder)
+    dev.wait_ready()
+    pidfile = tmp_path / "forked.pid"
+    before = replica(dev, "hold/main")["pid"]
+    call = Background("GET", f"{dev.url}/hold", params={"seconds": 25, "pidfile": str(pidfile)})
+    try:
+        wait_until(lambda: pidfile.exists() and pidfile.read_text(), 30, "the forked process")
+        forked = int(pidfile.read_text())
+        os.kill(before, signal.SIGKILL)
+        killed_at = time.monotonic()
+        response = call.result()
+        assert response.status_code == 500, response.text  # not 504 after timeout_s = 30 s
+        assert "killed by SIGKILL" in response.json()["error"]["message"]
+        assert call.finished_at - killed_at < 15
+        assert alive(forked)  # it still holds the socket: the exit told peach dev
+        wait_until(lambda: not alive(before), 10, "the replica to be gone")
+        # a call after the replica is gone waits for the restart, and is served there
+        again = httpx.get(f"{dev.url}/hold", timeout=30)
+        assert again.status_code == 200, again.text
+        assert again.json()["result"] not in (before, forked)
+    finally:
+        if pidfile.exists() and pidfile.read_text():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_programs_a_replica_starts_get_no_socket_of_peach(peach_dev, holder):
+    """A program the user's code starts keeping inheritable fds (``close_fds=False``,
+    ``os.system``) gets neither the replica's socket to the gateway nor the keeper's to
+    peach: it could not keep them open after the replica died."""
+    dev = peach_dev(holder)
+    dev.wait_ready()
+    response = httpx.get(f"{dev.url}/fds", timeout=30)
+    assert response.status_code == 200, response.text
+    listing = response.json()["result"]
+    assert "/dev/null" in listing  # (what the program got: its stdin)
+    assert "socket:" not in listing, listing
 
 
 # -- methods that never return --------------------------------------------------------------
@@ -468,6 +561,7 @@ def start_reloading(project: Path, log_path: Path) -> DevProcess:
         cwd=REPO,
         env=dict(os.environ, NO_COLOR="1", COLUMNS="200", PYTHONUNBUFFERED="1"),
         start_new_session=True,
+        preexec_fn=dies_with_this_process(),
     )
     log.close()
     dev = DevProcess(process, log_path)

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import REPO, URL_LINE, DevProcess, with_group_killed
+from lifetime_support import dies_with_this_process
 from netns_support import other_machine
 from reload_support import copy_project, edit_cell
 from waiting import poll as poll_until
@@ -361,7 +362,7 @@ def test_the_i_key_reruns_every_init(tmp_path: Path) -> None:
             cwd=REPO,
             env=dict(os.environ, NO_COLOR="1", COLUMNS="200", PYTHONUNBUFFERED="1"),
             start_new_session=True,
-            preexec_fn=_take_terminal,
+            preexec_fn=dies_with_this_process(then=_take_terminal),
         )
     os.close(secondary)
     dev = DevProcess(process, log_path)
@@ -399,6 +400,7 @@ def test_keys_are_off_when_the_terminal_is_not_peach_devs_own(tmp_path: Path) ->
             cwd=REPO,
             env=dict(os.environ, NO_COLOR="1", COLUMNS="200", PYTHONUNBUFFERED="1"),
             start_new_session=True,
+            preexec_fn=dies_with_this_process(),
         )
     os.close(secondary)
     dev = DevProcess(process, log_path)

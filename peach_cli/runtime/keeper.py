@@ -146,11 +146,22 @@ def _exec(argv: list[str], env: dict[str, str], cwd: str, fds: dict[int, int], e
     moved = {target: fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, above) for target, fd in fds.items()}
     for target, fd in moved.items():
         os.dup2(fd, target)  # inheritable: the worker gets it
+    _close_all_but(*fds, error)  # the worker gets its own fds, and nothing of the keeper's
     try:
         os.chdir(cwd)
         os.execvpe(argv[0], argv, env)
     except OSError as failure:
         os.write(error, b"%d" % (failure.errno or 1))
+
+
+def _close_all_but(*kept: int) -> None:
+    """Close every file descriptor of this process but ``kept``."""
+    low = 0
+    for fd in sorted(set(kept)):
+        if low < fd:  # (an empty range is not empty to os.closerange: it closes all)
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, max(low + 1, os.sysconf("SC_OPEN_MAX")))
 
 
 def _reap(statuses: dict[int, int]) -> None:
@@ -199,7 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     for number in HANDLED:
         signal.signal(number, _ignore)
     become_subreaper()
+    _close_all_but(0, 1, 2, options.fd)  # what peach's event loop let through (uvloop)
     control = socket.socket(fileno=options.fd)
+    control.set_inheritable(False)  # none of the workers may hold the keeper's socket
     control.setblocking(True)
     serve(control)
 

@@ -35,6 +35,7 @@ import os
 import pickle
 import signal
 import socket
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
@@ -543,6 +544,26 @@ class MessageChannel(asyncio.BufferedProtocol):
         # a write that found the other end gone (the process died before its end of the
         # connection was seen to close) closes the transport at once: not delivered
         return not transport.is_closing()
+
+    def unread(self) -> int:
+        """Bytes the other end sent that this end has not read yet (0 when closed)."""
+        import fcntl
+        import termios
+
+        transport = self.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None:
+            return 0
+        try:
+            count = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return 0
+        return int.from_bytes(count, sys.byteorder)
+
+    def abort(self) -> None:
+        """Close the connection now (``on_lost`` follows), dropping what is unsent."""
+        if self.transport is not None:
+            self.transport.abort()
 
 
 def send_message(sock: socket.socket, sent: Message) -> None:

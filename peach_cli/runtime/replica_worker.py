@@ -433,6 +433,9 @@ def run_replica(fd: int) -> None:
     # the gateway says so, when its socket closes, or when the gateway dies.
     ignore_stop_signals()
     die_with_parent()
+    # Nothing the user's code starts gets the socket to the gateway: it would keep the
+    # connection open after this process died, so the gateway would not see it go.
+    os.set_inheritable(fd, False)
     become_subreaper()  # what the user's code starts stays below this process, even a daemon
     code = CRASH_EXIT
     try:

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
 
     install_task_helpers()
     sock = socket.socket(fileno=int(args[1]))
+    sock.set_inheritable(False)  # not held open by what the task starts
     try:
         job = receive_message(sock)
     except (EOFError, OSError):

@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     replica_worker.ignore_stop_signals()  # as a replica does (handled, not SIG_IGN)
     die_with_parent()
     control = socket.socket(fileno=options.fd)
+    control.set_inheritable(False)
     control.setblocking(True)
     warm()
     serve(control)
