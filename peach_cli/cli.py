@@ -4,9 +4,11 @@ Command functions stay thin: each imports its implementation lazily (so `peach -
 never pays for ray, uvicorn or httpx) and returns an exit code. ``main`` is the one place
 that turns a ``PeachError`` into a message and an exit code (and any other exception into
 one line saying it is a defect of peach, exit 70).
-"""
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: Typer reads the annotations of every command
+at each start, and as strings each one is compiled and evaluated again (a third of the time
+Typer took to build the commands, about 30 ms of `peach --help`).
+"""
 
 import os
 import sys
@@ -21,11 +23,41 @@ from typing import Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 
-from peach_cli.commands import completion, fasthelp, metavars
+from peach_cli.commands import coercion, completion, fasthelp, metavars
+from peach_cli.commands.options import (
+    ANSWER_TIMEOUT_HELP,
+    ENDPOINT_TARGET_HELP,
+    AddressOption,
+    ConcurrencyOption,
+    FormatOption,
+    HeaderOption,
+    InheritEnvOption,
+    LoadItemsArg,
+    NoDebugOption,
+    OfflineOption,
+    OptionalProjectArg,
+    PdbOption,
+    ProjectArg,
+    RequestTimeoutOption,
+    SharedEnvOption,
+    TaskIntervalOption,
+    UrlOption,
+    address_option,
+    duration_option,
+    format_option,
+    offline_option,
+    port_option,
+    project_option,
+    rate_option,
+    stream_option,
+    timeout_option,
+    url_option,
+)
 from peach_cli.errors import PeachError
 
 fasthelp.install()  # `peach --help` without markdown-it and pygments
 metavars.install()  # TEXT and PATH in `--help`, not <str> and <path>; nothing beside a flag
+coercion.install()  # words to str, int, float, Path without building pydantic adapters
 completion.install_scripts()  # bash passes the whole line; zsh completes on its first <TAB>
 
 app = typer.Typer(
@@ -68,46 +100,6 @@ def complete_target(incomplete: str) -> list[tuple[str, str]]:
     from peach_cli.commands import completion
 
     return completion.complete_target(incomplete)
-
-
-ProjectArg = Annotated[
-    Path,
-    typer.Argument(help="The project folder (or one YAML file). Default: the current folder."),
-]
-FormatOption = Annotated[str, typer.Option("--format", help="text or json")]
-SharedEnvOption = Annotated[
-    bool,
-    typer.Option(
-        "--shared-env",
-        help="Run in peach's own Python instead of each py_environment's env (fast; imports "
-        "are not checked).",
-    ),
-]
-InheritEnvOption = Annotated[
-    bool,
-    typer.Option(
-        "--inherit-env",
-        help="Give replicas and tasks peach's whole environment instead of the minimal one "
-        "plus their env_vars and secrets (a quick look; the cluster gives them only those).",
-    ),
-]
-OfflineOption = Annotated[
-    bool, typer.Option("--offline", help="Build py_environments from the cache only.")
-]
-NoDebugOption = Annotated[
-    bool,
-    typer.Option(
-        "--no-debug",
-        help="breakpoint() does nothing (as without a terminal); the log says it was skipped.",
-    ),
-]
-PdbOption = Annotated[
-    bool,
-    typer.Option(
-        "--pdb",
-        help="An exception escaping a method, init or task opens pdb at the raising frame first.",
-    ),
-]
 
 
 @app.command()
@@ -172,7 +164,7 @@ def schema(
 @app.command()
 def openapi(
     project: ProjectArg = Path("."),
-    format: Annotated[str, typer.Option("--format", help="json or yaml")] = "json",
+    format: Annotated[str, format_option("json or yaml")] = "json",
 ) -> None:
     """Print the project's OpenAPI 3.1 document: every endpoint's parameters, answers and errors.
 
@@ -203,10 +195,6 @@ TasksOption = Annotated[
     typer.Option(
         "--tasks", help="Run the tasks loop too: every task once, a pause, again, forever."
     ),
-]
-TaskIntervalOption = Annotated[
-    float,
-    typer.Option("--task-interval", help="Seconds the tasks loop pauses between rounds."),
 ]
 AllowHostOption = Annotated[
     Optional[list[str]],
@@ -241,7 +229,7 @@ RecordOption = Annotated[
 def dev(
     project: ProjectArg = Path("."),
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to bind; 0 picks a free one.")] = 8000,
+    port: Annotated[int, port_option("Port to bind; 0 picks a free one.")] = 8000,
     no_reload: Annotated[
         bool, typer.Option("--no-reload", help="Do not watch files for changes.")
     ] = False,
@@ -286,20 +274,6 @@ def dev(
     )
 
 
-BaseUrlOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--url",
-        help="Base URL for paths. Default: env PEACH_URL, else http://127.0.0.1:8000.",
-        show_default=False,
-    ),
-]
-HeaderOption = Annotated[
-    Optional[list[str]],
-    typer.Option("--header", "-H", help="An extra header NAME:VALUE (repeatable)."),
-]
-
-
 @app.command(no_args_is_help=True)
 def ask(
     target: Annotated[
@@ -321,10 +295,8 @@ def ask(
             show_default=False,
         ),
     ] = None,
-    stream: Annotated[
-        bool, typer.Option("--stream", "-s", help="Ask for a stream (sends stream=true).")
-    ] = False,
-    url: BaseUrlOption = None,
+    stream: Annotated[bool, stream_option("Ask for a stream (sends stream=true).")] = False,
+    url: UrlOption = None,
     raw: Annotated[
         bool, typer.Option("--raw", help="Print the response body exactly as received.")
     ] = False,
@@ -345,9 +317,8 @@ def ask(
     header: HeaderOption = None,
     timeout: Annotated[
         float,
-        typer.Option(
-            "--timeout",
-            help="Seconds to wait for the connection, the answer, and between stream chunks.",
+        timeout_option(
+            "Seconds to wait for the connection, the answer, and between stream chunks."
         ),
     ] = 60.0,
     markdown: Annotated[
@@ -395,21 +366,17 @@ def test(
     ] = None,
     url: Annotated[
         Optional[str],
-        typer.Option(
-            "--url",
-            help="Run against this host (a peach dev, or a deployed app with its route prefix) "
-            "instead of starting the project's simulator.",
-            show_default=False,
+        url_option(
+            "Run against this host (a peach dev, or a deployed app with its route prefix) "
+            "instead of starting the project's simulator."
         ),
     ] = None,
     keyword: Annotated[
         Optional[str],
         typer.Option("-k", help="Only the cases whose name contains TEXT.", show_default=False),
     ] = None,
-    format: Annotated[str, typer.Option("--format", help="text, json or junit")] = "text",
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds to wait for each answer.")
-    ] = 60.0,
+    format: Annotated[str, format_option("text, json or junit")] = "text",
+    timeout: Annotated[float, timeout_option(ANSWER_TIMEOUT_HELP)] = 60.0,
 ) -> None:
     """Run the endpoint tests of *.peach-test.yaml files against the project's simulator, or --url.
 
@@ -443,11 +410,9 @@ def fuzz(
     ] = None,
     url: Annotated[
         Optional[str],
-        typer.Option(
-            "--url",
-            help="Fuzz this host (a peach dev, or a deployed app with its route prefix) "
-            "instead of starting the project's simulator.",
-            show_default=False,
+        url_option(
+            "Fuzz this host (a peach dev, or a deployed app with its route prefix) "
+            "instead of starting the project's simulator."
         ),
     ] = None,
     examples: Annotated[
@@ -461,7 +426,7 @@ def fuzz(
             show_default=False,
         ),
     ] = None,
-    format: Annotated[str, typer.Option("--format", help="text or json")] = "text",
+    format: FormatOption = "text",
 ) -> None:
     """Send generated requests to every endpoint and report what breaks, each shrunk to a minimal request.
 
@@ -490,10 +455,8 @@ def replay(
     ],
     url: Annotated[
         Optional[str],
-        typer.Option(
-            "--url",
-            help="Where to send the requests. Default: env PEACH_URL, else http://127.0.0.1:8000.",
-            show_default=False,
+        url_option(
+            "Where to send the requests. Default: env PEACH_URL, else http://127.0.0.1:8000."
         ),
     ] = None,
     against: Annotated[
@@ -514,16 +477,11 @@ def replay(
         ),
     ] = None,
     format: FormatOption = "text",
-    timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds to wait for each answer.")
-    ] = 60.0,
+    timeout: Annotated[float, timeout_option(ANSWER_TIMEOUT_HELP)] = 60.0,
     project: Annotated[
         Optional[Path],
-        typer.Option(
-            "--project",
-            "-p",
-            help="The project whose secret values are masked in what is shown (default: here).",
-            show_default=False,
+        project_option(
+            "The project whose secret values are masked in what is shown (default: here)."
         ),
     ] = None,
 ) -> None:
@@ -548,36 +506,16 @@ def replay(
     )
 
 
-LoadItemsArg = Annotated[
-    Optional[list[str]],
-    typer.Argument(help="Parameters, as `peach ask` takes them.", show_default=False),
-]
 BenchRateOption = Annotated[
     Optional[float],
-    typer.Option(
-        "--rate",
-        help="Open loop: start this many requests a second, whatever the answers;"
-        " latency counts from each request's scheduled start.",
-        show_default=False,
-    ),
-]
-ConcurrencyOption = Annotated[
-    Optional[int],
-    typer.Option(
-        "--concurrency",
-        "-c",
-        help="Closed loop: keep this many requests in flight (default 8).",
-        show_default=False,
+    rate_option(
+        "Open loop: start this many requests a second, whatever the answers;"
+        " latency counts from each request's scheduled start."
     ),
 ]
 BenchDurationOption = Annotated[
     Optional[float],
-    typer.Option(
-        "--duration",
-        "-d",
-        help="Seconds to load, after the warm-up (default 10, unless --requests).",
-        show_default=False,
-    ),
+    duration_option("Seconds to load, after the warm-up (default 10, unless --requests)."),
 ]
 RequestsOption = Annotated[
     Optional[int],
@@ -590,10 +528,6 @@ FromRecordOption = Annotated[
         help="Send the requests of a `peach dev --record` file, in turn.",
         show_default=False,
     ),
-]
-RequestTimeoutOption = Annotated[
-    float,
-    typer.Option("--timeout", help="Seconds a request may go without an answer."),
 ]
 CompareOption = Annotated[
     Optional[Path],
@@ -610,13 +544,13 @@ def bench(
     target: Annotated[
         Optional[str],
         typer.Argument(
-            help="An endpoint path like /greet (joined to --url), or a full URL.",
+            help=ENDPOINT_TARGET_HELP,
             show_default=False,
             autocompletion=complete_target,
         ),
     ] = None,
     items: LoadItemsArg = None,
-    url: BaseUrlOption = None,
+    url: UrlOption = None,
     rate: BenchRateOption = None,
     concurrency: ConcurrencyOption = None,
     duration: BenchDurationOption = None,
@@ -625,9 +559,7 @@ def bench(
         float,
         typer.Option("--warmup", help="Seconds of load sent first and not measured."),
     ] = 0.0,
-    stream: Annotated[
-        bool, typer.Option("--stream", "-s", help="Ask for streams and measure their chunks.")
-    ] = False,
+    stream: Annotated[bool, stream_option("Ask for streams and measure their chunks.")] = False,
     record_file: FromRecordOption = None,
     header: HeaderOption = None,
     timeout: RequestTimeoutOption = 60.0,
@@ -662,12 +594,9 @@ def bench(
 
 ProfileProjectOption = Annotated[
     Optional[Path],
-    typer.Option(
-        "--project",
-        "-p",
-        help="The project to start the simulator of, without --url; with --url of a "
-        "deployed app, the project whose cells name the lines (default: here).",
-        show_default=False,
+    project_option(
+        "The project to start the simulator of, without --url; with --url of a "
+        "deployed app, the project whose cells name the lines (default: here)."
     ),
 ]
 ProfileInitOption = Annotated[
@@ -694,24 +623,18 @@ def profile(
     target: Annotated[
         str,
         typer.Argument(
-            help="An endpoint path like /greet (joined to --url), or a full URL.",
+            help=ENDPOINT_TARGET_HELP,
             autocompletion=complete_target,
         ),
     ],
     items: LoadItemsArg = None,
-    url: BaseUrlOption = None,
+    url: UrlOption = None,
     project: ProfileProjectOption = None,
     rate: Annotated[
-        Optional[float],
-        typer.Option(
-            "--rate", help="Open loop: start this many requests a second.", show_default=False
-        ),
-    ] = None,  # fmt: skip
+        Optional[float], rate_option("Open loop: start this many requests a second.")
+    ] = None,
     concurrency: ConcurrencyOption = None,
-    duration: Annotated[
-        Optional[float],
-        typer.Option("--duration", "-d", help="Seconds to load (default 10).", show_default=False),
-    ] = None,  # fmt: skip
+    duration: Annotated[Optional[float], duration_option("Seconds to load (default 10).")] = None,
     init: ProfileInitOption = False,
     cpu: Annotated[
         bool, typer.Option("--cpu", help="Sample CPU time instead of wall-clock time.")
@@ -748,16 +671,6 @@ def profile(
             address=address,
         )
     )
-
-
-AddressOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--address",
-        help="The Ray dashboard URL. Default: env PEACH_RAY_ADDRESS, else http://127.0.0.1:8265.",
-        show_default=False,
-    ),
-]
 
 
 DiffOption = Annotated[
@@ -814,13 +727,8 @@ def deploy(
             help="Print the Serve config and list the files to upload; do not contact a cluster.",
         ),
     ] = False,
-    format: Annotated[
-        str, typer.Option("--format", help="The --dry-run config as json or yaml.")
-    ] = "json",
-    timeout: Annotated[
-        float,
-        typer.Option("--timeout", help="Seconds to wait for every replica to run."),
-    ] = 300.0,
+    format: Annotated[str, format_option("The --dry-run config as json or yaml.")] = "json",
+    timeout: Annotated[float, timeout_option("Seconds to wait for every replica to run.")] = 300.0,
     task_interval: TaskIntervalOption = 60.0,
     no_tasks: Annotated[
         bool,
@@ -940,9 +848,7 @@ def env_list(
 @env_app.command("build")
 def env_build(
     project: ProjectArg = Path("."),
-    offline: Annotated[
-        bool, typer.Option("--offline", help="Use only what is cached; never the network.")
-    ] = False,
+    offline: Annotated[bool, offline_option("Use only what is cached; never the network.")] = False,
     refresh: Annotated[
         bool,
         typer.Option("--refresh", help="Resolve again (newer versions of unpinned requirements)."),
@@ -1025,11 +931,7 @@ def task_run(
     ] = None,
     address: Annotated[
         Optional[str],
-        typer.Option(
-            "--address",
-            help="Run it on this Ray cluster (the dashboard URL) as a Ray job.",
-            show_default=False,
-        ),
+        address_option("Run it on this Ray cluster (the dashboard URL) as a Ray job."),
     ] = None,
     shared_env: SharedEnvOption = False,
     inherit_env: InheritEnvOption = False,
@@ -1063,26 +965,17 @@ def task_run(
 
 @app.command()
 def doctor(
-    project: Annotated[
-        Optional[Path],
-        typer.Argument(
-            help="The project folder (or one YAML file). Default: the current folder.",
-            show_default=False,
-        ),
-    ] = None,
+    project: OptionalProjectArg = None,
     address: Annotated[
         Optional[str],
-        typer.Option(
-            "--address",
-            help="The Ray dashboard URL to check. Default: env PEACH_RAY_ADDRESS; "
-            "without either, no cluster is checked.",
-            show_default=False,
+        address_option(
+            "The Ray dashboard URL to check. Default: env PEACH_RAY_ADDRESS; "
+            "without either, no cluster is checked."
         ),
     ] = None,
-    port: Annotated[int, typer.Option("--port", help="The port peach dev will bind.")] = 8000,
+    port: Annotated[int, port_option("The port peach dev will bind.")] = 8000,
     offline: Annotated[
-        bool,
-        typer.Option("--offline", help="Do not contact the package index: check the cache."),
+        bool, offline_option("Do not contact the package index: check the cache.")
     ] = False,
     format: FormatOption = "text",
 ) -> None:
