@@ -1004,7 +1004,7 @@ def main() -> None:
 
     install_logging()  # uvicorn's and peach's loggers through the output boundary
     try:
-        app()
+        app(prog_name="peach")  # `python -m peach_cli.cli` and a test in-process too
     except PeachError as error:
         from peach_cli.views.console import print_error
 

@@ -16,13 +16,13 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import uvicorn
+from cli_support import PEACH
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -348,7 +348,8 @@ class Result:
 def ask(*args: str, env: dict | None = None, timeout: float = 30) -> Result:
     """Run `peach ask ARGS` with stdout piped; return exit code, stdout bytes, stderr text."""
     completed = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "ask", *args],
+        # a real process: the test reads the exact bytes `peach ask` writes on its stdout
+        [*PEACH, "ask", *args],
         capture_output=True,
         timeout=timeout,
         env=_env(env),
@@ -383,7 +384,8 @@ class Child:
         else:
             stdout = subprocess.PIPE
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "peach_cli.cli", "ask", *args],
+            # a real process: it runs in the background (on a pty or a pipe) while the test talks to it
+            [*PEACH, "ask", *args],
             stdout=stdout,
             stderr=subprocess.PIPE,
             env=_env(env),

@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import PEACH
 from lifetime_support import dies_with_this_process
 
 TESTS = Path(__file__).resolve().parent
@@ -136,9 +136,8 @@ def start_peach_dev(
     env = dict(os.environ, NO_COLOR="1", COLUMNS="200", PYTHONUNBUFFERED="1")
     process = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "peach_cli.cli",
+            # a real process: a `peach dev` server
+            *PEACH,
             "dev",
             str(project),
             "--port",

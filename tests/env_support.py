@@ -59,13 +59,6 @@ def start_build(go_file: Path, *requirements: str) -> subprocess.Popen[str]:
     )
 
 
-def run_peach(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`peach ARGS` as a user runs it (not a terminal), with the session's env cache."""
-    from cli_support import run_peach as run
-
-    return run(*args, env=env)
-
-
 LIVE_SCRIPT = """
 import sys
 from peach_cli.envs import EnvSpec, ensure_env

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_support import PEACH, run_peach_process
 from conftest import PROJECTS, REPO, DevProcess, start_peach_dev
 
 BENCH = PROJECTS / "bench"
@@ -44,14 +43,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory, recording: Path) -> Iterator[D
 
 
 def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "bench", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, NO_COLOR="1", COLUMNS="200"),
-        timeout=timeout,
-    )
+    # a real process: a load run a timeout must be able to stop
+    return run_peach_process("bench", *args, timeout=timeout)
 
 
 def figures(*args: str) -> dict:
@@ -197,7 +190,8 @@ def test_rate_and_concurrency_together_is_a_usage_error() -> None:
 def test_ctrl_c_prints_what_was_measured(dev: DevProcess) -> None:
     before = _requests_served(dev.url, "/pair")
     process = subprocess.Popen(
-        [sys.executable, "-m", "peach_cli.cli", "bench", "/pair", "--url", dev.url,
+        # a real process: the test sends it SIGINT
+        [*PEACH, "bench", "/pair", "--url", dev.url,
          "--duration", "60", "-c", "2", "--format", "json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -5,25 +5,18 @@ two replicas and ``/stream`` streams."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO
+
+# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
+from cli_support import run_peach_process
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]  # may start the cluster
 
 
 def bench(*args: str) -> dict:
-    run = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "bench", *args, "--format", "json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, NO_COLOR="1"),
-        timeout=120,
-    )
+    # a real process: a load run a timeout must be able to stop
+    run = run_peach_process("bench", *args, "--format", "json")
     assert run.returncode == 0, run.stdout + run.stderr
     return json.loads(run.stdout)
 

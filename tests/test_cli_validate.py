@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ GOOD = "codops: shop\nendpoints:\n  e:\n    url: /e\n    components:\n      main
 
 
 def peach(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return run_peach(*args, cwd=cwd, timeout=60, columns=80)
+    return run_peach(*args, cwd=cwd, columns=80)
 
 
 @pytest.mark.slow
@@ -224,14 +222,7 @@ def test_a_single_file_of_peach_conf_resolves_notebooks_from_the_project(tmp_pat
 
 @pytest.mark.slow
 def test_help_documents_the_exit_codes_in_one_paragraph():
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
-    result = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "validate", "--help"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    result = run_peach("validate", "--help", columns=200)
     assert result.returncode == 0
     [line] = [line for line in result.stdout.splitlines() if "Exit codes" in line]
     assert "0 no error" in line and "1 errors, or warnings with --strict" in line

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_support import run_peach
 from projectkit import write_project
 
 from peach_cli.commands import completion
@@ -49,13 +50,7 @@ def complete(
 
 
 def new_project(tmp_path: Path) -> Path:
-    created = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "init", "shop", "--streaming"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    created = run_peach("init", "shop", "--streaming", cwd=tmp_path)
     assert created.returncode == 0, created.stderr
     return tmp_path / "shop"
 

@@ -14,7 +14,6 @@ import pty
 import re
 import struct
 import subprocess
-import sys
 import termios
 import threading
 import time
@@ -24,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_support import PEACH
 
 from tests.conftest import REPO, URL_LINE, DevProcess, with_group_killed
 from tests.lifetime_support import dies_with_this_process
@@ -106,7 +106,8 @@ class Terminal:
         self.primary, secondary = pty.openpty()
         with log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "peach_cli.cli", *args],
+                # a real process: `peach dev` on a pty, with pdb taking over its terminal
+                [*PEACH, *args],
                 stdin=secondary if tty else subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -376,7 +377,8 @@ class Screen:
         self.changed = threading.Condition()
         env = dict(os.environ, NO_COLOR="1", COLUMNS=str(columns), LINES=str(self.ROWS))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "peach_cli.cli", *args],
+            # a real process: what a terminal of ROWS lines shows of it
+            [*PEACH, *args],
             stdin=secondary,
             stdout=secondary,
             stderr=secondary,

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from cli_support import run_peach
 
 from peach_cli.checks.build import build_plan
 from peach_cli.deploy import APPLICATION_BUILDER
@@ -684,17 +685,6 @@ def test_strip_ansi():
 # -- the command line (no cluster) ----------------------------------------------------------
 
 
-def run_peach(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, NO_COLOR="1", COLUMNS="200", **(env or {})),
-        timeout=60,
-    )
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("output_format", ["json", "yaml"])
 def test_dry_run_prints_the_exact_config_without_a_cluster(output_format):
@@ -891,20 +881,14 @@ def test_a_project_with_tasks_gets_its_scheduler_in_the_same_application(tmp_pat
 
 
 def test_no_tasks_and_task_interval_reach_the_scheduler_and_a_project_without_tasks_has_none():
-    dry = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "deploy", str(PROJECTS / "tasks"), "--dry-run"]
-        + ["--no-tasks", "--task-interval", "7"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    dry = run_peach(
+        "deploy", str(PROJECTS / "tasks"), "--dry-run", "--no-tasks", "--task-interval", "7"
+    )
     assert dry.returncode == 0, dry.stderr
     config = json.loads(dry.stdout)["applications"][0]
     (scheduler,) = [d for d in config["deployments"] if d["name"] == "tasks"]
     assert (scheduler["user_config"]["loop"], scheduler["user_config"]["interval_s"]) == (False, 7)
-    bad = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "deploy", str(PROJECTS / "tasks"), "--dry-run"]
-        + ["--task-interval", "-1"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    bad = run_peach("deploy", str(PROJECTS / "tasks"), "--dry-run", "--task-interval", "-1")
     assert bad.returncode == 2
     assert "--task-interval must be 0 or more seconds, not -1" in bad.stderr
     plain = build_bundle(plan_of(BASIC))

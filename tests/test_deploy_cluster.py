@@ -17,7 +17,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cli_support import run_peach
+
+# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
+from cli_support import run_peach_process
 from ray_cluster import RayHead
 
 from peach_cli.checks.build import build_plan
@@ -71,7 +73,7 @@ def basic_app(ray_cluster: RayHead) -> RayHead:
 
 
 def peach(*args: str, timeout: float = 110) -> subprocess.CompletedProcess[str]:
-    return run_peach(*args, timeout=timeout)  # the test cluster wants no token
+    return run_peach_process(*args, timeout=timeout)  # the test cluster wants no token
 
 
 def plan_of(path: Path):

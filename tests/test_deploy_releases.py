@@ -15,7 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cli_support import run_peach
+
+# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
+from cli_support import run_peach_process
 from ray_cluster import RayHead
 from test_deploy_cluster import keep_only
 
@@ -36,7 +38,7 @@ def cluster(ray_cluster: RayHead) -> RayHead:
 def peach(
     *args: str, cwd: Path | None = None, timeout: float = 200
 ) -> subprocess.CompletedProcess[str]:
-    return run_peach(*args, timeout=timeout, **({"cwd": cwd} if cwd else {}))
+    return run_peach_process(*args, timeout=timeout, **({"cwd": cwd} if cwd else {}))
 
 
 def git(folder: Path, *args: str) -> str:

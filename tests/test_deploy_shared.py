@@ -12,13 +12,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import httpx
 import pytest
-from cli_support import run_peach
+
+# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
+from cli_support import PEACH, run_peach_process
 from ray_cluster import RayHead
 from test_deploy_cluster import basic_app, cluster, plan_of, replica_ids  # noqa: F401 - fixtures
 from waiting import poll as poll_until
@@ -40,7 +41,7 @@ REPO = TESTS.parent
 def peach(
     *args: str, timeout: float = 200, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return run_peach(*args, timeout=timeout, env=env)
+    return run_peach_process(*args, timeout=timeout, env=env)
 
 
 def poll(check, what: str, timeout_s: float = 30.0, interval_s: float = 0.3):
@@ -345,7 +346,8 @@ def test_logs_health_and_status_show_prints_init_errors_and_failed_reinits(clust
     log = (cluster.temp_dir / "follow.log").open("wb")
     env = dict(os.environ, NO_COLOR="1", PYTHONUNBUFFERED="1")
     follower = subprocess.Popen(
-        [sys.executable, "-m", "peach_cli.cli", "logs", "deploy-shared", *address,
+        # a real process: --follow runs until the test sends SIGINT
+        [*PEACH, "logs", "deploy-shared", *address,
          "-d", "talk.main", "--follow", "--tail", "0"],
         stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True,
     )  # fmt: skip

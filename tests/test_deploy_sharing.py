@@ -3,13 +3,11 @@ the routes of a gateway under a prefix, the health answer and `peach logs`' argu
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
+from cli_support import run_peach
 
 from peach_cli.checks.build import build_plan
 from peach_cli.client.send import routes_urls
@@ -80,22 +78,7 @@ def test_another_prefix_is_merged_beside_the_application_at_the_root():
 
 @pytest.mark.slow
 def test_the_route_prefix_is_checked_before_the_project_is_read():
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "peach_cli.cli",
-            "deploy",
-            "/no/such/project",
-            "--route-prefix",
-            "x",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, NO_COLOR="1"),
-        timeout=60,
-    )
+    result = run_peach("deploy", "/no/such/project", "--route-prefix", "x")
     assert result.returncode == 2
     assert "--route-prefix 'x' is not a route prefix" in result.stderr
     assert "Traceback" not in result.stderr
@@ -217,12 +200,5 @@ def test_logs_pick_the_only_application_or_ask_for_one():
 
 @pytest.mark.slow
 def test_logs_usage_errors_exit_2_without_a_cluster():
-    result = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "logs", "--tail", "-1"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, NO_COLOR="1"),
-        timeout=60,
-    )
+    result = run_peach("logs", "--tail", "-1")
     assert result.returncode == 2 and "--tail must be 0 or more" in result.stderr

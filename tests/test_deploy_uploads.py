@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from cli_support import run_peach
 
 from peach_cli.checks.build import build_plan
 from peach_cli.deploy.config import build_bundle
@@ -139,17 +137,6 @@ def test_a_project_over_rays_limit_fails_naming_the_largest_files(tmp_path):
     assert "550.0 MiB, over Ray's limit of 500.0 MiB" in message
     assert message.index("data/huge.parquet (400.0 MiB)") < message.index("model.pt (150.0 MiB)")
     assert ".gitignore or .rayignore" in (caught.value.hint or "")
-
-
-def run_peach(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, NO_COLOR="1", COLUMNS="200", **(env or {})),
-        timeout=60,
-    )
 
 
 @pytest.mark.slow

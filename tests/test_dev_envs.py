@@ -206,7 +206,7 @@ def test_prune_all_keeps_the_envs_a_running_peach_dev_uses(peach_dev, tmp_path, 
     """`peach env prune --all` beside a running `peach dev`: its env (and the staged
     runtime) are kept and it goes on serving; once it stops, the next prune removes them.
     Runtimes staged by other versions of peach go at once."""
-    from env_support import run_peach
+    from cli_support import run_peach
 
     cache = tmp_path / "cache"  # its own cache: prune --all must not touch the session's
     monkeypatch.setenv("PEACH_ENV_CACHE", str(cache))

@@ -65,7 +65,7 @@ def test_outside_a_project_dev_and_validate_hint_at_peach_init(tmp_path):
     from cli_support import run_peach
 
     for command in ("dev", "validate"):
-        result = run_peach(command, cwd=tmp_path, timeout=30)
+        result = run_peach(command, cwd=tmp_path)
         assert result.returncode == 2, result.stderr
         assert "hint: create one here with `peach init`" in result.stderr
         assert "examples/quickstart" not in result.stderr

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_support import run_peach
 from conftest import PROJECTS, DevProcess, drain_stream, start_peach_dev
 from projectkit import write_project
 from waiting import wait_until
@@ -245,28 +246,12 @@ def test_invalid_project_prints_diagnostics_and_exits_1(peach_dev, tmp_path):
 
 
 def test_port_in_use_is_a_clear_error(tmp_path, small_project):
-    import subprocess
-    import sys
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "peach_cli.cli",
-                "dev",
-                str(small_project),
-                "--port",
-                str(port),
-                "--no-reload",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = run_peach("dev", str(small_project), "--port", str(port), "--no-reload")
     assert result.returncode == 1
     # Checked before anything starts: one error line (and its hint), nothing to stop.
     assert result.stdout == ""

@@ -49,6 +49,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_support import PEACH, run_peach
 from lifetime_support import dies_with_this_process
 from projectkit import ASSISTANT_MODEL_DIR
 
@@ -177,9 +178,8 @@ class Page:
             return
         self.server = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "peach_cli.cli",
+                # a real process: a `peach dev` server the tutorial's commands talk to
+                *PEACH,
                 "dev",
                 project,
                 "--port",
@@ -398,22 +398,12 @@ def load_reference():
     return module
 
 
-AS_PEACH = "import sys; sys.argv[0] = 'peach'; from peach_cli.cli import main; main()"
-"""The CLI as its `peach` console script runs it (the usage line names `peach`)."""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", [["peach"], ["peach", "dev"], ["peach", "task", "run"]])
 def test_the_cli_reference_is_what_help_prints(path):
     reference = load_reference()
     command = dict((tuple(p), c) for p, c in reference.commands())[tuple(path)]
-    printed = subprocess.run(
-        [sys.executable, "-c", AS_PEACH, *path[1:], "--help"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": str(reference.HELP_COLUMNS), "NO_COLOR": "1", "TERM": "dumb"},
-        timeout=90,
-    )
+    printed = run_peach(*path[1:], "--help", columns=reference.HELP_COLUMNS, env={"TERM": "dumb"})
     assert printed.returncode == 0, printed.stderr
     assert reference.help_text(path, command) == reference.tidy(printed.stdout)
 
@@ -446,12 +436,7 @@ def test_the_conf_reference_names_every_key_of_the_schema():
 
     text = load_reference().conf_reference()
     schema = json_schema()
-    printed = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "schema"],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
+    printed = run_peach("schema")
     assert json.loads(printed.stdout) == schema, (
         "the reference is built from what `peach schema` prints"
     )

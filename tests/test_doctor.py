@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from cli_support import Env, run_peach
 from projectkit import BASE_CELLS, write_project
 
 from peach_cli.doctor import machine
@@ -64,19 +65,10 @@ def free_port() -> int:
 def doctor(
     *args: str, cwd: Path, index: str, cache: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
-    for name in ("PEACH_RAY_ADDRESS", "RAY_AUTH_TOKEN", "UV_INDEX_URL"):
-        environment.pop(name, None)
-    environment.update(UV_DEFAULT_INDEX=index, PEACH_ENV_CACHE=str(cache), **(env or {}))
+    environment: Env = {"UV_INDEX_URL": None, "UV_DEFAULT_INDEX": index}
+    environment.update(PEACH_ENV_CACHE=str(cache), **(env or {}))
     environment["NO_PROXY"] = "127.0.0.1,localhost"  # the index and dashboard are on loopback
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "doctor", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=environment,
-        timeout=60,
-    )
+    return run_peach("doctor", *args, cwd=cwd, env=environment)
 
 
 def doctor_json(

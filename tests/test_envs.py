@@ -11,12 +11,12 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from env_support import SMALL, run_peach, serve_sdist, start_build, start_live_build
+from cli_support import PEACH, run_peach
+from env_support import SMALL, serve_sdist, start_build, start_live_build
 
 from peach_cli.envs import (
     EnvBuildError,
@@ -402,7 +402,8 @@ def test_env_build_stopped_by_sigterm_stops_uv_and_its_build_backend(tmp_path):
         "endpoints: {}\n"
     )
     build = subprocess.Popen(
-        [sys.executable, "-m", "peach_cli.cli", "env", "build", str(project)],
+        # a real process: the test sends it SIGTERM mid-build
+        [*PEACH, "env", "build", str(project)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
         env=dict(os.environ, NO_COLOR="1"), start_new_session=True,
     )  # fmt: skip
@@ -434,7 +435,8 @@ def killed_build(folder: Path, cache: Path) -> set[str]:
         f'codops: slow\npy_environments:\n  base: {{dependencies: ["{slow.requirement}"]}}\n',
     )
     build = subprocess.Popen(
-        [sys.executable, "-m", "peach_cli.cli", "env", "build", str(project)],
+        # a real process: the test kills it and looks at its process tree
+        [*PEACH, "env", "build", str(project)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
         env=dict(os.environ, NO_COLOR="1", PEACH_ENV_CACHE=str(cache)), start_new_session=True,
     )  # fmt: skip

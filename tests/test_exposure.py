@@ -159,7 +159,7 @@ def dashboard() -> Iterator[Dashboard]:
 
 
 def peach(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
-    return run_peach(*args, env={"RAY_AUTH_TOKEN": token} if token else None, timeout=90)
+    return run_peach(*args, env={"RAY_AUTH_TOKEN": token} if token else None)
 
 
 def assert_secret_never_shown(result: subprocess.CompletedProcess[str]) -> None:

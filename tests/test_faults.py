@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_support import PEACH
 from conftest import PROJECTS, REPO, URL_LINE, DevProcess, drain_stream, start_peach_dev
 from lifetime_support import dies_with_this_process
 from waiting import poll, wait_until
@@ -554,7 +554,8 @@ def start_reloading(project: Path, log_path: Path) -> DevProcess:
     """`peach dev PROJECT --port 0` with hot reload (the shared fixture turns it off)."""
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0"],
+        # a real process: a `peach dev` server
+        [*PEACH, "dev", str(project), "--port", "0"],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

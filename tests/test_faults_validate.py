@@ -9,16 +9,14 @@ never a traceback, the exit code 0 or 1.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from cli_support import run_peach
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from projectkit import BASE_CELLS, diagnose, notebook_json, write_project
@@ -37,22 +35,9 @@ CELLS = ['def ask(q: str = ""):\n    return [q]\n']
 
 
 def run_validate(*args: str) -> tuple[int, str]:
-    """`peach validate ARGS` in this process: (exit code, output); any exception escapes."""
-    from peach_cli.cli import main
-
-    out = io.StringIO()
-    argv = sys.argv
-    sys.argv = ["peach", "validate", *args]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            try:
-                main()
-                code = 0
-            except SystemExit as exit:
-                code = exit.code if isinstance(exit.code, int) else 1
-    finally:
-        sys.argv = argv
-    return code, out.getvalue()
+    """`peach validate ARGS` in this process: (exit code, standard output then error)."""
+    result = run_peach("validate", *args)
+    return result.returncode, result.stdout + result.stderr
 
 
 def conf_with(notebook: str, *, decorator: str | None = None) -> str:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from cli_support import REPO, run_peach
+from cli_support import REPO, Env, run_peach, run_peach_process
 
 PROJECTS = Path(__file__).parent / "projects" / "fuzzing"
 SPEC_KEYS = {"seed", "examples", "findings"}
@@ -33,7 +31,7 @@ def _copy(name: str, tmp_path: Path) -> Path:
 
 
 def _fuzz_json(project: Path, *args: str) -> tuple[int, dict]:
-    done = run_peach("fuzz", *args, "--format", "json", cwd=project, timeout=300)
+    done = run_peach("fuzz", *args, "--format", "json", cwd=project)
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, json.loads(done.stdout)
@@ -91,7 +89,7 @@ def test_the_ready_cases_fail_under_peach_test_as_the_fuzzer_saw(buggy_run) -> N
     project, _code, found = buggy_run
     cases = [yaml.safe_load(f["case"])[0] for f in found["findings"]]
     (project / "found.peach-test.yaml").write_text(yaml.safe_dump(cases, sort_keys=False))
-    done = run_peach("test", "--format", "json", cwd=project, timeout=300)
+    done = run_peach("test", "--format", "json", cwd=project)
     assert done.returncode == 1, done.stdout + done.stderr
     report = json.loads(done.stdout)
     results = {c["name"]: c for c in report["cases"]}
@@ -124,7 +122,7 @@ def test_a_replica_that_dies_is_a_finding(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_nothing_is_found_in_a_project_without_bugs(tmp_path: Path) -> None:
     project = _copy("clean", tmp_path)
-    done = run_peach("fuzz", "--seed", "7", cwd=project, timeout=300)
+    done = run_peach("fuzz", "--seed", "7", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nothing found in 3 endpoints" in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
@@ -143,7 +141,7 @@ def test_an_endpoint_without_a_healthy_replica_is_said_not_fuzzed(tmp_path: Path
         'def hello(model, name: str = "x"):\n    return name\n',
     ]
     project = write_project(tmp_path / "initfail", conf, {"notebooks/N.ipynb": cells})
-    done = run_peach("fuzz", "--seed", "1", "--examples", "5", cwd=project, timeout=300)
+    done = run_peach("fuzz", "--seed", "1", "--examples", "5", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr  # nothing found: not a finding
     assert "each answered 503 unavailable" in done.stderr
     assert "RuntimeError: no model file" in done.stderr
@@ -153,10 +151,7 @@ def test_an_endpoint_without_a_healthy_replica_is_said_not_fuzzed(tmp_path: Path
 @pytest.mark.slow
 def test_the_same_seed_gives_the_same_output(tmp_path: Path) -> None:
     project = _copy("buggy", tmp_path)
-    runs = [
-        run_peach("fuzz", "divide", "score", "--seed", "11", cwd=project, timeout=300)
-        for _ in range(2)
-    ]
+    runs = [run_peach("fuzz", "divide", "score", "--seed", "11", cwd=project) for _ in range(2)]
     assert [r.returncode for r in runs] == [1, 1], runs[0].stdout + runs[0].stderr
     assert runs[0].stdout == runs[1].stdout  # the findings, their requests and cases
     assert "divide: method_error in main (ZeroDivisionError)" in runs[0].stdout
@@ -209,25 +204,14 @@ def test_without_hypothesis_one_line_says_what_to_install(tmp_path: Path) -> Non
         'raise ModuleNotFoundError("No module named \'hypothesis\'", name="hypothesis")\n'
     )
     project = _copy("clean", tmp_path)
-    env = {"PYTHONPATH": f"{shim.parent}:{REPO}", "NO_COLOR": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "fuzz", str(project)],
-        capture_output=True, text=True, timeout=120, env={**_base_env(), **env},
-    )  # fmt: skip
+    # real processes: the shim first on their PYTHONPATH hides Hypothesis from their imports
+    env: Env = {"PYTHONPATH": f"{shim.parent}:{REPO}"}
+    done = run_peach_process("fuzz", str(project), env=env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout == ""
     assert done.stderr.strip().splitlines() == [
         "error: peach fuzz needs Hypothesis, which is not installed: pip install 'peach-cli[fuzz]'"
     ]
     # the rest of peach works without it
-    other = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "validate", str(project)],
-        capture_output=True, text=True, timeout=120, env={**_base_env(), **env},
-    )  # fmt: skip
+    other = run_peach_process("validate", str(project), env=env)
     assert other.returncode == 0, other.stdout + other.stderr
-
-
-def _base_env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -100,7 +100,7 @@ def _drip_project(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _fuzz_json(project: Path, *args: str, timeout: float = 300) -> tuple[int, dict]:
-    done = run_peach("fuzz", *args, "--format", "json", cwd=project, timeout=timeout)
+    done = run_peach("fuzz", *args, "--format", "json", cwd=project)
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, json.loads(done.stdout)
@@ -158,7 +158,7 @@ def test_a_stream_that_stalls_fails_under_peach_test_as_stalled_not_cut(tmp_path
     project, _log = _drip_project(tmp_path)
     case = [{"name": "drip", "url": "/drip", "stream": True, "expect": {"cut": False}}]
     (project / "drip.peach-test.yaml").write_text(yaml.safe_dump(case, sort_keys=False))
-    done = run_peach("test", "--timeout", "1", "--format", "json", cwd=project, timeout=200)
+    done = run_peach("test", "--timeout", "1", "--format", "json", cwd=project)
     assert done.returncode == 1, done.stdout + done.stderr
     [result] = json.loads(done.stdout)["cases"]
     messages = {f["key"]: f["message"] for f in result["failures"]}
@@ -205,7 +205,7 @@ def test_a_target_is_an_endpoint_name_or_url(tmp_path: Path) -> None:
 
     project = Path(shutil.copytree(PROJECTS / "clean", tmp_path / "clean"))
     for target in ("/divide", "divide"):
-        done = run_peach("fuzz", target, "--examples", "3", "--seed", "1", cwd=project, timeout=200)
+        done = run_peach("fuzz", target, "--examples", "3", "--seed", "1", cwd=project)
         assert done.returncode == 0, done.stdout + done.stderr
         fuzzed = re.findall(r"✓ (/\w+)", done.stderr)
         assert fuzzed == ["/divide"], done.stderr
@@ -233,7 +233,7 @@ def test_a_timeout_is_reported_on_a_request_that_times_out_with_a_margin(tmp_pat
     [case] = yaml.safe_load(timeout["case"])
     cases = [{**case, "name": f"try {n}"} for n in range(5)]
     (project / "found.peach-test.yaml").write_text(yaml.safe_dump(cases, sort_keys=False))
-    done = run_peach("test", "--format", "json", cwd=project, timeout=200)
+    done = run_peach("test", "--format", "json", cwd=project)
     report = json.loads(done.stdout)
     assert [c["status"] for c in report["cases"]] == [504] * 5, report
     assert not any(c["passed"] for c in report["cases"])

@@ -84,7 +84,7 @@ def test_url_requirements_stay_allowed(tmp_path):
 )
 def test_every_command_refuses_a_bad_requirement_before_building(tmp_path, command):
     project = write_project(tmp_path / "p", conf(["requests\n--index-url http://x/"]), NOTEBOOK)
-    result = run_peach(*(a.format(p=project) for a in command), timeout=60)
+    result = run_peach(*(a.format(p=project) for a in command))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "error PC120" in result.stdout + result.stderr
     assert "runtime_env" not in result.stdout and "building" not in result.stdout.lower()

@@ -21,7 +21,7 @@ FILES = [
 
 
 def peach(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return run_peach(*args, cwd=cwd, timeout=60)
+    return run_peach(*args, cwd=cwd)
 
 
 @pytest.mark.slow
@@ -47,7 +47,7 @@ def test_the_cases_peach_init_writes_pass_and_its_readme_shows_peach_test(tmp_pa
     assert result.returncode == 0, result.stderr
     project = tmp_path / "shop"
     assert "peach test " in (project / "README.md").read_text()
-    tested = run_peach("test", cwd=project, timeout=120)
+    tested = run_peach("test", cwd=project)
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert tested.stdout.count("✓") == 3, tested.stdout
     assert "✓ 3 cases passed" in tested.stderr

@@ -10,14 +10,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import psutil
 import pytest
-from cli_support import run_peach
+from cli_support import PEACH, run_peach
 from conftest import REPO
 
 
@@ -78,7 +77,8 @@ def test_an_open_loop_that_cannot_keep_up_holds_a_bounded_queue_and_ctrl_c_stops
     black_hole: int,
 ) -> None:
     bench = subprocess.Popen(
-        [sys.executable, "-m", "peach_cli.cli", "bench", "/x", "--url",
+        # a real process: the test sends it SIGINT
+        [*PEACH, "bench", "/x", "--url",
          f"http://127.0.0.1:{black_hole}", "--rate", "1e9", "--duration", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
         env={**os.environ, "NO_COLOR": "1"}, start_new_session=True,

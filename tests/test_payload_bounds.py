@@ -36,7 +36,7 @@ def project_copy(tmp_path_factory) -> Path:
 
 
 def task_run(project: Path, payload: str):
-    return run_peach("task", "run", "record", str(project), "--payload", payload, timeout=60)
+    return run_peach("task", "run", "record", str(project), "--payload", payload)
 
 
 @pytest.mark.slow

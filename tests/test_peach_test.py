@@ -338,7 +338,7 @@ def test_a_failing_case_of_a_project_names_its_project_relative_place(tmp_path):
         "- name: answers\n  url: /answer\n\n- name: greets in French\n  url: /answer\n"
         "  expect: {status: 418}\n"
     )
-    result = run_peach("test", str(project), timeout=180)
+    result = run_peach("test", str(project))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "  ✗ tests/greet.peach-test.yaml:4: greets in French  " in result.stdout
 

@@ -37,7 +37,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 
 
 def profile(*args: str, columns: int = 200) -> tuple[int, str, str]:
-    done = run_peach("profile", *args, cwd=PROJECT, columns=columns, timeout=180)
+    done = run_peach("profile", *args, cwd=PROJECT, columns=columns)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -226,9 +226,7 @@ def test_a_method_too_short_to_sample_is_named_by_its_calls(tmp_path: Path) -> N
     few microseconds and never lets go of the GIL, so no sample finds it; its calls, timed,
     still name its cell and line."""
     assert run_peach("init", "shop", cwd=tmp_path).returncode == 0
-    done = run_peach(
-        "profile", "/greet", "name=Ada", "--duration", "2", cwd=tmp_path / "shop", timeout=180
-    )
+    done = run_peach("profile", "/greet", "name=Ada", "--duration", "2", cwd=tmp_path / "shop")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert "calls (the method, timed)" in lines, done.stdout

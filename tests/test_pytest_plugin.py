@@ -12,7 +12,7 @@ import tomllib
 import xml.etree.ElementTree as ET
 
 import pytest
-from cli_support import REPO
+from cli_support import REPO, run_peach
 
 PLUGIN = "peach_cli.testing.pytest_plugin"
 
@@ -87,11 +87,7 @@ def test_pytest_collects_case_files_and_gives_the_peach_fixture(tmp_path):
     assert "tests/plum.peach-test.yaml:1: case 'expects a plum' failed" in output
     assert '-  "plum"' in output and '+  "pear",' in output
     # the same case has the same classname in pytest's JUnit report and in peach test's
-    peach_test = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "test", "tests/plum.peach-test.yaml",
-         "--format", "junit"],
-        capture_output=True, text=True, cwd=project, timeout=120,
-    )  # fmt: skip
+    peach_test = run_peach("test", "tests/plum.peach-test.yaml", "--format", "junit", cwd=project)
     assert peach_test.returncode == 1, peach_test.stdout + peach_test.stderr
 
     def classname(xml: str) -> str | None:

@@ -13,7 +13,6 @@ import json
 import os
 import pty
 import subprocess
-import sys
 import termios
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_support import PEACH
 from conftest import REPO, URL_LINE, DevProcess, with_group_killed
 from lifetime_support import dies_with_this_process
 from netns_support import other_machine
@@ -355,7 +355,8 @@ def test_the_i_key_reruns_every_init(tmp_path: Path) -> None:
     primary, secondary = pty.openpty()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0"],
+            # a real process: a `peach dev` server on a pty
+            [*PEACH, "dev", str(project), "--port", "0"],
             stdin=secondary,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -393,7 +394,8 @@ def test_keys_are_off_when_the_terminal_is_not_peach_devs_own(tmp_path: Path) ->
     primary, secondary = pty.openpty()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "peach_cli.cli", "dev", str(project), "--port", "0"],
+            # a real process: a `peach dev` server on a pty
+            [*PEACH, "dev", str(project), "--port", "0"],
             stdin=secondary,
             stdout=log,
             stderr=subprocess.STDOUT,

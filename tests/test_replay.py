@@ -248,7 +248,7 @@ def test_a_recorded_url_naming_a_host_is_refused_at_its_line_and_nothing_is_sent
     lines.insert(1, {"method": "POST", "url": url, "query": "", "body": {"item_id": "x"}})
     hostile.write_text("".join(json.dumps(line) + "\n" for line in lines))
     args = ["replay", str(hostile)] if command == "replay" else ["bench", "--from", str(hostile)]
-    result = run_peach(*args, "--url", base_url, timeout=20)
+    result = run_peach(*args, "--url", base_url)
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"{hostile}:2: url '{url}' names a host" in " ".join(result.stderr.split())
     assert "Traceback" not in result.stderr

@@ -10,7 +10,9 @@ import time
 
 import httpx
 import pytest
-from cli_support import run_peach
+
+# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
+from cli_support import run_peach_process
 from rollout_support import (
     RolloutLoad,
     figures,
@@ -31,7 +33,7 @@ COMPONENTS = ["hello.main", "ticks.main"]
 
 
 def deploy(project, cluster):
-    result = run_peach(
+    result = run_peach_process(
         "deploy", str(project), "--address", cluster.dashboard_url,
         "--http-port", str(cluster.http_port), "--route-prefix", PREFIX,
         timeout=240,

@@ -353,7 +353,7 @@ def test_a_broken_dotenv_is_one_line_naming_it_on_every_command(project, content
     if len(content) < 40:
         os.truncate(dotenv, 64 * 1024 * 1024)  # sparse: refused before it is read
     args, code = DOTENV_COMMANDS[command]
-    result = run_peach(*args, str(project), timeout=90)
+    result = run_peach(*args, str(project))
     output = result.stdout + result.stderr
     assert result.returncode == code, output
     assert f"{project}/{BROKEN_DOTENV[content]}" in output

@@ -113,6 +113,6 @@ def test_peach_task_run_binds_as_the_ray_entry_does(
     project: Path, task: str, payload: str | None, code: int, shown: str
 ) -> None:
     args = ["task", "run", task, str(project), "--shared-env"]
-    result = run_peach(*args, *(["--payload", payload] if payload else []), timeout=90)
+    result = run_peach(*args, *(["--payload", payload] if payload else []))
     assert result.returncode == code, result.stderr
     assert shown in result.stderr

@@ -3,11 +3,10 @@ plan's task specs (code extracted like a component's)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_support import run_peach
 from projectkit import diagnose, write_project
 
 from peach_cli.checks.build import build_plan
@@ -123,12 +122,7 @@ def test_peach_validate_prints_pc309_and_strict_fails_on_it(tmp_path: Path) -> N
             "T.ipynb": CELLS,
         },
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "validate", str(root), "--strict"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_peach("validate", str(root), "--strict")
     assert result.returncode == 1
     assert "E.ipynb:cell 1:line 4:" in result.stdout
     assert "warning PC310 trigger_task_with_event('train') names no task" in result.stdout

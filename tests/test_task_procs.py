@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cli_support import run_peach
+from cli_support import PEACH, run_peach_process
 from conftest import REPO, start_peach_dev
 from projectkit import write_project
 from waiting import assert_gone, poll
@@ -58,7 +57,8 @@ def daemon_pid(project: Path) -> int:
 
 @pytest.mark.slow
 def test_a_100_mib_line_of_output_is_cut_with_a_marker_saying_how_much(project: Path) -> None:
-    result = run_peach("task", "run", "shout", str(project), "--shared-env", timeout=120)
+    # a real process: 100 MiB of output through a pipe, as a user's terminal gets it
+    result = run_peach_process("task", "run", "shout", str(project), "--shared-env", timeout=120)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     cut = [line for line in lines if line.startswith("shout | xxx")]
@@ -74,7 +74,8 @@ def test_a_100_mib_line_of_output_is_cut_with_a_marker_saying_how_much(project: 
 
 @pytest.mark.serial  # a 1 s timeout and a 10 s bound on the kill
 def test_a_daemon_a_task_starts_dies_at_its_timeout(project: Path) -> None:
-    result = run_peach("task", "run", "escape", str(project), "--shared-env", timeout=120)
+    # a real process: the daemon the task starts must die with peach's process tree
+    result = run_peach_process("task", "run", "escape", str(project), "--shared-env", timeout=120)
     assert result.returncode == 1, result.stderr
     assert "timed out after 2 s" in result.stderr
     assert "daemon started" in result.stdout
@@ -104,8 +105,8 @@ def test_peach_dev_killed_during_a_forking_task_leaves_no_process_behind(tmp_pat
 
 def test_ctrl_c_during_a_task_kills_the_daemon_it_started(project: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "peach_cli.cli", "task", "run", "escape", str(project)]
-        + ["--shared-env", "--timeout-s", "600"],
+        # a real process: the test sends it SIGINT
+        [*PEACH, "task", "run", "escape", str(project)] + ["--shared-env", "--timeout-s", "600"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -13,13 +13,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
+from cli_support import PEACH, run_peach_process
 from ray_cluster import RayHead
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,14 +39,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def task_run(head: RayHead, project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "peach_cli.cli", "task", "run", *args, str(project)]
-        + ["--address", head.dashboard_url],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env=dict(os.environ, NO_COLOR="1"),
+    # a real process: it connects to Ray, whose client state is per process
+    return run_peach_process(
+        "task", "run", *args, str(project), "--address", head.dashboard_url, timeout=200
     )
 
 
@@ -155,7 +150,8 @@ def test_a_trigger_in_a_deployed_replica_runs_the_task_on_the_cluster(
 
 def test_ctrl_c_stops_the_ray_job_and_exits_130(head: RayHead, project: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "peach_cli.cli", "task", "run", "hang", str(project)]
+        # a real process: the test sends it SIGINT
+        [*PEACH, "task", "run", "hang", str(project)]
         + ["--address", head.dashboard_url, "--timeout-s", "120"],
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -13,27 +13,21 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from cli_support import run_peach
+from cli_support import PEACH, run_peach, run_peach_process
 from projectkit import copy_assistant
 from waiting import assert_gone
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = REPO / "tests" / "projects" / "tasks"
-RUN_TIMEOUT_S = 90
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return Path(shutil.copytree(TASKS, tmp_path / "tasks"))
-
-
-def peach(*args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return run_peach(*args, timeout=timeout)
 
 
 def runs(project: Path) -> list[dict]:
@@ -45,19 +39,19 @@ def runs(project: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_task_list_shows_each_task(project: Path) -> None:
-    result = peach("task", "list", str(project))
+    result = run_peach("task", "list", str(project))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "record  notebooks/Tasks.ipynb:record  py_env base  timeout 3600 s" in lines
     assert "hang  notebooks/Tasks.ipynb:hang  py_env base  timeout 2 s" in lines
-    data = json.loads(peach("task", "list", str(project), "--format", "json").stdout)
+    data = json.loads(run_peach("task", "list", str(project), "--format", "json").stdout)
     assert [t["name"] for t in data["tasks"]] == ["record", "greet", "fail", "hang", "chain"]
     assert data["tasks"][3]["timeout_s"] == 2
 
 
 @pytest.mark.slow
 def test_a_run_with_a_payload_streams_its_lines_with_the_task_name(project: Path) -> None:
-    result = peach("task", "run", "record", str(project), "--payload", '{"value": 1}')
+    result = run_peach("task", "run", "record", str(project), "--payload", '{"value": 1}')
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ['record | recorded {"value": 1}']
     assert "task record run record#1 ok in" in result.stderr
@@ -73,10 +67,10 @@ def test_a_run_with_a_payload_streams_its_lines_with_the_task_name(project: Path
 
 @pytest.mark.slow
 def test_a_run_without_a_payload(project: Path) -> None:
-    result = peach("task", "run", "record", str(project))
+    result = run_peach("task", "run", "record", str(project))
     assert result.returncode == 0, result.stderr
     assert runs(project)[0]["payload"] is None  # a function taking one gets None
-    result = peach("task", "run", "greet", str(project))  # a function taking none
+    result = run_peach("task", "run", "greet", str(project))  # a function taking none
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["greet | hello from greet v1"]
     assert 'returned "greeted"' in result.stderr
@@ -86,15 +80,15 @@ def test_a_run_without_a_payload(project: Path) -> None:
 def test_the_payload_from_a_file_and_bad_payloads(project: Path, tmp_path: Path) -> None:
     payload = tmp_path / "payload.json"
     payload.write_text('{"value": [1, 2]}')
-    result = peach("task", "run", "record", str(project), "--payload", f"@{payload}")
+    result = run_peach("task", "run", "record", str(project), "--payload", f"@{payload}")
     assert result.returncode == 0, result.stderr
     assert runs(project)[0]["payload"] == {"value": [1, 2]}
 
-    result = peach("task", "run", "record", str(project), "--payload", "{nope")
+    result = run_peach("task", "run", "record", str(project), "--payload", "{nope")
     assert result.returncode == 2
     assert "--payload is not JSON" in result.stderr
     assert "Traceback" not in result.stderr
-    result = peach("task", "run", "record", str(project), "--payload", "@missing.json")
+    result = run_peach("task", "run", "record", str(project), "--payload", "@missing.json")
     assert result.returncode == 2
     assert "cannot read missing.json" in result.stderr
     assert len(runs(project)) == 1
@@ -102,7 +96,7 @@ def test_the_payload_from_a_file_and_bad_payloads(project: Path, tmp_path: Path)
 
 @pytest.mark.slow
 def test_a_raising_task_exits_1_with_its_traceback_in_the_notebook(project: Path) -> None:
-    result = peach("task", "run", "fail", str(project), "--payload", '"x"')
+    result = run_peach("task", "run", "fail", str(project), "--payload", '"x"')
     assert result.returncode == 1
     assert result.stdout.splitlines() == ["fail | failing now"]
     err = result.stderr.splitlines()
@@ -114,8 +108,9 @@ def test_a_raising_task_exits_1_with_its_traceback_in_the_notebook(project: Path
 
 @pytest.mark.slow
 def test_a_task_past_its_timeout_is_killed_with_its_children(project: Path) -> None:
+    # real processes: the test counts and kills peach's process tree (the task and its child)
     began = time.monotonic()
-    result = peach("task", "run", "hang", str(project))
+    result = run_peach_process("task", "run", "hang", str(project))
     assert result.returncode == 1
     assert time.monotonic() - began < 30
     assert "timed out after 2 s (timeout_s): killed its process tree (2 processes)" in (
@@ -124,7 +119,7 @@ def test_a_task_past_its_timeout_is_killed_with_its_children(project: Path) -> N
     first = started_child(result)
     assert_gone(first)
 
-    result = peach("task", "run", "hang", str(project), "--timeout-s", "1")
+    result = run_peach_process("task", "run", "hang", str(project), "--timeout-s", "1")
     assert result.returncode == 1
     assert "timed out after 1 s (--timeout-s): killed its process tree" in result.stderr
     second = started_child(result)  # this run's child, not the file the first one left
@@ -141,22 +136,22 @@ def started_child(result: subprocess.CompletedProcess[str]) -> int:
 
 @pytest.mark.slow
 def test_an_unknown_task_is_a_usage_error_with_did_you_mean(project: Path) -> None:
-    result = peach("task", "run", "recrod", str(project))
+    result = run_peach("task", "run", "recrod", str(project))
     assert result.returncode == 2
     assert "unknown task 'recrod': the project's tasks are record, greet, fail, hang, chain" in (
         result.stderr
     )
     assert "did you mean 'record'?" in result.stderr
     assert "Traceback" not in result.stderr
-    result = peach("task", "run", "record", str(project), "--timeout-s", "0")
+    result = run_peach("task", "run", "record", str(project), "--timeout-s", "0")
     assert result.returncode == 2
     assert "--timeout-s must be a positive number" in result.stderr
 
 
 def test_ctrl_c_stops_the_task_and_its_children_and_exits_130(project: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "peach_cli.cli", "task", "run", "hang", str(project)]
-        + ["--timeout-s", "120"],
+        # a real process: the test sends it SIGINT
+        [*PEACH, "task", "run", "hang", str(project)] + ["--timeout-s", "120"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -182,7 +177,7 @@ def test_ctrl_c_stops_the_task_and_its_children_and_exits_130(project: Path) -> 
 
 @pytest.mark.slow
 def test_a_task_triggers_another_that_runs_after_it(project: Path) -> None:
-    result = peach("task", "run", "chain", str(project), "--payload", "5")
+    result = run_peach("task", "run", "chain", str(project), "--payload", "5")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "chain | triggered record#2",
@@ -196,7 +191,7 @@ def test_a_task_triggers_another_that_runs_after_it(project: Path) -> None:
 def test_a_project_with_errors_is_not_run(project: Path) -> None:
     conf = project / "peach.yaml"
     conf.write_text(conf.read_text().replace("method: greet}", "method: greeet}"))
-    result = peach("task", "run", "record", str(project))
+    result = run_peach("task", "run", "record", str(project))
     assert result.returncode == 1
     assert "error PC204 method 'greeet' is not defined" in result.stdout
     assert "not running" in result.stdout

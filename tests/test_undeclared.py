@@ -118,7 +118,7 @@ def test_only_the_cells_that_run_are_checked(tmp_path):
 
 @pytest.mark.slow
 def test_the_cli_shows_pc308_as_a_warning(tmp_path):
-    from env_support import run_peach
+    from cli_support import run_peach
 
     conf = "codops: shop\nendpoints:\n"
     conf += "  e: {url: /e, components: {main: {notebook: nb.ipynb, method: ask}}}\n"

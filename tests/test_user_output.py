@@ -25,7 +25,7 @@ TRIGGER_CELLS = [
 @pytest.mark.slow
 def test_a_users_traceback_has_no_frame_of_peachs_runtime(tmp_path):
     write_project(tmp_path, TRIGGERING, {"t.ipynb": TRIGGER_CELLS})
-    result = run_peach("task", "run", "poke", str(tmp_path), timeout=60)
+    result = run_peach("task", "run", "poke", str(tmp_path))
     assert result.returncode == 1, result.stderr
     assert "poke | ValueError: unknown task 'retrian'" in result.stderr
     assert "File t.ipynb, cell 1, line 4, in poke" in result.stderr
@@ -72,7 +72,7 @@ def every_command() -> list[list[str]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("path", every_command(), ids=lambda p: " ".join(p) or "peach")
 def test_help_shows_what_to_type_not_python_types(path):
-    result = run_peach(*path, "--help", timeout=30, columns=100)
+    result = run_peach(*path, "--help", columns=100)
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert not re.search(r"<(bool|str|int|float|path|list\[[a-z]+\])>", text), text

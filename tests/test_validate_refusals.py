@@ -45,8 +45,8 @@ def test_a_rebinding_that_may_be_a_function_is_not_reported(tmp_path):
 @pytest.mark.slow
 def test_dev_refuses_the_rebound_method_with_validates_words(tmp_path):
     rebound_project(tmp_path)
-    validated = run_peach("validate", str(tmp_path), timeout=30)
-    served = run_peach("dev", str(tmp_path), "--port", "0", "--no-reload", timeout=30)
+    validated = run_peach("validate", str(tmp_path))
+    served = run_peach("dev", str(tmp_path), "--port", "0", "--no-reload")
     assert validated.returncode == 1 and served.returncode == 1
     words = "cell 3 rebinds 'f' (`f = d * e`)"
     assert words in validated.stdout

@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_support import run_peach
+
+# real processes: Ray is hidden from their imports (no_ray_env), which a test process cannot undo
+from cli_support import run_peach_process
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = REPO / "tests" / "projects" / "deploy_basic"
@@ -46,20 +48,22 @@ def test_reading_commands_work_without_ray(no_ray_env):
         ("task", "list", str(PROJECT)),
         ("env", "list", str(PROJECT)),
     ):
-        result = run_peach(*args, env=no_ray_env)
+        result = run_peach_process(*args, env=no_ray_env)
         assert result.returncode == 0, (args, result.stderr)
         assert "Traceback" not in result.stderr, (args, result.stderr)
 
 
 @pytest.mark.slow
 def test_deploy_dry_run_without_ray_says_the_schema_is_not_checked(no_ray_env):
-    result = run_peach("deploy", str(PROJECT), "--dry-run", "--format", "json", env=no_ray_env)
+    result = run_peach_process(
+        "deploy", str(PROJECT), "--dry-run", "--format", "json", env=no_ray_env
+    )
     assert result.returncode == 0, result.stderr
     config = json.loads(result.stdout)
     assert config["applications"][0]["name"] == "deploy-basic"
     assert "not checked against Ray's schema here: Ray is not installed" in result.stderr
     assert "python -m pip install 'peach-cli[ray]'" in result.stderr
-    with_ray = run_peach("deploy", str(PROJECT), "--dry-run", "--format", "json")
+    with_ray = run_peach_process("deploy", str(PROJECT), "--dry-run", "--format", "json")
     assert "Ray's schema" not in with_ray.stderr  # with Ray here, it is checked
     assert json.loads(with_ray.stdout) == config
 
@@ -68,7 +72,7 @@ def test_deploy_dry_run_without_ray_says_the_schema_is_not_checked(no_ray_env):
 def test_cluster_commands_reach_for_the_dashboard_not_ray(no_ray_env):
     address = "http://127.0.0.1:9"  # nothing listens: the error is about the dashboard
     for args in (("status", "--address", address), ("deploy", str(PROJECT), "--address", address)):
-        result = run_peach(*args, env=no_ray_env, timeout=60)
+        result = run_peach_process(*args, env=no_ray_env, timeout=60)
         assert result.returncode == 1, (args, result.stderr)
         assert "cannot reach the Ray dashboard at http://127.0.0.1:9" in result.stderr
         assert "Traceback" not in result.stderr and "ModuleNotFoundError" not in result.stderr
@@ -79,10 +83,10 @@ def test_dev_and_ask_work_without_ray(no_ray_env, peach_dev, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", no_ray_env["PYTHONPATH"])
     dev = peach_dev(PROJECT, "--shared-env")
     dev.wait_ready()
-    result = run_peach("ask", f"{dev.url}/hello", "name=Ada", env=no_ray_env)
+    result = run_peach_process("ask", f"{dev.url}/hello", "name=Ada", env=no_ray_env)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["greeting"] == "hello Ada"
-    result = run_peach("ask", f"{dev.url}/count", "n=2", "--stream", env=no_ray_env)
+    result = run_peach_process("ask", f"{dev.url}/count", "n=2", "--stream", env=no_ray_env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "0\n1\n"
     assert "Traceback" not in dev.output()
