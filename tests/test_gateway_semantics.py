@@ -698,9 +698,14 @@ def test_ab_300_ids_each_get_the_arm_of_the_spec_formula(client):
         user = f"user-{i}"
         arm = spec_arm("ab", user, AB_SPLIT)
         seen[arm] = seen.get(arm, 0) + 1
-        response = client.get("/ab", params={"user_id": user})
-        result = ok(response)
         answered = "fallback" if arm == "failing" else arm  # the failing arm always raises
+        # Past the project's 1 s timeout_s (a loaded machine) the fallback answers: ask
+        # again. An id sent to the wrong arm is sent there every time.
+        for _ in range(3):
+            response = client.get("/ab", params={"user_id": user})
+            if response.headers.get(COMPONENT) == answered:
+                break
+        result = ok(response)
         assert response.headers[COMPONENT] == answered, (user, arm)
         assert result["arm"] == answered and result["user_id"] == user  # the id reaches it
     assert set(seen) == {"main", "second", "failing"}, seen  # every arm was exercised
