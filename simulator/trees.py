@@ -48,8 +48,10 @@ def kill_tree(pid: int) -> set[int]:
             with contextlib.suppress(psutil.Error):
                 process.kill()
                 killed.add(process.pid)
+    grouped = _group(pid)  # what the group's kill takes is counted, found below it or not
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)  # a task worker leads its own group (task_worker)
+    killed |= grouped
     if root is not None:
         with contextlib.suppress(psutil.Error):
             root.kill()
@@ -75,6 +77,20 @@ def _stop(root: Any) -> None:
         except psutil.Error:
             return
         time.sleep(0.001)
+
+
+def _group(pgid: int) -> set[int]:
+    """The running processes of process group ``pgid`` (none when no such group leads)."""
+    import psutil
+
+    members: set[int] = set()
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) == pgid and _alive(psutil.Process(pid)):
+                members.add(pid)
+        except (OSError, psutil.Error):
+            continue
+    return members
 
 
 def _alive(process: Any) -> bool:
