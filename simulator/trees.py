@@ -80,9 +80,15 @@ def _stop(root: Any) -> None:
 
 
 def _group(pgid: int) -> set[int]:
-    """The running processes of process group ``pgid`` (none when no such group leads)."""
+    """The running processes of process group ``pgid`` (none when ``pgid`` leads no group:
+    a replica does not, and then no process table is read)."""
     import psutil
 
+    try:
+        if os.getpgid(pgid) != pgid:
+            return set()
+    except OSError:
+        return set()
     members: set[int] = set()
     for pid in psutil.pids():
         try:
