@@ -2,9 +2,10 @@
 
 Two rules hold for every channel, whatever it renders:
 
-- **Secret values are masked.** Every value hidden with ``hide`` (a component's or a task's
-  secrets, a deployment's, the project's `.env` values it declares) is replaced by ``***``
-  as is and in every form a client or a server writes text in (``Masker``: JSON-escaped
+- **Secret values are masked.** Every value a run learns is secret (``Secrets.hide``: a
+  component's or a task's secrets, a deployment's, the project's `.env` values it declares)
+  is replaced by ``***`` in that run's output, as is and in every form a client or a
+  server writes text in (``Masker``: JSON-escaped
   once or more, percent-encoded in either case or with ``+``, base64 at any alignment and
   URL-safe). A multi-line value is masked as one value: wherever any of its lines of 4 or
   more characters appears, alone or inside another line, it is masked.
@@ -12,20 +13,25 @@ Two rules hold for every channel, whatever it renders:
   path or a user's print holding ``\\x1b`` or a line break is written as ``\\x1b`` / ``\\n``:
   no client, notebook or file name can forge a line or drive the terminal.
 
-A channel is a place output goes to (``CHANNELS``: the terminal, the live view, log lines,
-pdb banners, ``peach test``'s reports, record files, …). Writers get their stream or file
-from here — ``console``, ``new_console``, ``write_report``, ``write_status``, ``open_lines``,
-``relay`` — and nothing else in peach writes to stdout, stderr or a report file; Python's
-logging comes here too (``install_logging``, at start). ``tests/test_structure.py`` checks it;
-``tests/test_boundary.py`` plants a secret in each of its forms and escape sequences in
-every channel, and fails when a channel is registered without a probe.
+A run (one `peach` command, a `peach dev` session, the pytest plugin's session) makes one
+``Output``: it holds the run's ``Secrets`` and is handed to whatever writes, so a secret one
+run learns is never another run's, even in one process. A channel is a place output goes to
+(``CHANNELS``: the terminal, the live view, log lines, pdb banners, ``peach test``'s
+reports, record files, …). Writers get their stream or file from the run's ``Output`` —
+``stdout``, ``stderr``, ``new_console``, ``write_report``, ``write_status``, ``write_file``,
+``open_lines``, ``relay`` — and nothing else in peach writes to stdout, stderr or a report
+file; Python's logging comes there too (``Output.logging``, while the run lasts).
+``shown`` and its kin escape; the output masks (its consoles each text before layout).
+``tests/test_structure.py`` checks it; ``tests/test_boundary.py`` plants a secret in each of
+its forms and escape sequences in every channel, and fails when a channel is registered
+without a probe; ``tests/test_run_secrets.py`` checks that runs share none.
 
     out = Output()                              # where a run starts: its secrets, its writers
     out.secrets.hide(["hunter2-secret"])        # what the run learns is secret
     out.stdout.print(f"GET {markup(path)}")     # masked before layout, escaped: GET /x?k=***
     out.write_report(json_text(data), channel="test-json")
 
-Standard library only (Rich is imported lazily, for ``console``).
+Standard library only (Rich is imported lazily, for the consoles).
 """
 
 from __future__ import annotations
@@ -102,8 +108,9 @@ class Secrets:
     in the same process has its own: nothing is shared.
 
     A value hidden under a ``source`` (a component's pool, a task) replaces what that
-    source hid before: a `peach dev` session that reloads a thousand times holds the
-    secrets of the versions it serves, not of every version it served.
+    source hid two versions before: the values of the version serving and of the one whose
+    replicas may still be finishing requests are masked, so a `peach dev` session that
+    reloads a thousand times holds two versions' secrets, not a thousand.
 
     >>> secrets = Secrets()
     >>> secrets.hide(["hunter2-secret"])
@@ -115,25 +122,30 @@ class Secrets:
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         self._sources: dict[str | None, frozenset[str]] = {}
+        self._previous: dict[str, frozenset[str]] = {}
+        """Each source's values of the version before (its replicas may still answer)."""
         self.masker: Masker | None = None
         """The masker of every value hidden (None: nothing to mask)."""
         self.hide(values)
 
     def hide(self, values: Iterable[str], *, source: str | None = None) -> None:
         """Mask ``values`` in everything this run shows or writes from now on; under
-        ``source``, in place of the values that source hid before."""
+        ``source``, in place of the values that source hid the version before last."""
         values = frozenset(value for value in values if value)
+        current = self._sources.get(source, frozenset())
         if source is None:
-            values |= self._sources.get(None, frozenset())
-        if values == self._sources.get(source, frozenset()):
+            values |= current
+        if values == current:
             return
+        if source is not None:
+            self._previous[source] = current
         self._sources[source] = values
         self.masker = masker_of(self.values)
 
     @property
     def values(self) -> frozenset[str]:
         """Every value hidden, from every source."""
-        return frozenset().union(*self._sources.values())
+        return frozenset().union(*self._sources.values(), *self._previous.values())
 
     def mask(self, text: str) -> str:
         """``text`` with every value hidden replaced by ``***``."""
