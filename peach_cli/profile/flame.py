@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
 
 from peach_cli.boundary import Secrets
-from peach_cli.boundary import shown as plain
+from peach_cli.boundary import shown as plain  # escaped: no run's secrets known
 from peach_cli.profile.model import PEACH, Frame, Profile
 
 WIDTH = 1200

@@ -127,20 +127,16 @@ class CaseFileCollector(pytest.File):
         from peach_cli.testing.cases import read_case_file
 
         session = self.config.stash[_SESSION]
-        project = session.project_of(self.path)
-        mask = session.secrets.mask
+        project = session.project_of(self.path)  # its secrets known to the session first
+        shown = session.secrets.shown  # masked, escaped: pytest writes it as it is
         diagnostics: list[Any] = []
         case_file = read_case_file(project, self.path, diagnostics)
         errors = [d for d in diagnostics if d.severity == "error"]
         if errors:
-            from peach_cli.boundary import shown
-
-            raise self.CollectError("\n".join(mask(shown(_diagnostic_text(d))) for d in errors))
+            raise self.CollectError("\n".join(shown(_diagnostic_text(d)) for d in errors))
         assert case_file is not None
-        from peach_cli.boundary import shown
-
         for loaded in case_file.cases:  # a name is shown in every report: masked, escaped
-            name = mask(shown(loaded.case.name))
+            name = shown(loaded.case.name)
             yield CaseItem.from_parent(self, name=name, loaded=loaded, project=project)
 
 
@@ -159,20 +155,16 @@ class CaseItem(pytest.Item):
         base = hosts.url_for(self.project)  # the project's plan loaded, its simulator started
         outcome = run_case(hosts.client, base, "", self.loaded)
         if not outcome.passed:
-            from peach_cli.boundary import shown_lines
-
             details = outcome.details()
-            self.details = session.secrets.mask(shown_lines(details))  # no secret, no escape
+            self.details = session.secrets.shown_lines(details)  # no secret, no escape
             raise CaseFailed(self.details)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, CaseFailed):
-            from peach_cli.boundary import shown, shown_lines
-
-            mask = self.config.stash[_SESSION].secrets.mask
+            secrets = self.config.stash[_SESSION].secrets
             where = self.loaded.position
-            head = shown(f"{where.file}:{where.line}: case '{self.name}' failed")
-            return mask(f"{head}\n{shown_lines(str(excinfo.value))}")
+            head = secrets.shown(f"{where.file}:{where.line}: case '{self.name}' failed")
+            return f"{head}\n{secrets.shown_lines(str(excinfo.value))}"
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
