@@ -44,7 +44,6 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
-from functools import lru_cache
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -234,10 +233,10 @@ ANCHOR = 4
 """The shortest run of unchanged characters searched for before scanning a text."""
 
 
-@lru_cache(maxsize=16)
 def masker_of(values: frozenset[str]) -> Masker | None:
-    """The ``Masker`` of every piece of ``values`` (``None``: nothing to mask). Built once
-    per set of values.
+    """The ``Masker`` of every piece of ``values`` (``None``: nothing to mask). A run's
+    ``Secrets`` builds it once per change of its set, and keeps it: no cache of the
+    process holds a run's values.
 
     >>> masker_of(frozenset(["p4ss word"])).sub("u=p4ss+word&v=p4ss%20word&w=p4ss")
     'u=***&v=***&w=p4ss'
