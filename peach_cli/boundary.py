@@ -466,10 +466,10 @@ class Output:
     def new_console(self, channel: str, file: IO[str] | None = None, **options: Any) -> Console:
         """A Rich console of a view's own for ``channel`` (a width, a file)."""
         channel_of(channel)
-        target = MaskedStream(file, self.secrets) if file is not None else None
-        return _masking_console(
-            self.secrets, target or _SysStream("stdout", self.secrets), **options
+        target: MaskedStream = (
+            _SysStream("stdout", self.secrets) if file is None else MaskedStream(file, self.secrets)
         )
+        return _masking_console(self.secrets, target, **options)
 
     def stream(self, which: Literal["stdout", "stderr"]) -> MaskedStream:
         """Standard output or error as a masked stream (``sys.stdout`` as it is now, so a
