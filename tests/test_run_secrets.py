@@ -106,6 +106,29 @@ def _written(output, tmp_path: Path) -> dict[str, str]:
     return written
 
 
+WRITERS = {
+    "console": "stdout console",  # what stdout and stderr are
+    "stdout": "stdout console",
+    "stderr": "stderr console",
+    "new_console": "own console",
+    "stream": "stream",
+    "write_report": "report",
+    "write_status": "status line",
+    "write_file": "file",
+    "open_lines": "record",
+    "relay": "relayed terminal",
+    "logging": "logging",
+}
+"""Each writer ``Output`` offers and the write of ``_written`` that probes it."""
+
+
+def test_every_writer_of_an_output_is_probed() -> None:
+    """A writer added to ``Output`` fails here until ``_written`` plants the secret in it."""
+    from peach_cli.boundary import Output
+
+    assert {name for name in vars(Output) if not name.startswith("_")} == set(WRITERS)
+
+
 def test_every_writer_of_a_run_masks_its_secrets_and_no_other_run_does(tmp_path: Path) -> None:
     """The same writes through the output of a run that learned ``SECRET`` and through
     another run's: masked in every channel of the first (no piece of it, not even the start
@@ -119,6 +142,7 @@ def test_every_writer_of_a_run_masks_its_secrets_and_no_other_run_does(tmp_path:
     (tmp_path / "other").mkdir()
     masked = _written(knowing, tmp_path / "knowing")
     shown = _written(other, tmp_path / "other")
+    assert set(WRITERS.values()) <= set(masked)
     for channel, text in masked.items():
         assert "***" in text and SECRET[:6] not in text, (channel, text)
     for channel, text in shown.items():
