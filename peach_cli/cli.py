@@ -19,7 +19,7 @@ if "_PEACH_COMPLETE" in os.environ:  # a <TAB>: the common ones are answered bef
     answer_fast()
 
 from pathlib import Path  # noqa: E402
-from typing import Annotated, Optional  # noqa: E402
+from typing import TYPE_CHECKING, Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 
@@ -54,6 +54,9 @@ from peach_cli.commands.options import (
     url_option,
 )
 from peach_cli.errors import PeachError
+
+if TYPE_CHECKING:
+    from peach_cli.boundary import Output
 
 fasthelp.install()  # `peach --help` without markdown-it and pygments
 metavars.install()  # TEXT and PATH in `--help`, not <str> and <path>; nothing beside a flag
@@ -104,6 +107,7 @@ def complete_target(incomplete: str) -> list[tuple[str, str]]:
 
 @app.command()
 def init(
+    ctx: typer.Context,
     folder: Annotated[
         Path,
         typer.Argument(help="Where to create the project (created if missing). Default: here."),
@@ -129,11 +133,14 @@ def init(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.init import run_init
 
-    raise typer.Exit(run_init(folder, codops=codops, streaming=streaming, force=force))
+    raise typer.Exit(
+        run_init(_output(ctx), folder, codops=codops, streaming=streaming, force=force)
+    )
 
 
 @app.command()
 def validate(
+    ctx: typer.Context,
     project: ProjectArg = Path("."),
     format: FormatOption = "text",
     strict: Annotated[bool, typer.Option("--strict", help="Fail on warnings too.")] = False,
@@ -146,11 +153,12 @@ def validate(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.validate import run_validate
 
-    raise typer.Exit(run_validate(project, output_format=format, strict=strict))
+    raise typer.Exit(run_validate(_output(ctx), project, output_format=format, strict=strict))
 
 
 @app.command()
 def schema(
+    ctx: typer.Context,
     tests: Annotated[
         bool, typer.Option("--tests", help="The schema of a *.peach-test.yaml case file instead.")
     ] = False,
@@ -158,11 +166,12 @@ def schema(
     """Print the JSON Schema of peach.conf (for yaml-language-server and editors)."""
     from peach_cli.commands.validate import run_schema
 
-    raise typer.Exit(run_schema(tests=tests))
+    raise typer.Exit(run_schema(_output(ctx), tests=tests))
 
 
 @app.command()
 def openapi(
+    ctx: typer.Context,
     project: ProjectArg = Path("."),
     format: Annotated[str, format_option("json or yaml")] = "json",
 ) -> None:
@@ -174,7 +183,7 @@ def openapi(
     """
     from peach_cli.commands.openapi import run_openapi
 
-    raise typer.Exit(run_openapi(project, output_format=format))
+    raise typer.Exit(run_openapi(_output(ctx), project, output_format=format))
 
 
 ReloadModeOption = Annotated[
@@ -227,6 +236,7 @@ RecordOption = Annotated[
 
 @app.command()
 def dev(
+    ctx: typer.Context,
     project: ProjectArg = Path("."),
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, port_option("Port to bind; 0 picks a free one.")] = 8000,
@@ -254,6 +264,7 @@ def dev(
 
     raise typer.Exit(
         run_dev(
+            _output(ctx),
             project,
             host=host,
             port=port,
@@ -276,6 +287,7 @@ def dev(
 
 @app.command(no_args_is_help=True)
 def ask(
+    ctx: typer.Context,
     target: Annotated[
         str,
         typer.Argument(
@@ -340,6 +352,7 @@ def ask(
 
     raise typer.Exit(
         run_ask(
+            _output(ctx),
             target,
             items or [],
             url=url,
@@ -356,6 +369,7 @@ def ask(
 
 @app.command()
 def test(
+    ctx: typer.Context,
     paths: Annotated[
         Optional[list[Path]],
         typer.Argument(
@@ -387,12 +401,20 @@ def test(
     from peach_cli.commands.test import run_test
 
     raise typer.Exit(
-        run_test(paths or [], url=url, keyword=keyword, output_format=format, timeout_s=timeout)
+        run_test(
+            _output(ctx),
+            paths or [],
+            url=url,
+            keyword=keyword,
+            output_format=format,
+            timeout_s=timeout,
+        )
     )
 
 
 @app.command()
 def fuzz(
+    ctx: typer.Context,
     project: Annotated[
         Optional[str],
         typer.Argument(
@@ -438,6 +460,7 @@ def fuzz(
 
     raise typer.Exit(
         run_fuzz(
+            _output(ctx),
             [*([project] if project is not None else []), *(targets or [])],
             url=url,
             examples=examples,
@@ -449,6 +472,7 @@ def fuzz(
 
 @app.command(no_args_is_help=True)
 def replay(
+    ctx: typer.Context,
     file: Annotated[
         Path,
         typer.Argument(help="A recording: what peach dev --record FILE wrote.", show_default=False),
@@ -495,6 +519,7 @@ def replay(
 
     raise typer.Exit(
         run_replay(
+            _output(ctx),
             file,
             url=url,
             against=against,
@@ -541,6 +566,7 @@ CompareOption = Annotated[
 
 @app.command()
 def bench(
+    ctx: typer.Context,
     target: Annotated[
         Optional[str],
         typer.Argument(
@@ -574,6 +600,7 @@ def bench(
 
     raise typer.Exit(
         run_bench(
+            _output(ctx),
             target,
             items or [],
             url=url,
@@ -620,6 +647,7 @@ ProfileOutputOption = Annotated[
 
 @app.command()
 def profile(
+    ctx: typer.Context,
     target: Annotated[
         str,
         typer.Argument(
@@ -655,6 +683,7 @@ def profile(
 
     raise typer.Exit(
         run_profile(
+            _output(ctx),
             target,
             items or [],
             project=project,
@@ -695,6 +724,7 @@ RefOption = Annotated[
 
 @app.command()
 def deploy(
+    ctx: typer.Context,
     project: ProjectArg = Path("."),
     address: AddressOption = None,
     http_port: Annotated[
@@ -750,6 +780,7 @@ def deploy(
 
     raise typer.Exit(
         run_deploy(
+            _output(ctx),
             project,
             address=address,
             http_host=http_host,
@@ -768,17 +799,19 @@ def deploy(
 
 @app.command()
 def status(
+    ctx: typer.Context,
     address: AddressOption = None,
     format: FormatOption = "text",
 ) -> None:
     """Show the cluster's Serve applications, what each runs (version, when, who), their deployments and replica states."""
     from peach_cli.commands.deploy import run_status
 
-    raise typer.Exit(run_status(address=address, output_format=format))
+    raise typer.Exit(run_status(_output(ctx), address=address, output_format=format))
 
 
 @app.command(no_args_is_help=True)
 def delete(
+    ctx: typer.Context,
     app_name: Annotated[
         str, typer.Argument(help="The application (a codops) to remove.", show_default=False)
     ],
@@ -787,11 +820,12 @@ def delete(
     """Remove one application from the cluster; the others keep running."""
     from peach_cli.commands.deploy import run_delete
 
-    raise typer.Exit(run_delete(app_name, address=address))
+    raise typer.Exit(run_delete(_output(ctx), app_name, address=address))
 
 
 @app.command()
 def logs(
+    ctx: typer.Context,
     app_name: Annotated[
         Optional[str],
         typer.Argument(
@@ -818,7 +852,9 @@ def logs(
     from peach_cli.commands.logs import run_logs
 
     raise typer.Exit(
-        run_logs(app_name, address=address, deployment=deployment, tail=tail, follow=follow)
+        run_logs(
+            _output(ctx), app_name, address=address, deployment=deployment, tail=tail, follow=follow
+        )
     )
 
 
@@ -836,17 +872,19 @@ app.add_typer(env_app)
 
 @env_app.command("list")
 def env_list(
+    ctx: typer.Context,
     project: ProjectArg = Path("."),
     format: FormatOption = "text",
 ) -> None:
     """Show each env of the project: its requirements, what uses it, whether it is built, its size and path."""
     from peach_cli.commands.env import run_env_list
 
-    raise typer.Exit(run_env_list(project, output_format=format))
+    raise typer.Exit(run_env_list(_output(ctx), project, output_format=format))
 
 
 @env_app.command("build")
 def env_build(
+    ctx: typer.Context,
     project: ProjectArg = Path("."),
     offline: Annotated[bool, offline_option("Use only what is cached; never the network.")] = False,
     refresh: Annotated[
@@ -860,11 +898,12 @@ def env_build(
     """
     from peach_cli.commands.env import run_env_build
 
-    raise typer.Exit(run_env_build(project, offline=offline, refresh=refresh))
+    raise typer.Exit(run_env_build(_output(ctx), project, offline=offline, refresh=refresh))
 
 
 @env_app.command("prune")
 def env_prune(
+    ctx: typer.Context,
     all_envs: Annotated[bool, typer.Option("--all", help="Remove every env, used or not.")] = False,
     days: Annotated[
         float, typer.Option("--days", help="Remove envs no run has used for this many days.")
@@ -873,7 +912,7 @@ def env_prune(
     """Remove cached envs that no run has used for 30 days (--all: every env)."""
     from peach_cli.commands.env import run_env_prune
 
-    raise typer.Exit(run_env_prune(all_envs=all_envs, older_than_days=days))
+    raise typer.Exit(run_env_prune(_output(ctx), all_envs=all_envs, older_than_days=days))
 
 
 task_app = typer.Typer(
@@ -897,17 +936,19 @@ def complete_task(incomplete: str) -> list[tuple[str, str]]:
 
 @task_app.command("list")
 def task_list(
+    ctx: typer.Context,
     project: ProjectArg = Path("."),
     format: FormatOption = "text",
 ) -> None:
     """Show each task of the project: its notebook, method, py_env and timeout."""
     from peach_cli.commands.task import run_task_list
 
-    raise typer.Exit(run_task_list(project, output_format=format))
+    raise typer.Exit(run_task_list(_output(ctx), project, output_format=format))
 
 
 @task_app.command("run", no_args_is_help=True)
 def task_run(
+    ctx: typer.Context,
     name: Annotated[
         str,
         typer.Argument(help="The task to run.", show_default=False, autocompletion=complete_task),
@@ -949,6 +990,7 @@ def task_run(
 
     raise typer.Exit(
         run_task_run(
+            _output(ctx),
             name,
             project,
             payload=payload,
@@ -965,6 +1007,7 @@ def task_run(
 
 @app.command()
 def doctor(
+    ctx: typer.Context,
     project: OptionalProjectArg = None,
     address: Annotated[
         Optional[str],
@@ -988,8 +1031,18 @@ def doctor(
     from peach_cli.commands.doctor import run_doctor
 
     raise typer.Exit(
-        run_doctor(project, address=address, port=port, offline=offline, output_format=format)
+        run_doctor(
+            _output(ctx), project, address=address, port=port, offline=offline, output_format=format
+        )
     )
+
+
+def _output(ctx: typer.Context) -> "Output":
+    """The run's output (``main`` makes it; a command run without ``main``, by a test's
+    runner, gets one of its own)."""
+    from peach_cli.boundary import Output
+
+    return ctx.ensure_object(Output)
 
 
 EXIT_DEFECT = 70
@@ -1000,24 +1053,25 @@ def main() -> None:
     """Entry point of the `peach` console script: the one catch site for PeachError, and
     for any other exception (one masked, escaped line saying where to report it: no raw
     traceback, no locals)."""
-    from peach_cli.boundary import install_logging
+    from peach_cli.boundary import Output
 
-    install_logging()  # uvicorn's and peach's loggers through the output boundary
-    try:
-        app(prog_name="peach")  # `python -m peach_cli.cli` and a test in-process too
-    except PeachError as error:
-        from peach_cli.views.console import print_error
+    output = Output()  # this run's: its secrets, its consoles
+    with output.logging():  # uvicorn's and peach's loggers through the run's output
+        try:
+            app(prog_name="peach", obj=output)  # `python -m peach_cli.cli`, a test in-process
+        except PeachError as error:
+            from peach_cli.views.console import print_error
 
-        print_error(error)
-        sys.exit(error.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as error:  # noqa: BLE001 - the last catch site: a defect of peach
-        from peach_cli import __version__
-        from peach_cli.views.console import print_defect
+            print_error(output, error)
+            sys.exit(error.exit_code)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        except Exception as error:  # noqa: BLE001 - the last catch site: a defect of peach
+            from peach_cli import __version__
+            from peach_cli.views.console import print_defect
 
-        print_defect(error, __version__)
-        sys.exit(EXIT_DEFECT)
+            print_defect(output, error, __version__)
+            sys.exit(EXIT_DEFECT)
 
 
 if __name__ == "__main__":  # pragma: no cover

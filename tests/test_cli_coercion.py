@@ -24,7 +24,7 @@ def first_line(*args, **kwargs):
             return [shown(v) for v in value]
         return [type(value).__name__, str(value)] if value is not None else None
     print(json.dumps({{
-        "args": [shown(a) for a in args],
+        "args": [shown(a) for a in args if type(a).__name__ != "Output"],  # the run's, no word
         "kwargs": {{k: shown(v) for k, v in kwargs.items()}},
         "loaded": [m for m in ("pydantic", "typer._adapters") if m in sys.modules],
     }}))

@@ -18,6 +18,8 @@ import httpx
 import pytest
 from cli_support import REPO
 
+from peach_cli.boundary import Output
+
 QUICKSTART = REPO / "examples" / "quickstart"
 
 
@@ -57,8 +59,10 @@ def test_fuzz_reads_its_conf_once_with_its_simulator_and_with_a_url() -> None:
     pytest.importorskip("hypothesis")
     from peach_cli.commands.fuzz import run_fuzz
 
-    local = _reads(lambda: run_fuzz([str(QUICKSTART), "/no-such-endpoint"]))
-    remote = _reads(lambda: run_fuzz([str(QUICKSTART), "/no-such-endpoint"], url=_refused()))
+    local = _reads(lambda: run_fuzz(Output(), [str(QUICKSTART), "/no-such-endpoint"]))
+    remote = _reads(
+        lambda: run_fuzz(Output(), [str(QUICKSTART), "/no-such-endpoint"], url=_refused())
+    )
     assert local == ["find", "read"]
     assert remote == ["find", "read"]
 
@@ -70,7 +74,7 @@ def test_replay_reads_the_conf_that_masks_its_secrets_once(tmp_path: Path) -> No
 
     recording = tmp_path / "traffic.jsonl"
     recording.write_text('{"method": "GET", "url": "/recommend?item_id=apple", "status": 200}\n')
-    assert _reads(lambda: run_replay(recording, url=_refused(), project=QUICKSTART)) == [
+    assert _reads(lambda: run_replay(Output(), recording, url=_refused(), project=QUICKSTART)) == [
         "find",
         "read",
     ]
@@ -123,7 +127,7 @@ def test_a_host_is_what_its_health_declares_never_what_its_replicas_look_like() 
             declared_host(older, tool="profile")
         assert "with this version of peach" in (undeclared.value.hint or "")
         with pytest.raises(UsageError, match="--init is not offered on a deployed app"):
-            run_profile("/hot", url=ray, init=True, project=QUICKSTART)
+            run_profile(Output(), "/hot", url=ray, init=True, project=QUICKSTART)
     with pytest.raises(UsageError, match="nothing answers at"):
         declared_host(_refused(), tool="profile")
 
@@ -156,7 +160,7 @@ def test_profile_of_a_deployed_app_reads_its_conf_once() -> None:
 
     def run() -> None:
         try:
-            run_profile("/recommend", url=ray, project=QUICKSTART, address=_refused())
+            run_profile(Output(), "/recommend", url=ray, project=QUICKSTART, address=_refused())
         except UsageError as error:
             refused.append(error)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from peach_cli.client.items import DEFAULT_TIMEOUT_S, build_request
 from peach_cli.views.ask import (
@@ -18,8 +19,12 @@ from peach_cli.views.ask import (
     render_stream,
 )
 
+if TYPE_CHECKING:
+    from peach_cli.boundary import Output
+
 
 def run_ask(
+    output: Output,
     target: str,
     items: Sequence[str] = (),
     *,
@@ -51,12 +56,16 @@ def run_ask(
         with Client.for_request(request) as client:
             if not request.stream:
                 answer = client.send(request)
-                return render_answer(answer, client, request.url, tty=tty, raw=raw, md=markdown)
+                return render_answer(
+                    output, answer, client, request.url, tty=tty, raw=raw, md=markdown
+                )
             with client.stream(request) as response:
                 if response.status >= 300 or not response.is_stream:
                     answer = response.read_all()
-                    return render_answer(answer, client, request.url, tty=tty, raw=raw, md=markdown)
-                return render_stream(response, tty=tty, raw=raw, markdown=markdown)
+                    return render_answer(
+                        output, answer, client, request.url, tty=tty, raw=raw, md=markdown
+                    )
+                return render_stream(output, response, tty=tty, raw=raw, markdown=markdown)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.boundary import Output
+
 
 FORMATS = ("text", "json")
 
 
 def run_doctor(
+    output: Output,
     project: Path | None,
     *,
     address: str | None = None,
@@ -35,7 +41,7 @@ def run_doctor(
         offline=offline,
     )
     if output_format == "json":
-        console.print_json(report.to_dict())
+        console.print_json(output, report.to_dict())
     else:
-        console.print_checks(report)
+        console.print_checks(output, report)
     return 0 if report.ok else 1

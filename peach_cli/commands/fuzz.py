@@ -11,6 +11,7 @@ import random
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from peach_cli.errors import UsageError
 from peach_cli.internal import OPENAPI_PATH
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output, Secrets
     from peach_cli.fuzz.margin import Margin
     from peach_cli.fuzz.run import Explored
     from peach_cli.fuzz.targets import Target
@@ -67,6 +69,7 @@ def _check_options(output_format: str, examples: int, seed: int | None) -> None:
 
 
 def run_fuzz(
+    output: Output,
     arguments: Sequence[str] = (),
     *,
     url: str | None = None,
@@ -84,25 +87,27 @@ def run_fuzz(
     from peach_cli.fuzz.targets import select, targets_of
     from peach_cli.testing.host import FoundProject
 
-    found = FoundProject.at(path, need_conf=url is None)  # its conf found and read once
+    found = FoundProject.at(path, need_conf=url is None, secrets=output.secrets)  # read once
     plan = found.to_check(url, "fuzzing")  # None with --url: its secrets masked
     timeout_s = plan.timeout_s if plan is not None else None
     document = _document_of(plan) if plan is not None else _served_document(url, found)
     targets = select(targets_of(document), names)
     if not targets:
         raise UsageError("the project has no endpoint to fuzz")
-    explored = _explore(targets, plan, found.root, url, examples, seed, timeout_s, output_format)
+    explored = _explore(
+        output, targets, plan, found.root, url, examples, seed, timeout_s, output_format
+    )
     seconds = time.perf_counter() - began
     findings = [f for e in explored for f in e.findings]
     if output_format == "json":
         from peach_cli.views.console import print_json
 
         data = {"seed": seed, "examples": examples, "findings": [f.to_json() for f in findings]}
-        print_json(data, channel="fuzz")
+        print_json(output, data, channel="fuzz")
     else:
         from peach_cli.views.fuzz import print_findings
 
-        print_findings(findings, explored, seed=seed, seconds=seconds)
+        print_findings(output, findings, explored, seed=seed, seconds=seconds)
     return 1 if findings else 0
 
 
@@ -126,6 +131,7 @@ def _served_document(url: str | None, found: FoundProject) -> dict[str, Any]:
 
 
 def _explore(
+    output: Output,
     targets: list[Target],
     plan: Any,
     project: Path,
@@ -149,15 +155,15 @@ def _explore(
     if output_format == "text":
         from peach_cli.views.fuzz import print_explored, print_start
 
-        print_start(len(targets), examples, seed, url)
-        on_explored = print_explored
-        if Progress.wanted():
-            shown = progress = Progress()
+        print_start(output, len(targets), examples, seed, url)
+        on_explored = partial(print_explored, output)
+        if Progress.wanted(output):
+            shown = progress = Progress(output)
             on_answer = shown.tick
 
             def on_explored(explored: Explored) -> None:
                 shown.clear()
-                print_explored(explored)
+                print_explored(output, explored)
 
     read_timeout_s = URL_READ_TIMEOUT_S if timeout_s is None else timeout_s + LOCAL_READ_SLACK_S
     options: dict[str, Any] = dict(
@@ -179,9 +185,11 @@ def _explore(
 
         watch = Watch()
         with ExitStack() as stack:
-            served = stack.enter_context(local_host(project, plan, on_event=watch.on_event))
+            served = stack.enter_context(
+                local_host(project, plan, on_event=watch.on_event, secrets=output.secrets)
+            )
             client = stack.enter_context(Client(read_timeout_s))
-            margin = _margin(stack, project, plan) if timeout_s else None
+            margin = _margin(stack, project, plan, output.secrets) if timeout_s else None
             recover = restarting_busy_replicas(served, watch)
             return fuzz_targets(
                 targets, client, served, watch=watch, margin=margin, recover=recover, **options
@@ -191,7 +199,7 @@ def _explore(
             progress.clear()  # an interrupted run leaves no half line
 
 
-def _margin(stack: ExitStack, project: Path, plan: Any) -> Margin:
+def _margin(stack: ExitStack, project: Path, plan: Any, secrets: Secrets) -> Margin:
     """The ``Margin`` of timeouts, measured on a second simulator of the project whose
     timeout is ``timeout_s`` plus the margin: started at the first timeout finding, stopped
     with the run."""
@@ -207,7 +215,9 @@ def _margin(stack: ExitStack, project: Path, plan: Any) -> Margin:
 
     def host() -> str:
         if not urls:
-            served = local_host(project, plan, on_event=watch.on_event, timeout_s=bound_s)
+            served = local_host(
+                project, plan, on_event=watch.on_event, timeout_s=bound_s, secrets=secrets
+            )
             urls.append(stack.enter_context(served))
         return urls[0]
 

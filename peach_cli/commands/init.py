@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from peach_cli.boundary import Output
 
 
 def run_init(
-    folder: Path, *, codops: str | None = None, streaming: bool = False, force: bool = False
+    output: Output,
+    folder: Path,
+    *,
+    codops: str | None = None,
+    streaming: bool = False,
+    force: bool = False,
 ) -> int:
     """Create the project in ``folder``; return the exit code (errors raise ``PeachError``)."""
     from peach_cli.project.scaffold import create_project
@@ -18,7 +27,7 @@ def run_init(
     steps = [] if relative == "." else [f"cd {_shell_word(relative)}"]
     steps += ["peach validate", "peach dev"]
     steps += [endpoint.ask for endpoint in created.endpoints]
-    console.print_created(created, steps)
+    console.print_created(output, created, steps)
     return 0
 
 

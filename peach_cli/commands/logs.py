@@ -7,12 +7,19 @@ The work is in ``peach_cli.deploy.logs``. Lines go to stdout as they are, each p
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.boundary import Output
+
 
 DEFAULT_TAIL = 100
 
 
 def run_logs(
+    output: Output,
     app: str | None,
     *,
     address: str | None = None,
@@ -23,22 +30,21 @@ def run_logs(
     """Print the replicas' logs of ``app`` (the cluster's only application by default)."""
     if tail < 0:
         raise UsageError("--tail must be 0 or more lines")
-    from peach_cli.boundary import hide
-    from peach_cli.deploy.deployer import Reporter, connect
+    from peach_cli.deploy.deployer import connect
     from peach_cli.deploy.logs import find_replicas, follow_logs, read_logs
     from peach_cli.deploy.variables import deployed_secrets
-    from peach_cli.views.deploy import print_log_line, print_note, warn
+    from peach_cli.views.deploy import print_log_line, print_note, reporter
 
-    with connect(address, Reporter(warn=warn)) as dashboard:
-        hide(deployed_secrets(dashboard.serve_details()))  # what the code prints of them
+    with connect(address, reporter(output)) as dashboard:
+        output.secrets.hide(deployed_secrets(dashboard.serve_details()))  # what code prints
         name, replicas = find_replicas(dashboard, app, deployment)
         if not replicas:
-            print_note(f"no replicas of {name} have logs yet")
+            print_note(output, f"no replicas of {name} have logs yet")
         lines = (
             follow_logs(dashboard, replicas, tail, app=name, deployment=deployment)
             if follow
             else read_logs(dashboard, replicas, tail)
         )
         for line in lines:
-            print_log_line(line)
+            print_log_line(output, line)
     return 0

@@ -8,13 +8,18 @@ stdout holds the document alone.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.boundary import Output
+
 
 FORMATS = ("json", "yaml")
 
 
-def run_openapi(project: Path, *, output_format: str = "json") -> int:
+def run_openapi(output: Output, project: Path, *, output_format: str = "json") -> int:
     """Print the OpenAPI document of the project at ``project``; return the exit code."""
     if output_format not in FORMATS:
         raise UsageError(
@@ -25,7 +30,7 @@ def run_openapi(project: Path, *, output_format: str = "json") -> int:
     from peach_cli.project.notebook import fewer_collections
     from peach_cli.views.console import print_document
 
-    plan = load_plan(project, doing="describing", warnings="lines")
+    plan = load_plan(output, project, doing="describing", warnings="lines")
     with fewer_collections():
-        print_document(build_document(plan), output_format)
+        print_document(output, build_document(plan), output_format)
     return 0

@@ -30,6 +30,7 @@ from peach_cli.commands.bench import check_load_options
 from peach_cli.errors import PeachError, UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.testing.host import FoundProject
 
 EXIT_NO_ANSWER = 3
@@ -46,6 +47,7 @@ class ProfileFailed(PeachError):
 
 
 def run_profile(
+    out: Output,
     target: str,
     items: Sequence[str] = (),
     *,
@@ -74,9 +76,9 @@ def run_profile(
     from peach_cli.testing.host import FoundProject, served
 
     # its conf found and read once: with --url, for the secrets to mask and the lines to name
-    found = FoundProject.at(project or Path.cwd(), need_conf=url is None)
+    found = FoundProject.at(project or Path.cwd(), need_conf=url is None, secrets=out.secrets)
     load = Load(rate, concurrency, duration_s or DEFAULT_DURATION_S, timeout_s)
-    shown = Shown(cpu, init, output_file, output)
+    shown = Shown(out, cpu, init, output_file, output)
     with served(found, url, doing="profiling", tool="profile") as (base, host):
         request = with_tool(
             build_request(target, items, base=base, headers=headers, timeout_s=timeout_s),
@@ -127,8 +129,9 @@ class Load:
 @dataclass(frozen=True)
 class Shown:
     """What is profiled (``cpu``: CPU time, ``init``: the components' init) and how the
-    profile is shown: ``output`` (text or json), and the file ``-o`` writes."""
+    profile is shown: on ``out``, as ``output`` (text or json), and the file ``-o`` writes."""
 
+    out: Output
     cpu: bool
     init: bool
     output_file: Path | None
@@ -153,15 +156,15 @@ def _report(
     what = f"init of {path}" if init else f"{method} {path}"
     title = f"peach profile: {what} ({'CPU time' if cpu else 'wall-clock'})"
     if output_file is not None:
-        _write(output_file, profile, title)
+        _write(shown.out, output_file, profile, title)
     if output == "json":
         from peach_cli.views.console import print_json
 
-        print_json(profile.to_json(), channel="profile")
+        print_json(shown.out, profile.to_json(), channel="profile")
     else:
         from peach_cli.views.profile import render_profile
 
-        render_profile(profile, what, figures, output_file)
+        render_profile(shown.out, profile, what, figures, output_file)
     if interrupted:
         return EXIT_INTERRUPTED
     if figures is not None and figures["requests"]["answered"] == 0:
@@ -169,22 +172,20 @@ def _report(
     return 0
 
 
-def _write(path: Path, profile: Any, title: str) -> None:
+def _write(out: Output, path: Path, profile: Any, title: str) -> None:
     import json
-
-    from peach_cli.boundary import json_text, write_file
 
     if path.suffix.lower() == ".svg":
         from peach_cli.profile.flame import flame_graph
 
-        text = flame_graph(profile, title)
+        text = flame_graph(profile, title, out.secrets)
     else:
         from peach_cli.profile.model import speedscope
 
-        text = json_text(speedscope(profile, title), indent=None)
+        text = out.secrets.json_text(speedscope(profile, title), indent=None)
         json.loads(text)  # what speedscope reads
     try:
-        write_file(path, text, channel="profile")
+        out.write_file(path, text, channel="profile")
     except OSError as error:
         raise UsageError(f"-o {path}: cannot write it ({error.strerror})") from None
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output, Secrets
     from peach_cli.testing.host import FoundProject
 
 FORMATS = ("text", "json")
@@ -22,6 +23,7 @@ FIRST_SHOWN = 5
 
 
 def run_replay(
+    output: Output,
     file: Path,
     *,
     url: str | None = None,
@@ -41,11 +43,9 @@ def run_replay(
         parse_path(path)  # a bad path is a usage error before anything is sent
     entries = read_recording(file)
     # a recording stores secret values as ***: compared and shown masked
-    masked = _secrets_of(project)
+    masked = _secrets_of(project, output.secrets)
     if masked is None:
-        from peach_cli.views.console import stderr
-
-        stderr().print(
+        output.stderr.print(
             "no project here: no secret value is masked in what is shown "
             "(give the project with -p PROJECT)",
             markup=False,
@@ -54,31 +54,39 @@ def run_replay(
     else:
         masked.mask()
     began = time.perf_counter()
-    outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=timeout_s)
+    outcomes = replay(
+        entries,
+        url=url,
+        against=against,
+        ignore=ignore,
+        timeout_s=timeout_s,
+        secrets=output.secrets,
+    )
     seconds = time.perf_counter() - began
     found = counts(outcomes)
     if output_format == "json":
         from peach_cli.views.console import print_json
 
         print_json(
+            output,
             {**found, "seconds": round(seconds, 3), "requests": [o.to_dict() for o in outcomes]},
             channel="replay",
         )
     else:
         from peach_cli.views.testing import print_replay
 
-        print_replay(outcomes, found, seconds, shown=FIRST_SHOWN)
+        print_replay(output, outcomes, found, seconds, shown=FIRST_SHOWN)
     return 1 if found["differ"] or found["failed"] else 0
 
 
-def _secrets_of(project: Path | None) -> FoundProject | None:
+def _secrets_of(project: Path | None, secrets: Secrets) -> FoundProject | None:
     """The project whose secrets are masked: ``project`` (``UsageError`` when it has no
     conf), else the current folder's, else None."""
     from peach_cli.testing.host import FoundProject
 
     if project is not None:
-        return FoundProject.at(project, need_conf=True)
+        return FoundProject.at(project, need_conf=True, secrets=secrets)
     try:
-        return FoundProject.at(Path("."), need_conf=True)
+        return FoundProject.at(Path("."), need_conf=True, secrets=secrets)
     except UsageError:
         return None

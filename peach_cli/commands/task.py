@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.runtime.plan import ProjectPlan
 
 FORMATS = ("text", "json")
 EXIT_INTERRUPTED = 130
 
 
-def run_task_list(project: Path, *, output_format: str = "text") -> int:
+def run_task_list(output: Output, project: Path, *, output_format: str = "text") -> int:
     """Print the project's tasks (from the conf alone: no notebook is read)."""
     if output_format not in FORMATS:
         raise UsageError(f"--format must be text or json, not {output_format!r}")
@@ -33,7 +34,7 @@ def run_task_list(project: Path, *, output_format: str = "text") -> int:
     from peach_cli.views import console
     from peach_cli.views.task import print_task_list
 
-    conf = load_conf(project)
+    conf = load_conf(output, project)
     rows = [
         {
             "name": name,
@@ -46,9 +47,9 @@ def run_task_list(project: Path, *, output_format: str = "text") -> int:
         for name, task in conf.tasks.items()
     ]
     if output_format == "json":
-        console.print_json({"tasks": rows})
+        console.print_json(output, {"tasks": rows})
     else:
-        print_task_list(rows)
+        print_task_list(output, rows)
     return 0
 
 
@@ -84,7 +85,7 @@ def read_payload(payload: str | None) -> str | None:
     return json.dumps(value)
 
 
-def plan_with_task(project: Path, name: str) -> ProjectPlan:
+def plan_with_task(output: Output, project: Path, name: str) -> ProjectPlan:
     """The project's plan, after checking that ``name`` is one of its tasks.
 
     ``ProjectInvalid`` when the project has errors; ``UsageError`` with a "did you mean"
@@ -93,7 +94,7 @@ def plan_with_task(project: Path, name: str) -> ProjectPlan:
     from peach_cli.commands.loading import load_plan
     from peach_cli.project.diagnostics import did_you_mean
 
-    plan = load_plan(project, doing="running")
+    plan = load_plan(output, project, doing="running")
     if name not in plan.tasks:
         from peach_cli.runtime.triggers import unknown_task_message
 
@@ -105,6 +106,7 @@ def plan_with_task(project: Path, name: str) -> ProjectPlan:
 
 
 def run_task_run(
+    output: Output,
     name: str,
     project: Path,
     *,
@@ -121,9 +123,11 @@ def run_task_run(
     if timeout_s is not None and not timeout_s > 0:
         raise UsageError(f"--timeout-s must be a positive number of seconds, not {timeout_s:g}")
     payload_text = read_payload(payload)
-    plan = plan_with_task(project, name)
+    plan = plan_with_task(output, project, name)
     if address is not None:
-        return run_task_on_ray(plan, name, payload_text, address=address, timeout_s=timeout_s)
+        return run_task_on_ray(
+            output, plan, name, payload_text, address=address, timeout_s=timeout_s
+        )
     from peach_cli.runtime import aio
     from peach_cli.runtime.linux import become_subreaper
 
@@ -131,6 +135,7 @@ def run_task_run(
 
     return aio.run(
         _run_local(
+            output,
             plan,
             name,
             payload_text,
@@ -146,6 +151,7 @@ def run_task_run(
 
 
 async def _run_local(
+    output: Output,
     plan: ProjectPlan,
     name: str,
     payload: str | None,
@@ -165,7 +171,7 @@ async def _run_local(
     from simulator.debug import terminal_reason
     from simulator.session import DevSession, SessionConfig
 
-    view = TaskRunView()
+    view = TaskRunView(output)
     no_debug = "--no-debug" if not debug else terminal_reason()
     config = SessionConfig(
         plan,
@@ -185,7 +191,7 @@ async def _run_local(
             "--inherit-env: the task gets peach's whole environment, not only its env_vars "
             "and secrets; on the cluster it gets only those"
         )
-    session = DevSession(config, on_event=view.handle)
+    session = DevSession(config, on_event=view.handle, secrets=output.secrets)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     interrupted = False
@@ -218,6 +224,7 @@ async def _run_local(
 
 
 def run_task_on_ray(
+    output: Output,
     plan: ProjectPlan,
     name: str,
     payload: str | None,
@@ -229,7 +236,7 @@ def run_task_on_ray(
     from peach_cli.deploy.jobs import run_task_job
     from peach_cli.views.task import TaskRunView
 
-    view = TaskRunView()
+    view = TaskRunView(output)
     try:
         outcome = run_task_job(
             plan,
@@ -239,6 +246,7 @@ def run_task_on_ray(
             timeout_s=timeout_s,
             on_line=lambda line: view.handle_line(name, line),
             on_note=view.note,
+            on_secrets=output.secrets.hide,
         )
     except KeyboardInterrupt:
         view.note(f"{name}: interrupted; the Ray job was stopped")

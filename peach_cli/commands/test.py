@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import UsageError
 from peach_cli.project.filenames import CASE_SUFFIX
+
+if TYPE_CHECKING:
+    from peach_cli.boundary import Output
+
 
 FORMATS = ("text", "json", "junit")
 
@@ -34,6 +39,7 @@ def split_paths(paths: Sequence[Path]) -> tuple[Path, list[Path]]:
 
 
 def run_test(
+    output: Output,
     paths: Sequence[Path] = (),
     *,
     url: str | None = None,
@@ -52,7 +58,7 @@ def run_test(
     from peach_cli.testing.host import FoundProject, Hosts
     from peach_cli.testing.run import DEFAULT_TIMEOUT_S, run_cases
 
-    found = FoundProject.at(project, need_conf=url is None)  # its conf found and read once
+    found = FoundProject.at(project, need_conf=url is None, secrets=output.secrets)  # read once
     plan = found.to_check(url, "testing")  # None with --url: its secrets masked
     urls = [e.url for e in plan.endpoints.values()] if plan is not None else None
     selected = select_cases(found.root, files, keyword, urls)
@@ -60,25 +66,26 @@ def run_test(
     if output_format == "text":  # each outcome as it comes
         from peach_cli.views.testing import print_file, print_outcome
 
-        shown = {"on_file": print_file, "on_outcome": print_outcome}
-    with Hosts(url, timeout_s=timeout_s or DEFAULT_TIMEOUT_S) as hosts:
+        shown = {
+            "on_file": partial(print_file, output),
+            "on_outcome": partial(print_outcome, output),
+        }
+    with Hosts(url, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, secrets=output.secrets) as hosts:
         base = url if url is not None else hosts.simulator_url(found.root, plan)
         outcomes = run_cases(selected, hosts.client, base, hosts.timeout_s, **shown)
     seconds = time.perf_counter() - began
     from peach_cli.testing.report import rendered, summary_counts
 
     passed, failed = summary_counts(outcomes)
-    document = rendered(outcomes, seconds, output_format)
+    document = rendered(outcomes, seconds, output_format, output.secrets)
     if output_format == "json":
         from peach_cli.views.console import print_json
 
-        print_json(document, channel="test-json")
+        print_json(output, document, channel="test-json")
     elif output_format == "junit":
-        from peach_cli.boundary import write_report
-
-        write_report(document, channel="test-junit")
+        output.write_report(document, channel="test-junit")
     else:
         from peach_cli.views.testing import print_test_summary
 
-        print_test_summary(passed, failed, seconds)
+        print_test_summary(output, passed, failed, seconds)
     return 1 if failed else 0

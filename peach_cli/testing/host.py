@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.boundary import Secrets
 from peach_cli.errors import PeachError, UsageError
 from peach_cli.testing.run import DEFAULT_TIMEOUT_S
 
@@ -77,17 +78,20 @@ class FoundProject:
         root: Path,
         read: tuple[Project | None, list[Diagnostic]] | None,
         missing: UsageError | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self.given = given
+        self.secrets = secrets if secrets is not None else Secrets()
+        """The run's secrets: the project's values go there (``mask``), its simulator's too."""
         self.root = root
         self.read = read
         self.missing = missing
         self._plan: ProjectPlan | None = None
 
     @classmethod
-    def at(cls, path: Path, *, need_conf: bool) -> FoundProject:
+    def at(cls, path: Path, *, need_conf: bool, secrets: Secrets | None = None) -> FoundProject:
         """The project at ``path``; ``UsageError`` when ``path`` does not exist, or holds no
-        conf and ``need_conf``."""
+        conf and ``need_conf``. ``secrets``: the run's, which ``mask`` adds to."""
         from peach_cli.project.filenames import find_conf_files
         from peach_cli.project.loader import read_project
         from peach_cli.project.notebook import fewer_collections
@@ -99,9 +103,9 @@ class FoundProject:
         except UsageError as error:
             if need_conf:
                 raise
-            return cls(path, path if path.is_dir() else path.parent, None, error)
+            return cls(path, path if path.is_dir() else path.parent, None, error, secrets)
         with fewer_collections():
-            return cls(path, root, read_project(root, files))
+            return cls(path, root, read_project(root, files), secrets=secrets)
 
     def require(self) -> None:
         """``UsageError`` when no conf was found (the project was named, so it must be one)."""
@@ -109,13 +113,13 @@ class FoundProject:
             raise self.missing
 
     def mask(self) -> None:
-        """Mask the values of the secrets the conf declares in everything shown from now on
-        (a conf with errors as far as it was read; no conf declares none)."""
+        """Mask the values of the secrets the conf declares in everything the run shows from
+        now on (a conf with errors as far as it was read; no conf declares none)."""
         loaded = self.read[0] if self.read is not None else None
         if loaded is not None:
             from peach_cli.project.secrets import hide_declared
 
-            hide_declared(self.root, loaded.conf)
+            hide_declared(self.root, loaded.conf, self.secrets)
 
     def built(self) -> ProjectPlan | None:
         """The plan of what was read, None when it has errors or there is no conf."""
@@ -149,7 +153,7 @@ class FoundProject:
         except (ProjectInvalid, DotenvError) as error:
             error.exit_code = 2
             raise
-        hide_declared(self.root, plan)
+        hide_declared(self.root, plan, self.secrets)
         return plan
 
     def to_check(self, url: str | None, doing: str) -> ProjectPlan | None:
@@ -291,7 +295,7 @@ def served(
         here = is_loopback(urlsplit(base).hostname)
         yield url, declared_host(base, tool=tool) if here else "ray"
         return
-    with local_host(found.root, found.plan(doing)) as url:
+    with local_host(found.root, found.plan(doing), secrets=found.secrets) as url:
         yield url, "dev"
 
 
@@ -302,8 +306,16 @@ class Hosts:
     started the first time its URL is asked for (``local_host``), and stopped by ``close``.
     """
 
-    def __init__(self, url: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        secrets: Secrets | None = None,
+    ) -> None:
         self.url = url
+        self.secrets = secrets if secrets is not None else Secrets()
+        """The run's secrets: each project's values, and its simulator's, go there."""
         self.timeout_s = timeout_s
         self._stack = ExitStack()
         self._urls: dict[Path, str] = {}
@@ -317,9 +329,9 @@ class Hosts:
         key = path.resolve()
         if key not in self._projects:
             try:
-                self._projects[key] = FoundProject.at(path, need_conf=True)
+                self._projects[key] = FoundProject.at(path, need_conf=True, secrets=self.secrets)
             except UsageError as error:
-                self._projects[key] = FoundProject(path, path, None, error)
+                self._projects[key] = FoundProject(path, path, None, error, self.secrets)
         return self._projects[key]
 
     def url_for(self, project: Path) -> str:
@@ -337,7 +349,9 @@ class Hosts:
         been)."""
         key = project.resolve()
         if key not in self._urls:
-            self._urls[key] = self._stack.enter_context(local_host(project, plan))
+            self._urls[key] = self._stack.enter_context(
+                local_host(project, plan, secrets=self.secrets)
+            )
         return self._urls[key]
 
     @property
@@ -375,11 +389,13 @@ class _Runner:
         project: Path,
         on_event: Callable[[Any], None] | None = None,
         timeout_s: float | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self.plan = plan
         self.project = project
         self.on_event = on_event
         self.timeout_s = timeout_s
+        self.secrets = secrets
         self.url: str | None = None
         self.error: BaseException | None = None
         self.ready = threading.Event()
@@ -408,7 +424,7 @@ class _Runner:
 
         self.stop = asyncio.Event()
         config = SessionConfig(self.plan, project=self.project, timeout_s=self.timeout_s)
-        session = DevSession(config, on_event=self.on_event)
+        session = DevSession(config, on_event=self.on_event, secrets=self.secrets)
         try:
             await session.start()
             await session.wait_ready()
@@ -435,14 +451,16 @@ def local_host(
     *,
     on_event: Callable[[Any], None] | None = None,
     timeout_s: float | None = None,
+    secrets: Secrets | None = None,
 ) -> Iterator[str]:
     """Serve ``plan`` (``project``'s, built and checked as `peach dev` does) and yield the
     server's URL.
 
     ``on_event`` gets the simulator's events (``simulator.events``), in the server's
     thread: what the answers alone do not show (a fallback covering an error, a replica
-    that died). ``timeout_s`` overrides every endpoint's (as `peach dev --timeout-s`)."""
-    runner = _Runner(plan, project, on_event, timeout_s)
+    that died). ``timeout_s`` overrides every endpoint's (as `peach dev --timeout-s`).
+    ``secrets``: the run's, where the simulator's secret values go."""
+    runner = _Runner(plan, project, on_event, timeout_s, secrets)
     runner.thread.start()
     try:
         if not runner.ready.wait(START_TIMEOUT_S):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Secrets
     from peach_cli.testing.outcome import Outcome
 
 
@@ -31,13 +32,14 @@ def to_json(outcomes: list[Outcome], seconds: float) -> dict[str, Any]:
     }
 
 
-def rendered(outcomes: list[Outcome], seconds: float, output_format: str) -> Any:
+def rendered(outcomes: list[Outcome], seconds: float, output_format: str, secrets: Secrets) -> Any:
     """The run as ``output_format`` asks: the JSON document (``json``), the JUnit XML
-    (``junit``), or None (``text``: each outcome was printed as it came)."""
+    (``junit``, the run's ``secrets`` masked in it), or None (``text``: each outcome was
+    printed as it came)."""
     if output_format == "json":
         return to_json(outcomes, seconds)
     if output_format == "junit":
-        return to_junit(outcomes, seconds)
+        return to_junit(outcomes, seconds, secrets)
     return None
 
 
@@ -48,14 +50,14 @@ def junit_classname(file: str) -> str:
     return file.replace("/", ".")
 
 
-def to_junit(outcomes: list[Outcome], seconds: float) -> str:
+def to_junit(outcomes: list[Outcome], seconds: float, secrets: Secrets) -> str:
     """JUnit XML as Jenkins' xUnit schema (``junit-10.xsd``) takes it: one testsuite per case
     file (its ``file``), one testcase per case; a case that got no answer is an ``<error>``
     (counted in ``errors``), one whose answer differs a ``<failure>`` whose message starts
     with the case's place (``file:line: name``)."""
     import xml.etree.ElementTree as ET
 
-    from peach_cli.boundary import shown, shown_lines
+    shown, shown_lines = secrets.shown, secrets.shown_lines  # masked before XML escapes them
 
     suites = ET.Element("testsuites", name="peach test", time=f"{seconds:.3f}")
     by_file: dict[str, list[Outcome]] = {}
