@@ -105,8 +105,10 @@ from peach_cli.runtime.contract.transport import (
     Dispatch,
     dispatch,
     read_body,
+    send_stream,
     too_large,
     unavailable_message,
+    wait_disconnect,
 )
 
 __all__ = [
@@ -168,6 +170,7 @@ __all__ = [
     "read_body",
     "replica_health",
     "routes_body",
+    "send_stream",
     "split_drift",
     "stream_reply",
     "stream_required_answer",
@@ -176,4 +179,5 @@ __all__ = [
     "too_large",
     "unavailable_message",
     "user_traceback",
+    "wait_disconnect",
 ]
