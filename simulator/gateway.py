@@ -56,6 +56,8 @@ from peach_cli.runtime.contract import (
     RequestParams,
     dispatch,
     read_body,
+    send_stream,
+    wait_disconnect,
 )
 from peach_cli.runtime.contract.status import (
     component_health,
@@ -181,7 +183,7 @@ class DevGateway:
                 reply.chunks = recording.wrap(reply.chunks)
             if reply.chunks is not None:
                 try:
-                    await _send_stream(send, receive, reply)  # StreamCut: uvicorn cuts it
+                    await send_stream(send, receive, reply.status, reply.headers, reply.chunks)
                 finally:
                     await reply.aclose()
             elif not reply.gone:
@@ -408,7 +410,7 @@ class _Pools:
             if dispatch(pool.method_kind, True) != "stream":
                 return Opened()  # the envelope answers: a plain call
             opening = asyncio.ensure_future(pool.open_stream(params, attempt, self.line))
-            disconnect = asyncio.ensure_future(_wait_disconnect(self.receive))
+            disconnect = asyncio.ensure_future(wait_disconnect(self.receive))
             await asyncio.wait((opening, disconnect), return_when=asyncio.FIRST_COMPLETED)
             if not opening.done():  # the client left before the stream started
                 opening.cancel()
@@ -420,44 +422,3 @@ class _Pools:
             raise ContractError("unavailable", str(error)) from None
         except ReplicaGone as error:
             raise ContractError("method_error", str(error)) from None
-
-
-async def _send_stream(send: Any, receive: Any, reply: HttpReply) -> None:
-    """Send a streamed ``reply`` chunk by chunk; stop it as soon as the client hangs up.
-
-    What Starlette's ``StreamingResponse`` does, with two asyncio tasks instead of an anyio
-    task group: a task of anyio's group ended by a hang-up leaves a reference cycle behind
-    (its ``CancelledError``, whose traceback holds the frame that holds it), which kept the
-    cut stream and its whole connection in memory until a full garbage collection: over a
-    day of dropped streams, steps in the gateway's memory. An error of the stream (``StreamCut``)
-    is raised here, as it was from the response.
-    """
-    chunks = reply.chunks
-    assert chunks is not None
-
-    async def pump() -> None:
-        await send(
-            {"type": "http.response.start", "status": reply.status, "headers": reply.headers}
-        )
-        async for chunk in chunks:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    streaming = asyncio.ensure_future(pump())
-    hang_up = asyncio.ensure_future(_wait_disconnect(receive))
-    try:
-        await asyncio.wait((streaming, hang_up), return_when=asyncio.FIRST_COMPLETED)
-    finally:  # one of them is done (or this request is cancelled): the other ends too
-        hang_up.cancel()
-        if not streaming.done():
-            streaming.cancel()
-            await asyncio.wait((streaming,))
-    if not streaming.cancelled():
-        streaming.result()
-
-
-async def _wait_disconnect(receive: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return

@@ -425,3 +425,20 @@ class TestABAssignment:
         no_fallback = dataclasses.replace(endpoint, fallback=None)
         failed = asyncio.run(contract.answer(no_fallback, call, 1.0, "b"))
         assert (failed.status, failed.component) == (500, "b")
+
+
+def test_every_name_the_contract_package_offers_loads_from_its_module() -> None:
+    """The package loads its parts on first use: each name of ``__all__`` resolves, to the
+    object its module defines, and nothing is offered that ``__all__`` does not list."""
+    import importlib
+
+    import peach_cli.runtime.contract as contract
+
+    homes = contract._HOMES
+    assert sorted(name for names in homes.values() for name in names) == sorted(contract.__all__)
+    for module, names in homes.items():
+        loaded = importlib.import_module(f"peach_cli.runtime.contract.{module}")
+        for name in names:
+            assert getattr(contract, name) is getattr(loaded, name)
+    with pytest.raises(AttributeError):
+        contract.no_such_name  # noqa: B018

@@ -17,7 +17,7 @@ import io
 import re
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -268,3 +268,57 @@ def test_a_save_s_checks_are_freed_without_the_collector(tmp_path):
         assert after - before == Counter()
     finally:
         gc.enable()
+
+
+def test_a_stream_the_deployed_gateway_sends_is_freed_without_the_collector_when_cut():
+    """The deployed gateway's stream reply, called as Ray Serve's replica calls it: in a
+    task that Serve cancels when the client hangs up (``request_task.cancel()`` in Serve's
+    replica). Nothing of a cut stream may wait for the collector: Starlette's
+    ``StreamingResponse`` left each one in a reference cycle (anyio's ``CancelledError``,
+    the frames its traceback holds)."""
+    from peach_cli.deploy.app import _response
+    from peach_cli.runtime import contract
+
+    async def words() -> AsyncIterator[bytes]:
+        for _ in range(200):
+            yield b"word\n"
+            await asyncio.sleep(0.01)
+
+    async def body() -> None:
+        requests: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        first_chunk = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            return await requests.get()
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                first_chunk.set()
+
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}}
+
+        async def cut_stream() -> None:
+            first_chunk.clear()
+            requests.put_nowait({"type": "http.request", "body": b"", "more_body": False})
+            reply = contract.HttpReply(200, [(b"content-type", b"text/plain")], chunks=words())
+            request = asyncio.ensure_future(_response(reply)(scope, receive, send))
+            await asyncio.wait_for(first_chunk.wait(), 20)
+            request.cancel()  # the client left: Serve cancels the request
+            await asyncio.gather(request, return_exceptions=True)
+
+        await cut_stream()  # what is made once is made now
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(8):
+                await cut_stream()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            left = Counter(type(o).__name__ for o in gc.garbage)
+            assert left == Counter(), left
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+
+    asyncio.run(body())

@@ -38,7 +38,7 @@ from typing import Any, cast
 from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from peach_cli.deploy import INIT_FAILED_MARKER, reports
 from peach_cli.deploy.config import component_from_json, endpoints_from_json
@@ -591,13 +591,29 @@ def _response(reply: contract.HttpReply) -> Response:
     """The flow's reply as Serve sends it (the headers exactly as the flow wrote them)."""
     if reply.gone:
         return Response(status_code=reply.status)
-    response: Response
     if reply.chunks is not None:
-        response = StreamingResponse(reply.chunks, status_code=reply.status)
-    else:
-        response = Response(reply.body, status_code=reply.status)
+        return _StreamResponse(reply.status, reply.headers, reply.chunks)
+    response = Response(reply.body, status_code=reply.status)
     response.raw_headers = reply.headers
     return response
+
+
+class _StreamResponse(Response):
+    """A stream, sent by ``contract.send_stream`` as ``peach dev`` sends it. Starlette's
+    ``StreamingResponse`` runs it in an anyio task group: cancelled by Serve when the
+    client hangs up, that left each cut stream in a reference cycle until a full
+    garbage collection."""
+
+    def __init__(
+        self, status: int, headers: list[tuple[bytes, bytes]], chunks: AsyncIterator[bytes]
+    ) -> None:
+        self.status_code = status
+        self.raw_headers = headers
+        self.background = None
+        self.chunks = chunks
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await contract.send_stream(send, receive, self.status_code, self.raw_headers, self.chunks)
 
 
 def build_application(args: dict[str, Any]) -> serve.Application:

@@ -120,8 +120,10 @@ if TYPE_CHECKING:
         Dispatch,
         dispatch,
         read_body,
+        send_stream,
         too_large,
         unavailable_message,
+        wait_disconnect,
     )
 
 _HOMES = {
@@ -187,8 +189,10 @@ _HOMES = {
         "Dispatch",
         "dispatch",
         "read_body",
+        "send_stream",
         "too_large",
         "unavailable_message",
+        "wait_disconnect",
     ),
 }
 
@@ -259,6 +263,7 @@ __all__ = [
     "read_body",
     "replica_health",
     "routes_body",
+    "send_stream",
     "split_drift",
     "stream_reply",
     "stream_required_answer",
@@ -267,4 +272,5 @@ __all__ = [
     "too_large",
     "unavailable_message",
     "user_traceback",
+    "wait_disconnect",
 ]

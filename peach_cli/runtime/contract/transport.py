@@ -6,12 +6,14 @@ a client can see of the transport is decided here once:
 * ``read_body``: the request body, refused with ``payload_too_large`` as soon as the
   declared length or the bytes received pass the limit (a huge body is never held whole);
 * ``dispatch``: whether a request is a stream, a ``stream_required`` error or a plain call;
-* ``unavailable_message``: what a 503 says when a component has no healthy replica.
+* ``unavailable_message``: what a 503 says when a component has no healthy replica;
+* ``send_stream``: a stream's chunks sent as they come, stopped when the client hangs up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Literal
 
 from peach_cli.runtime.contract.errors import ContractError
@@ -23,6 +25,8 @@ Dispatch = Literal["stream", "stream_required", "call"]
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 """An ASGI ``receive`` callable."""
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+"""An ASGI ``send`` callable."""
 
 
 def dispatch(method_kind: str | None, wants_stream: bool) -> Dispatch:
@@ -84,3 +88,48 @@ async def read_body(
             parts.append(part)
             return b"".join(parts)
         parts.append(part)
+
+
+async def send_stream(
+    send: Send,
+    receive: Receive,
+    status: int,
+    headers: Iterable[tuple[bytes, bytes]],
+    chunks: AsyncIterator[bytes],
+) -> None:
+    """Send a stream's ``chunks`` as they come; stop them as soon as the client hangs up.
+
+    What Starlette's ``StreamingResponse`` does, with two asyncio tasks instead of an anyio
+    task group: a task group ended by a hang-up, or cancelled from outside (Ray Serve
+    cancels the request of a client that left), leaves a reference cycle behind (its
+    ``CancelledError``, whose traceback holds the frame that holds it), which kept the cut
+    stream and its whole connection in memory until a full garbage collection: over a day
+    of dropped streams, steps in the gateway's memory. An error of the stream
+    (``StreamCut``) is raised here.
+    """
+
+    async def pump() -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    streaming = asyncio.ensure_future(pump())
+    hang_up = asyncio.ensure_future(wait_disconnect(receive))
+    try:
+        await asyncio.wait((streaming, hang_up), return_when=asyncio.FIRST_COMPLETED)
+    finally:  # one of them is done (or this request is cancelled): the other ends too
+        hang_up.cancel()
+        if not streaming.done():
+            streaming.cancel()
+            await asyncio.wait((streaming,))
+    if not streaming.cancelled():
+        streaming.result()
+
+
+async def wait_disconnect(receive: Receive) -> None:
+    """Return once the client has hung up (ASGI ``http.disconnect``)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
