@@ -102,6 +102,19 @@ class ProcSampler:
                     nices[title].add(nice)
         return {title: (used[title], nices[title]) for title in used}
 
+    def busy(self, part: str, low: float, high: float) -> list[tuple[float, float]]:
+        """The sample intervals between ``low`` and ``high`` in which a process whose title
+        holds ``part`` used CPU."""
+        inside = [s for s in self.samples if low <= s[0] <= high]
+        found = []
+        for (began, before), (ended, after) in zip(inside, inside[1:], strict=False):
+            if any(
+                part in title and cpu > before.get(pid, (cpu, 0, ""))[0]
+                for pid, (cpu, _, title) in after.items()
+            ):
+                found.append((began, ended))
+        return found
+
     def table(self, low: float, high: float, top: int = 14) -> str:
         rows = sorted(self.by_title(low, high).items(), key=lambda item: -item[1][0])
         span = max(high - low, 1e-9)

@@ -47,6 +47,7 @@ from rollout_support import (  # noqa: E402
     Figures,
     RolloutLoad,
     figures,
+    p99,
     replica_ids,
     watch_rollout,
     write_rollout_project,
@@ -58,6 +59,8 @@ BARE_APP, BARE_PREFIX = "bare-rollout", "/bare"
 WARMUP_S = 2.0
 SETTLE_S = 2.0
 TARGET_RATIO = 2.0
+SETUP_MARGIN_S = 0.5
+"""``--trace``: requests due this close to Ray's ``setup_worker.py`` running count as its."""
 
 
 def peach_deploy(project: Path, head: RayHead) -> None:
@@ -142,6 +145,22 @@ def print_trace(app, sampler, timeline, result, states, steady, window, asked, d
         if shown != last:
             print(f"  {at - asked:6.2f} s  {shown}")
             last = shown
+    setup = sampler.busy("setup_worker.py", *window)
+    if setup:
+        low, high = setup[0][0] - SETUP_MARGIN_S, setup[-1][1] + SETUP_MARGIN_S
+        rest = [
+            a.seconds * 1000
+            for a in timeline.answers
+            if not a.stream and a.ok and window[0] <= a.due < window[1]
+            and not any(b - SETUP_MARGIN_S <= a.due < e + SETUP_MARGIN_S for b, e in setup)
+        ]  # fmt: skip
+        nices = sampler.by_title(low, high).get("python setup_worker.py", (0.0, set()))[1]
+        print(
+            f"  Ray's setup_worker.py (nice {sorted(nices)}) ran {len(setup)} sample(s) between "
+            f"{low - asked:.1f} and {high - asked:.1f} s; the rollout p99 of the requests due "
+            f"outside it (±{SETUP_MARGIN_S:g} s): {p99(rest):.0f} ms "
+            f"({p99(rest) / result.steady_p99_ms:.1f}x steady), {len(rest)} requests"
+        )
     slow = 2 * result.steady_p99_ms
     unary = [a for a in timeline.answers if not a.stream and asked - 1 <= a.due <= window[1] + 1]
     step = 0.5

@@ -31,28 +31,19 @@ START_ENV = "PEACH_START_NICE"
 SERVING_ENV = "PEACH_SERVING_NICE"
 """Set by ``start_low``: the ``nice`` the process was started at, to serve at."""
 START_NICE = 19
-CAP_SYS_NICE = 23
 
 
-def may_raise_to(nice: int) -> bool:
-    """Whether this process may set its priority back to ``nice`` once lowered:
-    ``CAP_SYS_NICE`` in its effective capabilities, or an ``RLIMIT_NICE`` reaching it."""
+def may_raise_from(nice: int) -> bool:
+    """Whether this process, at ``nice``, may raise its priority (``CAP_SYS_NICE``, or an
+    ``RLIMIT_NICE`` that allows it): tried, one step up and back down (always allowed)."""
+    if nice <= -20:
+        return False
     try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NICE)  # type: ignore[attr-defined]
-        if soft == resource.RLIM_INFINITY or 20 - soft <= nice:
-            return True
-    except (ImportError, AttributeError, OSError, ValueError):
-        pass
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> CAP_SYS_NICE & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
+        os.setpriority(os.PRIO_PROCESS, 0, nice - 1)
+    except OSError:
+        return False
+    os.setpriority(os.PRIO_PROCESS, 0, nice)
+    return True
 
 
 def start_low(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
@@ -64,7 +55,7 @@ def start_low(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     try:
         low = int(value)
         current = os.getpriority(os.PRIO_PROCESS, 0)
-        if low <= current or not may_raise_to(current):
+        if low <= current or not may_raise_from(current):
             return False
         os.setpriority(os.PRIO_PROCESS, 0, low)
     except (ValueError, OSError):
@@ -84,12 +75,10 @@ def serve_at_full_priority(environ: dict[str, str] | os._Environ[str] = os.envir
         nice = int(value)
     except ValueError:
         return False
-    try:
-        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
-    except OSError:  # no /proc: the calling thread only
-        threads = [0]
+    from peach_cli.runtime.linux import thread_ids
+
     done = False
-    for tid in threads:
+    for tid in thread_ids():
         try:
             os.setpriority(os.PRIO_PROCESS, tid, nice)
             done = True
