@@ -101,6 +101,19 @@ def replica_ids(dashboard_url: str, app: str) -> dict[str, set[str]]:
     }
 
 
+def replica_pids(dashboard_url: str, app: str) -> dict[str, set[int]]:
+    """Deployment → the process ids of its replicas (those Serve has started)."""
+    from peach_cli.deploy.dashboard import DashboardClient
+
+    with DashboardClient(dashboard_url) as dashboard:
+        details = dashboard.serve_details()
+    deployments = ((details.get("applications") or {}).get(app) or {}).get("deployments") or {}
+    return {
+        name: {r["pid"] for r in item.get("replicas") or () if r.get("pid")}
+        for name, item in deployments.items()
+    }
+
+
 def watch_rollout(
     dashboard_url: str,
     app: str,

@@ -19,6 +19,7 @@ from rollout_support import (
     figures,
     niceness_by_title,
     replica_ids,
+    replica_pids,
     watch_rollout,
     write_rollout_project,
 )
@@ -53,6 +54,7 @@ def test_a_redeploy_under_load_loses_nothing_and_keeps_the_latency(ray_cluster, 
     load = RolloutLoad(base, rate=40).start()
     time.sleep(8)  # 2 s to warm up, then the steady window
     before = replica_ids(cluster.dashboard_url, "rollout")
+    old_pids = set().union(*replica_pids(cluster.dashboard_url, "rollout").values())
     write_rollout_project(project, version=2, init_s=INIT_S)  # the method's code changes
     asked = time.monotonic()
     watch = NicenessWatch().start()
@@ -86,17 +88,12 @@ def test_a_redeploy_under_load_loses_nothing_and_keeps_the_latency(ray_cluster, 
     )
     # ... and start below everything else until they are ready: the new replicas' processes
     # ran their init (10 s) at nice 19, and once at 0 (ready) never went back.
-    new = {
-        pid: seen
-        for pid, seen in watch.seen.items()
-        if seen[-1][0].startswith("ray::ServeReplica:rollout:")
-        and seen[-1][0] != "ray::ServeReplica:rollout:gateway"
-        and any("initialize_and_get_metadata" in title for title, _ in seen)
-    }
-    assert len(new) == len(COMPONENTS), watch.seen
+    pids = replica_pids(cluster.dashboard_url, "rollout")
+    new = {pid: watch.seen.get(pid, []) for c in COMPONENTS for pid in pids[c] - old_pids}
+    assert len(new) == len(COMPONENTS), (pids, old_pids)
     for seen in new.values():
         init = [nices for title, nices in seen if "initialize_and_get_metadata" in title]
-        assert init[0] == {19}, seen
+        assert init and init[0] == {19}, seen
         raised = next(i for i, (_, nices) in enumerate(seen) if 19 not in nices)
         assert all(19 not in nices for _, nices in seen[raised:]), seen
         assert seen[-1][1] == {0}, seen
