@@ -40,12 +40,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from deploy import put_beside  # noqa: E402
+from proc_sampler import ProcSampler  # noqa: E402
 from ray_cluster import RayHead  # noqa: E402
 from rollout_support import (  # noqa: E402
     INIT_S,
     Figures,
     RolloutLoad,
     figures,
+    p99,
     replica_ids,
     watch_rollout,
     write_rollout_project,
@@ -57,6 +59,8 @@ BARE_APP, BARE_PREFIX = "bare-rollout", "/bare"
 WARMUP_S = 2.0
 SETTLE_S = 2.0
 TARGET_RATIO = 2.0
+SETUP_MARGIN_S = 0.5
+"""``--trace``: requests due this close to Ray's ``setup_worker.py`` running count as its."""
 
 
 def peach_deploy(project: Path, head: RayHead) -> None:
@@ -94,24 +98,94 @@ def bare_deploy(head: RayHead, *, version: int, replicas: int, surge: int | None
 
 
 def rollout(
-    head: RayHead, app: str, prefix: str, names: list[str], change, rate: float, steady_s: float
+    head: RayHead,
+    app: str,
+    prefix: str,
+    names: list[str],
+    change,
+    rate: float,
+    steady_s: float,
+    trace: bool = False,
 ) -> Figures:
     """Steady load on ``prefix``; ``change()`` (a deploy) after the steady window; the
-    figures once the rollout Serve shows has ended."""
+    figures once the rollout Serve shows has ended. ``trace``: print where the CPU went."""
+    sampler = ProcSampler().start() if trace else None
     load = RolloutLoad(f"{head.serve_url}{prefix}", rate=rate).start()
     time.sleep(WARMUP_S + steady_s)
     before = replica_ids(head.dashboard_url, app)
     asked = time.monotonic()
+    states: list = []
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         deploying = pool.submit(change)
-        began, ended = watch_rollout(head.dashboard_url, app, before, names)
+        began, ended = watch_rollout(head.dashboard_url, app, before, names, trace=states)
+        done = time.monotonic()
         deploying.result()
     time.sleep(SETTLE_S)
-    return figures(load.finish(), steady=(load.began + WARMUP_S, asked), rollout=(began, ended))
+    timeline = load.finish()
+    result = figures(timeline, steady=(load.began + WARMUP_S, asked), rollout=(began, ended))
+    if sampler is not None:
+        sampler.stop()
+        print_trace(app, sampler, timeline, result, states, (load.began + WARMUP_S, asked),
+                    (began, ended), asked, done)  # fmt: skip
+    return result
+
+
+def print_trace(app, sampler, timeline, result, states, steady, window, asked, done) -> None:
+    """Where the CPU went in the steady window, the rollout window and each half-second of
+    it; the replicas' states as Serve showed them; the slow requests by when they were due."""
+    print(f"--- {app}: {result.line()}", flush=True)
+    print(f"  steady window (CPU by process title, cores, nice):\n{sampler.table(*steady)}")
+    print(
+        f"  deploy asked -> rollout began {window[0] - asked:.1f} s, ended {window[1] - asked:.1f} s"
+    )
+    print(f"  deploy asked -> rollout window end:\n{sampler.table(asked, window[1])}")
+    last = None
+    for at, item in states:
+        shown = {k: v for k, v in item.items()}
+        if shown != last:
+            print(f"  {at - asked:6.2f} s  {shown}")
+            last = shown
+    setup = sampler.busy("setup_worker.py", *window)
+    if setup:
+        low, high = setup[0][0] - SETUP_MARGIN_S, setup[-1][1] + SETUP_MARGIN_S
+        rest = [
+            a.seconds * 1000
+            for a in timeline.answers
+            if not a.stream and a.ok and window[0] <= a.due < window[1]
+            and not any(b - SETUP_MARGIN_S <= a.due < e + SETUP_MARGIN_S for b, e in setup)
+        ]  # fmt: skip
+        nices = sampler.by_title(low, high).get("python setup_worker.py", (0.0, set()))[1]
+        print(
+            f"  Ray's setup_worker.py (nice {sorted(nices)}) ran {len(setup)} sample(s) between "
+            f"{low - asked:.1f} and {high - asked:.1f} s; the rollout p99 of the requests due "
+            f"outside it (±{SETUP_MARGIN_S:g} s): {p99(rest):.0f} ms "
+            f"({p99(rest) / result.steady_p99_ms:.1f}x steady), {len(rest)} requests"
+        )
+    slow = 2 * result.steady_p99_ms
+    unary = [a for a in timeline.answers if not a.stream and asked - 1 <= a.due <= window[1] + 1]
+    step = 0.5
+    start = asked - 1
+    while start < window[1] + 1:
+        inside = [a for a in unary if start <= a.due < start + step]
+        late = [a for a in inside if a.seconds * 1000 > slow]
+        if late:
+            worst = max(a.seconds for a in late) * 1000
+            rows = sorted(sampler.by_title(start, start + step + worst / 1000).items(),
+                          key=lambda item: -item[1][0])[:5]  # fmt: skip
+            cpu = ", ".join(f"{t[:40]} {c:.2f} n{sorted(n)}" for t, (c, n) in rows)
+            print(f"  {start - asked:6.1f} s: {len(late)}/{len(inside)} over {slow:.0f} ms, "
+                  f"worst {worst:.0f} ms | {cpu}")  # fmt: skip
+        start += step
 
 
 def measure(
-    head: RayHead, replicas: int, version: int, rate: float, steady_s: float, work: Path
+    head: RayHead,
+    replicas: int,
+    version: int,
+    rate: float,
+    steady_s: float,
+    work: Path,
+    trace: bool = False,
 ) -> dict:
     project = work / "project"
     peach_names = ["hello.main", "ticks.main"]
@@ -125,10 +199,10 @@ def measure(
         write_rollout_project(project, version=version + 1, replicas=replicas, codops=PEACH_APP)
         peach_deploy(project, head)
 
-    peach = rollout(head, PEACH_APP, PEACH_PREFIX, peach_names, peach_change, rate, steady_s)
+    peach = rollout(head, PEACH_APP, PEACH_PREFIX, peach_names, peach_change, rate, steady_s, trace)
     bare = rollout(
         head, BARE_APP, BARE_PREFIX, ["Model"],
-        lambda: bare_deploy(head, version=version + 1, replicas=replicas), rate, steady_s,
+        lambda: bare_deploy(head, version=version + 1, replicas=replicas), rate, steady_s, trace,
     )  # fmt: skip
     return {
         "replicas": replicas,
@@ -143,6 +217,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=40.0, help="requests a second")
     parser.add_argument("--steady", type=float, default=10.0, help="seconds of steady load first")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--trace", action="store_true", help="print where the CPU went (a /proc sampler)"
+    )
     args = parser.parse_args()
     counts = args.replicas or [1, 2]
     head = RayHead(num_cpus=0, worker_cpus=4).start()
@@ -152,7 +229,15 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="peach-rollout-") as work:
             for number, replicas in enumerate(counts):
                 results.append(
-                    measure(head, replicas, 1 + 2 * number, args.rate, args.steady, Path(work))
+                    measure(
+                        head,
+                        replicas,
+                        1 + 2 * number,
+                        args.rate,
+                        args.steady,
+                        Path(work),
+                        args.trace,
+                    )
                 )
     finally:
         head.stop()

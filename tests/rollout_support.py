@@ -101,6 +101,19 @@ def replica_ids(dashboard_url: str, app: str) -> dict[str, set[str]]:
     }
 
 
+def replica_pids(dashboard_url: str, app: str) -> dict[str, set[int]]:
+    """Deployment → the process ids of its replicas (those Serve has started)."""
+    from peach_cli.deploy.dashboard import DashboardClient
+
+    with DashboardClient(dashboard_url) as dashboard:
+        details = dashboard.serve_details()
+    deployments = ((details.get("applications") or {}).get(app) or {}).get("deployments") or {}
+    return {
+        name: {r["pid"] for r in item.get("replicas") or () if r.get("pid")}
+        for name, item in deployments.items()
+    }
+
+
 def watch_rollout(
     dashboard_url: str,
     app: str,
@@ -295,15 +308,65 @@ def figures(
     )
 
 
+def thread_niceness(pid: int) -> set[int]:
+    """The ``nice`` values of every thread of ``pid`` (Linux keeps one per thread)."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (task / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        found.add(int(text[text.rfind(")") + 2 :].split()[16]))
+    return found
+
+
 def niceness_by_title(prefix: str) -> dict[str, set[int]]:
     """The ``nice`` values of this machine's processes whose title (Ray sets
     ``ray::ServeReplica:APP:DEPLOYMENT``, ``ray::ProxyActor``…) starts with ``prefix``, by
-    title: the test cluster's nodes run here."""
+    title, every thread of each: the test cluster's nodes run here."""
     import psutil
 
     found: dict[str, set[int]] = {}
-    for process in psutil.process_iter(["cmdline", "nice"]):
+    for process in psutil.process_iter(["cmdline"]):
         title = " ".join(process.info["cmdline"] or ())
         if title.startswith(prefix):
-            found.setdefault(title.split(" ", 1)[0], set()).add(process.info["nice"])
+            try:
+                nices = thread_niceness(process.pid)
+            except OSError:  # it ended
+                continue
+            found.setdefault(title.split(" ", 1)[0], set()).update(nices)
     return found
+
+
+class NicenessWatch:
+    """Every ``interval_s`` from ``start`` to ``stop``: each Ray worker process's title and
+    the ``nice`` of its threads (``seen``: pid → [(title, nices)]), to tell at what
+    priority a replica started and served."""
+
+    def __init__(self, interval_s: float = 0.2) -> None:
+        self.interval_s = interval_s
+        self.seen: dict[int, list[tuple[str, set[int]]]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="niceness", daemon=True)
+
+    def start(self) -> NicenessWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            for process in psutil.process_iter(["cmdline"]):
+                title = " ".join(process.info["cmdline"] or ())
+                if title.startswith("ray::"):
+                    try:
+                        nices = thread_niceness(process.pid)
+                    except OSError:
+                        continue
+                    self.seen.setdefault(process.pid, []).append((title.split(" ")[0], nices))
+            self._stop.wait(self.interval_s)

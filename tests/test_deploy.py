@@ -32,6 +32,7 @@ from peach_cli.deploy.config import (
 from peach_cli.deploy.dashboard import DashboardClient, resolve_address
 from peach_cli.deploy.packaging import (
     COMPONENT_FILE,
+    SITECUSTOMIZE,
     SPEC_PACKAGE,
     build_zip,
     project_files,
@@ -284,7 +285,7 @@ def test_the_runtime_package_is_importable_on_its_own(tmp_path):
     package = runtime_package()
     with zipfile.ZipFile(io.BytesIO(package.data)) as archive:
         archive.extractall(tmp_path)
-        assert sorted(archive.namelist()) == sorted(runtime_modules())
+        assert sorted(archive.namelist()) == sorted([*runtime_modules(), SITECUSTOMIZE[0]])
     code = (
         "import sys, peach_cli.deploy.app, peach_cli;"
         "from peach_cli import endpoint;"

@@ -14,10 +14,12 @@ import pytest
 # not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
 from cli_support import run_peach_process
 from rollout_support import (
+    NicenessWatch,
     RolloutLoad,
     figures,
     niceness_by_title,
     replica_ids,
+    replica_pids,
     watch_rollout,
     write_rollout_project,
 )
@@ -52,13 +54,16 @@ def test_a_redeploy_under_load_loses_nothing_and_keeps_the_latency(ray_cluster, 
     load = RolloutLoad(base, rate=40).start()
     time.sleep(8)  # 2 s to warm up, then the steady window
     before = replica_ids(cluster.dashboard_url, "rollout")
+    old_pids = set().union(*replica_pids(cluster.dashboard_url, "rollout").values())
     write_rollout_project(project, version=2, init_s=INIT_S)  # the method's code changes
     asked = time.monotonic()
+    watch = NicenessWatch().start()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         deploying = pool.submit(deploy, project, cluster)
         began, ended = watch_rollout(cluster.dashboard_url, "rollout", before, COMPONENTS)
         deploying.result()
     time.sleep(2)
+    watch.stop()
     result = figures(load.finish(), steady=(load.began + 2, asked), rollout=(began, ended))
     print(result.line())
 
@@ -73,14 +78,25 @@ def test_a_redeploy_under_load_loses_nothing_and_keeps_the_latency(ray_cluster, 
     assert result.rollout_max_ms < 1000 * (result.rollout_s - INIT_S / 2), result.line()
 
     # Ray lowers its workers' priority (nice 15) once they have imported Ray; the project's
-    # replicas serve at the priority a new process starts at, so a replica starting does not
-    # take the CPU from those serving (the proxy, Ray's own, shows what they had before).
+    # replicas serve at the priority a new process starts at, every thread of them (the
+    # proxy, Ray's own, shows what they had before)...
     replicas = niceness_by_title("ray::ServeReplica:rollout:")
     assert set(replicas) >= {f"ray::ServeReplica:rollout:{c}" for c in COMPONENTS}, replicas
     assert set().union(*replicas.values()) == {0}, replicas
     assert niceness_by_title("ray::ProxyActor") and all(
-        nice == {15} for nice in niceness_by_title("ray::ProxyActor").values()
+        15 in nice for nice in niceness_by_title("ray::ProxyActor").values()
     )
+    # ... and start below everything else until they are ready: the new replicas' processes
+    # ran their init (10 s) at nice 19, and once at 0 (ready) never went back.
+    pids = replica_pids(cluster.dashboard_url, "rollout")
+    new = {pid: watch.seen.get(pid, []) for c in COMPONENTS for pid in pids[c] - old_pids}
+    assert len(new) == len(COMPONENTS), (pids, old_pids)
+    for seen in new.values():
+        init = [nices for title, nices in seen if "initialize_and_get_metadata" in title]
+        assert init and init[0] == {19}, seen
+        raised = next((i for i, (_, nices) in enumerate(seen) if 19 not in nices), len(seen))
+        assert all(19 not in nices for _, nices in seen[raised:]), seen
+        assert seen[-1][1] == {0}, seen
 
 
 def test_a_cluster_without_room_for_the_surge_is_told_and_rolls_as_ray_does(ray_cluster, tmp_path):

@@ -49,6 +49,7 @@ from peach_cli.deploy.packaging import (
     spec_file,
 )
 from peach_cli.deploy.progress import still_failing_to_start
+from peach_cli.deploy.start_priority import serve_at_full_priority
 from peach_cli.internal import HEALTH_PATH, OPENAPI_PATH, ROUTES_PATH
 from peach_cli.runtime import contract
 from peach_cli.runtime.plan import EndpointSpec, url_key
@@ -129,6 +130,7 @@ class ServeComponent:
                 )
                 text = f"{text}\n{details}"
             raise PeachInitFailed(text) from None
+        serve_at_full_priority()  # started low, so as not to slow those serving
 
     async def call(self, params: dict[str, Any]) -> dict[str, Any]:
         """A non-streaming call: the ``CallResult`` as a dict, naming this replica (never
@@ -243,6 +245,7 @@ class ServeGateway:
         self._watcher = asyncio.get_running_loop().create_task(self._watch_components())
         self.release: dict[str, Any] | None = None
         """What runs, as the deploy recorded it (``deploy.release``)."""
+        serve_at_full_priority()
 
     def reconfigure(self, config: dict[str, Any]) -> None:
         """The deploy's ``user_config``: the release record. A new one is applied in place

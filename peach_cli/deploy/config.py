@@ -31,6 +31,7 @@ from peach_cli.deploy.packaging import (
     runtime_package,
     spec_package,
 )
+from peach_cli.deploy.start_priority import START_ENV, START_NICE
 from peach_cli.deploy.variables import component_env_vars
 from peach_cli.errors import DeployError, UsageError
 from peach_cli.runtime.plan import ABSpec, ComponentSpec, EndpointSpec, ProjectPlan
@@ -63,12 +64,13 @@ in-flight calls and streams (as long as `peach dev` lets a reloaded component dr
 SURGE_OPTION = "max_surge_percent"
 DRAIN_OPTION = "graceful_shutdown_timeout_s"
 """The rollout settings of every deployment (both are updated without a restart)."""
-SERVING_ENV_VARS = {"RAY_worker_niceness": "0"}
+SERVING_ENV_VARS = {"RAY_worker_niceness": "0", START_ENV: str(START_NICE)}
 """The application's own ``env_vars`` (every deployment of it gets them beside its own):
-its replicas serve at the CPU priority Ray's processes start at. Ray lowers every worker's
-(``nice`` 15) once it has imported Ray, so a new replica importing Ray during a rollout ran
-at 0 against the serving ones at 15 and took the CPU from them (``benchmarks/rollout.py``).
-Ray's job supervisors are given the same."""
+its replicas serve at the CPU priority Ray's processes start at, and start below every
+other process (``start_priority``). Ray lowers every worker's (``nice`` 15) once it has
+imported Ray, so a new replica importing Ray during a rollout ran at 0 against the serving
+ones at 15 and took the CPU from them (``benchmarks/rollout.py``); Ray's job supervisors
+are given the same ``RAY_worker_niceness``."""
 DEFAULT_HTTP_HOST = "127.0.0.1"
 DEFAULT_HTTP_PORT = 8000
 ROUTE_PREFIX = "/"

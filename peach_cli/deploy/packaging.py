@@ -167,6 +167,7 @@ SERVE_APP_MODULES = (
     "peach_cli/deploy/reports.py",
     "peach_cli/deploy/runs.py",
     "peach_cli/deploy/scheduler_app.py",
+    "peach_cli/deploy/start_priority.py",
     "peach_cli/deploy/variables.py",
 )
 """The Ray Serve application around the replica runtime (the gateway, component and task
@@ -182,11 +183,18 @@ def runtime_modules() -> tuple[str, ...]:
     return (*runtime_files(), *SERVE_APP_MODULES)
 
 
+SITECUSTOMIZE = ("sitecustomize.py", "peach_cli/deploy/start_priority.py")
+"""The runtime package's top-level ``sitecustomize``: ``start_priority`` again, which
+lowers a replica's process before it imports Ray (see there)."""
+
+
 def runtime_package() -> Package:
     """The runtime part of ``peach_cli``, for ``py_modules``: the cluster needs only Ray."""
     from peach_cli.envs.runtime import SOURCE_ROOT
 
     entries = [(name, (SOURCE_ROOT / name).read_bytes()) for name in runtime_modules()]
+    name, source = SITECUSTOMIZE
+    entries.append((name, (SOURCE_ROOT / source).read_bytes()))
     return package("runtime", entries, "peach's runtime")
 
 

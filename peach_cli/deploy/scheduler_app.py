@@ -32,6 +32,7 @@ from typing import Any
 from ray import serve
 
 from peach_cli.deploy.runs import TERMINAL, JobsREST, LogFollower, ended_with, run_request
+from peach_cli.deploy.start_priority import serve_at_full_priority
 from peach_cli.runtime.taskloop import (
     DEFAULT_INTERVAL_S,
     Run,
@@ -94,6 +95,7 @@ class ServeTaskScheduler:
         self._runner: asyncio.Task[None] | None = None
         self._current: str | None = None
         """The submission id of the job running now."""
+        serve_at_full_priority()  # started low, as every replica of the application
 
     async def reconfigure(self, config: dict[str, Any]) -> None:
         """A deploy's config: the tasks as they are now (from their next run), the loop."""

@@ -178,6 +178,18 @@ def children() -> set[int]:
     return found
 
 
+def thread_ids() -> list[int]:
+    """Every thread of this process by its kernel id, for what Linux keeps per thread (a
+    scheduling priority): ``/proc/self/task``; elsewhere ``[0]``, the process itself (one
+    priority for all its threads, as on macOS)."""
+    if offers("proc"):
+        try:
+            return [int(task) for task in os.listdir("/proc/self/task")]
+        except OSError:
+            pass
+    return [0]
+
+
 def _parents_from_proc() -> dict[int, int]:
     found: dict[int, int] = {}
     try:
