@@ -76,6 +76,7 @@ def render_profile(
         ):
             lines += ["", title]
             lines += [row(line) for line in profile.hottest(by, ROWS)]  # type: ignore[arg-type]
+        lines += _notes(profile)
     if profile.calls:
         lines += ["", "calls (the method, timed)"]
         lines += [_calls_row(frame, n, seconds) for frame, (n, seconds) in profile.calls.items()]
@@ -85,6 +86,35 @@ def render_profile(
         room = WIDTH - len(kind) - 2
         lines += ["", f"{kind}: {path if len(path) <= room else '…' + path[-(room - 1) :]}"]
     write_report("\n".join(lines) + "\n", channel="profile")
+
+
+NOTED = 0.1
+"""The share of a profile an estimate or a lean must reach to be said."""
+
+
+def _notes(profile: Profile) -> list[str]:
+    """What the shares above cannot show by themselves: the lean of wall-clock samples
+    toward the calls where threads let go of the GIL, and the loops whose samples were
+    shared among their lines."""
+    notes = []
+    share, line = profile.lean()
+    if share >= NOTED and line is not None:
+        where = f"{shown(line.position)} · {shown(line.function)}"
+        notes += ["", *_wrap(
+            f"biased: {share * 100:.0f}% of this time was counted in calls that let go of "
+            f"the GIL (a sleep, I/O) while the thread had been running Python in between, "
+            f"most at {where} ({line.share * 100:.0f}%). The sampler can look only when a "
+            "thread lets go of the GIL, so those lines show more than their share and the "
+            "lines run in between less."
+        )]  # fmt: skip
+    whole = profile.total_weight
+    if whole > 0 and profile.loops / whole >= NOTED:
+        notes += ["", *_wrap(
+            f"estimated: {profile.loops / whole * 100:.0f}% of the samples found a loop at "
+            "its jump back, the one place inside a loop the sampler can see; each is shared "
+            "among the loop's lines by their bytecode instructions."
+        )]  # fmt: skip
+    return notes
 
 
 def _calls_row(frame: tuple[str, str], n: float, seconds: float) -> str:
