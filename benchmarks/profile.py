@@ -388,9 +388,17 @@ def wall_against_py_spy(base: str, seconds: float, folder: Path) -> list[str]:
 
 def _py_spy_line(raw: str, function: str, line: int) -> float:
     """The share of ``function``'s samples (as the innermost frame of the user's code:
-    ``time.sleep`` is C, so it is ``yields`` itself) on its cell line ``line``: py-spy names
-    the extracted module's lines, the cell's first line being the smallest it saw plus
-    the offset of the function's first line sampled (``LOOP_LINES``, cell 7: line 6)."""
+    ``time.sleep`` is C, so it is ``yields`` itself) on its cell line ``line``. py-spy names
+    the lines of the module peach extracts from the notebook for the component (only the
+    cells it needs): they are turned into cell lines with the project's own line map."""
+    from peach_cli.runtime.contract.results import cell_line
+    from peach_cli.testing.host import FoundProject
+
+    plan = FoundProject.at(PROJECT, need_conf=True).built()
+    assert plan is not None
+    (spec,) = [
+        spec for spec in plan.components() if spec.method == {"busy": "hot"}.get(function, function)
+    ]
     by_line: dict[int, int] = {}
     for row in raw.splitlines():
         stack, _, count = row.rpartition(" ")
@@ -399,14 +407,9 @@ def _py_spy_line(raw: str, function: str, line: int) -> float:
             continue
         number = frames[-1].rstrip(")").rpartition(":")[2]
         if number.isdigit():
-            by_line[int(number)] = by_line.get(int(number), 0) + int(count)
-    if not by_line:
-        return 0.0
-    # the module line of the cell's line: the loop's body lines are the most sampled;
-    # yields: lines 6-9 of the cell (for, +=, if, sleep), busy: 3-4 (for, +=)
-    first = {"yields": 6, "busy": 3}[function]
-    offset = min(n for n in by_line if by_line[n] * 50 >= max(by_line.values())) - first
-    return by_line.get(line + offset, 0) / sum(by_line.values())
+            at = cell_line(spec, int(number))[1]
+            by_line[at] = by_line.get(at, 0) + int(count)
+    return by_line.get(line, 0) / max(sum(by_line.values()), 1)
 
 
 IN_PROCESS = r"""
