@@ -234,17 +234,12 @@ class Sampler:
             if native is None:
                 self._natives = {t.ident: t.native_id for t in threading.enumerate() if t.ident}
                 native = self._natives.get(ident)
-            try:
-                known = os.open(f"/proc/self/task/{native}/schedstat", os.O_RDONLY)
-            except (OSError, TypeError):
-                known = -1
-            self._schedstats[ident] = known
+            opened = linux.open_schedstat(native) if native is not None else None
+            known = self._schedstats[ident] = -1 if opened is None else opened
         if known < 0:
             return None
-        try:
-            fields = os.pread(known, 128, 0).split()
-            ran = (int(fields[0]) + int(fields[1])) / 1e9
-        except (OSError, ValueError, IndexError):  # the thread ended: its ident may be reused
+        ran = linux.ran_s(known)
+        if ran is None:  # the thread ended: its ident may be a new thread's
             os.close(self._schedstats.pop(ident))
             self._natives.pop(ident, None)
             self._ran_seen.pop(ident, None)
