@@ -207,12 +207,12 @@ class Sampler:
 
     def _lean(self, ident: int, stack: Stack, frame: FrameType, elapsed: float) -> None:
         """Count in ``leans`` the part of ``elapsed`` that thread ``ident``, found in a call
-        of C code (``frame``, its innermost), spent running: the CPU it used since it was
-        last read. The sampler looks when a thread lets go of the GIL — at a sleep, I/O,
+        of C code (``frame``, its innermost), spent running (``_ran``: on a CPU or
+        waiting for one) since it was last read. The sampler looks when a thread lets go of the GIL — at a sleep, I/O,
         any call that lets go of it — so a thread that runs Python between such calls is
         found at them, and the wall-clock time it ran is counted there (``time.sleep(0)``
-        in a loop gets the loop's time). A thread found waiting in a call used next to no
-        CPU meanwhile; one stopped at a loop's jump is where it ran."""
+        in a loop gets the loop's time). A thread that waited in the call all along ran
+        next to nothing meanwhile; one stopped at a loop's jump is where it ran."""
         used = self._ran(ident)
         if not used:
             return
