@@ -120,33 +120,6 @@ def thread_state(native_id: int) -> str | None:
     return "lock" if word == _FUTEX else "blocked"
 
 
-def open_schedstat(native_id: int) -> int | None:
-    """A descriptor of thread ``native_id``'s ``/proc`` ``schedstat`` (this process's), to
-    read again and again with ``ran_s`` (``peach profile``); None where it cannot be read.
-    Its caller checks ``offers("proc")`` once, and closes the descriptor."""
-    try:
-        return os.open(f"/proc/self/task/{native_id}/schedstat", os.O_RDONLY)
-    except OSError:
-        return None
-
-
-def ran_s(descriptor: int) -> float | None:
-    """The seconds the thread of a ``open_schedstat`` descriptor has run on a CPU or waited
-    for one (in a run queue), since it started; None when it has ended. Time it slept or
-    waited for a lock (the GIL) or I/O is in neither.
-
-    >>> import threading
-    >>> descriptor = open_schedstat(threading.get_native_id())
-    >>> descriptor is None or ran_s(descriptor) > 0
-    True
-    """
-    try:
-        fields = os.pread(descriptor, 128, 0).split()
-        return (int(fields[0]) + int(fields[1])) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def missing() -> list[Feature]:
     """The features this system lacks (or does without), in ``FEATURES``' order."""
     return [feature for feature in FEATURES if not offers(feature.name)]
@@ -257,9 +230,7 @@ __all__ = [
     "children",
     "missing",
     "offers",
-    "open_schedstat",
     "parents",
-    "ran_s",
     "set_parent_death_signal",
     "thread_state",
 ]

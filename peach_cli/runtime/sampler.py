@@ -122,9 +122,6 @@ class Sampler:
         """Wall-clock seconds counted on a call where the thread was found while it had run
         elsewhere (``_lean``): a stack → seconds."""
         self._loops = _Loops()
-        self._schedstats: dict[int, int] = {}
-        """A thread → its ``schedstat`` file, kept open (-1: cannot be read)."""
-        self._ran_seen: dict[int, float] = {}
 
     def start(self) -> None:
         self.started = time.perf_counter()
@@ -150,10 +147,6 @@ class Sampler:
             sys.setswitchinterval(self._switch)
             self._switch = None
         self.ended = time.perf_counter()
-        for descriptor in self._schedstats.values():
-            if descriptor >= 0:
-                os.close(descriptor)
-        self._schedstats.clear()
         return self.profile()
 
     # -- sampling ------------------------------------------------------------------------
@@ -207,46 +200,21 @@ class Sampler:
 
     def _lean(self, ident: int, stack: Stack, frame: FrameType, elapsed: float) -> None:
         """Count in ``leans`` the part of ``elapsed`` that thread ``ident``, found in a call
-        of C code (``frame``, its innermost), spent running (``_ran``: on a CPU or
-        waiting for one) since it was last read. The sampler looks when a thread lets go of the GIL — at a sleep, I/O,
+        of C code (``frame``, its innermost), spent running: the CPU time it used since
+        it was last read (its own clock; none where threads have no clock). The sampler looks when a thread lets go of the GIL — at a sleep, I/O,
         any call that lets go of it — so a thread that runs Python between such calls is
         found at them, and the wall-clock time it ran is counted there (``time.sleep(0)``
-        in a loop gets the loop's time). A thread that waited in the call all along ran
-        next to nothing meanwhile; one stopped at a loop's jump is where it ran."""
-        used = self._ran(ident)
+        in a loop gets the loop's time). A thread that waited in the call all along used
+        next to no CPU meanwhile; one stopped at a loop's jump is where it ran. Time the
+        thread waited for a CPU on a busy machine is not counted: the lean said is the
+        least it can be."""
+        used = self._cpu_used(ident)
         if not used:
             return
         lasti = frame.f_lasti
         code = frame.f_code.co_code
         if 0 <= lasti < len(code) and code[lasti] in _CALLS:
             self.leans[stack] = self.leans.get(stack, 0.0) + min(used, elapsed)
-
-    def _ran(self, ident: int) -> float | None:
-        """The seconds thread ``ident`` ran or was ready to run (on a CPU, or waiting for
-        one: what a busy machine takes from it) since it was last read: Linux's
-        ``schedstat``; elsewhere its CPU time. Time waiting for the GIL, a lock or I/O is
-        in neither."""
-        if not self._proc:
-            return self._cpu_used(ident)
-        known = self._schedstats.get(ident)
-        if known is None:
-            native = self._natives.get(ident)
-            if native is None:
-                self._natives = {t.ident: t.native_id for t in threading.enumerate() if t.ident}
-                native = self._natives.get(ident)
-            opened = linux.open_schedstat(native) if native is not None else None
-            known = self._schedstats[ident] = -1 if opened is None else opened
-        if known < 0:
-            return None
-        ran = linux.ran_s(known)
-        if ran is None:  # the thread ended: its ident may be a new thread's
-            os.close(self._schedstats.pop(ident))
-            self._natives.pop(ident, None)
-            self._ran_seen.pop(ident, None)
-            return None
-        previous = self._ran_seen.get(ident)
-        self._ran_seen[ident] = ran
-        return 0.0 if previous is None else max(0.0, ran - previous)
 
     def _sample_cpu(
         self, frames: dict[int, FrameType], me: int, main: int | None, elapsed: float
