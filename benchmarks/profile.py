@@ -373,7 +373,7 @@ def wall_against_py_spy(base: str, seconds: float, folder: Path) -> list[str]:
                 if row.function == function
             }
             ours = mine.get(line, 0.0) / max(sum(mine.values()), 1e-9)
-            lean, _ = merged.lean()
+            lean = merged.lean()[0] if hasattr(merged, "lean") else float("nan")  # older code
             text = (f"  {endpoint:7} -c {concurrency}: peach: line {line} {ours:.2f} of "
                     f"{function}'s samples, said to lean {lean:.2f}")  # fmt: skip
             if spied is not None:
