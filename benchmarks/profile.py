@@ -22,17 +22,25 @@
    and -c 8, profiled by peach (--cpu) and recorded by py-spy (its on-CPU samples: no
    ``--idle``; the leaves where a thread waits are left out, as py-spy counts a thread
    it has just let go as running on a busy machine) under the same load: the shares
-   (the method's, and the first line's of the method's), and the CPU seconds peach's
+   (the method's, and its first loop line's share of its two loop lines — ``busy``'s
+   ``for`` line and body, both always compared), and the CPU seconds peach's
    profile holds against the replica's CPU time (psutil). Targets: within 10 points;
    within 10 %.
 5. **Idle**: the replica's CPU with a profile session open and no request, against the
    same without, in % of a core (docs/load.md quotes it).
+6. **Wall-clock against py-spy** (``--idle``: its wall-clock samples): ``/yields`` (a loop
+   calling ``time.sleep(0)``) and ``/hot`` at -c 1 and -c 8, the sleep line's (the ``for``
+   line's) share of the function's samples, and the lean peach's output reports. The
+   sampler looks when a thread lets go of the GIL, so where a loop lets go of it at
+   ``time.sleep(0)`` it finds the thread there: that lean is said, not fixed (fixing it
+   would take a shorter GIL switch interval, some 5 % of a busy replica's CPU).
 
 Usage::
 
     python benchmarks/profile.py              # about three minutes
     python benchmarks/profile.py --cpu-only   # section 4 alone
     python benchmarks/profile.py --idle-only  # section 5 alone
+    python benchmarks/profile.py --wall-only  # section 6 alone
     python benchmarks/profile.py --seconds 3
 """
 
@@ -212,37 +220,42 @@ def _py_spy_shares(raw: str, function: str) -> dict[str, float]:
             by_line[int(line)] = by_line.get(int(line), 0) + int(count)
         else:
             other += int(count)
-    if function == "spin":  # its two loops; the lines around them are next to nothing
-        by_line = {n: by_line[n] for n in sorted(by_line, key=by_line.__getitem__)[-2:]}
-    return _shares(by_line, other)
+    # the two lines of the function's loops (spin: two one-line loops; busy: a `for` line
+    # and its body); the lines around them are next to nothing
+    two = sorted(sorted(by_line, key=by_line.__getitem__)[-2:]) or [0]
+    counted = {n: float(count) for n, count in by_line.items()}
+    return _shares(counted, sum(counted.values()) + other, two)
 
 
-def _shares(by_line: dict[int, float], other: float) -> dict[str, float]:
-    mine = sum(by_line.values())
-    shares = {"function": mine / max(mine + other, 1e-9)}
-    if len(by_line) > 1:  # /spin's two lines; /hot's loop is one line for peach (below)
-        shares["first line"] = by_line[min(by_line)] / max(mine, 1e-9)
-    return shares
+def _shares(by_line: dict[int, float], whole: float, two: list[int]) -> dict[str, float]:
+    """The function's share of the whole (all its lines), and its first loop line's share of
+    its two loop lines (``two``: both always compared, a line without samples at 0)."""
+    loop = sum(by_line.get(n, 0.0) for n in two)
+    return {
+        "function": sum(by_line.values()) / max(whole, 1e-9),
+        "first line": by_line.get(two[0], 0.0) / max(loop, 1e-9),
+    }
+
+
+LOOP_LINES = {"spin": [3, 5], "busy": [3, 4]}
+"""The cell lines of each function's two loop lines (tests/projects/profile's Hot.ipynb)."""
 
 
 def _peach_shares(profile: dict, function: str) -> dict[str, float]:
-    """The same shares from peach's profile (by self time). A forced switch of the GIL
-    happens at the jump that ends a loop's body: a sampler inside the process sees a thread
-    there, never on a ``for`` line, so ``/hot``'s loop is one line for peach, two for py-spy;
-    ``/spin``'s loops are one line each."""
+    """The same shares from peach's profile (by self time). A thread running Python is seen
+    from inside the process only where it lets go of the GIL: in ``busy``'s loop, at the
+    jump back at the end of its body; peach shares such samples among the loop's lines by
+    their bytecode (``loops`` in the profile, printed beside)."""
     from peach_cli.profile.model import Profile
 
     by_line: dict[int, float] = {}
-    other = 0.0
+    whole = 0.0
     for line in Profile.merge([profile]).hottest("self"):
+        whole += line.share
         if line.function == function:
             number = int(line.position.rpartition(" ")[2])
             by_line[number] = by_line.get(number, 0.0) + line.share
-        else:
-            other += line.share
-    if function == "spin":  # its loops: cell lines 3 and 5; the rest is next to nothing
-        by_line = {n: share for n, share in by_line.items() if n in (3, 5)}
-    return _shares(by_line, other)
+    return _shares(by_line, whole, LOOP_LINES[function])
 
 
 def idle_cost(base: str, seconds: float, rounds: int) -> tuple[float, float]:
@@ -281,43 +294,26 @@ def cpu_against_py_spy(base: str, seconds: float, folder: Path) -> float:
     one run. Returns the largest difference in points."""
     import psutil
 
-    spy = shutil.which("py-spy")
     worst = 0.0
     for endpoint, function in (("/spin", "spin"), ("/hot", "busy")):
         pid = replica_pid(base, endpoint)
         process = psutil.Process(pid)
         for concurrency in ("1", "8"):
             out = folder / f"cpu-{function}-{concurrency}.txt"
-            recorder = None
-            if spy is not None:
-                # until the load ends (SIGINT below)
-                command = [spy, "record", "--pid", str(pid), "--rate", "100", "--format",
-                           "raw", "-o", str(out)]  # fmt: skip
-                recorder = subprocess.Popen(
-                    command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-                )
             before = sum(process.cpu_times()[:2])
-            session = action(base, "start", {"url": endpoint, "cpu": True})["session"]
-            try:
-                subprocess.run(
-                    [sys.executable, "-m", "peach_cli.cli", "bench", base + endpoint,
-                     "--duration", str(seconds), "--concurrency", concurrency],
-                    capture_output=True, cwd=REPO, check=True,
-                )  # fmt: skip
-            finally:
-                (profile,) = action(base, "stop", {"session": session})["profiles"]
+            profile, spied = _both_under_load(base, endpoint, concurrency, seconds, out, cpu=True)
             used = sum(process.cpu_times()[:2]) - before
             exported = sum(weight for _, weight in profile["stacks"])
             ours = _peach_shares(profile, function)
             figures = " ".join(f"{k} {v:.2f}" for k, v in sorted(ours.items()))
+            estimated = profile.get("loops", 0.0) / max(exported, 1e-9)
+            figures += f" (estimated at a loop's jump: {estimated:.2f})"
             line = (f"  {endpoint:6} -c {concurrency}: CPU s in the profile {exported:.2f}, "
                     f"the replica used {used:.2f} ({exported / max(used, 1e-9):.3f}×) · "
                     f"peach {figures}")  # fmt: skip
-            if recorder is not None:
-                recorder.send_signal(signal.SIGINT)
-                recorder.communicate(timeout=60)
-                theirs = _py_spy_shares(out.read_text() if out.exists() else "", function)
-                gap = max(abs(ours[k] - theirs[k]) for k in theirs if k in ours)
+            if spied is not None:
+                theirs = _py_spy_shares(spied, function)
+                gap = max(abs(ours[k] - theirs[k]) for k in ("function", "first line"))
                 worst = max(worst, gap)
                 line += (
                     " · py-spy "
@@ -326,6 +322,94 @@ def cpu_against_py_spy(base: str, seconds: float, folder: Path) -> float:
                 )
             print(line, flush=True)
     return worst
+
+
+def _both_under_load(
+    base: str, endpoint: str, concurrency: str, seconds: float, out: Path, *, cpu: bool
+) -> tuple[dict, str | None]:
+    """Profile ``endpoint``'s replica with peach (``cpu`` or wall-clock) and record it with
+    py-spy (its on-CPU samples, or with ``--idle`` its wall-clock ones) under the same
+    `peach bench` load: peach's profile, and py-spy's raw samples (None: no py-spy)."""
+    spy = shutil.which("py-spy")
+    recorder = None
+    if spy is not None:  # until the load ends (SIGINT below)
+        command = [spy, "record", "--pid", str(replica_pid(base, endpoint)), "--rate", "100",
+                   "--format", "raw", "-o", str(out)] + ([] if cpu else ["--idle"])  # fmt: skip
+        recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    session = action(base, "start", {"url": endpoint, "cpu": cpu})["session"]
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "peach_cli.cli", "bench", base + endpoint,
+             "--duration", str(seconds), "--concurrency", concurrency],
+            capture_output=True, cwd=REPO, check=True,
+        )  # fmt: skip
+    finally:
+        (profile,) = action(base, "stop", {"session": session})["profiles"]
+    if recorder is None:
+        return profile, None
+    recorder.send_signal(signal.SIGINT)
+    recorder.communicate(timeout=60)
+    return profile, out.read_text() if out.exists() else ""
+
+
+def wall_against_py_spy(base: str, seconds: float, folder: Path) -> list[str]:
+    """Wall-clock mode against py-spy's wall-clock samples (``--idle``: every thread, running
+    or not) of the same replica under the same load: ``/yields`` (a loop that calls
+    ``time.sleep(0)`` every 2,000 turns, cell 7, line 9) and ``/hot`` (a loop that never
+    lets go of the GIL), at -c 1 and -c 8: the sleep line's share of ``yields``' samples
+    (``/hot``: the ``for`` line's share of ``busy``'s loop), and whether peach's output says
+    that its samples lean toward where threads let go of the GIL (the share it reports)."""
+    from peach_cli.profile.model import Profile
+
+    found = []
+    for endpoint, function, line in (("/yields", "yields", 9), ("/hot", "busy", 3)):
+        for concurrency in ("1", "8"):
+            out = folder / f"wall-{function}-{concurrency}.txt"
+            profile, spied = _both_under_load(base, endpoint, concurrency, seconds, out, cpu=False)
+            merged = Profile.merge([profile])
+            mine = {
+                int(row.position.rpartition(" ")[2]): row.share
+                for row in merged.hottest("self")
+                if row.function == function
+            }
+            ours = mine.get(line, 0.0) / max(sum(mine.values()), 1e-9)
+            lean = merged.lean()[0] if hasattr(merged, "lean") else float("nan")  # older code
+            text = (f"  {endpoint:7} -c {concurrency}: peach: line {line} {ours:.2f} of "
+                    f"{function}'s samples, said to lean {lean:.2f}")  # fmt: skip
+            if spied is not None:
+                theirs = _py_spy_line(spied, function, line)
+                text += (
+                    f" · py-spy --idle: {theirs:.2f} · gap {abs(ours - theirs) * 100:.1f} points"
+                )
+            print(text, flush=True)
+            found.append(text)
+    return found
+
+
+def _py_spy_line(raw: str, function: str, line: int) -> float:
+    """The share of ``function``'s samples (as the innermost frame of the user's code:
+    ``time.sleep`` is C, so it is ``yields`` itself) on its cell line ``line``. py-spy names
+    the lines of the module peach extracts from the notebook for the component (only the
+    cells it needs): they are turned into cell lines with the project's own line map."""
+    from peach_cli.runtime.contract.results import cell_line
+    from peach_cli.testing.host import FoundProject
+
+    plan = FoundProject.at(PROJECT, need_conf=True).built()
+    assert plan is not None
+    (spec,) = [
+        spec for spec in plan.components() if spec.method == {"busy": "hot"}.get(function, function)
+    ]
+    by_line: dict[int, int] = {}
+    for row in raw.splitlines():
+        stack, _, count = row.rpartition(" ")
+        frames = [f for f in stack.split(";") if f.startswith(function + " (")]
+        if not count.isdigit() or not frames:
+            continue
+        number = frames[-1].rstrip(")").rpartition(":")[2]
+        if number.isdigit():
+            at = cell_line(spec, int(number))[1]
+            by_line[at] = by_line.get(at, 0) + int(count)
+    return by_line.get(line, 0) / max(sum(by_line.values()), 1)
 
 
 IN_PROCESS = r"""
@@ -407,6 +491,7 @@ def main() -> None:
     parser.add_argument("--skip-alternatives", action="store_true")
     parser.add_argument("--cpu-only", action="store_true", help="only 4. (--cpu against py-spy)")
     parser.add_argument("--idle-only", action="store_true", help="only 5. (the idle cost)")
+    parser.add_argument("--wall-only", action="store_true", help="only 6. (wall-clock, py-spy)")
     parser.add_argument("--keep", help="a folder to keep py-spy's samples in (with --cpu-only)")
     options = parser.parse_args()
     if options.idle_only:
@@ -419,6 +504,14 @@ def main() -> None:
         print(
             f"5. idle: the sampler costs {wall:.2f} % of a core (wall-clock), {cpu:.2f} % (--cpu)"
         )
+        return
+    if options.wall_only:
+        with tempfile.TemporaryDirectory() as scratch:
+            server = start_dev(Path(scratch))
+            try:
+                wall_against_py_spy(server.url, options.seconds, Path(options.keep or scratch))
+            finally:
+                server.stop()
         return
     if options.cpu_only:
         with tempfile.TemporaryDirectory() as scratch:
@@ -442,6 +535,9 @@ def main() -> None:
             print("4. --cpu against py-spy's on-CPU samples, the same load (target ≤ 10 points; "
                   "CPU seconds within 10 %)")  # fmt: skip
             gap = cpu_against_py_spy(server.url, options.seconds, folder)
+            print("6. wall-clock against py-spy --idle: a time.sleep(0) loop, a loop that "
+                  "never lets go of the GIL")  # fmt: skip
+            wall_against_py_spy(server.url, options.seconds, folder)
             wall, cpu = idle_cost(server.url, options.seconds, options.rounds)
             print(f"5. idle: the sampler costs {wall:.2f} % of a core in a replica without "
                   f"requests (wall-clock), {cpu:.2f} % (--cpu)")  # fmt: skip

@@ -221,6 +221,49 @@ def test_cpu_time_is_the_cpu_the_replica_used_on_each_line(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["--cpu", "wall-clock"])
+def test_a_loop_seen_only_at_its_end_is_shared_among_its_lines(dev, mode: str) -> None:
+    """`busy`'s loop (cell 3: line 3 `for i in range(n):`, line 4 its body) never lets go of
+    the GIL, so the sampler sees it only at the jump back at the end of its body (line 4).
+    Such a sample stands for the whole loop and is shared among its lines by their
+    bytecode: the `for` line gets a part (py-spy, sampling from outside, gives it about a
+    quarter; peach's instruction count 2 of 11) instead of nothing, and the text says
+    that these shares are estimated."""
+    extra = [mode] if mode == "--cpu" else []
+    code, out, err = profile("/hot", "--url", dev.url, "--duration", "2", "--format", "json",
+                             *extra)  # fmt: skip
+    assert code == 0, out + err
+    shares = {line["position"]: line["share"] for line in json.loads(out)["self"]}
+    head, body = (shares.get(f"notebooks/Hot.ipynb, cell 3, line {n}", 0.0) for n in (3, 4))
+    assert body > head > 0, shares
+    assert 0.05 <= head / (head + body) <= 0.45, shares
+    code, out, err = profile("/hot", "--url", dev.url, "--duration", "1.5", *extra, columns=80)
+    assert code == 0, out + err
+    said = " ".join(out.split())
+    assert "estimated: " in said and "shared among the loop's lines by their bytecode" in said
+    assert "biased:" not in said, out  # a loop that never lets go of the GIL does not lean
+
+
+@pytest.mark.slow
+def test_wall_clock_says_when_its_samples_lean_toward_where_threads_let_go_of_the_gil(
+    dev,
+) -> None:
+    """`yields` runs a loop that calls `time.sleep(0)` every 2,000 turns (cell 7, line 9):
+    the sampler, which can look only when a thread lets go of the GIL, finds the thread
+    there nearly every time, though the loop's other lines do most of the work. The lean
+    cannot be taken out at the default cost, so the output says so and names the line;
+    `busy`'s loop, under the same load, has no such note (the test above)."""
+    code, out, err = profile("/yields", "--url", dev.url, "-c", "1", "--duration", "2",
+                             columns=80)  # fmt: skip
+    assert code == 0, out + err
+    said = " ".join(out.split())
+    assert "biased: " in said, out
+    assert "most at notebooks/Hot.ipynb, cell 7, line 9 · yields" in said, out
+    assert "those lines show more than their share" in said, out
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+
+
+@pytest.mark.slow
 def test_a_method_too_short_to_sample_is_named_by_its_calls(tmp_path: Path) -> None:
     """The tour's `peach profile /greet name=Ada` on `peach init`'s project: greet takes a
     few microseconds and never lets go of the GIL, so no sample finds it; its calls, timed,

@@ -53,8 +53,12 @@ class Profile:
     """The user's methods (their ``def`` line) → [calls, seconds in them], every replica's."""
     busy: int = 0
     """Samples that found a thread in the user's code (wall-clock)."""
-    late: int = 0
-    """Of those, the ones that waited for a thread to let go of the GIL (counted, not shown: by the clock it cannot tell a starved sampler from a lean)."""
+    loops: float = 0.0
+    """Seconds of samples taken at a loop's jump back and shared among its lines (an
+    estimate: ``peach_cli.runtime.sampler._Loops``)."""
+    leans: dict[Frame, float] = field(default_factory=dict)
+    """Wall-clock seconds counted on a line where a thread was found in a call that lets go
+    of the GIL while it had been running elsewhere (``Sampler._lean``)."""
 
     @classmethod
     def merge(cls, profiles: Iterable[dict[str, Any]], duration_s: float | None = None) -> Profile:
@@ -65,7 +69,7 @@ class Profile:
             longest = max(longest, float(profile.get("duration_s", 0.0)))
             merged.mode = str(profile.get("mode", merged.mode))
             merged.busy += int(profile.get("busy", 0))
-            merged.late += int(profile.get("late", 0))
+            merged.loops += float(profile.get("loops", 0.0))
             if "replica" in profile:
                 merged.replicas.append(str(profile["replica"]))
             for _kind, position, function, n, seconds in profile.get("calls", []):
@@ -73,6 +77,10 @@ class Profile:
                 figures[0] += int(n)
                 figures[1] += float(seconds)
             table = [tuple(entry) for entry in profile.get("frames", [])]
+            for leaf, seconds in profile.get("leans", []):
+                _kind, position, function = table[leaf]
+                frame = (str(position), str(function))
+                merged.leans[frame] = merged.leans.get(frame, 0.0) + float(seconds)
             for indices, weight in profile.get("stacks", []):
                 folded = merged._fold([table[i] for i in indices])
                 if folded:
@@ -98,6 +106,16 @@ class Profile:
     @property
     def total_weight(self) -> float:
         return sum(self.stacks.values())
+
+    def lean(self) -> tuple[float, Line | None]:
+        """The share of the time counted on lines where a thread let go of the GIL after
+        running elsewhere (wall-clock), and the line that took most of it."""
+        whole = self.total_weight
+        if not self.leans or whole <= 0:
+            return 0.0, None
+        (position, function), seconds = max(self.leans.items(), key=lambda item: item[1])
+        share = min(1.0, sum(self.leans.values()) / whole)
+        return share, Line(position, function, round(min(1.0, seconds / whole), 4))
 
     def hottest(self, by: Literal["self", "total"], limit: int | None = None) -> list[Line]:
         """The frames by the share of the time they were the innermost (``self``) or on

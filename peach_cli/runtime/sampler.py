@@ -15,21 +15,26 @@ its CPU clock (the time it ran, never the time it waited for the GIL, a lock or 
 the stack it is on: peach's work included, folded into one entry later; the CPU seconds a
 profile holds are the replica's, but for the sampler's own (``_cpu_weight``).
 
-While it runs, ``timed`` counts the calls of the user's method and the time they take (a
-call too short to be sampled is still named), and wall-clock mode counts the samples that
-waited for a thread to let go of the GIL (``late``): those find that thread where it let
-go, so the profile leans toward such lines (counted in the profile, not shown).
+The sampler sees a thread running Python only where it lets go of the GIL: a sample at
+a loop's jump back stands for the loop's lines and is shared among them (``_Loops``, an
+estimate: ``loops`` in the profile is the weight so shared). While it runs, ``timed``
+counts the calls of the user's method and the time they take (a call too short to be
+sampled is still named), and wall-clock mode counts, on each line, the time a thread was
+found there — in a call that lets go of the GIL — while it had been running elsewhere
+(``leans``: the lean toward such lines, which `peach profile` reports).
 
 ``stop()`` returns the profile as plain data: a table of frames, each
 ``(kind, position, function)`` with ``kind`` one of ``notebook``, ``project``, ``library``,
 ``stdlib`` or ``peach``, and the distinct stacks (root first, as indices in the table) with
-their weights in seconds. Notebook code is named ``notebooks/X.ipynb, cell N, line L``, as
-tracebacks and pdb name it (``peach_cli.runtime.debug``).
+their weights in seconds; ``leans`` as ``[frame index, seconds]``. Notebook code is named
+``notebooks/X.ipynb, cell N, line L``, as tracebacks and pdb name it
+(``peach_cli.runtime.debug``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dis
 import functools
 import inspect
 import os
@@ -46,9 +51,6 @@ from peach_cli.runtime import debug, linux
 
 DEFAULT_INTERVAL_S = 0.01
 """100 samples a second, as py-spy's default."""
-_LATE_S = 0.0005
-"""How much longer than its interval a sample must wait to have waited for the GIL rather
-than for the system's timer."""
 
 _PEACH_DIR = os.path.dirname(os.path.abspath(peach_cli.__file__)) + os.sep
 _STDLIB_DIRS = tuple(
@@ -116,8 +118,10 @@ class Sampler:
         """A method → its counting wrapper, made once."""
         self.busy = 0
         """Samples that found a thread in the user's code (wall-clock)."""
-        self.late = 0
-        """Of those, the ones that waited for a thread to let go of the GIL (``_run``)."""
+        self.leans: dict[Stack, float] = {}
+        """Wall-clock seconds counted on a call where the thread was found while it had run
+        elsewhere (``_lean``): a stack → seconds."""
+        self._loops = _Loops()
 
     def start(self) -> None:
         self.started = time.perf_counter()
@@ -150,21 +154,13 @@ class Sampler:
     def _run(self) -> None:
         last = time.perf_counter()
         me = threading.get_ident()
-        switch = sys.getswitchinterval()
         while True:
-            asleep = time.perf_counter()
             if self._stop.wait(self.interval_s):
                 break
             now = time.perf_counter()
-            # Woken, the sampler waits for the GIL. A thread that holds it lets go at its
-            # next wait (I/O, a sleep — `time.sleep(0)` too) or, after the switch interval,
-            # wherever it is: a sample that waited for the GIL less than that was taken
-            # where a thread let go of it, and finds that thread on that line.
-            late = _LATE_S < now - asleep - self.interval_s < 0.9 * switch
             try:
                 if self._sample(now - last, me):
                     self.busy += 1
-                    self.late += late
             except Exception:  # noqa: BLE001, S112 - a racing thread or task: skip one sample
                 continue
             finally:
@@ -186,20 +182,39 @@ class Sampler:
             self._sample_cpu(frames, me, main, elapsed)
             return False
         snapshot = [
-            (ident, _stack_of(frame, codes))
+            (ident, _stack_of(frame, codes, self._loops), frame)
             for ident, frame in frames.items()
             if ident != me and (ident == main or id(frame.f_code) not in idle)
         ]  # (a worker thread waiting for work has nothing of the user's below)
         users = []
-        for ident, stack in snapshot:  # wall-clock: the time requests spend in the user's
-            if not self._waits(stack):  # code, waits included
+        for ident, stack, frame in snapshot:  # wall-clock: the time requests spend in the
+            if not self._waits(stack):  # user's code, waits included
                 stacks[stack] = stacks.get(stack, 0.0) + elapsed
                 users.append(ident)
+                self._lean(ident, stack, frame, elapsed)
         if self.loop is not None:
             for stack in _waiting_coroutines(self.loop, codes):
                 if not self._waits(stack):
                     stacks[stack] = stacks.get(stack, 0.0) + elapsed
         return bool(users)
+
+    def _lean(self, ident: int, stack: Stack, frame: FrameType, elapsed: float) -> None:
+        """Count in ``leans`` the part of ``elapsed`` that thread ``ident``, found in a call
+        of C code (``frame``, its innermost), spent running: the CPU time it used since
+        it was last read (its own clock; none where threads have no clock). The sampler looks when a thread lets go of the GIL — at a sleep, I/O,
+        any call that lets go of it — so a thread that runs Python between such calls is
+        found at them, and the wall-clock time it ran is counted there (``time.sleep(0)``
+        in a loop gets the loop's time). A thread that waited in the call all along used
+        next to no CPU meanwhile; one stopped at a loop's jump is where it ran. Time the
+        thread waited for a CPU on a busy machine is not counted: the lean said is the
+        least it can be."""
+        used = self._cpu_used(ident)
+        if not used:
+            return
+        lasti = frame.f_lasti
+        code = frame.f_code.co_code
+        if 0 <= lasti < len(code) and code[lasti] in _CALLS:
+            self.leans[stack] = self.leans.get(stack, 0.0) + min(used, elapsed)
 
     def _sample_cpu(
         self, frames: dict[int, FrameType], me: int, main: int | None, elapsed: float
@@ -210,7 +225,9 @@ class Sampler:
         stopped, on the stack it was last seen running on (its own, folded into peach's
         entry, when it never was). The sampler's own CPU is peach's too."""
         stacks = self.stacks
-        snapshot = [(ident, _stack_of(frame, self._codes)) for ident, frame in frames.items()]
+        snapshot = [
+            (ident, _stack_of(frame, self._codes, self._loops)) for ident, frame in frames.items()
+        ]
         for ident, stack in snapshot:  # every thread's clock moves on, a waiting one's too
             used = self._cpu_used(ident)
             if used is None or ident in (me, main):
@@ -319,8 +336,8 @@ class Sampler:
     def profile(self) -> dict[str, Any]:
         frames: list[tuple[str, str, str]] = []
         index: dict[tuple[int, int], int] = {}
-        stacks = []
-        for stack, weight in list(self.stacks.items()):
+
+        def indices_of(stack: Stack) -> list[int]:
             indices = []
             for key in zip(stack[0::2], stack[1::2], strict=True):
                 number = index.get(key)
@@ -328,7 +345,20 @@ class Sampler:
                     number = index[key] = len(frames)
                     frames.append(self._describe(self._codes[key[0]], key[1]))
                 indices.append(number)
-            stacks.append((indices, weight))
+            return indices
+
+        stacks = []
+        spread = 0.0
+        for stack, weight in list(self.stacks.items()):
+            shares = self._spread(stack)
+            if len(shares) > 1:
+                spread += weight
+            stacks += [(indices_of(lined), weight * share) for lined, share in shares]
+        leans: dict[int, float] = {}
+        for stack, seconds in list(self.leans.items()):
+            for lined, share in self._spread(stack):
+                leaf = indices_of(lined)[-1]
+                leans[leaf] = leans.get(leaf, 0.0) + seconds * share
         return {
             "pid": os.getpid(),
             "mode": "cpu" if self.cpu else "wall",
@@ -339,12 +369,22 @@ class Sampler:
             "frames": frames,
             "stacks": stacks,
             "busy": self.busy,
-            "late": self.late,
+            "loops": spread,
+            "leans": [[leaf, seconds] for leaf, seconds in leans.items()],
             "calls": [
                 [*self._describe(code, code.co_firstlineno), int(n), seconds]
                 for code, (n, seconds) in list(self.calls.items())
             ],
         }
+
+    def _spread(self, stack: Stack) -> list[tuple[Stack, float]]:
+        """``stack`` with its innermost line, and the share of its weight for it: several
+        when the thread was stopped at a loop's jump back (``_Loops``)."""
+        if not stack or stack[-1] >= 0:
+            return [(stack, 1.0)]
+        head = stack[:-1]
+        shares = self._loops.spread(self._codes[stack[-2]], -stack[-1] - 1)
+        return [((*head, line), share) for line, share in shares]
 
     # -- calls ---------------------------------------------------------------------------
 
@@ -400,18 +440,104 @@ class Sampler:
         return kind, f"{_short_path(filename, kind)}, line {line}", function
 
 
-def _stack_of(frame: FrameType | None, codes: dict[int, CodeType]) -> Stack:
+def _stack_of(frame: FrameType | None, codes: dict[int, CodeType], loops: _Loops) -> Stack:
+    """``frame``'s stack; its innermost frame's line is ``-(offset + 1)`` when the thread
+    was stopped at a loop's back edge (``_Loops``)."""
     stack = []
+    leaf = True
     while frame is not None:
         code = frame.f_code
         key = id(code)
         if key not in codes:
             codes[key] = code
-        stack.append(_line(frame))
+        line = _line(frame)
+        if leaf:
+            leaf = False
+            lasti = frame.f_lasti
+            if lasti in loops.edges(code):
+                line = -(lasti + 1)
+        stack.append(line)
         stack.append(key)
         frame = frame.f_back
     stack.reverse()
     return tuple(stack)
+
+
+_CALLS = frozenset(
+    number for number, name in enumerate(dis.opname) if name.startswith(("CALL", "PRECALL"))
+)
+_CHECKS = frozenset(
+    number
+    for number, name in enumerate(dis.opname)
+    if "BACKWARD" in name and not name.endswith("NO_INTERRUPT")
+)
+"""The jumps back to a loop's head where Python checks whether to let go of the GIL."""
+
+
+class _Loops:
+    """Where a thread running Python can be seen from inside the process, and what a sample
+    taken there stands for.
+
+    Another thread reads a thread's frame only while that thread has let go of the GIL,
+    and a thread running Python lets go of it only where it checks whether to: at a call
+    of C code (after it), at a function's start, and at the jump back to a loop's head. A
+    loop without a call in its body is therefore seen only at its end, on the line of that
+    jump (its last line), never on its head (``for i in range(n):``) nor on its other lines,
+    though the time is theirs too. A sample taken there stands for the stretch of the loop
+    run since the thread last checked: from the loop's head, or from the body's last call,
+    to the jump. ``spread`` shares such a sample among that stretch's lines by the number
+    of bytecode instructions each runs (an estimate: the instructions' costs differ)."""
+
+    def __init__(self) -> None:
+        self._edges: dict[int, tuple[CodeType, frozenset[int]]] = {}
+        self._spreads: dict[tuple[int, int], tuple[tuple[int, float], ...]] = {}
+
+    def edges(self, code: CodeType) -> frozenset[int]:
+        """The offsets of ``code``'s jumps back to a loop's head."""
+        known = self._edges.get(id(code))
+        if known is None or known[0] is not code:
+            raw = code.co_code
+            found = frozenset(offset for offset in range(0, len(raw), 2) if raw[offset] in _CHECKS)
+            known = self._edges[id(code)] = (code, found)
+        return known[1]
+
+    def spread(self, code: CodeType, offset: int) -> tuple[tuple[int, float], ...]:
+        """The lines of the stretch that ends at the jump at ``offset`` and their shares
+        (``((line, share), …)``, the shares adding up to 1)."""
+        key = (id(code), offset)
+        known = self._spreads.get(key)
+        if known is None:
+            known = self._spreads[key] = _stretch(code, offset)
+        return known
+
+
+def _stretch(code: CodeType, offset: int) -> tuple[tuple[int, float], ...]:
+    instructions = list(dis.get_instructions(code))
+    jump = next((i for i in instructions if i.offset == offset), None)
+    if jump is None or not isinstance(jump.argval, int) or jump.argval > offset:
+        return ((_line_at(code, offset), 1.0),)
+    inside = [i for i in instructions if jump.argval <= i.offset <= offset]
+    for index in range(len(inside) - 2, -1, -1):  # the last check before the jump
+        if inside[index].opcode in _CALLS or inside[index].opcode in _CHECKS:
+            inside = inside[index + 1 :]
+            break
+    counts: dict[int, int] = {}
+    for instruction in inside:
+        number = instruction.positions.lineno if instruction.positions else None
+        if number is not None and instruction.opname not in ("NOP", "EXTENDED_ARG", "CACHE"):
+            counts[number] = counts.get(number, 0) + 1
+    whole = sum(counts.values())
+    if not whole:
+        return ((_line_at(code, offset), 1.0),)
+    return tuple((line, n / whole) for line, n in sorted(counts.items()))
+
+
+def _line_at(code: CodeType, offset: int) -> int:
+    line = code.co_firstlineno
+    for start, _end, number in code.co_lines():
+        if start <= offset and number is not None:
+            line = number
+    return line
 
 
 def _line(frame: FrameType) -> int:

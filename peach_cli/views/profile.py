@@ -85,6 +85,7 @@ def render_profile(
             lines += ["", title]
             hottest = profile.hottest(by, ROWS)  # type: ignore[arg-type]
             lines += [row(line, secrets=output.secrets) for line in hottest]
+        lines += _notes(profile, output.secrets)
     if profile.calls:
         lines += ["", "calls (the method, timed)"]
         calls = profile.calls.items()
@@ -95,6 +96,35 @@ def render_profile(
         room = WIDTH - len(kind) - 2
         lines += ["", f"{kind}: {path if len(path) <= room else '…' + path[-(room - 1) :]}"]
     output.write_report("\n".join(lines) + "\n", channel="profile")
+
+
+NOTED = 0.1
+"""The share of a profile an estimate or a lean must reach to be said."""
+
+
+def _notes(profile: Profile, secrets: Secrets) -> list[str]:
+    """What the shares above cannot show by themselves: the lean of wall-clock samples
+    toward the calls where threads let go of the GIL, and the loops whose samples were
+    shared among their lines. Masked before they are wrapped."""
+    notes = []
+    share, line = profile.lean()
+    if share >= NOTED and line is not None:
+        where = f"{secrets.shown(line.position)} · {secrets.shown(line.function)}"
+        notes += ["", *_wrap(
+            f"biased: {share * 100:.0f}% of this time was counted in calls that let go of "
+            f"the GIL (a sleep, I/O) while the thread had been running Python in between, "
+            f"most at {where} ({line.share * 100:.0f}%). The sampler can look only when a "
+            "thread lets go of the GIL, so those lines show more than their share and the "
+            "lines run in between less."
+        )]  # fmt: skip
+    whole = profile.total_weight
+    if whole > 0 and profile.loops / whole >= NOTED:
+        notes += ["", *_wrap(
+            f"estimated: {profile.loops / whole * 100:.0f}% of the samples found a loop at "
+            "its jump back, the one place inside a loop the sampler can see; each is shared "
+            "among the loop's lines by their bytecode instructions."
+        )]  # fmt: skip
+    return notes
 
 
 def _calls_row(frame: tuple[str, str], n: float, seconds: float, secrets: Secrets) -> str:
