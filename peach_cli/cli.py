@@ -24,34 +24,31 @@ from typing import Annotated, Optional  # noqa: E402
 import typer  # noqa: E402
 
 from peach_cli.commands import coercion, completion, fasthelp, metavars
+from peach_cli.commands.host_options import (
+    AskOptions,
+    BenchOptions,
+    FuzzOptions,
+    ProfileOptions,
+    ReplayOptions,
+    TestOptions,
+)
 from peach_cli.commands.options import (
-    ANSWER_TIMEOUT_HELP,
-    ENDPOINT_TARGET_HELP,
     AddressOption,
-    ConcurrencyOption,
     FormatOption,
-    HeaderOption,
     InheritEnvOption,
-    LoadItemsArg,
     NoDebugOption,
     OfflineOption,
     OptionalProjectArg,
     PdbOption,
     ProjectArg,
-    RequestTimeoutOption,
     SharedEnvOption,
     TaskIntervalOption,
-    UrlOption,
     address_option,
-    duration_option,
     format_option,
     offline_option,
     port_option,
-    project_option,
-    rate_option,
-    stream_option,
+    takes,
     timeout_option,
-    url_option,
 )
 from peach_cli.errors import PeachError
 
@@ -275,61 +272,8 @@ def dev(
 
 
 @app.command(no_args_is_help=True)
-def ask(
-    target: Annotated[
-        str,
-        typer.Argument(
-            help="An endpoint path like /assistant (joined to --url), or a full URL.",
-            show_default=False,
-            autocompletion=complete_target,
-        ),
-    ],
-    items: Annotated[
-        Optional[list[str]],
-        typer.Argument(
-            help="Parameters: KEY=VALUE is sent as the query string ?KEY=VALUE would be, so"
-            " n=3 reaches `n: int` as 3 (a value too long for a 2 KiB URL goes in the JSON"
-            " body, as a string); KEY:=JSON is a raw JSON body field; KEY==VALUE always goes"
-            " in the query string; Name:Value is a header; KEY=@FILE and KEY:=@FILE read the"
-            " value from a file. Split as httpie splits items; \\ escapes a separator.",
-            show_default=False,
-        ),
-    ] = None,
-    stream: Annotated[bool, stream_option("Ask for a stream (sends stream=true).")] = False,
-    url: UrlOption = None,
-    raw: Annotated[
-        bool, typer.Option("--raw", help="Print the response body exactly as received.")
-    ] = False,
-    get: Annotated[
-        bool,
-        typer.Option(
-            "--get", help="Send every parameter, KEY:=JSON too, as the query string (GET)."
-        ),
-    ] = False,
-    json_body: Annotated[
-        Optional[str],
-        typer.Option(
-            "--json",
-            help="A JSON object body, or @file (@- for stdin); items are merged into it.",
-            show_default=False,
-        ),
-    ] = None,
-    header: HeaderOption = None,
-    timeout: Annotated[
-        float,
-        timeout_option(
-            "Seconds to wait for the connection, the answer, and between stream chunks."
-        ),
-    ] = 60.0,
-    markdown: Annotated[
-        bool,
-        typer.Option(
-            "--markdown",
-            "-m",
-            help="Render text as Markdown: a stream live, a text result at once (terminal only).",
-        ),
-    ] = False,
-) -> None:
+@takes(AskOptions)
+def ask(options: AskOptions) -> None:
     """Call an endpoint and print its answer, or render its stream as it arrives.
 
     On a terminal the result is pretty-printed; piped, stdout gets the result JSON, or the stream's bytes exactly as they arrive. Streams end with a summary on stderr: time to first chunk, chunks, bytes, total time and the largest gap; a stream the server cut says "cut after N chunks" and exits 7. Ctrl-C closes the connection and keeps what was printed.
@@ -338,46 +282,12 @@ def ask(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.ask import run_ask
 
-    raise typer.Exit(
-        run_ask(
-            target,
-            items or [],
-            url=url,
-            stream=stream,
-            raw=raw,
-            get=get,
-            json_body=json_body,
-            headers=header or [],
-            timeout_s=timeout,
-            markdown=markdown,
-        )
-    )
+    raise typer.Exit(run_ask(options))
 
 
 @app.command()
-def test(
-    paths: Annotated[
-        Optional[list[Path]],
-        typer.Argument(
-            help="PROJECT (default: the current folder), then case files (default: every "
-            "*.peach-test.yaml of the project).",
-            show_default=False,
-        ),
-    ] = None,
-    url: Annotated[
-        Optional[str],
-        url_option(
-            "Run against this host (a peach dev, or a deployed app with its route prefix) "
-            "instead of starting the project's simulator."
-        ),
-    ] = None,
-    keyword: Annotated[
-        Optional[str],
-        typer.Option("-k", help="Only the cases whose name contains TEXT.", show_default=False),
-    ] = None,
-    format: Annotated[str, format_option("text, json or junit")] = "text",
-    timeout: Annotated[float, timeout_option(ANSWER_TIMEOUT_HELP)] = 60.0,
-) -> None:
+@takes(TestOptions)
+def test(options: TestOptions) -> None:
     """Run the endpoint tests of *.peach-test.yaml files against the project's simulator, or --url.
 
     Without --url the simulator starts quietly on a free port (as peach dev --no-reload), every case runs in file order, and it stops. One line per case; a failure shows expected against observed as a diff; --format junit writes JUnit XML for CI.
@@ -386,48 +296,12 @@ def test(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.test import run_test
 
-    raise typer.Exit(
-        run_test(paths or [], url=url, keyword=keyword, output_format=format, timeout_s=timeout)
-    )
+    raise typer.Exit(run_test(options))
 
 
 @app.command()
-def fuzz(
-    project: Annotated[
-        Optional[str],
-        typer.Argument(
-            help="The project folder (default: the current folder; a first word that is no "
-            "folder is a target).",
-            show_default=False,
-        ),
-    ] = None,
-    targets: Annotated[
-        Optional[list[str]],
-        typer.Argument(
-            help="The endpoints to fuzz, by name (greet) or url (/greet) (default: every one).",
-            show_default=False,
-        ),
-    ] = None,
-    url: Annotated[
-        Optional[str],
-        url_option(
-            "Fuzz this host (a peach dev, or a deployed app with its route prefix) "
-            "instead of starting the project's simulator."
-        ),
-    ] = None,
-    examples: Annotated[
-        int, typer.Option("--examples", help="Generated requests per endpoint.")
-    ] = 50,
-    seed: Annotated[
-        Optional[int],
-        typer.Option(
-            "--seed",
-            help="Makes the run repeatable (default: a random one, shown).",
-            show_default=False,
-        ),
-    ] = None,
-    format: FormatOption = "text",
-) -> None:
+@takes(FuzzOptions)
+def fuzz(options: FuzzOptions) -> None:
     """Send generated requests to every endpoint and report what breaks, each shrunk to a minimal request.
 
     Values come from each parameter's JSON Schema (as peach openapi writes it), edge values included: empty strings, 0, negatives, huge ints, NaN, unicode, empty and long lists. It reports a method_error of any component (also one the fallback covered, when it runs the simulator itself), an answer past timeout_s, a 5xx that is no documented error envelope, and a replica that died; each with its error and a ready case for a *.peach-test.yaml file. Without --url the simulator starts quietly on a free port and stops at the end. Needs the fuzz extra: pip install 'peach-cli\\[fuzz]'.
@@ -436,55 +310,12 @@ def fuzz(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.fuzz import run_fuzz
 
-    raise typer.Exit(
-        run_fuzz(
-            [*([project] if project is not None else []), *(targets or [])],
-            url=url,
-            examples=examples,
-            seed=seed,
-            output_format=format,
-        )
-    )
+    raise typer.Exit(run_fuzz(options))
 
 
 @app.command(no_args_is_help=True)
-def replay(
-    file: Annotated[
-        Path,
-        typer.Argument(help="A recording: what peach dev --record FILE wrote.", show_default=False),
-    ],
-    url: Annotated[
-        Optional[str],
-        url_option(
-            "Where to send the requests. Default: env PEACH_URL, else http://127.0.0.1:8000."
-        ),
-    ] = None,
-    against: Annotated[
-        Optional[str],
-        typer.Option(
-            "--against",
-            help="Compare with this host's answers to the same requests instead of the recorded ones.",
-            show_default=False,
-        ),
-    ] = None,
-    ignore: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--ignore",
-            metavar="JSONPATH",
-            help="Leave this out of the comparison, like $.result.generated_at (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
-    format: FormatOption = "text",
-    timeout: Annotated[float, timeout_option(ANSWER_TIMEOUT_HELP)] = 60.0,
-    project: Annotated[
-        Optional[Path],
-        project_option(
-            "The project whose secret values are masked in what is shown (default: here)."
-        ),
-    ] = None,
-) -> None:
+@takes(ReplayOptions)
+def replay(options: ReplayOptions) -> None:
     """Send every recorded request again, in order, and compare the answers: what changes if I push this?
 
     Each answer's status, error code, component, result (as JSON) and stream text are compared with the recorded answer, or with the --against host's answer. Prints how many are the same, differ and failed, and the first differences as JSON diffs.
@@ -493,158 +324,24 @@ def replay(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.replay import run_replay
 
-    raise typer.Exit(
-        run_replay(
-            file,
-            url=url,
-            against=against,
-            ignore=ignore or [],
-            output_format=format,
-            timeout_s=timeout,
-            project=project,
-        )
-    )
-
-
-BenchRateOption = Annotated[
-    Optional[float],
-    rate_option(
-        "Open loop: start this many requests a second, whatever the answers;"
-        " latency counts from each request's scheduled start."
-    ),
-]
-BenchDurationOption = Annotated[
-    Optional[float],
-    duration_option("Seconds to load, after the warm-up (default 10, unless --requests)."),
-]
-RequestsOption = Annotated[
-    Optional[int],
-    typer.Option("--requests", "-n", help="Stop after this many requests.", show_default=False),
-]
-FromRecordOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--from",
-        help="Send the requests of a `peach dev --record` file, in turn.",
-        show_default=False,
-    ),
-]
-CompareOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--compare",
-        help="An earlier `--format json` output: show each figure against it.",
-        show_default=False,
-    ),
-]
+    raise typer.Exit(run_replay(options))
 
 
 @app.command()
-def bench(
-    target: Annotated[
-        Optional[str],
-        typer.Argument(
-            help=ENDPOINT_TARGET_HELP,
-            show_default=False,
-            autocompletion=complete_target,
-        ),
-    ] = None,
-    items: LoadItemsArg = None,
-    url: UrlOption = None,
-    rate: BenchRateOption = None,
-    concurrency: ConcurrencyOption = None,
-    duration: BenchDurationOption = None,
-    requests: RequestsOption = None,
-    warmup: Annotated[
-        float,
-        typer.Option("--warmup", help="Seconds of load sent first and not measured."),
-    ] = 0.0,
-    stream: Annotated[bool, stream_option("Ask for streams and measure their chunks.")] = False,
-    record_file: FromRecordOption = None,
-    header: HeaderOption = None,
-    timeout: RequestTimeoutOption = 60.0,
-    format: FormatOption = "text",
-    compare_file: CompareOption = None,
-) -> None:
+@takes(BenchOptions)
+def bench(options: BenchOptions) -> None:
     """Load an endpoint and report latency, throughput, status and error counts, the fallback's share, each replica's share, stream figures and, against `peach dev`, each replica's peak memory and CPU.
 
     [bold]Exit codes[/]: 0 the run finished · 2 bad command line · 3 no request got an answer · 130 interrupted (Ctrl-C; the figures measured so far are printed).
     """
     from peach_cli.commands.bench import run_bench
 
-    raise typer.Exit(
-        run_bench(
-            target,
-            items or [],
-            url=url,
-            rate=rate,
-            concurrency=concurrency,
-            duration_s=duration,
-            requests=requests,
-            warmup_s=warmup,
-            stream=stream,
-            record_file=record_file,
-            headers=header or [],
-            timeout_s=timeout,
-            output=format,
-            compare_file=compare_file,
-        )
-    )
-
-
-ProfileProjectOption = Annotated[
-    Optional[Path],
-    project_option(
-        "The project to start the simulator of, without --url; with --url of a "
-        "deployed app, the project whose cells name the lines (default: here)."
-    ),
-]
-ProfileInitOption = Annotated[
-    bool,
-    typer.Option(
-        "--init",
-        help="Profile the components' init instead: their replicas"
-        " restart with the profiler on; no load is sent.",
-    ),
-]
-ProfileOutputOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--output",
-        "-o",
-        help="Write FILE.svg (a flame graph) or FILE.json (a speedscope file).",
-        show_default=False,
-    ),
-]
+    raise typer.Exit(run_bench(options))
 
 
 @app.command()
-def profile(
-    target: Annotated[
-        str,
-        typer.Argument(
-            help=ENDPOINT_TARGET_HELP,
-            autocompletion=complete_target,
-        ),
-    ],
-    items: LoadItemsArg = None,
-    url: UrlOption = None,
-    project: ProfileProjectOption = None,
-    rate: Annotated[
-        Optional[float], rate_option("Open loop: start this many requests a second.")
-    ] = None,
-    concurrency: ConcurrencyOption = None,
-    duration: Annotated[Optional[float], duration_option("Seconds to load (default 10).")] = None,
-    init: ProfileInitOption = False,
-    cpu: Annotated[
-        bool, typer.Option("--cpu", help="Sample CPU time instead of wall-clock time.")
-    ] = False,
-    output_file: ProfileOutputOption = None,
-    header: HeaderOption = None,
-    timeout: RequestTimeoutOption = 60.0,
-    format: FormatOption = "text",
-    address: AddressOption = None,
-) -> None:
+@takes(ProfileOptions)
+def profile(options: ProfileOptions) -> None:
     """Load an endpoint as `peach bench` does while every replica of its components samples itself, then show the hottest lines by self and total time as notebook positions (`notebooks/X.ipynb, cell N, line L · function`); peach's own frames are one `peach` entry.
 
     Without --url it starts the project's simulator; with --url it profiles a running `peach dev` on this machine, or a deployed app's replicas through the Ray dashboard's CPU profiling (py-spy on their nodes; --address names the dashboard, the project folder names the cells). When the dashboard cannot profile, it exits 2 saying why; --init is not offered there.
@@ -653,24 +350,7 @@ def profile(
     """
     from peach_cli.commands.profile import run_profile
 
-    raise typer.Exit(
-        run_profile(
-            target,
-            items or [],
-            project=project,
-            url=url,
-            rate=rate,
-            concurrency=concurrency,
-            duration_s=duration,
-            init=init,
-            cpu=cpu,
-            output_file=output_file,
-            output=format,
-            headers=header or [],
-            timeout_s=timeout,
-            address=address,
-        )
-    )
+    raise typer.Exit(run_profile(options))
 
 
 DiffOption = Annotated[

@@ -19,6 +19,8 @@ from pathlib import Path
 import peach_cli.commands.{module} as module
 
 def first_line(*args, **kwargs):
+    if len(args) == 1 and hasattr(args[0], "_fields"):  # a command's options, whole
+        args, kwargs = (), vars(args[0])
     def shown(value):
         if isinstance(value, (list, tuple)):
             return [shown(v) for v in value]
@@ -67,8 +69,8 @@ def test_lists_paths_and_floats_are_converted_item_by_item():
         "test", "run_test", "test", "proj", "a.peach-test.yaml", "b.peach-test.yaml",
         "--timeout", "2.5",
     )  # fmt: skip
-    assert seen["args"][0] == [["PosixPath", "proj"], ["PosixPath", "a.peach-test.yaml"],
-                               ["PosixPath", "b.peach-test.yaml"]]  # fmt: skip
+    assert seen["kwargs"]["paths"] == [["PosixPath", "proj"], ["PosixPath", "a.peach-test.yaml"],
+                                       ["PosixPath", "b.peach-test.yaml"]]  # fmt: skip
     assert seen["kwargs"]["timeout_s"] == ["float", "2.5"]
     seen = arguments_of("ask", "run_ask", "ask", "/x", "-H", "A:1", "-H", "B:2")
     assert seen["kwargs"]["headers"] == [["str", "A:1"], ["str", "B:2"]]

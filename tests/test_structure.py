@@ -763,6 +763,7 @@ def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
     an error): whichever module reads it, nothing below the command reads it again."""
     import socket
 
+    from peach_cli.commands.host_options import TestOptions
     from peach_cli.commands.test import run_test
     from peach_cli.errors import UsageError
 
@@ -787,7 +788,7 @@ def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
         opened.clear()
         watching[0] = True
         try:
-            run_test([quickstart], **options)  # type: ignore[arg-type]
+            run_test(TestOptions(paths=[quickstart], **options))
         except UsageError:
             pass  # no case selected: the run stops before any host is started
         finally:

@@ -18,6 +18,7 @@ from peach_cli.errors import UsageError
 from peach_cli.internal import OPENAPI_PATH
 
 if TYPE_CHECKING:
+    from peach_cli.commands.host_options import FuzzOptions
     from peach_cli.fuzz.margin import Margin
     from peach_cli.fuzz.run import Explored
     from peach_cli.fuzz.targets import Target
@@ -66,15 +67,15 @@ def _check_options(output_format: str, examples: int, seed: int | None) -> None:
         raise UsageError(f"--seed must be 0 or more, not {seed}")
 
 
-def run_fuzz(
-    arguments: Sequence[str] = (),
-    *,
-    url: str | None = None,
-    examples: int = DEFAULT_EXAMPLES,
-    seed: int | None = None,
-    output_format: str = "text",
-) -> int:
+def run_fuzz(options: FuzzOptions) -> int:
     """Fuzz the selected endpoints; print the findings (or JSON). Returns the exit code."""
+    url, examples, seed, output_format = (
+        options.url, options.examples, options.seed, options.output_format
+    )  # fmt: skip
+    arguments = [
+        *([options.project] if options.project is not None else []),
+        *(options.targets or []),
+    ]
     _check_options(output_format, examples, seed)
     require_hypothesis()
     began = time.perf_counter()

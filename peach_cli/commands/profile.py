@@ -19,17 +19,17 @@ that cannot, ``--init`` on a deployed app) · 3 no request got an answer · 130 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from peach_cli.client.items import DEFAULT_TIMEOUT_S, build_request, with_tool
+from peach_cli.client.items import build_request, with_tool
 from peach_cli.commands.bench import check_load_options
 from peach_cli.errors import PeachError, UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.commands.host_options import ProfileOptions
     from peach_cli.testing.host import FoundProject
 
 EXIT_NO_ANSWER = 3
@@ -45,24 +45,14 @@ class ProfileFailed(PeachError):
     """The host refused or failed a profile action (the message says why)."""
 
 
-def run_profile(
-    target: str,
-    items: Sequence[str] = (),
-    *,
-    project: Path | None = None,
-    url: str | None = None,
-    rate: float | None = None,
-    concurrency: int | None = None,
-    duration_s: float | None = None,
-    init: bool = False,
-    cpu: bool = False,
-    output_file: Path | None = None,
-    output: str = "text",
-    headers: Sequence[str] = (),
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    address: str | None = None,
-) -> int:
+def run_profile(options: ProfileOptions) -> int:
     """Run `peach profile`; return the exit code (usage mistakes raise ``UsageError``)."""
+    target, items, project, url = options.target, options.items or (), options.project, options.url
+    rate, concurrency, duration_s = options.rate, options.concurrency, options.duration_s
+    init, cpu, output_file, output = (
+        options.init, options.cpu, options.output_file, options.output_format
+    )  # fmt: skip
+    headers, timeout_s, address = options.headers or (), options.timeout_s, options.address
     check_load_options(output, rate, concurrency, duration_s)
     if output_file is not None and output_file.suffix.lower() not in OUTPUT_SUFFIXES:
         raise UsageError(

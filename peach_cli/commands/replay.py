@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.commands.host_options import ReplayOptions
     from peach_cli.testing.host import FoundProject
 
 FORMATS = ("text", "json")
@@ -21,27 +22,22 @@ FIRST_SHOWN = 5
 """How many differences the text output shows in full."""
 
 
-def run_replay(
-    file: Path,
-    *,
-    url: str | None = None,
-    against: str | None = None,
-    ignore: list[str] | None = None,
-    output_format: str = "text",
-    timeout_s: float = 60.0,
-    project: Path | None = None,
-) -> int:
+def run_replay(options: ReplayOptions) -> int:
+    """Run `peach replay`; return the exit code (usage mistakes raise ``UsageError``)."""
+    url, against, ignore, output_format = (
+        options.url, options.against, options.ignore or [], options.output_format
+    )  # fmt: skip
     if output_format not in FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
     from peach_cli.testing.replay import counts, parse_path, read_recording, replay
 
-    for path in ignore or []:
+    for path in ignore:
         parse_path(path)  # a bad path is a usage error before anything is sent
-    entries = read_recording(file)
+    entries = read_recording(options.file)
     # a recording stores secret values as ***: compared and shown masked
-    masked = _secrets_of(project)
+    masked = _secrets_of(options.project)
     if masked is None:
         from peach_cli.views.console import stderr
 
@@ -54,7 +50,7 @@ def run_replay(
     else:
         masked.mask()
     began = time.perf_counter()
-    outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=timeout_s)
+    outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=options.timeout_s)
     seconds = time.perf_counter() - began
     found = counts(outcomes)
     if output_format == "json":

@@ -10,10 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from peach_cli.errors import UsageError
 from peach_cli.project.filenames import CASE_SUFFIX
+
+if TYPE_CHECKING:
+    from peach_cli.commands.host_options import TestOptions
 
 FORMATS = ("text", "json", "junit")
 
@@ -33,21 +36,15 @@ def split_paths(paths: Sequence[Path]) -> tuple[Path, list[Path]]:
     return project, files
 
 
-def run_test(
-    paths: Sequence[Path] = (),
-    *,
-    url: str | None = None,
-    keyword: str | None = None,
-    output_format: str = "text",
-    timeout_s: float = 60.0,
-) -> int:
+def run_test(options: TestOptions) -> int:
     """Run the selected cases; print one line per case (or JSON, or JUnit XML)."""
+    url, output_format, timeout_s = options.url, options.output_format, options.timeout_s
     if output_format not in FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
     began = time.perf_counter()
-    project, files = split_paths(paths)
+    project, files = split_paths(options.paths or ())
     from peach_cli.testing.cases import select_cases
     from peach_cli.testing.host import FoundProject, Hosts
     from peach_cli.testing.run import DEFAULT_TIMEOUT_S, run_cases
@@ -55,7 +52,7 @@ def run_test(
     found = FoundProject.at(project, need_conf=url is None)  # its conf found and read once
     plan = found.to_check(url, "testing")  # None with --url: its secrets masked
     urls = [e.url for e in plan.endpoints.values()] if plan is not None else None
-    selected = select_cases(found.root, files, keyword, urls)
+    selected = select_cases(found.root, files, options.keyword, urls)
     shown: dict[str, Any] = {}
     if output_format == "text":  # each outcome as it comes
         from peach_cli.views.testing import print_file, print_outcome
