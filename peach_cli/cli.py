@@ -18,12 +18,17 @@ if "_PEACH_COMPLETE" in os.environ:  # a <TAB>: the common ones are answered bef
 
     answer_fast()
 
-from pathlib import Path  # noqa: E402
-from typing import Annotated, Optional  # noqa: E402
+from typing import Annotated  # noqa: E402
 
 import typer  # noqa: E402
 
 from peach_cli.commands import coercion, completion, fasthelp, metavars
+from peach_cli.commands.cluster_options import (
+    DeleteOptions,
+    DeployOptions,
+    LogsOptions,
+    StatusOptions,
+)
 from peach_cli.commands.host_options import (
     AskOptions,
     BenchOptions,
@@ -32,23 +37,19 @@ from peach_cli.commands.host_options import (
     ReplayOptions,
     TestOptions,
 )
-from peach_cli.commands.options import (
-    AddressOption,
-    FormatOption,
-    InheritEnvOption,
-    NoDebugOption,
-    OfflineOption,
-    OptionalProjectArg,
-    PdbOption,
-    ProjectArg,
-    SharedEnvOption,
-    TaskIntervalOption,
-    address_option,
-    format_option,
-    offline_option,
-    port_option,
-    takes,
-    timeout_option,
+from peach_cli.commands.options import takes
+from peach_cli.commands.project_options import (
+    DevOptions,
+    DoctorOptions,
+    EnvBuildOptions,
+    EnvListOptions,
+    EnvPruneOptions,
+    InitOptions,
+    OpenapiOptions,
+    SchemaOptions,
+    TaskListOptions,
+    TaskRunOptions,
+    ValidateOptions,
 )
 from peach_cli.errors import PeachError
 
@@ -92,49 +93,21 @@ def _root(
     """Validate, run, stream and deploy PEACH endpoints from the terminal."""
 
 
-def complete_target(incomplete: str) -> list[tuple[str, str]]:
-    """Completes `peach ask` TARGET with the urls of the project in the current folder."""
-    from peach_cli.commands import completion
-
-    return completion.complete_target(incomplete)
-
-
 @app.command()
-def init(
-    folder: Annotated[
-        Path,
-        typer.Argument(help="Where to create the project (created if missing). Default: here."),
-    ] = Path("."),
-    codops: Annotated[
-        Optional[str],
-        typer.Option(
-            "--codops",
-            help="The organisation id, \\[a-z0-9_-]+. Default: the folder's name made valid.",
-            show_default=False,
-        ),
-    ] = None,
-    streaming: Annotated[
-        bool, typer.Option("--streaming", help="Add an async-generator (streaming) endpoint.")
-    ] = False,
-    force: Annotated[
-        bool, typer.Option("--force", help="Overwrite the files peach init writes.")
-    ] = False,
-) -> None:
+@takes(InitOptions)
+def init(options: InitOptions) -> None:
     """Create a new project that validates clean and serves at once.
 
     Writes peach.yaml (with peach.schema.json beside it for editors), notebooks/Endpoints.ipynb with an endpoint, its init and its fallback, a .gitignore and a README with the next commands. Existing files are never overwritten without --force.
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.init import run_init
 
-    raise typer.Exit(run_init(folder, codops=codops, streaming=streaming, force=force))
+    raise typer.Exit(run_init(options))
 
 
 @app.command()
-def validate(
-    project: ProjectArg = Path("."),
-    format: FormatOption = "text",
-    strict: Annotated[bool, typer.Option("--strict", help="Fail on warnings too.")] = False,
-) -> None:
+@takes(ValidateOptions)
+def validate(options: ValidateOptions) -> None:
     """Check peach.conf and the notebooks it names, without running any code.
 
     Every problem is printed as file:line:col (or notebook:cell N:line M) with a stable code; the codes are listed in the docs (docs/reference/codes.md).
@@ -143,26 +116,21 @@ def validate(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.validate import run_validate
 
-    raise typer.Exit(run_validate(project, output_format=format, strict=strict))
+    raise typer.Exit(run_validate(options))
 
 
 @app.command()
-def schema(
-    tests: Annotated[
-        bool, typer.Option("--tests", help="The schema of a *.peach-test.yaml case file instead.")
-    ] = False,
-) -> None:
+@takes(SchemaOptions)
+def schema(options: SchemaOptions) -> None:
     """Print the JSON Schema of peach.conf (for yaml-language-server and editors)."""
     from peach_cli.commands.validate import run_schema
 
-    raise typer.Exit(run_schema(tests=tests))
+    raise typer.Exit(run_schema(options))
 
 
 @app.command()
-def openapi(
-    project: ProjectArg = Path("."),
-    format: Annotated[str, format_option("json or yaml")] = "json",
-) -> None:
+@takes(OpenapiOptions)
+def openapi(options: OpenapiOptions) -> None:
     """Print the project's OpenAPI 3.1 document: every endpoint's parameters, answers and errors.
 
     Built from peach.conf and the notebooks' code without running it, as [bold]peach validate[/] reads them; the same document is served at GET /_peach/openapi.json by peach dev and by the deployed app. An annotation no JSON Schema expresses becomes {} (peach validate warns: PC312).
@@ -171,104 +139,19 @@ def openapi(
     """
     from peach_cli.commands.openapi import run_openapi
 
-    raise typer.Exit(run_openapi(project, output_format=format))
-
-
-ReloadModeOption = Annotated[
-    str,
-    typer.Option(
-        "--reload",
-        metavar="patch|restart",
-        help="patch: a save that changes only a method keeps the replicas and their init "
-        "state; restart: every change starts new replicas.",
-    ),
-]
-TimeoutOverrideOption = Annotated[
-    Optional[float],
-    typer.Option("--timeout-s", help="Override the conf's timeout_s for non-streaming calls."),
-]
-TasksOption = Annotated[
-    bool,
-    typer.Option(
-        "--tasks", help="Run the tasks loop too: every task once, a pause, again, forever."
-    ),
-]
-AllowHostOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--allow-host",
-        metavar="NAME",
-        help="Also answer requests whose Host is NAME (repeatable); loopback names and "
-        "the bound address always are.",
-    ),
-]
-AllowOriginOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--allow-origin",
-        metavar="ORIGIN",
-        help="Also answer browser requests from ORIGIN, like http://app.test:3000 "
-        "(repeatable); loopback origins always are.",
-    ),
-]
-RecordOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--record",
-        metavar="FILE",
-        help="Append one JSON line per answered request to FILE (for peach replay).",
-        show_default=False,
-    ),
-]
+    raise typer.Exit(run_openapi(options))
 
 
 @app.command()
-def dev(
-    project: ProjectArg = Path("."),
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, port_option("Port to bind; 0 picks a free one.")] = 8000,
-    no_reload: Annotated[
-        bool, typer.Option("--no-reload", help="Do not watch files for changes.")
-    ] = False,
-    reload_mode: ReloadModeOption = "patch",
-    timeout_s: TimeoutOverrideOption = None,
-    shared_env: SharedEnvOption = False,
-    inherit_env: InheritEnvOption = False,
-    offline: OfflineOption = False,
-    tasks: TasksOption = False,
-    task_interval: TaskIntervalOption = 60.0,
-    allow_host: AllowHostOption = None,
-    allow_origin: AllowOriginOption = None,
-    no_debug: NoDebugOption = False,
-    pdb: PdbOption = False,
-    record: RecordOption = None,
-) -> None:
+@takes(DevOptions)
+def dev(options: DevOptions) -> None:
     """Serve every endpoint locally with the platform's semantics, reloading on save.
 
     Each py_environment is an isolated env (built with uv, cached): an import the conf does not declare fails here as it does on the platform.
     """
     from peach_cli.commands.dev import run_dev
 
-    raise typer.Exit(
-        run_dev(
-            project,
-            host=host,
-            port=port,
-            reload=not no_reload,
-            reload_mode=reload_mode,
-            timeout_s=timeout_s,
-            shared_env=shared_env,
-            inherit_env=inherit_env,
-            offline=offline,
-            tasks=tasks,
-            task_interval=task_interval,
-            allow_hosts=tuple(allow_host or ()),
-            allow_origins=tuple(allow_origin or ()),
-            debug=not no_debug,
-            post_mortem=pdb,
-            record=record,
-        )
-    )
+    raise typer.Exit(run_dev(options))
 
 
 @app.command(no_args_is_help=True)
@@ -353,73 +236,9 @@ def profile(options: ProfileOptions) -> None:
     raise typer.Exit(run_profile(options))
 
 
-DiffOption = Annotated[
-    bool,
-    typer.Option(
-        "--diff",
-        help="Print what a deploy would change (new, removed, restarts, unchanged) for "
-        "each component and task, the gateway and the scheduler; change nothing.",
-    ),
-]
-RefOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--ref",
-        metavar="REV",
-        help="Deploy the project as committed at this git revision (rolling back: the "
-        "previous commit); the working tree is not touched.",
-        show_default=False,
-    ),
-]
-
-
 @app.command()
-def deploy(
-    project: ProjectArg = Path("."),
-    address: AddressOption = None,
-    http_port: Annotated[
-        Optional[int],
-        typer.Option(
-            "--http-port",
-            help="Serve's HTTP port when Serve is not running yet (default 8000).",
-            show_default=False,
-        ),
-    ] = None,
-    http_host: Annotated[
-        Optional[str],
-        typer.Option(
-            "--http-host",
-            help="Serve's HTTP host when Serve is not running yet (default 127.0.0.1).",
-            show_default=False,
-        ),
-    ] = None,
-    route_prefix: Annotated[
-        str,
-        typer.Option(
-            "--route-prefix",
-            help="Serve the project under this path (/PREFIX), beside the cluster's other projects.",
-        ),
-    ] = "/",
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            help="Print the Serve config and list the files to upload; do not contact a cluster.",
-        ),
-    ] = False,
-    format: Annotated[str, format_option("The --dry-run config as json or yaml.")] = "json",
-    timeout: Annotated[float, timeout_option("Seconds to wait for every replica to run.")] = 300.0,
-    task_interval: TaskIntervalOption = 60.0,
-    no_tasks: Annotated[
-        bool,
-        typer.Option(
-            "--no-tasks",
-            help="Leave the tasks loop out (triggered runs still go through the scheduler).",
-        ),
-    ] = False,
-    diff: DiffOption = False,
-    ref: RefOption = None,
-) -> None:
+@takes(DeployOptions)
+def deploy(options: DeployOptions) -> None:
     """Deploy the project to a Ray Serve cluster and wait until every replica runs.
 
     The application records what runs (git commit, +dirty for uncommitted changes, time, who, peach's version): [bold]peach status[/] shows it.
@@ -428,78 +247,37 @@ def deploy(
     """
     from peach_cli.commands.deploy import run_deploy
 
-    raise typer.Exit(
-        run_deploy(
-            project,
-            address=address,
-            http_host=http_host,
-            http_port=http_port,
-            route_prefix=route_prefix,
-            dry_run=dry_run,
-            output_format=format,
-            timeout_s=timeout,
-            task_interval=task_interval,
-            tasks_loop=not no_tasks,
-            diff=diff,
-            ref=ref,
-        )
-    )
+    raise typer.Exit(run_deploy(options))
 
 
 @app.command()
-def status(
-    address: AddressOption = None,
-    format: FormatOption = "text",
-) -> None:
+@takes(StatusOptions)
+def status(options: StatusOptions) -> None:
     """Show the cluster's Serve applications, what each runs (version, when, who), their deployments and replica states."""
     from peach_cli.commands.deploy import run_status
 
-    raise typer.Exit(run_status(address=address, output_format=format))
+    raise typer.Exit(run_status(options))
 
 
 @app.command(no_args_is_help=True)
-def delete(
-    app_name: Annotated[
-        str, typer.Argument(help="The application (a codops) to remove.", show_default=False)
-    ],
-    address: AddressOption = None,
-) -> None:
+@takes(DeleteOptions)
+def delete(options: DeleteOptions) -> None:
     """Remove one application from the cluster; the others keep running."""
     from peach_cli.commands.deploy import run_delete
 
-    raise typer.Exit(run_delete(app_name, address=address))
+    raise typer.Exit(run_delete(options))
 
 
 @app.command()
-def logs(
-    app_name: Annotated[
-        Optional[str],
-        typer.Argument(
-            help="The application (a codops). Default: the cluster's only application.",
-            show_default=False,
-        ),
-    ] = None,
-    address: AddressOption = None,
-    deployment: Annotated[
-        Optional[str],
-        typer.Option(
-            "--deployment", "-d", help="Only this deployment (hello.main).", show_default=False
-        ),
-    ] = None,
-    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per replica log.")] = 100,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl-C.")
-    ] = False,
-) -> None:
+@takes(LogsOptions)
+def logs(options: LogsOptions) -> None:
     """Print the replicas' logs of an application: prints, init errors, failed re-inits.
 
     Each line is prefixed with its deployment and replica (deployment#replica); replicas that stopped (an init that failed, a version replaced) are marked (stopped).
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.logs import run_logs
 
-    raise typer.Exit(
-        run_logs(app_name, address=address, deployment=deployment, tail=tail, follow=follow)
-    )
+    raise typer.Exit(run_logs(options))
 
 
 env_app = typer.Typer(
@@ -515,45 +293,33 @@ app.add_typer(env_app)
 
 
 @env_app.command("list")
-def env_list(
-    project: ProjectArg = Path("."),
-    format: FormatOption = "text",
-) -> None:
+@takes(EnvListOptions)
+def env_list(options: EnvListOptions) -> None:
     """Show each env of the project: its requirements, what uses it, whether it is built, its size and path."""
     from peach_cli.commands.env import run_env_list
 
-    raise typer.Exit(run_env_list(project, output_format=format))
+    raise typer.Exit(run_env_list(options))
 
 
 @env_app.command("build")
-def env_build(
-    project: ProjectArg = Path("."),
-    offline: Annotated[bool, offline_option("Use only what is cached; never the network.")] = False,
-    refresh: Annotated[
-        bool,
-        typer.Option("--refresh", help="Resolve again (newer versions of unpinned requirements)."),
-    ] = False,
-) -> None:
+@takes(EnvBuildOptions)
+def env_build(options: EnvBuildOptions) -> None:
     """Build every env of the project ahead of time (for CI, or before going offline).
 
     [bold]Exit codes[/]: 0 every env built · 1 a build failed (uv's reason names the env and the requirement) or the conf has errors · 2 bad command line.
     """
     from peach_cli.commands.env import run_env_build
 
-    raise typer.Exit(run_env_build(project, offline=offline, refresh=refresh))
+    raise typer.Exit(run_env_build(options))
 
 
 @env_app.command("prune")
-def env_prune(
-    all_envs: Annotated[bool, typer.Option("--all", help="Remove every env, used or not.")] = False,
-    days: Annotated[
-        float, typer.Option("--days", help="Remove envs no run has used for this many days.")
-    ] = 30,
-) -> None:
+@takes(EnvPruneOptions)
+def env_prune(options: EnvPruneOptions) -> None:
     """Remove cached envs that no run has used for 30 days (--all: every env)."""
     from peach_cli.commands.env import run_env_prune
 
-    raise typer.Exit(run_env_prune(all_envs=all_envs, older_than_days=days))
+    raise typer.Exit(run_env_prune(options))
 
 
 task_app = typer.Typer(
@@ -568,57 +334,18 @@ task_app = typer.Typer(
 app.add_typer(task_app)
 
 
-def complete_task(incomplete: str) -> list[tuple[str, str]]:
-    """Completes `peach task run` NAME with the tasks of the project in the current folder."""
-    from peach_cli.commands import completion
-
-    return completion.complete_task(incomplete)
-
-
 @task_app.command("list")
-def task_list(
-    project: ProjectArg = Path("."),
-    format: FormatOption = "text",
-) -> None:
+@takes(TaskListOptions)
+def task_list(options: TaskListOptions) -> None:
     """Show each task of the project: its notebook, method, py_env and timeout."""
     from peach_cli.commands.task import run_task_list
 
-    raise typer.Exit(run_task_list(project, output_format=format))
+    raise typer.Exit(run_task_list(options))
 
 
 @task_app.command("run", no_args_is_help=True)
-def task_run(
-    name: Annotated[
-        str,
-        typer.Argument(help="The task to run.", show_default=False, autocompletion=complete_task),
-    ],
-    project: ProjectArg = Path("."),
-    payload: Annotated[
-        Optional[str],
-        typer.Option(
-            "--payload",
-            help="JSON passed as the function's first argument, or @FILE holding it.",
-            show_default=False,
-        ),
-    ] = None,
-    timeout_s: Annotated[
-        Optional[float],
-        typer.Option(
-            "--timeout-s",
-            help="Override the task's timeout_s (default 3600): past it the run is killed.",
-            show_default=False,
-        ),
-    ] = None,
-    address: Annotated[
-        Optional[str],
-        address_option("Run it on this Ray cluster (the dashboard URL) as a Ray job."),
-    ] = None,
-    shared_env: SharedEnvOption = False,
-    inherit_env: InheritEnvOption = False,
-    offline: OfflineOption = False,
-    no_debug: NoDebugOption = False,
-    pdb: PdbOption = False,
-) -> None:
+@takes(TaskRunOptions)
+def task_run(options: TaskRunOptions) -> None:
     """Run one task once, in its py_environment, streaming its output line by line.
 
     The payload reaches the function as its first positional argument when it takes one. Runs it triggers with trigger_task_with_event run after it, one at a time.
@@ -627,38 +354,12 @@ def task_run(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.task import run_task_run
 
-    raise typer.Exit(
-        run_task_run(
-            name,
-            project,
-            payload=payload,
-            timeout_s=timeout_s,
-            address=address,
-            shared_env=shared_env,
-            inherit_env=inherit_env,
-            offline=offline,
-            debug=not no_debug,
-            post_mortem=pdb,
-        )
-    )
+    raise typer.Exit(run_task_run(options))
 
 
 @app.command()
-def doctor(
-    project: OptionalProjectArg = None,
-    address: Annotated[
-        Optional[str],
-        address_option(
-            "The Ray dashboard URL to check. Default: env PEACH_RAY_ADDRESS; "
-            "without either, no cluster is checked."
-        ),
-    ] = None,
-    port: Annotated[int, port_option("The port peach dev will bind.")] = 8000,
-    offline: Annotated[
-        bool, offline_option("Do not contact the package index: check the cache.")
-    ] = False,
-    format: FormatOption = "text",
-) -> None:
+@takes(DoctorOptions)
+def doctor(options: DoctorOptions) -> None:
     """Check the machine, the project and a cluster, and say what to fix. Changes nothing.
 
     Python against requires-python, uv, the package index (or with --offline the env cache), the cache folder, the dev port, the project validating; with --address (or PEACH_RAY_ADDRESS) the dashboard, its token, its Ray version and its CPUs and memory.
@@ -667,9 +368,7 @@ def doctor(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.doctor import run_doctor
 
-    raise typer.Exit(
-        run_doctor(project, address=address, port=port, offline=offline, output_format=format)
-    )
+    raise typer.Exit(run_doctor(options))
 
 
 EXIT_DEFECT = 70

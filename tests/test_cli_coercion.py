@@ -54,8 +54,8 @@ def test_values_reach_the_command_typed_and_pydantic_is_not_imported():
     seen = arguments_of(
         "logs", "run_logs", "logs", "shop", "--tail", "25", "-d", "hello.main", "--follow"
     )
-    assert seen["args"] == [["str", "shop"]]
     assert seen["kwargs"] == {
+        "app_name": ["str", "shop"],
         "address": None,
         "deployment": ["str", "hello.main"],
         "tail": ["int", "25"],

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from peach_cli.commands.project_options import DoctorOptions
 
 FORMATS = ("text", "json")
 
 
-def run_doctor(
-    project: Path | None,
-    *,
-    address: str | None = None,
-    port: int = 8000,
-    offline: bool = False,
-    output_format: str = "text",
-) -> int:
+def run_doctor(options: DoctorOptions) -> int:
     """Check the machine, the project (default: the current folder) and the cluster."""
+    project, address, port = options.project, options.address, options.port
+    offline, output_format = options.offline, options.output_format
     if output_format not in FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
