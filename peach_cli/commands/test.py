@@ -38,44 +38,22 @@ def split_paths(paths: Sequence[Path]) -> tuple[Path, list[Path]]:
 
 def run_test(options: TestOptions) -> int:
     """Run the selected cases; print one line per case (or JSON, or JUnit XML)."""
-    url, output_format, timeout_s = options.url, options.output_format, options.timeout_s
-    if output_format not in FORMATS:
+    if options.output_format not in FORMATS:
         raise UsageError(
-            f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+            f"unknown --format {options.output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
     began = time.perf_counter()
     project, files = split_paths(options.paths or ())
     from peach_cli.testing.cases import select_cases
-    from peach_cli.testing.host import FoundProject, Hosts
-    from peach_cli.testing.run import DEFAULT_TIMEOUT_S, run_cases
+    from peach_cli.testing.host import Host
+    from peach_cli.testing.run import run_cases
+    from peach_cli.views.testing import print_file, print_outcome, print_test_report
 
-    found = FoundProject.at(project, need_conf=url is None)  # its conf found and read once
-    plan = found.to_check(url, "testing")  # None with --url: its secrets masked
-    urls = [e.url for e in plan.endpoints.values()] if plan is not None else None
-    selected = select_cases(found.root, files, options.keyword, urls)
     shown: dict[str, Any] = {}
-    if output_format == "text":  # each outcome as it comes
-        from peach_cli.views.testing import print_file, print_outcome
-
+    if options.output_format == "text":  # each outcome as it comes
         shown = {"on_file": print_file, "on_outcome": print_outcome}
-    with Hosts(url, timeout_s=timeout_s or DEFAULT_TIMEOUT_S) as hosts:
-        base = url if url is not None else hosts.simulator_url(found.root, plan)
-        outcomes = run_cases(selected, hosts.client, base, hosts.timeout_s, **shown)
-    seconds = time.perf_counter() - began
-    from peach_cli.testing.report import rendered, summary_counts
-
-    passed, failed = summary_counts(outcomes)
-    document = rendered(outcomes, seconds, output_format)
-    if output_format == "json":
-        from peach_cli.views.console import print_json
-
-        print_json(document, channel="test-json")
-    elif output_format == "junit":
-        from peach_cli.boundary import write_report
-
-        write_report(document, channel="test-junit")
-    else:
-        from peach_cli.views.testing import print_test_summary
-
-        print_test_summary(passed, failed, seconds)
-    return 1 if failed else 0
+    with Host(project, options.url, doing="testing", timeout_s=options.timeout_s) as host:
+        selected = select_cases(host.root, files, options.keyword, host.endpoint_urls)
+        outcomes = run_cases(selected, host.client, host.base, host.timeout_s, **shown)
+    print_test_report(outcomes, time.perf_counter() - began, options.output_format)
+    return 0 if all(outcome.passed for outcome in outcomes) else 1

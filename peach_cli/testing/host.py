@@ -62,6 +62,9 @@ START_TIMEOUT_S = 600.0
 """Building a py_environment the first time may take minutes."""
 HEALTH_TIMEOUT_S = 5.0
 """How long a host may take to say what it is."""
+LOCAL_SLACK_S = 30.0
+"""Past the project's ``timeout_s``, how long its simulator's answer may take before it
+counts as none."""
 
 
 class FoundProject:
@@ -137,40 +140,22 @@ class FoundProject:
         return self._plan
 
     def load_to_check(self, doing: str) -> ProjectPlan:
-        """``plan`` for a command that checks the project's endpoints (`peach test`, `peach
-        fuzz`): errors, or a ``.env`` that cannot be read, are a usage error (exit 2);
-        the secrets are masked from now on."""
-        from peach_cli.errors import ProjectInvalid
-        from peach_cli.project.secrets import DotenvError, check_dotenv, hide_declared
+        """The plan for a command that checks the project's endpoints (`peach test`, `peach
+        fuzz`): errors, or a ``.env`` that cannot be read, are a usage error (exit 2); the
+        secrets are masked from now on (``checks.build.plan_to_check``)."""
+        from peach_cli.checks.build import plan_to_check
 
-        try:
-            plan = self.plan(doing)
-            check_dotenv(plan)
-        except (ProjectInvalid, DotenvError) as error:
-            error.exit_code = 2
-            raise
-        hide_declared(self.root, plan)
-        return plan
-
-    def to_check(self, url: str | None, doing: str) -> ProjectPlan | None:
-        """What a command that checks endpoints on its simulator or at ``url`` needs of the
-        project: without ``url`` its plan (``load_to_check``); with it, none — its secrets
-        masked in what the host answers, ``url`` checked (``reach``)."""
-        if url is None:
-            return self.load_to_check(doing)
-        self.mask()
-        reach(url)
-        return None
+        self.require()
+        assert self.read is not None
+        return plan_to_check(self.given, self.root, self.read, doing)
 
 
 def reach(url: str, *, what: str = "--url") -> str:
     """The base URL of ``url`` (``http://`` when it names no scheme), checked: ``UsageError``
     unless it is an http(s) URL with a host."""
-    from peach_cli.client.items import check_url
+    from peach_cli.client.items import base_url
 
-    base = url if "://" in url else "http://" + url
-    check_url(base, what=what)
-    return base
+    return base_url(url, what=what)
 
 
 class Unreachable(PeachError):
@@ -362,6 +347,126 @@ class Hosts:
         self._stack.close()
 
     def __enter__(self) -> Hosts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Host:
+    """The host one run of a command sends to, wired once: the project at ``path`` found and
+    read once — its plan checked as `peach dev` does (``2 errors in X: not DOING``), or with
+    ``url`` its secrets masked in what the host answers and ``url`` checked — then the host,
+    ``url`` or the project's simulator (started when ``base`` is first asked for, its events
+    to ``on_event``; stopped by ``close``), and the one client that sends to it, which waits
+    ``timeout_s`` for an answer (None: the project's ``timeout_s`` and ``LOCAL_SLACK_S``
+    on its simulator, ``DEFAULT_TIMEOUT_S`` at ``url``)::
+
+        with Host(Path("examples/quickstart"), None, doing="testing") as host:
+            observe(host.client, host.base, case)
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        url: str | None,
+        *,
+        doing: str,
+        timeout_s: float | None = None,
+        on_event: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.doing = doing
+        self._on_event = on_event
+        self._stack = ExitStack()
+        self._served: str | None = None
+        self._client: Client | None = None
+        self.found = FoundProject.at(path, need_conf=url is None)  # its conf read once
+        self.plan: ProjectPlan | None = None  # with --url: the host knows its endpoints
+        self.url: str | None = None
+        if url is None and self.found.read is not None:  # read: a conf is needed here
+            from peach_cli.checks.build import plan_to_check
+
+            self.plan = plan_to_check(path, self.found.root, self.found.read, doing)
+        elif url is not None:
+            from peach_cli.client.items import base_url
+            from peach_cli.project.secrets import hide_declared
+
+            loaded = self.found.read[0] if self.found.read is not None else None
+            if loaded is not None:  # what the host answers is shown masked
+                hide_declared(self.found.root, loaded.conf)
+            self.url = base_url(url)
+        if timeout_s is None:  # as long as the project lets its calls run, and a slack
+            local = self.plan.timeout_s + LOCAL_SLACK_S if self.plan is not None else None
+            timeout_s = local or DEFAULT_TIMEOUT_S
+        self.timeout_s = timeout_s or DEFAULT_TIMEOUT_S
+
+    @property
+    def root(self) -> Path:
+        """The project's root folder (its case files are under it)."""
+        return self.found.root
+
+    @property
+    def endpoint_urls(self) -> list[str] | None:
+        """The urls of the project's endpoints; None with ``url`` (the host knows them)."""
+        return None if self.plan is None else [e.url for e in self.plan.endpoints.values()]
+
+    @property
+    def base(self) -> str:
+        """The base URL requests go to: ``url``, else the project's simulator's (started
+        now if it has not been)."""
+        if self.url is not None:
+            return self.url
+        if self._served is None:
+            served = local_host(self.found.root, self.plan, on_event=self._on_event)
+            self._served = self._stack.enter_context(served)
+        return self._served
+
+    @property
+    def client(self) -> Client:
+        """The client every request is sent with (``timeout_s`` for each answer; it
+        verifies TLS for an ``https`` URL)."""
+        if self._client is None:
+            tls = self.url is not None and self.url.startswith("https:")
+            self._client = self.new_client(self.timeout_s, tls=tls)
+        return self._client
+
+    def document(self, *, tool: str) -> dict[str, Any]:
+        """The OpenAPI document of what the host serves: the project's, or the one ``url``
+        serves, else the one of the project here (``UsageError`` when there is neither)."""
+        from peach_cli.internal import OPENAPI_PATH
+        from peach_cli.openapi.document import build_document
+
+        if self.plan is not None:
+            return build_document(self.plan)
+        document = openapi_document(self.base, tool=tool, timeout_s=self.timeout_s)
+        if document is None and self.found.read is not None:  # the project here says
+            document = build_document(self.found.load_to_check(self.doing))
+        if document is None:
+            raise UsageError(
+                f"{self.base} serves no OpenAPI document at {OPENAPI_PATH}, and "
+                f"{self.found.given} holds no peach project to read one from",
+                hint="point --url at a peach dev or a deployed app, or give the project",
+            )
+        return document
+
+    def spare(self, timeout_s: float, on_event: Callable[[Any], None]) -> str:
+        """Start a second simulator of the project whose calls time out at ``timeout_s``
+        (its events to ``on_event``); stopped with this host. Its URL."""
+        assert self.plan is not None, "a host at --url has no simulator here"
+        served = local_host(self.found.root, self.plan, on_event=on_event, timeout_s=timeout_s)
+        return self._stack.enter_context(served)
+
+    def new_client(self, timeout_s: float, *, tls: bool = False) -> Client:
+        """A client waiting ``timeout_s`` for each answer; closed with this host."""
+        from peach_cli.client.send import Client
+
+        return self._stack.enter_context(Client(timeout_s, tls=tls))
+
+    def close(self) -> None:
+        """Close the clients and stop every simulator started."""
+        self._stack.close()
+
+    def __enter__(self) -> Host:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -31,14 +31,14 @@ def to_json(outcomes: list[Outcome], seconds: float) -> dict[str, Any]:
     }
 
 
-def rendered(outcomes: list[Outcome], seconds: float, output_format: str) -> Any:
-    """The run as ``output_format`` asks: the JSON document (``json``), the JUnit XML
-    (``junit``), or None (``text``: each outcome was printed as it came)."""
+def rendered(outcomes: list[Outcome], seconds: float, output_format: str) -> str:
+    """The run as ``output_format`` asks: the JSON document (``json``) or the JUnit XML
+    (``junit``), as the text written."""
     if output_format == "json":
-        return to_json(outcomes, seconds)
-    if output_format == "junit":
-        return to_junit(outcomes, seconds)
-    return None
+        from peach_cli.boundary import json_text
+
+        return json_text(to_json(outcomes, seconds)) + "\n"
+    return to_junit(outcomes, seconds)
 
 
 def junit_classname(file: str) -> str:

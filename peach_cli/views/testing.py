@@ -54,6 +54,19 @@ def print_diff(lines: tuple[str, ...] | list[str], *, indent: int = 2) -> None:
         out.print(f"{pad}[{style}]{markup(line)}[/]", soft_wrap=True)
 
 
+def print_test_report(outcomes: list[Outcome], seconds: float, output_format: str) -> None:
+    """The end of a `peach test` run: the summary line (``text``: each outcome was printed
+    as it came), or the whole run as JSON or JUnit XML (``peach_cli.testing.report``)."""
+    if output_format == "text":
+        passed = sum(outcome.passed for outcome in outcomes)
+        print_test_summary(passed, len(outcomes) - passed, seconds)
+        return
+    from peach_cli.boundary import write_report
+    from peach_cli.testing.report import rendered
+
+    write_report(rendered(outcomes, seconds, output_format), channel=f"test-{output_format}")
+
+
 def print_test_summary(passed: int, failed: int, seconds: float) -> None:
     from peach_cli.views.console import print_summary
     from peach_cli.wording import count
