@@ -71,12 +71,18 @@ def checked_read(
 
 
 def plan_to_check(
-    project: Path, root: Path, read: tuple[Project | None, list[Diagnostic]], doing: str
+    project: Path,
+    root: Path,
+    read: tuple[Project | None, list[Diagnostic]],
+    doing: str,
+    *,
+    usage: bool = True,
 ) -> ProjectPlan:
-    """The plan of a project already read, for a command that checks its endpoints (`peach
-    test`, `peach fuzz`): ``checked_read``, and its ``.env`` read; errors, or a ``.env`` that
-    cannot be read, are a usage error (exit 2). The secrets it declares (the project at
-    ``root``) are masked in everything shown from now on."""
+    """The plan of a project already read, for a command that runs its endpoints (`peach
+    test`, `peach fuzz`, `peach profile`): ``checked_read``, and its ``.env`` read; with
+    ``usage``, errors or a ``.env`` that cannot be read are a usage error (exit 2: a command
+    that checks the endpoints). The secrets it declares (the project at ``root``) are masked
+    in everything shown from now on."""
     from peach_cli.errors import ProjectInvalid
     from peach_cli.project.secrets import DotenvError, check_dotenv, hide_declared
 
@@ -84,7 +90,8 @@ def plan_to_check(
         plan = checked_read(project, read, doing)[0]
         check_dotenv(plan)
     except (ProjectInvalid, DotenvError) as error:
-        error.exit_code = 2
+        if usage:
+            error.exit_code = 2
         raise
     hide_declared(root, plan)
     return plan

@@ -67,7 +67,7 @@ def run_fuzz(options: FuzzOptions) -> int:
     watch = Watch() if options.url is None else None  # the simulator's events, run here
     on_event = watch.on_event if watch is not None else None
     try:
-        with Host(path, options.url, doing="fuzzing", on_event=on_event) as host:
+        with Host(path, options.url, doing="fuzzing", tool="fuzz", on_event=on_event) as host:
             explored = fuzz_host(
                 host, names, examples=options.examples, seed=seed, watch=watch, shown=shown
             )

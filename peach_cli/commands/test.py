@@ -52,7 +52,9 @@ def run_test(options: TestOptions) -> int:
     shown: dict[str, Any] = {}
     if options.output_format == "text":  # each outcome as it comes
         shown = {"on_file": print_file, "on_outcome": print_outcome}
-    with Host(project, options.url, doing="testing", timeout_s=options.timeout_s) as host:
+    with Host(
+        project, options.url, doing="testing", tool="test", timeout_s=options.timeout_s
+    ) as host:
         selected = select_cases(host.root, files, options.keyword, host.endpoint_urls)
         outcomes = run_cases(selected, host.client, host.base, host.timeout_s, **shown)
     print_test_report(outcomes, time.perf_counter() - began, options.output_format)

@@ -221,7 +221,7 @@ def fuzz_host(
     from peach_cli.errors import UsageError
     from peach_cli.fuzz.targets import select, targets_of
 
-    targets = select(targets_of(host.document(tool="fuzz")), names)
+    targets = select(targets_of(host.document()), names)
     if not targets:
         raise UsageError("the project has no endpoint to fuzz")
     shown.start(len(targets))

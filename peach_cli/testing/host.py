@@ -1,22 +1,28 @@
 """The one wiring of every command that runs against a project's host or a URL (`peach test`
 and its pytest plugin, `peach fuzz`, `peach profile`, `peach replay`, `peach bench`).
 
-``FoundProject`` is the project, its conf files found and read once; everything the command
+``Host`` is what one run of a command sends to, wired once: the project found and read once
+(``FoundProject``), its plan checked — or with ``--url`` its secrets masked and the URL
+checked —, the host (the project's simulator, started at first use, or ``--url``), what the
+host declares it is (``dev`` or ``ray``, from its ``/_peach/health``:
+``runtime.contract.status``), what it serves (its OpenAPI document), and the client that
+sends to it; closing it stops what it started::
+
+    with Host(Path("examples/quickstart"), None, doing="testing", tool="test") as host:
+        observe(host.client, host.base, case)
+    host.kind                                    # "dev"
+
+``FoundProject`` is the project, its conf files found and read once; everything a command
 needs of it comes from that one reading — its plan (validated, not read again), the secrets
 to mask, the root its case files are under::
 
     found = FoundProject.at(Path("examples/quickstart"), need_conf=True)
     plan = found.load_to_check("testing")       # ProjectInvalid (exit 2) on errors
-    found.mask()                                # with --url: its secrets masked, no plan
+    found.mask()                                # its secrets masked, no plan
 
-``served`` gives the host a command sends to — the project's simulator, started, or
-``--url`` — and what that host is; ``reach`` checks a ``--url``; ``declared_host`` asks
-the host what it is — ``dev`` or ``ray``, as its ``/_peach/health`` declares
-(``runtime.contract.status``); ``peach_get`` / ``peach_post`` are the one client of the
-``/_peach/*`` actions::
+``reach`` checks a ``--url``; ``declared_host`` asks a host what it is; ``peach_get`` /
+``peach_post`` are the one client of the ``/_peach/*`` actions::
 
-    with served(found, url, doing="profiling", tool="profile") as (base, kind):
-        ...                                      # kind: "dev" or "ray"
     base = reach("127.0.0.1:8000")               # "http://127.0.0.1:8000"
     declared_host(base, tool="profile")          # "dev"
     peach_post(base, "profile/start", {...}, tool="profile", timeout_s=30)
@@ -46,7 +52,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from peach_cli.errors import PeachError, UsageError
 from peach_cli.testing.run import DEFAULT_TIMEOUT_S
@@ -256,31 +262,24 @@ def declared_host(base: str, *, tool: str) -> HostKind:
     )
 
 
-@contextmanager
-def served(
-    found: FoundProject, url: str | None, *, doing: str, tool: str
-) -> Iterator[tuple[str, HostKind]]:
-    """The host a command sends to, and what the host declares it is (``dev`` or ``ray``):
-    ``url``'s, the project's secrets masked in what is shown; else the project's simulator
-    (its plan checked: ``2 errors in X: not DOING``), started here and stopped on exit.
+class _Started:
+    """What holds the clients it opened and the simulators it started in ``_stack``:
+    ``close`` (or the end of its ``with``) closes and stops them all."""
 
-    A host on another machine is taken for a deployed app and not asked: a `peach dev`
-    answers its ``/_peach/*`` actions for loopback clients only."""
-    if url is not None:
-        from urllib.parse import urlsplit
+    _stack: ExitStack
 
-        from peach_cli.addresses import is_loopback
+    def close(self) -> None:
+        """Close every client and stop every simulator started."""
+        self._stack.close()
 
-        found.mask()
-        base = reach(url)
-        here = is_loopback(urlsplit(base).hostname)
-        yield url, declared_host(base, tool=tool) if here else "ray"
-        return
-    with local_host(found.root, found.plan(doing)) as url:
-        yield url, "dev"
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-class Hosts:
+class Hosts(_Started):
     """The hosts of one run of cases, and the client that sends them their requests.
 
     With ``url`` every project's cases go to that host; else each project's simulator is
@@ -342,18 +341,8 @@ class Hosts:
             self._masked.add(project)
             self.project(project).mask()
 
-    def close(self) -> None:
-        """Close the client and stop every simulator started."""
-        self._stack.close()
 
-    def __enter__(self) -> Hosts:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class Host:
+class Host(_Started):
     """The host one run of a command sends to, wired once: the project at ``path`` found and
     read once — its plan checked as `peach dev` does (``2 errors in X: not DOING``), or with
     ``url`` its secrets masked in what the host answers and ``url`` checked — then the host,
@@ -372,10 +361,12 @@ class Host:
         url: str | None,
         *,
         doing: str,
+        tool: str,
         timeout_s: float | None = None,
         on_event: Callable[[Any], None] | None = None,
+        usage_errors: bool = True,
     ) -> None:
-        self.doing = doing
+        self.doing, self.tool = doing, tool
         self._on_event = on_event
         self._stack = ExitStack()
         self._served: str | None = None
@@ -386,7 +377,8 @@ class Host:
         if url is None and self.found.read is not None:  # read: a conf is needed here
             from peach_cli.checks.build import plan_to_check
 
-            self.plan = plan_to_check(path, self.found.root, self.found.read, doing)
+            read = self.found.read
+            self.plan = plan_to_check(path, self.found.root, read, doing, usage=usage_errors)
         elif url is not None:
             from peach_cli.client.items import base_url
             from peach_cli.project.secrets import hide_declared
@@ -430,7 +422,22 @@ class Host:
             self._client = self.new_client(self.timeout_s, tls=tls)
         return self._client
 
-    def document(self, *, tool: str) -> dict[str, Any]:
+    @property
+    def kind(self) -> HostKind:
+        """What the host is: ``dev`` (the project's simulator, or a `peach dev` on this
+        machine, as its ``/_peach/health`` declares) or ``ray`` (a deployed app). A host on
+        another machine is taken for a deployed app and not asked: a `peach dev` answers its
+        ``/_peach/*`` actions for loopback clients only."""
+        if self.url is None:
+            return "dev"
+        from urllib.parse import urlsplit
+
+        from peach_cli.addresses import is_loopback
+
+        here = is_loopback(urlsplit(self.url).hostname)
+        return declared_host(self.url, tool=self.tool) if here else "ray"
+
+    def document(self) -> dict[str, Any]:
         """The OpenAPI document of what the host serves: the project's, or the one ``url``
         serves, else the one of the project here (``UsageError`` when there is neither)."""
         from peach_cli.internal import OPENAPI_PATH
@@ -438,7 +445,7 @@ class Host:
 
         if self.plan is not None:
             return build_document(self.plan)
-        document = openapi_document(self.base, tool=tool, timeout_s=self.timeout_s)
+        document = openapi_document(self.base, tool=self.tool, timeout_s=self.timeout_s)
         if document is None and self.found.read is not None:  # the project here says
             document = build_document(self.found.load_to_check(self.doing))
         if document is None:
@@ -461,16 +468,6 @@ class Host:
         from peach_cli.client.send import Client
 
         return self._stack.enter_context(Client(timeout_s, tls=tls))
-
-    def close(self) -> None:
-        """Close the clients and stop every simulator started."""
-        self._stack.close()
-
-    def __enter__(self) -> Host:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class _Runner:
