@@ -46,8 +46,8 @@ def run_profile(options: ProfileOptions) -> int:
     )
     shown = Shown(options.cpu, options.init, options.output_file, options.output_format)
     # its conf found and read once: with --url, for the secrets to mask and the lines to name
-    path, url = options.project or Path.cwd(), options.url
-    with Host(path, url, doing="profiling", tool="profile", usage_errors=False) as host:
+    project = options.project or Path.cwd()
+    with Host(project, options.url, doing="profiling", tool="profile", usage_errors=False) as host:
         profiled = profile_host(
             host,
             options.target,
