@@ -2,9 +2,10 @@
 
 Two rules hold for every channel, whatever it renders:
 
-- **Secret values are masked.** Every value hidden with ``hide`` (a component's or a task's
-  secrets, a deployment's, the project's `.env` values it declares) is replaced by ``***``
-  as is and in every form a client or a server writes text in (``Masker``: JSON-escaped
+- **Secret values are masked.** Every value a run learns is secret (``Secrets.hide``: a
+  component's or a task's secrets, a deployment's, the project's `.env` values it declares)
+  is replaced by ``***`` in that run's output, as is and in every form a client or a
+  server writes text in (``Masker``: JSON-escaped
   once or more, percent-encoded in either case or with ``+``, base64 at any alignment and
   URL-safe). A multi-line value is masked as one value: wherever any of its lines of 4 or
   more characters appears, alone or inside another line, it is masked.
@@ -12,31 +13,37 @@ Two rules hold for every channel, whatever it renders:
   path or a user's print holding ``\\x1b`` or a line break is written as ``\\x1b`` / ``\\n``:
   no client, notebook or file name can forge a line or drive the terminal.
 
-A channel is a place output goes to (``CHANNELS``: the terminal, the live view, log lines,
-pdb banners, ``peach test``'s reports, record files, …). Writers get their stream or file
-from here — ``console``, ``new_console``, ``write_report``, ``write_status``, ``open_lines``,
-``relay`` — and nothing else in peach writes to stdout, stderr or a report file; Python's
-logging comes here too (``install_logging``, at start). ``tests/test_structure.py`` checks it;
-``tests/test_boundary.py`` plants a secret in each of its forms and escape sequences in
-every channel, and fails when a channel is registered without a probe.
+A run (one `peach` command, a `peach dev` session, the pytest plugin's session) makes one
+``Output``: it holds the run's ``Secrets`` and is handed to whatever writes, so a secret one
+run learns is never another run's, even in one process. A channel is a place output goes to
+(``CHANNELS``: the terminal, the live view, log lines, pdb banners, ``peach test``'s
+reports, record files, …). Writers get their stream or file from the run's ``Output`` —
+``stdout``, ``stderr``, ``new_console``, ``write_report``, ``write_status``, ``write_file``,
+``open_lines``, ``relay`` — and nothing else in peach writes to stdout, stderr or a report
+file; Python's logging comes there too (``Output.logging``, while the run lasts).
+``shown`` and its kin escape; the output masks (its consoles each text before layout).
+``tests/test_structure.py`` checks it; ``tests/test_boundary.py`` plants a secret in each of
+its forms and escape sequences in every channel, and fails when a channel is registered
+without a probe; ``tests/test_run_secrets.py`` checks that runs share none.
 
-    hide(["hunter2-secret"])
-    shown("GET /x?k=hunter2-secret\\x1b[2J")   # 'GET /x?k=***\\\\x1b[2J'
-    console("stdout").print(...)               # a Rich console whose every write is masked
+    out = Output()                              # where a run starts: its secrets, its writers
+    out.secrets.hide(["hunter2-secret"])        # what the run learns is secret
+    out.stdout.print(f"GET {markup(path)}")     # masked before layout, escaped: GET /x?k=***
+    out.write_report(json_text(data), channel="test-json")
 
-Standard library only (Rich is imported lazily, for ``console``).
+Standard library only (Rich is imported lazily, for the consoles).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
 import re
 import sys
-from collections.abc import Iterable
-from functools import lru_cache
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -87,21 +94,85 @@ def channel_of(name: str) -> str:
 
 # -- secrets -------------------------------------------------------------------------------
 
-_hidden: set[str] = set()
-_masker: Masker | None = None
 MIN_BASE64 = 6
 """A base64 form not at the encoding's start (the secret after other bytes, as in
 ``base64("user:" + secret)``) is masked from this many characters on: 4 or 5 base64
 characters turn up by chance in any long text."""
 
 
-def hide(values: Iterable[str]) -> None:
-    """Mask ``values`` in everything this process shows or writes from now on."""
-    global _masker
-    added = {value for value in values if value and value not in _hidden}
-    if added:
-        _hidden.update(added)
-        _masker = masker_of(frozenset(_hidden))
+class Secrets:
+    """The secret values one run masks in everything it shows or writes: made where the run
+    starts (``Output``), handed to what learns a value (the project's loading, a replica
+    pool, a task run, a deploy), read by every writer of the run's ``Output``. Another run
+    in the same process has its own: nothing is shared.
+
+    A value hidden under a ``source`` (a component's pool, a task) replaces what that
+    source hid two versions before: the values of the version serving and of the one whose
+    replicas may still be finishing requests are masked, so a `peach dev` session that
+    reloads a thousand times holds two versions' secrets, not a thousand.
+
+    >>> secrets = Secrets()
+    >>> secrets.hide(["hunter2-secret"])
+    >>> secrets.mask("k=hunter2-secret")
+    'k=***'
+    >>> Secrets().mask("k=hunter2-secret")
+    'k=hunter2-secret'
+    """
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self._sources: dict[str | None, frozenset[str]] = {}
+        self._previous: dict[str, frozenset[str]] = {}
+        """Each source's values of the version before (its replicas may still answer)."""
+        self.masker: Masker | None = None
+        """The masker of every value hidden (None: nothing to mask)."""
+        self.hide(values)
+
+    def hide(self, values: Iterable[str], *, source: str | None = None) -> None:
+        """Mask ``values`` in everything this run shows or writes from now on; under
+        ``source``, in place of the values that source hid the version before last."""
+        values = frozenset(value for value in values if value)
+        current = self._sources.get(source, frozenset())
+        if source is None:
+            values |= current
+        if values == current:
+            return
+        if source is not None:
+            self._previous[source] = current
+        self._sources[source] = values
+        self.masker = masker_of(self.values)
+
+    @property
+    def values(self) -> frozenset[str]:
+        """Every value hidden, from every source."""
+        return frozenset().union(*self._sources.values(), *self._previous.values())
+
+    def mask(self, text: str) -> str:
+        """``text`` with every value hidden replaced by ``***``."""
+        return text if self.masker is None else self.masker.sub(text)
+
+    def mask_value(self, value: Any) -> Any:
+        """A JSON-like value with every value hidden (keys too) replaced by ``***``."""
+        return value if self.masker is None else _masked_value(value, self.masker)
+
+    # Text for a report laid out outside a Rich console (YAML, XML, SVG, a cut column):
+    # masked here, before the layout can wrap, entity-escape or cut a secret out of reach.
+
+    def shown(self, text: object) -> str:
+        """``shown(text)`` with these secrets masked first (one held whole even when it
+        holds a control character)."""
+        return printable(self.mask(str(text)))
+
+    def shown_lines(self, text: object) -> str:
+        """``shown_lines(text)`` with these secrets masked first."""
+        return printable_lines(self.mask(str(text)))
+
+    def shown_value(self, value: Any) -> Any:
+        """``shown_value(value)`` with these secrets masked in its strings first."""
+        return _escaped_value(self.mask_value(value))
+
+    def json_text(self, value: Any, *, indent: int | None = 2) -> str:
+        """``value`` as JSON for a channel (``shown_value`` first)."""
+        return json.dumps(self.shown_value(value), indent=indent, ensure_ascii=False)
 
 
 def pieces_of(values: Iterable[str]) -> list[str]:
@@ -142,6 +213,12 @@ class Masker:
         self.anchors = anchors
         """None: a form without a run long enough to search for (every text is scanned)."""
 
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where the secrets' forms are in ``text`` (start, end), left to right."""
+        if self.anchors is not None and not any(anchor in text for anchor in self.anchors):
+            return []
+        return [match.span() for match in self.pattern.finditer(text)]
+
     def sub(self, text: str) -> str:
         """``text`` with every form of the secrets replaced by ``***``."""
         if self.anchors is None:
@@ -156,10 +233,10 @@ ANCHOR = 4
 """The shortest run of unchanged characters searched for before scanning a text."""
 
 
-@lru_cache(maxsize=16)
 def masker_of(values: frozenset[str]) -> Masker | None:
-    """The ``Masker`` of every piece of ``values`` (``None``: nothing to mask). Built once
-    per set of values.
+    """The ``Masker`` of every piece of ``values`` (``None``: nothing to mask). A run's
+    ``Secrets`` builds it once per change of its set, and keeps it: no cache of the
+    process holds a run's values.
 
     >>> masker_of(frozenset(["p4ss word"])).sub("u=p4ss+word&v=p4ss%20word&w=p4ss")
     'u=***&v=***&w=p4ss'
@@ -247,15 +324,16 @@ def _base64_pattern(form: str) -> str:
     return escaped
 
 
-def mask(text: str, secrets: Iterable[str] | None = None) -> str:
-    """``text`` with every secret value (default: those hidden) replaced by ``***``."""
-    masker = _masker if secrets is None else masker_of(frozenset(secrets))
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every form of ``secrets`` replaced by ``***`` (a run's own are masked by
+    its ``Output``; this is for values known outside one, such as a dashboard's token)."""
+    masker = masker_of(frozenset(secrets))
     return text if masker is None else masker.sub(text)
 
 
-def mask_value(value: Any, secrets: Iterable[str] | None = None) -> Any:
+def mask_value(value: Any, secrets: Iterable[str]) -> Any:
     """A JSON-like value with every secret in its strings (keys too) replaced by ``***``."""
-    masker = _masker if secrets is None else masker_of(frozenset(secrets))
+    masker = masker_of(frozenset(secrets))
     return value if masker is None else _masked_value(value, masker)
 
 
@@ -273,23 +351,22 @@ def _masked_value(value: Any, masker: Masker) -> Any:
 
 
 def shown(text: object) -> str:
-    """``text`` as one line of output: secrets masked, every control character escaped
-    (line breaks too). What every view does to a value from data."""
-    masked = mask(str(text))  # first: a secret holding a control character is masked whole
-    return printable(masked)
+    """``text`` as one line of output: every control character escaped (line breaks too).
+    What every view does to a value from data; the run's ``Output`` masks its secrets when
+    it writes (in their escaped forms too: ``\\x1b``, ``\\n``, ``\\u2028``)."""
+    return printable(str(text))
 
 
 def shown_lines(text: object) -> str:
-    """``text`` as lines of output (a traceback, a user's print): secrets masked, control
-    characters escaped except line breaks and tabs."""
-    masked = mask(str(text))  # first: a secret holding a control character is masked whole
-    return printable_lines(masked)
+    """``text`` as lines of output (a traceback, a user's print): control characters
+    escaped except line breaks and tabs."""
+    return printable_lines(str(text))
 
 
 def shown_value(value: Any) -> Any:
-    """A JSON-like value for machine output: secrets masked in its strings, and the control
-    characters JSON leaves raw (``\\x7f``–``\\x9f``, ``\\u2028``) escaped."""
-    return _escaped_value(mask_value(value))
+    """A JSON-like value for machine output: the control characters JSON leaves raw
+    (``\\x7f``–``\\x9f``, ``\\u2028``) escaped."""
+    return _escaped_value(value)
 
 
 _RAW_IN_JSON = re.compile(r"[\x7f-\x9f\u2028\u2029]")
@@ -305,7 +382,7 @@ def _escaped_value(value: Any) -> Any:
         return printable(value) if _RAW_IN_JSON.search(value) else value
     if isinstance(value, dict):
         return {_escaped_value(k): _escaped_value(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_escaped_value(v) for v in value]
     return value
 
@@ -319,17 +396,17 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
 
 
 class MaskedStream:
-    """A text stream whose every write is masked: the last line of defence under a Rich
-    console, for text a view forgot to pass through ``shown`` (a multi-line value is masked
-    line by line, so a value split across writes at a line break is still caught)."""
+    """A text stream whose every write is masked with a run's secrets: the last line of
+    defence under a Rich console, for text a console could not mask before layout (a
+    multi-line value is masked line by line, so a value split across writes at a line break
+    is still caught)."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], secrets: Secrets) -> None:
         self._stream = stream
+        self._secrets = secrets
 
     def write(self, text: str) -> int:
-        if _masker is not None:
-            text = mask(text)
-        return self._stream.write(text)
+        return self._stream.write(self._secrets.mask(text))
 
     def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
@@ -339,56 +416,160 @@ class MaskedStream:
         return getattr(self._stream, name)
 
 
-def stream(which: Literal["stdout", "stderr"]) -> MaskedStream:
-    """peach's standard output or error as a masked stream (``sys.stdout`` as it is now, so
-    that a redirection made by a test or by ``contextlib.redirect_stdout`` is honoured)."""
-    return MaskedStream(sys.stdout if which == "stdout" else sys.stderr)
-
-
-def write_report(text: str, *, channel: str, to: Literal["stdout", "stderr"] = "stdout") -> None:
-    """Write a report a view composed for ``channel`` (JSON, XML, YAML, a table): secrets
-    masked; its data was escaped when the report was made, its layout (line breaks) kept."""
-    channel_of(channel)
-    out = stream(to)
-    out.write(text)
-    out.flush()
-
-
-def write_status(text: str) -> None:
-    """A transient status line on stderr (``\\r`` and erase-line are the view's own)."""
-    out = stream("stderr")
-    out.write(text)
-    out.flush()
-
-
-@lru_cache(maxsize=2)
-def console(which: Literal["stdout", "stderr"] = "stdout") -> Console:
-    """The Rich console for stdout or stderr: its every write is masked."""
-    from rich.console import Console
-
-    return Console(file=_SysStream(which), highlight=False)  # type: ignore[arg-type]
-
-
 class _SysStream(MaskedStream):
-    """``sys.stdout``/``sys.stderr`` looked up at each write (Rich's console is cached; a
-    test's ``capsys`` or a redirection replaces ``sys.stdout`` later)."""
+    """``sys.stdout``/``sys.stderr`` looked up at each write (a test's ``capsys`` or a
+    redirection replaces ``sys.stdout`` after the console was made)."""
 
-    def __init__(self, which: Literal["stdout", "stderr"]) -> None:
+    def __init__(self, which: Literal["stdout", "stderr"], secrets: Secrets) -> None:
         self._which = which
+        self._secrets = secrets
 
     @property
     def _stream(self) -> IO[str]:  # type: ignore[override]
         return sys.stdout if self._which == "stdout" else sys.stderr
 
 
-def new_console(channel: str, file: IO[str] | None = None, **options: Any) -> Console:
-    """A Rich console of a view's own for ``channel`` (a width, a file), on a masked
-    stream."""
-    from rich.console import Console
+class Output:
+    """Where one run's output goes, with the secrets it masks (``secrets``): made where the
+    run starts (``peach_cli.cli.main`` for a command, a test for what it drives) and handed
+    to what writes, which writes through it and nothing else. Two runs in one process have
+    two outputs: a secret one run learns is masked in that run's output only.
 
-    channel_of(channel)
-    target = MaskedStream(file) if file is not None else _SysStream("stdout")
-    return Console(file=target, **options)  # type: ignore[arg-type]
+    Every writer masks. The Rich consoles (``stdout``, ``stderr``, ``new_console``) mask
+    each text before layout, so no wrap, column or ellipsis cuts a secret out of reach, and
+    their stream masks again; reports, status lines, files, JSON lines, a relayed terminal
+    and Python's logging (``logging``) are masked as they are written.
+    """
+
+    def __init__(self, secrets: Secrets | None = None) -> None:
+        self.secrets = secrets if secrets is not None else Secrets()
+        self._consoles: dict[str, Console] = {}
+
+    @property
+    def stdout(self) -> Console:
+        """The Rich console on standard output."""
+        return self.console("stdout")
+
+    @property
+    def stderr(self) -> Console:
+        """The Rich console on standard error."""
+        return self.console("stderr")
+
+    def console(self, which: Literal["stdout", "stderr"] = "stdout") -> Console:
+        """The run's Rich console on stdout or stderr (one each)."""
+        found = self._consoles.get(which)
+        if found is None:
+            stream = _SysStream(which, self.secrets)
+            found = self._consoles[which] = _masking_console(self.secrets, stream, highlight=False)
+        return found
+
+    def new_console(self, channel: str, file: IO[str] | None = None, **options: Any) -> Console:
+        """A Rich console of a view's own for ``channel`` (a width, a file)."""
+        channel_of(channel)
+        target: MaskedStream = (
+            _SysStream("stdout", self.secrets) if file is None else MaskedStream(file, self.secrets)
+        )
+        return _masking_console(self.secrets, target, **options)
+
+    def stream(self, which: Literal["stdout", "stderr"]) -> MaskedStream:
+        """Standard output or error as a masked stream (``sys.stdout`` as it is now, so a
+        redirection made by a test or ``contextlib.redirect_stdout`` is honoured)."""
+        return MaskedStream(sys.stdout if which == "stdout" else sys.stderr, self.secrets)
+
+    def write_report(
+        self, text: str, *, channel: str, to: Literal["stdout", "stderr"] = "stdout"
+    ) -> None:
+        """Write a report a view composed for ``channel`` (JSON, XML, YAML, a table): secrets
+        masked; its data was escaped when the report was made, its layout kept."""
+        channel_of(channel)
+        out = self.stream(to)
+        out.write(text)
+        out.flush()
+
+    def write_status(self, text: str) -> None:
+        """A transient status line on stderr (``\\r`` and erase-line are the view's own)."""
+        out = self.stream("stderr")
+        out.write(text)
+        out.flush()
+
+    def write_file(self, path: Path, text: str, *, channel: str) -> None:
+        """Write ``text`` (a report a view composed: SVG, JSON) to ``path``, secrets masked."""
+        channel_of(channel)
+        path.write_text(self.secrets.mask(text), encoding="utf-8")
+
+    def open_lines(self, path: Path, *, channel: str) -> LinesFile:
+        """A JSON-lines file for ``channel``, opened for appending, secrets masked."""
+        return LinesFile(path, channel, self.secrets)
+
+    def relay(self, data: bytes, *, fd: int | None = None) -> None:
+        """``relay`` with this run's secrets."""
+        relay(data, self.secrets, fd=fd)
+
+    @contextlib.contextmanager
+    def logging(self) -> Iterator[None]:
+        """Python's logging through this output while the run lasts: the root logger gets a
+        ``BoundaryHandler`` (in place of the interpreter's raw last resort), so uvicorn's and
+        peach's loggers, which propagate to it, are masked and escaped; removed at the end."""
+        handler = BoundaryHandler(self)
+        root = logging.getLogger()
+        root.addHandler(handler)
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+
+
+def relay(data: bytes, secrets: Secrets, *, fd: int | None = None) -> None:
+    """Bytes of an interactive session (pdb's transcript) written to the terminal as they
+    come, ``secrets`` masked (the session's own control sequences kept: it is the
+    terminal's)."""
+    if secrets.masker is not None:
+        text = data.decode("utf-8", "surrogateescape")
+        masked = secrets.mask(text)
+        if masked != text:
+            data = masked.encode("utf-8", "surrogateescape")
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno() if fd is None else fd, data)
+
+
+def _masking_console(secrets: Secrets, file: MaskedStream, **options: Any) -> Console:
+    """A Rich console on ``file`` that masks ``secrets`` in every text before layout."""
+    from rich.console import Console
+    from rich.text import Text
+
+    class MaskingConsole(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Text:
+            return masked_text(super().render_str(text, **kwargs), secrets)
+
+        def render(self, renderable: Any, options: Any = None) -> Any:
+            if isinstance(renderable, Text):
+                renderable = masked_text(renderable, secrets)
+            return super().render(renderable, options)
+
+    return MaskingConsole(file=file, **options)  # type: ignore[arg-type]
+
+
+def masked_text(text: Any, secrets: Secrets) -> Any:
+    """A Rich ``Text`` with every form of ``secrets`` replaced by ``***`` (styled as the
+    first character it replaces); the same ``Text`` when it holds none."""
+    masker = secrets.masker
+    found = [] if masker is None else masker.spans(text.plain)
+    if not found:
+        return text
+    result = text.blank_copy()
+    last = 0
+    for start, end in found:
+        if start > last:
+            result.append_text(text[last:start])
+        at = len(result)
+        result.append(MASK)
+        for span in text.spans:
+            if span.start <= start < span.end:
+                result.stylize(span.style, at, at + len(MASK))
+        last = end
+    if last < len(text):
+        result.append_text(text[last:])
+    return result
 
 
 class LinesFile:
@@ -396,9 +577,10 @@ class LinesFile:
     characters JSON leaves raw written as JSON escapes (``\\u0085``, ``\\u2028``), so a
     line read back is the same value; a batch in one write."""
 
-    def __init__(self, path: Path, channel: str) -> None:
+    def __init__(self, path: Path, channel: str, secrets: Secrets) -> None:
         self.path = path
         self.channel = channel_of(channel)
+        self._secrets = secrets
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
 
     def write(self, values: Iterable[Any]) -> None:
@@ -406,7 +588,8 @@ class LinesFile:
         lines = []
         for value in values:
             try:
-                text = json.dumps(mask_value(value), ensure_ascii=False, separators=(",", ":"))
+                masked = self._secrets.mask_value(value)
+                text = json.dumps(masked, ensure_ascii=False, separators=(",", ":"))
                 lines.append(_RAW_IN_JSON.sub(_json_escape, text))
             except (ValueError, TypeError):
                 continue
@@ -416,17 +599,6 @@ class LinesFile:
 
     def close(self) -> None:
         self._file.close()
-
-
-def write_file(path: Path, text: str, *, channel: str) -> None:
-    """Write ``text`` (a report a view composed: SVG, JSON) to ``path``, secrets masked."""
-    channel_of(channel)
-    path.write_text(mask(text), encoding="utf-8")
-
-
-def open_lines(path: Path, *, channel: str) -> LinesFile:
-    """A JSON-lines file for ``channel``, opened for appending, through the boundary."""
-    return LinesFile(path, channel)
 
 
 # -- Rich markup ----------------------------------------------------------------------------
@@ -445,21 +617,6 @@ def markup_lines(text: object) -> str:
     from rich.markup import escape
 
     return escape(shown_lines(text))
-
-
-# -- a terminal handed over ------------------------------------------------------------------
-
-
-def relay(data: bytes, *, fd: int | None = None) -> None:
-    """Bytes of an interactive session (pdb's transcript) written to the terminal as they
-    come, secrets masked (the session's own control sequences kept: it is the terminal's)."""
-    if _masker is not None:
-        text = data.decode("utf-8", "surrogateescape")
-        masked = mask(text)
-        if masked != text:
-            data = masked.encode("utf-8", "surrogateescape")
-    sys.stdout.flush()
-    os.write(sys.stdout.fileno() if fd is None else fd, data)
 
 
 # -- Python's logging ------------------------------------------------------------------------
@@ -485,9 +642,13 @@ def continued(text: str) -> str:
 
 class BoundaryHandler(logging.Handler):
     """Python's logging (uvicorn's loggers, peach's own, any library's) on stderr through
-    the boundary: a record is one masked line with its control characters escaped, cut at
-    ``LOG_LINE_MAX`` characters; a traceback it carries follows as marked continuation
-    lines, masked and escaped too."""
+    a run's ``Output``: a record is one masked line with its control characters escaped,
+    cut at ``LOG_LINE_MAX`` characters; a traceback it carries follows as marked
+    continuation lines, masked and escaped too."""
+
+    def __init__(self, output: Output) -> None:
+        super().__init__(logging.WARNING)
+        self.output = output
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -505,17 +666,8 @@ class BoundaryHandler(logging.Handler):
             details = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
             line += "\n" + CONTINUATION + continued(shown_lines(details))
         try:
-            out = stream("stderr")
+            out = self.output.stream("stderr")
             out.write(line + "\n")
             out.flush()
         except (OSError, ValueError):  # stderr closed: nothing left to tell
             pass
-
-
-def install_logging() -> None:
-    """Route Python's logging through the boundary (once, at start): the root logger gets
-    ``BoundaryHandler`` in place of the interpreter's raw last resort, so uvicorn's and
-    peach's loggers, which propagate to it, are masked and escaped."""
-    root = logging.getLogger()
-    if not any(isinstance(handler, BoundaryHandler) for handler in root.handlers):
-        root.addHandler(BoundaryHandler(logging.WARNING))

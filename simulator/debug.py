@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from peach_cli.boundary import continued
+from peach_cli.boundary import Secrets, continued
 from peach_cli.runtime.debug import POST_MORTEM_ENV, SKIPPED_ENV, SOCKET_ENV
 
 
@@ -145,8 +145,16 @@ class _Session:
 class DebugRelay:
     """One process's debugger relay (see the module docstring)."""
 
-    def __init__(self, on_event: Callable[[Any], None] | None, *, post_mortem: bool) -> None:
+    def __init__(
+        self,
+        on_event: Callable[[Any], None] | None,
+        *,
+        post_mortem: bool,
+        secrets: Secrets | None = None,
+    ) -> None:
         self.on_event = on_event
+        self.secrets = secrets if secrets is not None else Secrets()
+        """The session's secrets, masked in what is relayed to the terminal."""
         self.post_mortem = post_mortem
         self.calls: dict[tuple[str, int | None], _Call] = {}
         self.pause_hooks: list[Callable[[], None]] = []
@@ -249,7 +257,7 @@ class DebugRelay:
         from peach_cli.boundary import relay, shown_lines
 
         with contextlib.suppress(OSError):
-            relay(shown_lines(text).encode())
+            relay(shown_lines(text).encode(), self.secrets)
 
     def _describe(self, session: _Session) -> str:
         parts = [session.who]
@@ -304,7 +312,7 @@ class DebugRelay:
                 if not data:
                     break
                 with contextlib.suppress(OSError):
-                    relay(data, fd=fd)
+                    relay(data, self.secrets, fd=fd)
         except (ConnectionError, OSError):
             pass
         finally:

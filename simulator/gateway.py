@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as StarletteRoute
 
 from peach_cli.addresses import is_loopback
+from peach_cli.boundary import Secrets
 from peach_cli.devtoken import TOKEN_HEADER, DevToken
 from peach_cli.internal import (
     HEALTH_PATH,
@@ -98,8 +99,11 @@ class DevGateway:
         init_profiling: InitProfiling | None = None,
         reinit: Callable[[Collection[str]], Awaitable[PlanChange]] | None = None,
         recorder: RecordWriter | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self.table = table
+        self.secrets = secrets if secrets is not None else Secrets()
+        """The session's secrets: masked in the OpenAPI document it serves."""
         self.token = token or DevToken.new()
         """What state-changing ``/_peach/*`` actions need (``x-peach-token``, SPEC §6)."""
         self.task_rows = task_rows
@@ -284,7 +288,8 @@ class DevGateway:
             from peach_cli.openapi import document_of
 
             endpoints = [route.endpoint for route in table.routes.values()]
-            document = shown_value(document_of(table.codops, endpoints))  # as `peach openapi`
+            document = document_of(table.codops, endpoints)
+            document = shown_value(self.secrets.mask_value(document))  # as `peach openapi`
             self._document = (table, json.dumps(document, ensure_ascii=False).encode())
         return Response(self._document[1], media_type="application/json")
 

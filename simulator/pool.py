@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from peach_cli.boundary import Secrets
 from peach_cli.runtime.contract import Attempt, CallResult, RequestParams, unavailable_message
 from peach_cli.runtime.plan import ComponentSpec
 from peach_cli.runtime.protocol import Message
@@ -75,6 +76,8 @@ class PoolOptions:
     debugger: DebugRelay | None = None
     first_messages: Callable[[Replica], list[Message]] | None = None
     """What a replica's process gets before ``Start`` (``Replica.first_messages``)."""
+    secrets: Secrets = field(default_factory=Secrets)
+    """The session's secrets: each pool's values are masked in everything it shows."""
 
 
 class ReplicaPool:
@@ -84,6 +87,7 @@ class ReplicaPool:
         self.spec = spec
         self.root = Path(options.root)
         self.key = spec.key
+        self.secrets = options.secrets
         self._changed = asyncio.Event()
         self._turn = 0
         self.retired = False
@@ -112,13 +116,13 @@ class ReplicaPool:
         with its env_vars and secrets (read once for all). A pool whose env cannot be built,
         or a secret of which is set nowhere, is unhealthy with that message: its requests
         get 503 with it."""
-        from peach_cli.boundary import hide
         from peach_cli.project.secrets import DotenvError, MissingSecret, variables_of
         from simulator.environments import EnvUnavailable
 
         try:
             variables = variables_of(self.spec, self.root)
-            hide(variables[name] for name in self.spec.secrets)  # printed as ***
+            values = [variables[name] for name in self.spec.secrets]
+            self.secrets.hide(values, source=f"component {self.key}")  # printed as ***
             launch = await environments.launch_for(self.spec)
         except (MissingSecret, DotenvError, EnvUnavailable) as error:
             for replica in self.replicas:

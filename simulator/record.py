@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from peach_cli.boundary import open_lines
+from peach_cli.boundary import LinesFile, Secrets
 from peach_cli.internal import TOOL_HEADER
 from peach_cli.printable import escape_surrogates, has_surrogate, without_surrogates
 from peach_cli.runtime.jsonlimits import MAX_DEPTH, nests_deeper
@@ -97,10 +97,17 @@ class RecordWriter:
     path, never from the writer) is told how many requests were not recorded.
     """
 
-    def __init__(self, path: Path, on_note: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_note: Callable[[str], None] | None = None,
+        *,
+        secrets: Secrets | None = None,
+    ) -> None:
         self.path = path
         self.on_note = on_note
-        self._file = open_lines(path, channel="record")  # secret values stored as ***
+        secrets = secrets if secrets is not None else Secrets()
+        self._file = LinesFile(path, "record", secrets)  # secret values stored as ***
         self._pending: deque[tuple[Any, ...]] = deque()
         self._pending_bytes = 0
         """Bytes held by ``_pending`` (bodies, stream chunks, answers)."""

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.boundary import Secrets
 from peach_cli.runtime.plan import ProjectPlan
 from simulator.changes import PlanChange, Snapshot
 from simulator.environments import Environments
@@ -67,8 +68,10 @@ class DevServer:
         init_stuck_s: float = INIT_STUCK_S,
         debugger: DebugRelay | None = None,
         init_profiling: InitProfiling | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
-        """``http`` serves ``gateway``, which this server hands each routing table."""
+        """``http`` serves ``gateway``, which this server hands each routing table;
+        ``secrets``: the session's, where each pool's values are masked."""
         self.served = Snapshot.take(plan)
         """What is served: the plan as applied, each component's fingerprint (a component
         whose restart a reload refused keeps its previous version here)."""
@@ -96,6 +99,7 @@ class DevServer:
             init_stuck_s=init_stuck_s,
             debugger=debugger,
             first_messages=self.init_profiling.first_messages,
+            secrets=secrets if secrets is not None else Secrets(),
         )
         """What each pool is made with (its replicas numbered on across reloads)."""
         self._on_event = on_event

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.boundary import Secrets
 from peach_cli.devtoken import DevToken
 from simulator.debug import DebugRelay, skipped_env, skipped_once
 from simulator.environments import Environments
@@ -148,9 +149,16 @@ class DevSession:
     """The parts of one local run, started and stopped in order."""
 
     def __init__(
-        self, config: SessionConfig, *, on_event: Callable[[Any], None] | None = None
+        self,
+        config: SessionConfig,
+        *,
+        on_event: Callable[[Any], None] | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
+        """``secrets``: where the session's secret values go as it reads them (the run's
+        output masks them); a session of its own by default."""
         self.config = config
+        self.secrets = secrets if secrets is not None else Secrets()
         plan = config.plan
         on_event = skipped_once(on_event)  # "breakpoint() skipped": once per component
         self.on_event = on_event
@@ -167,7 +175,9 @@ class DevSession:
         self.debugger: DebugRelay | None = None
         """Relays breakpoints to the terminal (``config.debug``)."""
         if config.debug:
-            self.debugger = DebugRelay(on_event, post_mortem=config.post_mortem)
+            self.debugger = DebugRelay(
+                on_event, post_mortem=config.post_mortem, secrets=self.secrets
+            )
             self.debugger.open()
             debug_env = self.debugger.env
         else:
@@ -194,6 +204,7 @@ class DevSession:
             spawner=self.spawner,
             on_event=on_event,
             debugger=self.debugger,
+            secrets=self.secrets,
         )
         self.server: DevServer | None = None
         self.gateway: DevGateway | None = None
@@ -230,7 +241,7 @@ class DevSession:
         if config.record is not None:
             from simulator.record import RecordWriter
 
-            recorder = RecordWriter(config.record, on_note=self._warn)
+            recorder = RecordWriter(config.record, on_note=self._warn, secrets=self.secrets)
         init_profiling = (
             InitProfiling()
         )  # `peach profile --init`: the gateway asks, replicas sample
@@ -243,6 +254,7 @@ class DevSession:
             init_profiling=init_profiling,
             reinit=self.reinit,
             recorder=recorder,
+            secrets=self.secrets,
         )
         server = DevServer(
             config.plan,
@@ -255,6 +267,7 @@ class DevSession:
             init_stuck_s=knobs.init_stuck_s,
             debugger=self.debugger,
             init_profiling=init_profiling,
+            secrets=self.secrets,
         )
         return gateway, server
 

@@ -64,7 +64,7 @@ def run_peach(
     """`peach ARGS` in ``cwd``, run in this process, with ``peach_env(env, columns)`` as its
     whole environment and ``stdin`` as its input; what a pipe would have read of its
     output (UTF-8, newlines translated as ``subprocess.run(text=True)`` does)."""
-    from peach_cli import boundary, cli
+    from peach_cli import cli
 
     out, err = _Pipe("strict"), _Pipe("backslashreplace")
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
@@ -72,7 +72,6 @@ def run_peach(
     saved_signals = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)}
     root = logging.getLogger()
     saved_logging = (root.handlers[:], root.level)
-    saved_secrets = _boundary_state(boundary, None)
     code: int = 0
     environment = peach_env(env, columns)
     os.environ.clear()
@@ -98,7 +97,6 @@ def run_peach(
         for number, handler in saved_signals.items():
             signal.signal(number, handler)
         root.handlers[:], root.level = saved_logging
-        _boundary_state(boundary, saved_secrets)
     return subprocess.CompletedProcess(["peach", *args], code, out.text(), err.text())
 
 
@@ -135,25 +133,6 @@ def _exit_code(code: object, err: io.TextIOBase) -> int:
         return code & 0xFF
     err.write(f"{code}\n")
     return 1
-
-
-def _boundary_state(boundary, saved):
-    """The output boundary's state a process starts without (the secrets it masks, its
-    cached Rich consoles, made for the previous call's width and streams): cleared for a
-    call, put back after it."""
-    if hasattr(boundary, "console"):
-        boundary.console.cache_clear()
-    if not hasattr(boundary, "_hidden"):
-        return None
-    if saved is None:
-        saved = (set(boundary._hidden), boundary._masker)
-        boundary._hidden.clear()
-        boundary._masker = None
-    else:
-        boundary._hidden.clear()
-        boundary._hidden.update(saved[0])
-        boundary._masker = saved[1]
-    return saved
 
 
 def run_peach_process(

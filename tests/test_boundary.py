@@ -228,17 +228,17 @@ def probe_terminal(project: Path, dev, tmp_path: Path) -> str:
 
 def probe_live_view(project: Path, dev, tmp_path: Path) -> str:
     """The live table on a terminal: a replica row's last error (the crash's message)."""
-    from peach_cli.boundary import hide, new_console
+    from peach_cli.boundary import Output, Secrets
     from peach_cli.checks.build import build_plan
     from peach_cli.views.dev import DevView
     from simulator.events import ReplicaChanged, ReplicaState, RequestLogged
 
-    hide([SECRET, KEY])
+    output = Output(Secrets([SECRET, KEY]))  # what peach dev's run knows of the project
     plan, diagnostics = build_plan(project)
     assert plan is not None, diagnostics
     out = tmp_path / "live.txt"
     with out.open("w") as file:
-        console = new_console("live-view", file, force_terminal=True, width=100, height=30)
+        console = output.new_console("live-view", file, force_terminal=True, width=100, height=30)
         view = DevView(console, live=True)
         view.set_plan(plan)
         view.handle(
@@ -466,14 +466,14 @@ def probe_cluster_logs(project: Path, dev, tmp_path: Path) -> str:
 
 CLUSTER_LOG_VIEW = """
 import os
-from peach_cli.boundary import hide
+from peach_cli.boundary import Output, Secrets
 from peach_cli.deploy.logs import LogLine, ServeReplicaLog
 from peach_cli.views.deploy import print_log_line
-hide([os.environ["SECRET"], os.environ["KEY"]])
+output = Output(Secrets([os.environ["SECRET"], os.environ["KEY"]]))  # the deployment's
 text = "key " + os.environ["SECRET"] + " " + os.environ["KEY"].splitlines()[1] + "\\x1b[2J"
 text += " " + os.environ["PLANTED"]
 replica = ServeReplicaLog("leak", "1", "actor", True)
-print_log_line(LogLine(replica, "out", text))
+print_log_line(output, LogLine(replica, "out", text))
 """
 
 
@@ -514,13 +514,14 @@ def probe_ask_stream(project: Path, dev, tmp_path: Path) -> str:
 
 def _peach_main_with(command: str) -> str:
     """Run `peach openapi` through ``cli.main`` (the console script's entry point) in a
-    process of its own, with ``run_openapi`` replaced by ``command``."""
+    process of its own, with ``run_openapi`` replaced by ``command``, which learns the
+    secrets first (``learn``: as a command reading its project does)."""
     code = (
         "import logging, os, sys\n"
         "import peach_cli.commands.openapi as openapi\n"
         "from peach_cli import cli\n"
-        "from peach_cli.boundary import hide\n"
-        "hide([os.environ['SECRET'], os.environ['KEY']])\n"
+        "def learn(output):\n"
+        "    output.secrets.hide([os.environ['SECRET'], os.environ['KEY']])\n"
         "DATA = os.environ['SECRET'] + ' ' + os.environ['PLANTED'] + '\\x1b[2J\\nGET /forged 200'\n"
         f"{command}\n"
         "sys.argv = ['peach', 'openapi', '.']\n"
@@ -537,7 +538,8 @@ def probe_python_logging(project: Path, dev, tmp_path: Path) -> str:
     """Records of uvicorn's and peach's loggers while a command runs (a refusal quoting a
     70 KB header, a logged exception): the handler ``cli.main`` installs at start."""
     text = _peach_main_with(
-        "def logs(*args, **kwargs):\n"
+        "def logs(output, *args, **kwargs):\n"
+        "    learn(output)\n"
         "    logging.getLogger('uvicorn.error').warning('Refused a request: %s.', DATA * 2000)\n"
         "    try:\n"
         "        raise ValueError(DATA)\n"
@@ -554,7 +556,10 @@ def probe_python_logging(project: Path, dev, tmp_path: Path) -> str:
 def probe_defect(project: Path, dev, tmp_path: Path) -> str:
     """An exception peach did not expect: one line saying where to report it."""
     text = _peach_main_with(
-        "def fails(*args, **kwargs):\n    raise RuntimeError(DATA)\nopenapi.run_openapi = fails"
+        "def fails(output, *args, **kwargs):\n"
+        "    learn(output)\n"
+        "    raise RuntimeError(DATA)\n"
+        "openapi.run_openapi = fails"
     )
     assert text.startswith("exit 70") and "report it" in text, text
     assert "Traceback" not in text and "locals" not in text, text

@@ -19,6 +19,7 @@ from pathlib import Path
 import peach_cli.commands.{module} as module
 
 def first_line(*args, **kwargs):
+    args = tuple(a for a in args if type(a).__name__ != "Output")  # the run's, no word
     if len(args) == 1 and hasattr(args[0], "_fields"):  # a command's options, whole
         args, kwargs = (), vars(args[0])
     def shown(value):

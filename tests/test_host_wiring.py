@@ -18,6 +18,8 @@ import httpx
 import pytest
 from cli_support import REPO
 
+from peach_cli.boundary import Output
+
 QUICKSTART = REPO / "examples" / "quickstart"
 
 
@@ -59,8 +61,10 @@ def test_fuzz_reads_its_conf_once_with_its_simulator_and_with_a_url() -> None:
     from peach_cli.commands.host_options import FuzzOptions
 
     project, targets = str(QUICKSTART), ["/no-such-endpoint"]
-    local = _reads(lambda: run_fuzz(FuzzOptions(project=project, targets=targets)))
-    remote = _reads(lambda: run_fuzz(FuzzOptions(project=project, targets=targets, url=_refused())))
+    local = _reads(lambda: run_fuzz(Output(), FuzzOptions(project=project, targets=targets)))
+    remote = _reads(
+        lambda: run_fuzz(Output(), FuzzOptions(project=project, targets=targets, url=_refused()))
+    )
     assert local == ["find", "read"]
     assert remote == ["find", "read"]
 
@@ -74,7 +78,7 @@ def test_replay_reads_the_conf_that_masks_its_secrets_once(tmp_path: Path) -> No
     recording = tmp_path / "traffic.jsonl"
     recording.write_text('{"method": "GET", "url": "/recommend?item_id=apple", "status": 200}\n')
     options = ReplayOptions(file=recording, url=_refused(), project=QUICKSTART)
-    assert _reads(lambda: run_replay(options)) == [
+    assert _reads(lambda: run_replay(Output(), options)) == [
         "find",
         "read",
     ]
@@ -128,7 +132,9 @@ def test_a_host_is_what_its_health_declares_never_what_its_replicas_look_like() 
             declared_host(older, tool="profile")
         assert "with this version of peach" in (undeclared.value.hint or "")
         with pytest.raises(UsageError, match="--init is not offered on a deployed app"):
-            run_profile(ProfileOptions(target="/hot", url=ray, init=True, project=QUICKSTART))
+            run_profile(
+                Output(), ProfileOptions(target="/hot", url=ray, init=True, project=QUICKSTART)
+            )
     with pytest.raises(UsageError, match="nothing answers at"):
         declared_host(_refused(), tool="profile")
 
@@ -165,7 +171,7 @@ def test_profile_of_a_deployed_app_reads_its_conf_once() -> None:
             options = ProfileOptions(
                 target="/recommend", url=ray, project=QUICKSTART, address=_refused()
             )
-            run_profile(options)
+            run_profile(Output(), options)
         except UsageError as error:
             refused.append(error)
 

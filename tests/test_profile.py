@@ -321,12 +321,13 @@ def test_a_host_that_is_neither_a_peach_dev_nor_a_profilable_app_is_refused_plai
     ],
 )
 def test_usage_mistakes_are_refused_before_anything_starts(args: dict, says: str) -> None:
+    from peach_cli.boundary import Output
     from peach_cli.commands.host_options import ProfileOptions
     from peach_cli.commands.profile import run_profile
     from peach_cli.errors import UsageError
 
     with pytest.raises(UsageError, match=re.escape(says)) as refused:
-        run_profile(ProfileOptions(target="/hot", url="http://127.0.0.1:9", **args))
+        run_profile(Output(), ProfileOptions(target="/hot", url="http://127.0.0.1:9", **args))
     assert refused.value.exit_code == 2
 
 

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from reload_support import copy_project, edit_cell
 
-from peach_cli.boundary import new_console
+from peach_cli.boundary import Output
 from peach_cli.checks.build import build_plan
 from peach_cli.project.notebook import Notebook
 from peach_cli.runtime import aio
@@ -132,7 +132,7 @@ class Run:
 async def serve(project: Path, body: Callable[[Run, httpx.AsyncClient], Any]) -> None:
     plan, diagnostics = build_plan(project)
     assert plan is not None, diagnostics
-    view = DevView(new_console("terminal", io.StringIO(), width=120), live=False)
+    view = DevView(Output().new_console("terminal", io.StringIO(), width=120), live=False)
     view.set_plan(plan)
     runs: list[Run] = []
     config = SessionConfig(plan, project=project)

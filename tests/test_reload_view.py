@@ -78,15 +78,13 @@ def test_a_refused_restart_puts_the_serving_replicas_back_to_healthy() -> None:
     )
 
 
-def test_a_rejected_save_prints_the_diagnostics_as_validate_does(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_rejected_save_prints_the_diagnostics_as_validate_does(tmp_path: Path) -> None:
     project = copy_project("reload_basic", tmp_path)
     edit_file(project, "peach.yaml", "method: hello}", "methd: hello}")
     _, diagnostics = build_plan(project)
-    view, _ = make_view()
+    view, out = make_view()
     view.handle(ReloadRejected(("peach.yaml",), tuple(diagnostics)))
-    printed = capsys.readouterr().out
+    printed = out.getvalue()  # on the view's console: `peach dev`'s stdout
     assert "peach.yaml:8:" in printed and "error PC101 unknown key 'methd'" in printed
     assert "did you mean 'method'?" in printed
     assert "still serving the previous version" in printed

@@ -496,10 +496,6 @@ MUTABLE_MAKERS |= {"ContextVar", "local", "Lock", "RLock", "Event", "Condition",
 MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem"}
 MUTATORS |= {"remove", "discard", "clear", "set", "appendleft", "put", "reset"}
 STATE_EXEMPT = {
-    "peach_cli.boundary:_hidden": "the secrets masked on the terminal: views take their "
-    "consoles from the boundary, so a run's secrets reach them through the process; goes "
-    "when commands hand their views a run's output (issue 51)",
-    "peach_cli.boundary:_masker": "the masker of ``_hidden`` (the same)",
     "peach_cli.project.notebook:_Readers": "who holds the collector's thresholds down: "
     "``gc`` is the interpreter's, one per process",
     "simulator.http_protocol:_DEFAULT_HEAD": "uvicorn's default headers written out once a "
@@ -763,6 +759,7 @@ def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
     an error): whichever module reads it, nothing below the command reads it again."""
     import socket
 
+    from peach_cli.boundary import Output
     from peach_cli.commands.host_options import TestOptions
     from peach_cli.commands.test import run_test
     from peach_cli.errors import UsageError
@@ -788,7 +785,7 @@ def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
         opened.clear()
         watching[0] = True
         try:
-            run_test(TestOptions(paths=[quickstart], **options))
+            run_test(Output(), TestOptions(paths=[quickstart], **options))
         except UsageError:
             pass  # no case selected: the run stops before any host is started
         finally:

@@ -40,6 +40,7 @@ def test_a_users_traceback_has_no_frame_of_peachs_runtime(tmp_path):
 def test_the_stream_summary_counts_in_words(capsys, frames, framing, shown):
     import time
 
+    from peach_cli.boundary import Output
     from peach_cli.client import framing as kinds
     from peach_cli.client.send import StreamStats
     from peach_cli.views import ask
@@ -47,7 +48,7 @@ def test_the_stream_summary_counts_in_words(capsys, frames, framing, shown):
     now = time.perf_counter()
     stats = StreamStats(started=now, first_chunk=now, last_chunk=now, ended=now, chunks=1, bytes=9)
     kind = kinds.SSE if framing == "sse" else kinds.JSON_LINES
-    ask._summary(stats, frames, kind, "done", ["200 OK"])
+    ask._summary(Output(), stats, frames, kind, "done", ["200 OK"])
     summary = capsys.readouterr().err
     assert f" · {shown} · " in summary, summary
     assert "1 chunk · " in summary

@@ -15,6 +15,7 @@ Each step is another module's, taken once and in order: the files are found
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peach_cli.checks.validate import validate_project
 from peach_cli.project.diagnostics import Diagnostic, has_errors, invalid, sort_key
@@ -22,6 +23,9 @@ from peach_cli.project.filenames import find_conf_files
 from peach_cli.project.loader import Project, read_project
 from peach_cli.project.notebook import fewer_collections
 from peach_cli.runtime.plan import ProjectPlan
+
+if TYPE_CHECKING:
+    from peach_cli.boundary import Secrets
 
 
 def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:
@@ -77,12 +81,13 @@ def plan_to_check(
     doing: str,
     *,
     usage: bool = True,
+    secrets: Secrets,
 ) -> ProjectPlan:
     """The plan of a project already read, for a command that runs its endpoints (`peach
     test`, `peach fuzz`, `peach profile`): ``checked_read``, and its ``.env`` read; with
     ``usage``, errors or a ``.env`` that cannot be read are a usage error (exit 2: a command
     that checks the endpoints). The secrets it declares (the project at ``root``) are masked
-    in everything shown from now on."""
+    in everything the run of ``secrets`` shows from now on."""
     from peach_cli.errors import ProjectInvalid
     from peach_cli.project.secrets import DotenvError, check_dotenv, hide_declared
 
@@ -93,5 +98,5 @@ def plan_to_check(
         if usage:
             error.exit_code = 2
         raise
-    hide_declared(root, plan)
+    hide_declared(root, plan, secrets)
     return plan

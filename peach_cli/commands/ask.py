@@ -19,10 +19,11 @@ from peach_cli.views.ask import (
 )
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.commands.host_options import AskOptions
 
 
-def run_ask(options: AskOptions) -> int:
+def run_ask(output: Output, options: AskOptions) -> int:
     """Run `peach ask`; return the exit code (errors are raised as ClientError/UsageError)."""
     request = build_request(
         options.target,
@@ -43,12 +44,16 @@ def run_ask(options: AskOptions) -> int:
         with Client.for_request(request) as client:
             if not request.stream:
                 answer = client.send(request)
-                return render_answer(answer, client, request.url, tty=tty, raw=raw, md=markdown)
+                return render_answer(
+                    output, answer, client, request.url, tty=tty, raw=raw, md=markdown
+                )
             with client.stream(request) as response:
                 if response.status >= 300 or not response.is_stream:
                     answer = response.read_all()
-                    return render_answer(answer, client, request.url, tty=tty, raw=raw, md=markdown)
-                return render_stream(response, tty=tty, raw=raw, markdown=markdown)
+                    return render_answer(
+                        output, answer, client, request.url, tty=tty, raw=raw, md=markdown
+                    )
+                return render_stream(output, response, tty=tty, raw=raw, markdown=markdown)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

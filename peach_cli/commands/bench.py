@@ -27,6 +27,7 @@ from peach_cli.errors import UsageError
 if TYPE_CHECKING:
     from peach_cli.bench.loadgen import LoadPlan
     from peach_cli.bench.summary import Tally
+    from peach_cli.boundary import Output
     from peach_cli.commands.host_options import BenchOptions
 
 EXIT_INTERRUPTED = 130
@@ -36,7 +37,7 @@ DEFAULT_DURATION_S = 10.0
 MAX_RECORDED_REQUESTS = 100_000
 
 
-def run_bench(options: BenchOptions) -> int:
+def run_bench(out: Output, options: BenchOptions) -> int:
     """Run `peach bench`; return the exit code (usage mistakes raise ``UsageError``)."""
     from peach_cli.bench.loadgen import LoadPlan, address_of, encode
 
@@ -67,7 +68,7 @@ def run_bench(options: BenchOptions) -> int:
         warmup_s=warmup_s,
         timeout_s=timeout_s,
     )
-    tally, capacity, interrupted = _measure(plan, show_progress=output == "text")
+    tally, capacity, interrupted = _measure(out, plan, show_progress=output == "text")
     figures = tally.summary(
         target=label,
         mode="open" if rate is not None else "closed",
@@ -77,7 +78,7 @@ def run_bench(options: BenchOptions) -> int:
         interrupted=interrupted,
     )
     figures["capacity"] = capacity
-    _show(figures, earlier, compare_file, output)
+    _show(out, figures, earlier, compare_file, output)
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_NO_ANSWER if tally.answered == 0 else 0
@@ -143,7 +144,7 @@ def _requests(
     return [request], f"{request.method} {request.url}"
 
 
-def _measure(plan: LoadPlan, *, show_progress: bool) -> tuple[Tally, Any, bool]:
+def _measure(out: Output, plan: LoadPlan, *, show_progress: bool) -> tuple[Tally, Any, bool]:
     """Run the load, sampling the replicas' capacity when they are this machine's `peach dev`:
     the tally, the capacity figures and whether Ctrl-C cut the run short."""
     from peach_cli.bench.capacity import CapacitySampler
@@ -153,7 +154,7 @@ def _measure(plan: LoadPlan, *, show_progress: bool) -> tuple[Tally, Any, bool]:
 
     sampler = CapacitySampler.for_dev(plan.address.origin)
     tally = Tally()
-    progress = Progress(tally, plan) if show_progress and sys.stderr.isatty() else None
+    progress = Progress(out, tally, plan) if show_progress and sys.stderr.isatty() else None
     if sampler is not None:
         sampler.start()
     try:
@@ -166,7 +167,11 @@ def _measure(plan: LoadPlan, *, show_progress: bool) -> tuple[Tally, Any, bool]:
 
 
 def _show(
-    figures: dict[str, Any], earlier: dict[str, Any] | None, compare_file: Path | None, output: str
+    out: Output,
+    figures: dict[str, Any],
+    earlier: dict[str, Any] | None,
+    compare_file: Path | None,
+    output: str,
 ) -> None:
     """The figures, and their comparison with ``--compare``'s, as text or JSON."""
     from peach_cli.bench.summary import compare, differing_settings
@@ -179,13 +184,13 @@ def _show(
             figures["compare_settings"] = differences
         from peach_cli.views.console import print_json
 
-        print_json(figures, channel="bench")
+        print_json(out, figures, channel="bench")
         return
     from peach_cli.views.bench import render_compare, render_summary
 
-    render_summary(figures)
+    render_summary(out, figures)
     if rows is not None:
-        render_compare(rows, compare_file, differences)
+        render_compare(out, rows, compare_file, differences)
 
 
 def _read_compare(path: Path) -> dict[str, Any]:

@@ -234,12 +234,15 @@ def answer_fast() -> None:
         found = complete_task(incomplete)
     else:
         return
-    from peach_cli.boundary import shown, write_report
+    from peach_cli.boundary import Output, shown
 
+    output = Output()  # a completion learns no secret: an output of its own
     if shell == "complete_zsh":
-        write_report(zsh_answer(found), channel="terminal")
+        output.write_report(zsh_answer(found), channel="terminal")
     else:  # bash replaces what follows the word's last break: `//` of `http://`
-        write_report("\n".join(shown(value[kept:]) for value, _ in found), channel="terminal")
+        output.write_report(
+            "\n".join(shown(value[kept:]) for value, _ in found), channel="terminal"
+        )
     sys.exit(0)
 
 

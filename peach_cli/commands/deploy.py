@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.commands.cluster_options import DeleteOptions, DeployOptions, StatusOptions
     from peach_cli.deploy.config import TaskOptions
     from peach_cli.runtime.plan import ProjectPlan
@@ -20,7 +21,7 @@ CONFIG_FORMATS = ("json", "yaml")
 STATUS_FORMATS = ("text", "json")
 
 
-def run_deploy(options: DeployOptions) -> int:
+def run_deploy(output: Output, options: DeployOptions) -> int:
     """Deploy the project (or print its Serve config with ``--dry-run``, or what a deploy
     would change with ``--diff``); ``ref``: the project as committed at that git revision
     (an export in a temporary folder: the working tree is not touched)."""
@@ -64,17 +65,18 @@ def run_deploy(options: DeployOptions) -> int:
 
         resolve_address(address)  # a bad address fails before any other work
     if ref is None or not project.is_dir():  # a missing folder: load_plan says so
-        return _deploy_folder(project, None, address, http_host, http_port, route_prefix,
+        return _deploy_folder(output, project, None, address, http_host, http_port, route_prefix,
                               dry_run, output_format, timeout_s, diff, tasks)  # fmt: skip
     from peach_cli.deploy.release import export_revision
 
     with export_revision(project, ref) as exported:
-        return _deploy_folder(exported, (project.resolve(), ref), address, http_host,
+        return _deploy_folder(output, exported, (project.resolve(), ref), address, http_host,
                               http_port, route_prefix, dry_run, output_format, timeout_s,
                               diff, tasks)  # fmt: skip
 
 
 def _deploy_folder(
+    output: Output,
     project: Path,
     ref: tuple[Path, str] | None,
     address: str | None,
@@ -91,42 +93,41 @@ def _deploy_folder(
 
     # --dry-run, --diff: stdout holds the config or the changes; warnings on stderr, a line each
     quiet = dry_run or diff
-    plan = load_plan(project, doing="deploying", warnings="lines" if quiet else "show")
+    plan = load_plan(output, project, doing="deploying", warnings="lines" if quiet else "show")
     if diff:
-        from peach_cli.deploy.deployer import Reporter
         from peach_cli.deploy.deployer import diff as plan_diff
-        from peach_cli.views.deploy import print_changes, warn
+        from peach_cli.views.deploy import print_changes, reporter
 
         changes = plan_diff(
             plan,
             address=address,
             route_prefix=route_prefix,
-            reporter=Reporter(warn=warn),
+            reporter=reporter(output),
             tasks=tasks,
         )
-        print_changes(changes)
+        print_changes(output, changes)
         return 0
     if dry_run:
-        from peach_cli.deploy.deployer import Reporter, dry_run_bundle, upload_selection
-        from peach_cli.views.deploy import print_config, print_uploads, warn
+        from peach_cli.deploy.deployer import dry_run_bundle, upload_selection
+        from peach_cli.views.deploy import print_config, print_uploads, reporter
 
         selection = upload_selection(plan)
-        _warn_missing_secrets(plan)
+        _warn_missing_secrets(output, plan)
         bundle = dry_run_bundle(
             plan,
             http_host=http_host,
             http_port=http_port,
             route_prefix=route_prefix,
-            reporter=Reporter(warn=warn),
+            reporter=reporter(output),
             tasks=tasks,
         )
-        print_uploads(selection, bundle.packages)
-        print_config(bundle.config, output_format)
+        print_uploads(output, selection, bundle.packages)
+        print_config(output, bundle.config, output_format)
         return 0
     from peach_cli.deploy.deployer import deploy
     from peach_cli.views.deploy import ProgressView, print_deployed
 
-    view = ProgressView()
+    view = ProgressView(output)
     try:
         result = deploy(
             plan,
@@ -141,11 +142,11 @@ def _deploy_folder(
         )
     finally:
         view.stop()
-    print_deployed(plan, result)
+    print_deployed(output, plan, result)
     return 0
 
 
-def _warn_missing_secrets(plan: ProjectPlan) -> None:
+def _warn_missing_secrets(output: Output, plan: ProjectPlan) -> None:
     """``--dry-run``: the secrets a deploy would need that are set nowhere."""
     from peach_cli.deploy.scheduler import task_secrets
     from peach_cli.project.secrets import missing_message, missing_secrets
@@ -154,34 +155,34 @@ def _warn_missing_secrets(plan: ProjectPlan) -> None:
     names = [s for c in plan.components() for s in c.secrets] + task_secrets(plan)
     missing = missing_secrets(plan.root, names)
     if missing:
-        warn(f"{missing_message(missing)} (a deploy would fail)")
+        warn(output, f"{missing_message(missing)} (a deploy would fail)")
 
 
-def run_status(options: StatusOptions) -> int:
+def run_status(output: Output, options: StatusOptions) -> int:
     """Show every application, its deployments and replicas."""
     address, output_format = options.address, options.output_format
     if output_format not in STATUS_FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(STATUS_FORMATS)}"
         )
-    from peach_cli.deploy.deployer import Reporter, status
+    from peach_cli.deploy.deployer import status
     from peach_cli.views import console
-    from peach_cli.views.deploy import print_applications, warn
+    from peach_cli.views.deploy import print_applications, reporter
 
-    applications = status(address, reporter=Reporter(warn=warn))
+    applications = status(address, reporter=reporter(output))
     if output_format == "json":
-        console.print_json({"applications": [a.to_dict() for a in applications]})
+        console.print_json(output, {"applications": [a.to_dict() for a in applications]})
     else:
-        print_applications(applications)
+        print_applications(output, applications)
     return 0
 
 
-def run_delete(options: DeleteOptions) -> int:
+def run_delete(output: Output, options: DeleteOptions) -> int:
     """Remove one application; the others keep running."""
     app_name, address = options.app_name, options.address
-    from peach_cli.deploy.deployer import Reporter, delete
-    from peach_cli.views.deploy import note, print_deleted, warn
+    from peach_cli.deploy.deployer import delete
+    from peach_cli.views.deploy import print_deleted, reporter
 
-    remaining = delete(app_name, address=address, reporter=Reporter(note=note, warn=warn))
-    print_deleted(app_name, remaining)
+    remaining = delete(app_name, address=address, reporter=reporter(output))
+    print_deleted(output, app_name, remaining)
     return 0

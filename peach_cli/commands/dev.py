@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output, Secrets
     from peach_cli.commands.project_options import DevOptions
     from peach_cli.views.dev import DevView
     from peach_cli.views.keys import DevKeys
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 RELOAD_MODES = ("patch", "restart")
 
 
-def run_dev(options: DevOptions) -> int:
+def run_dev(output: Output, options: DevOptions) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
     project, host, port, reload_mode = (
         options.project,
@@ -57,10 +58,9 @@ def run_dev(options: DevOptions) -> int:
         check_port_free(host, port)
     from peach_cli.commands.loading import load_plan
     from peach_cli.runtime import aio
-    from peach_cli.views import console
     from peach_cli.views.dev import DevView
 
-    plan = load_plan(project, doing="serving", warnings="show")
+    plan = load_plan(output, project, doing="serving", warnings="show")
     from peach_cli.runtime.linux import become_subreaper
     from simulator.debug import terminal_reason
     from simulator.session import SessionConfig
@@ -89,10 +89,10 @@ def run_dev(options: DevOptions) -> int:
         post_mortem=post_mortem,
         record=record,
     )
-    out = console.stdout()
+    out = output.stdout
     view = DevView(out, live=out.is_terminal)
     view.set_plan(plan)
-    return aio.run(serve(config, view))
+    return aio.run(serve(config, view, output.secrets))
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -106,14 +106,15 @@ def check_port_free(host: str, port: int) -> None:
         raise PeachError(f"peach dev cannot start: {check.summary}", hint=check.advice)
 
 
-async def serve(config: SessionConfig, view: DevView) -> int:
-    """Run a ``DevSession`` until SIGINT/SIGTERM/SIGHUP; always stop every replica."""
+async def serve(config: SessionConfig, view: DevView, secrets: Secrets) -> int:
+    """Run a ``DevSession`` until SIGINT/SIGTERM/SIGHUP; always stop every replica.
+    ``secrets``: the run's, where the session's secret values go."""
     from peach_cli.addresses import is_loopback
     from peach_cli.runtime.tree import kill_descendants
     from simulator.session import DevSession
 
     plan = config.plan
-    session = DevSession(config, on_event=view.handle)
+    session = DevSession(config, on_event=view.handle, secrets=secrets)
     stop = asyncio.Event()
     keys: DevKeys | None = None
     with _stop_on_signals(stop, session):

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.commands.project_options import DoctorOptions
+
 
 FORMATS = ("text", "json")
 
 
-def run_doctor(options: DoctorOptions) -> int:
+def run_doctor(output: Output, options: DoctorOptions) -> int:
     """Check the machine, the project (default: the current folder) and the cluster."""
     project, address, port = options.project, options.address, options.port
     offline, output_format = options.offline, options.output_format
@@ -34,7 +36,7 @@ def run_doctor(options: DoctorOptions) -> int:
         offline=offline,
     )
     if output_format == "json":
-        console.print_json(report.to_dict())
+        console.print_json(output, report.to_dict())
     else:
-        console.print_checks(report)
+        console.print_checks(output, report)
     return 0 if report.ok else 1

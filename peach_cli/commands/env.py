@@ -18,6 +18,7 @@ from peach_cli.errors import UsageError
 from peach_cli.wording import human_size
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.commands.project_options import EnvBuildOptions, EnvListOptions, EnvPruneOptions
     from peach_cli.project.conf import PeachConf
 
@@ -49,7 +50,7 @@ def env_rows(conf: PeachConf) -> list[dict[str, Any]]:
     return rows
 
 
-def run_env_list(options: EnvListOptions) -> int:
+def run_env_list(output: Output, options: EnvListOptions) -> int:
     project, output_format = options.project, options.output_format
     if output_format not in FORMATS:
         raise UsageError(
@@ -58,28 +59,28 @@ def run_env_list(options: EnvListOptions) -> int:
     from peach_cli.envs import cache_root
     from peach_cli.views import console
 
-    conf = load_conf(project)
+    conf = load_conf(output, project)
     rows = env_rows(conf)
     if output_format == "json":
-        console.print_json({"cache": str(cache_root()), "envs": rows})
+        console.print_json(output, {"cache": str(cache_root()), "envs": rows})
     else:
-        console.print_env_list(rows, cache=str(cache_root()))
+        console.print_env_list(output, rows, cache=str(cache_root()))
     return 0
 
 
-def run_env_build(options: EnvBuildOptions) -> int:
+def run_env_build(output: Output, options: EnvBuildOptions) -> int:
     project, offline, refresh = options.project, options.offline, options.refresh
     from peach_cli.envs import EnvBuildError, ensure_env, project_envs
     from peach_cli.runtime.linux import become_subreaper
     from peach_cli.views import console
 
-    conf = load_conf(project)
+    conf = load_conf(output, project)
     become_subreaper()  # what uv orphans is adopted here, not by init
     failed: list[EnvBuildError] = []
     specs = project_envs(conf)
     with _interrupted_by_termination():
         for spec in specs.values():
-            with console.env_progress() as progress:
+            with console.env_progress(output) as progress:
                 try:
                     env = ensure_env(spec, offline=offline, refresh=refresh, progress=progress)
                 except OSError as error:  # the cache folder is not writable, the disk is full
@@ -89,19 +90,21 @@ def run_env_build(options: EnvBuildOptions) -> int:
                         hint="make it writable, or set PEACH_ENV_CACHE to a folder that is",
                     )
                     failed.append(failure)
-                    console.print_error(failure)
+                    console.print_error(output, failure)
                     continue
                 except EnvBuildError as error:
                     failed.append(error)
-                    console.print_error(error)
+                    console.print_error(output, error)
                     continue
-            console.print_env_built(spec.name, str(env.path), len(env.pinned))
+            console.print_env_built(output, spec.name, str(env.path), len(env.pinned))
     built = len(specs) - len(failed)
-    console.print_summary(f"{built} of {wording.count(len(specs), 'env')} built", ok=not failed)
+    console.print_summary(
+        output, f"{built} of {wording.count(len(specs), 'env')} built", ok=not failed
+    )
     return 1 if failed else 0
 
 
-def run_env_prune(options: EnvPruneOptions) -> int:
+def run_env_prune(output: Output, options: EnvPruneOptions) -> int:
     all_envs, older_than_days = options.all_envs, options.older_than_days
     if older_than_days < 0:
         raise UsageError(f"--days must be 0 or more, not {older_than_days:g}")
@@ -115,10 +118,14 @@ def run_env_prune(options: EnvPruneOptions) -> int:
     }
     pruned = prune(older_than_days=older_than_days, all_envs=all_envs)
     for env in pruned.removed:
-        console.print_env_removed(str(env.path), env.requirements, sizes.get(env.key, 0))
+        console.print_env_removed(output, str(env.path), env.requirements, sizes.get(env.key, 0))
     for env in pruned.in_use:
         console.print_env_removed(
-            str(env.path), env.requirements, sizes.get(env.key, 0), kept="in use by a running peach"
+            output,
+            str(env.path),
+            env.requirements,
+            sizes.get(env.key, 0),
+            kept="in use by a running peach",
         )
     removed = pruned.removed
     freed = sum(sizes.get(env.key, 0) for env in removed)
@@ -127,6 +134,7 @@ def run_env_prune(options: EnvPruneOptions) -> int:
     count = len(pruned.runtimes)
     older = f"; {wording.count(count, 'runtime')} of other peach versions" if count else ""
     console.print_summary(
+        output,
         f"removed {wording.count(len(removed), 'env')} "
         f"({human_size(freed)}): {what}, from {cache_root()}{kept}{older}",
         ok=True,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.commands.host_options import FuzzOptions
 
 FORMATS = ("text", "json")
@@ -50,7 +51,7 @@ def _check_options(options: FuzzOptions) -> None:
         raise UsageError(f"--seed must be 0 or more, not {options.seed}")
 
 
-def run_fuzz(options: FuzzOptions) -> int:
+def run_fuzz(output: Output, options: FuzzOptions) -> int:
     """Fuzz the selected endpoints; print the findings (or JSON). Returns the exit code."""
     _check_options(options)
     require_hypothesis()
@@ -63,11 +64,20 @@ def run_fuzz(options: FuzzOptions) -> int:
     from peach_cli.testing.host import Host
     from peach_cli.views.fuzz import FuzzShown
 
-    shown = FuzzShown(options.output_format, examples=options.examples, seed=seed, url=options.url)
+    shown = FuzzShown(
+        output, options.output_format, examples=options.examples, seed=seed, url=options.url
+    )
     watch = Watch() if options.url is None else None  # the simulator's events, run here
     on_event = watch.on_event if watch is not None else None
     try:
-        with Host(path, options.url, doing="fuzzing", tool="fuzz", on_event=on_event) as host:
+        with Host(
+            path,
+            options.url,
+            doing="fuzzing",
+            tool="fuzz",
+            on_event=on_event,
+            secrets=output.secrets,
+        ) as host:
             explored = fuzz_host(
                 host, names, examples=options.examples, seed=seed, watch=watch, shown=shown
             )

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.commands.project_options import InitOptions
 
 
-def run_init(options: InitOptions) -> int:
+def run_init(output: Output, options: InitOptions) -> int:
     """Create the project in ``folder``; return the exit code (errors raise ``PeachError``)."""
     folder, codops, streaming, force = (
         options.folder, options.codops, options.streaming, options.force
@@ -23,7 +24,7 @@ def run_init(options: InitOptions) -> int:
     steps = [] if relative == "." else [f"cd {_shell_word(relative)}"]
     steps += ["peach validate", "peach dev"]
     steps += [endpoint.ask for endpoint in created.endpoints]
-    console.print_created(created, steps)
+    console.print_created(output, created, steps)
     return 0
 
 

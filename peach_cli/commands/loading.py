@@ -6,8 +6,8 @@ A project with errors raises ``ProjectInvalid`` carrying its diagnostics; the ca
 shown as a block (``1 warning in examples/x: serving anyway``), as one stderr line each
 (when stdout holds something else), or not at all.
 
-    plan = load_plan(project, doing="serving", warnings="show")
-    conf = load_conf(project)
+    plan = load_plan(output, project, doing="serving", warnings="show")
+    conf = load_conf(output, project)
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from peach_cli.wording import count
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.project.conf import PeachConf
     from peach_cli.project.diagnostics import Diagnostic
     from peach_cli.runtime.plan import ProjectPlan
@@ -25,25 +26,28 @@ if TYPE_CHECKING:
 Warnings = Literal["show", "lines", "hide"]
 
 
-def load_plan(project: Path, *, doing: str, warnings: Warnings = "hide") -> ProjectPlan:
+def load_plan(
+    output: Output, project: Path, *, doing: str, warnings: Warnings = "hide"
+) -> ProjectPlan:
     """The project's plan, every notebook read and checked as ``peach validate`` does.
 
     ``doing`` is what the command does with it (``serving``, ``running``, ``deploying``):
     the summary says ``not serving`` on errors, ``serving anyway`` over warnings. Raises
     ``ProjectInvalid`` when the project has errors, ``DotenvError`` when the ``.env`` its
-    secrets need cannot be read.
+    secrets need cannot be read. The values of its secrets are masked in what ``output``
+    shows from then on.
     """
     from peach_cli.checks.build import checked_plan
     from peach_cli.project.secrets import check_dotenv, hide_declared
 
     plan, found = checked_plan(project, doing)
-    show_warnings(project, found, doing, warnings)
+    show_warnings(output, project, found, doing, warnings)
     check_dotenv(plan)
-    hide_declared(project, plan)  # masked in everything this command shows
+    hide_declared(project, plan, output.secrets)  # masked in everything this command shows
     return plan
 
 
-def load_conf(project: Path) -> PeachConf:
+def load_conf(output: Output, project: Path) -> PeachConf:
     """The project's conf alone (no notebook read); raises ``ProjectInvalid`` on errors."""
     from peach_cli.project.diagnostics import has_errors, invalid, sort_key
     from peach_cli.project.loader import load_project
@@ -53,12 +57,12 @@ def load_conf(project: Path) -> PeachConf:
     diagnostics.sort(key=sort_key)
     if loaded is None or has_errors(diagnostics):
         raise invalid(project, diagnostics)
-    hide_declared(project, loaded.conf)
+    hide_declared(project, loaded.conf, output.secrets)
     return loaded.conf
 
 
 def show_warnings(
-    project: Path, warnings: list[Diagnostic], doing: str, how: Warnings = "show"
+    output: Output, project: Path, warnings: list[Diagnostic], doing: str, how: Warnings = "show"
 ) -> None:
     if not warnings or how == "hide":
         return
@@ -66,6 +70,6 @@ def show_warnings(
 
     if how == "show":
         summary = f"{count(len(warnings), 'warning')} in {project}: {doing} anyway"
-        console.print_diagnostics(warnings, summary=summary, ok=True)
+        console.print_diagnostics(output, warnings, summary=summary, ok=True)
     else:
-        console.print_warning_lines(warnings)
+        console.print_warning_lines(output, warnings)

@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.commands.project_options import OpenapiOptions
+
 
 FORMATS = ("json", "yaml")
 
 
-def run_openapi(options: OpenapiOptions) -> int:
+def run_openapi(output: Output, options: OpenapiOptions) -> int:
     """Print the OpenAPI document of the project at ``project``; return the exit code."""
     project, output_format = options.project, options.output_format
     if output_format not in FORMATS:
@@ -29,7 +31,7 @@ def run_openapi(options: OpenapiOptions) -> int:
     from peach_cli.project.notebook import fewer_collections
     from peach_cli.views.console import print_document
 
-    plan = load_plan(project, doing="describing", warnings="lines")
+    plan = load_plan(output, project, doing="describing", warnings="lines")
     with fewer_collections():
-        print_document(build_document(plan), output_format)
+        print_document(output, build_document(plan), output_format)
     return 0

@@ -17,7 +17,10 @@ options whole, so an option is written once, where it is declared::
 
     @app.command()
     @takes(ReplayOptions)
-    def replay(options: ReplayOptions) -> None: ...
+    def replay(output: Output, options: ReplayOptions) -> None: ...
+
+A command's ``run_*`` takes the run's ``Output`` (its secrets, its consoles) first and its
+options object second: ``run_replay(output, options)``.
 
 No ``from __future__ import annotations`` in these modules: Typer reads the annotations at
 each start, and strings would be evaluated again (``peach_cli/cli.py`` says why).
@@ -26,9 +29,12 @@ each start, and strings would be evaluated again (``peach_cli/cli.py`` says why)
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar, dataclass_transform
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar, dataclass_transform
 
 import typer
+
+if TYPE_CHECKING:
+    from peach_cli.boundary import Output
 
 # ----------------------------------------------------------------------------- options objects
 
@@ -92,20 +98,30 @@ class Options:
 OptionsT = TypeVar("OptionsT", bound=Options)
 
 
-def takes(options: type[OptionsT]) -> Callable[[Callable[[OptionsT], None]], Callable[..., None]]:
-    """The command that hands ``options``, built from the command line, to ``command``:
-    Typer reads ``options``' fields as the command's parameters, and ``command``'s name
-    and docstring as its name and help."""
+def takes(
+    options: type[OptionsT],
+) -> Callable[[Callable[["Output", OptionsT], None]], Callable[..., None]]:
+    """The command that hands the run's output and ``options``, built from the command
+    line, to ``command``: Typer reads ``options``' fields as the command's parameters, and
+    ``command``'s name and docstring as its name and help. The output is the one
+    ``cli.main`` made for the run (Typer's context object); a command run without ``main``
+    (by a test's runner) gets one of its own."""
+    declared = options.parameters()
+    context = inspect.Parameter(
+        "_context", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
+    )
 
-    def command_of(command: Callable[[OptionsT], None]) -> Callable[..., None]:
-        def parsed(**values: Any) -> None:
-            command(options(**values))
+    def command_of(command: Callable[["Output", OptionsT], None]) -> Callable[..., None]:
+        def parsed(_context: typer.Context, **values: Any) -> None:
+            from peach_cli.boundary import Output
+
+            command(_context.ensure_object(Output), options(**values))
 
         parsed.__name__ = parsed.__qualname__ = command.__name__
         parsed.__doc__ = command.__doc__
         parsed.__module__ = command.__module__
-        parsed.__signature__ = inspect.Signature(options.parameters())  # type: ignore[attr-defined]
-        parsed.__annotations__ = {p.name: p.annotation for p in options.parameters()}
+        parsed.__signature__ = inspect.Signature([context, *declared])  # type: ignore[attr-defined]
+        parsed.__annotations__ = {p.name: p.annotation for p in (context, *declared)}
         return parsed
 
     return command_of

@@ -23,6 +23,7 @@ from peach_cli.commands.bench import check_load_options
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.commands.host_options import ProfileOptions
     from peach_cli.profile.run import Profiled
 
@@ -32,7 +33,7 @@ DEFAULT_DURATION_S = 10.0
 OUTPUT_SUFFIXES = (".svg", ".json")
 
 
-def run_profile(options: ProfileOptions) -> int:
+def run_profile(out: Output, options: ProfileOptions) -> int:
     """Run `peach profile`; return the exit code (usage mistakes raise ``UsageError``)."""
     _check_options(options)
     from peach_cli.profile.run import Load, profile_host
@@ -44,10 +45,17 @@ def run_profile(options: ProfileOptions) -> int:
         options.duration_s or DEFAULT_DURATION_S,
         options.timeout_s,
     )
-    shown = Shown(options.cpu, options.init, options.output_file, options.output_format)
+    shown = Shown(out, options.cpu, options.init, options.output_file, options.output_format)
     # its conf found and read once: with --url, for the secrets to mask and the lines to name
     project = options.project or Path.cwd()
-    with Host(project, options.url, doing="profiling", tool="profile", usage_errors=False) as host:
+    with Host(
+        project,
+        options.url,
+        doing="profiling",
+        tool="profile",
+        usage_errors=False,
+        secrets=out.secrets,
+    ) as host:
         profiled = profile_host(
             host,
             options.target,
@@ -78,8 +86,9 @@ def _check_options(options: ProfileOptions) -> None:
 @dataclass(frozen=True)
 class Shown:
     """What is profiled (``cpu``: CPU time, ``init``: the components' init) and how the
-    profile is shown: ``output`` (text or json), and the file ``-o`` writes."""
+    profile is shown: on ``out``, as ``output`` (text or json), and the file ``-o`` writes."""
 
+    out: Output
     cpu: bool
     init: bool
     output_file: Path | None
@@ -96,15 +105,15 @@ def _report(profiled: Profiled, shown: Shown) -> int:
     what = f"init of {path}" if init else f"{profiled.method} {path}"
     title = f"peach profile: {what} ({'CPU time' if cpu else 'wall-clock'})"
     if output_file is not None:
-        _write(output_file, profile, title)
+        _write(shown.out, output_file, profile, title)
     if output == "json":
         from peach_cli.views.console import print_json
 
-        print_json(profile.to_json(), channel="profile")
+        print_json(shown.out, profile.to_json(), channel="profile")
     else:
         from peach_cli.views.profile import render_profile
 
-        render_profile(profile, what, figures, output_file)
+        render_profile(shown.out, profile, what, figures, output_file)
     if profiled.interrupted:
         return EXIT_INTERRUPTED
     if figures is not None and figures["requests"]["answered"] == 0:
@@ -112,22 +121,20 @@ def _report(profiled: Profiled, shown: Shown) -> int:
     return 0
 
 
-def _write(path: Path, profile: Any, title: str) -> None:
+def _write(out: Output, path: Path, profile: Any, title: str) -> None:
     import json
-
-    from peach_cli.boundary import json_text, write_file
 
     if path.suffix.lower() == ".svg":
         from peach_cli.profile.flame import flame_graph
 
-        text = flame_graph(profile, title)
+        text = flame_graph(profile, title, out.secrets)
     else:
         from peach_cli.profile.model import speedscope
 
-        text = json_text(speedscope(profile, title), indent=None)
+        text = out.secrets.json_text(speedscope(profile, title), indent=None)
         json.loads(text)  # what speedscope reads
     try:
-        write_file(path, text, channel="profile")
+        out.write_file(path, text, channel="profile")
     except OSError as error:
         raise UsageError(f"-o {path}: cannot write it ({error.strerror})") from None
 

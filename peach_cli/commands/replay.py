@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output, Secrets
     from peach_cli.commands.host_options import ReplayOptions
     from peach_cli.testing.host import FoundProject
 
@@ -22,7 +23,7 @@ FIRST_SHOWN = 5
 """How many differences the text output shows in full."""
 
 
-def run_replay(options: ReplayOptions) -> int:
+def run_replay(output: Output, options: ReplayOptions) -> int:
     """Run `peach replay`; return the exit code (usage mistakes raise ``UsageError``)."""
     url, against, ignore, output_format = (
         options.url, options.against, options.ignore or [], options.output_format
@@ -37,11 +38,9 @@ def run_replay(options: ReplayOptions) -> int:
         parse_path(path)  # a bad path is a usage error before anything is sent
     entries = read_recording(options.file)
     # a recording stores secret values as ***: compared and shown masked
-    masked = _secrets_of(options.project)
+    masked = _secrets_of(options.project, output.secrets)
     if masked is None:
-        from peach_cli.views.console import stderr
-
-        stderr().print(
+        output.stderr.print(
             "no project here: no secret value is masked in what is shown "
             "(give the project with -p PROJECT)",
             markup=False,
@@ -50,31 +49,39 @@ def run_replay(options: ReplayOptions) -> int:
     else:
         masked.mask()
     began = time.perf_counter()
-    outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=options.timeout_s)
+    outcomes = replay(
+        entries,
+        url=url,
+        against=against,
+        ignore=ignore,
+        timeout_s=options.timeout_s,
+        secrets=output.secrets,
+    )
     seconds = time.perf_counter() - began
     found = counts(outcomes)
     if output_format == "json":
         from peach_cli.views.console import print_json
 
         print_json(
+            output,
             {**found, "seconds": round(seconds, 3), "requests": [o.to_dict() for o in outcomes]},
             channel="replay",
         )
     else:
         from peach_cli.views.testing import print_replay
 
-        print_replay(outcomes, found, seconds, shown=FIRST_SHOWN)
+        print_replay(output, outcomes, found, seconds, shown=FIRST_SHOWN)
     return 1 if found["differ"] or found["failed"] else 0
 
 
-def _secrets_of(project: Path | None) -> FoundProject | None:
+def _secrets_of(project: Path | None, secrets: Secrets) -> FoundProject | None:
     """The project whose secrets are masked: ``project`` (``UsageError`` when it has no
     conf), else the current folder's, else None."""
     from peach_cli.testing.host import FoundProject
 
     if project is not None:
-        return FoundProject.at(project, need_conf=True)
+        return FoundProject.at(project, need_conf=True, secrets=secrets)
     try:
-        return FoundProject.at(Path("."), need_conf=True)
+        return FoundProject.at(Path("."), need_conf=True, secrets=secrets)
     except UsageError:
         return None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.commands.project_options import TaskListOptions, TaskRunOptions
     from peach_cli.runtime.plan import ProjectPlan
 
@@ -26,7 +27,7 @@ FORMATS = ("text", "json")
 EXIT_INTERRUPTED = 130
 
 
-def run_task_list(options: TaskListOptions) -> int:
+def run_task_list(output: Output, options: TaskListOptions) -> int:
     """Print the project's tasks (from the conf alone: no notebook is read)."""
     project, output_format = options.project, options.output_format
     if output_format not in FORMATS:
@@ -35,7 +36,7 @@ def run_task_list(options: TaskListOptions) -> int:
     from peach_cli.views import console
     from peach_cli.views.task import print_task_list
 
-    conf = load_conf(project)
+    conf = load_conf(output, project)
     rows = [
         {
             "name": name,
@@ -48,9 +49,9 @@ def run_task_list(options: TaskListOptions) -> int:
         for name, task in conf.tasks.items()
     ]
     if output_format == "json":
-        console.print_json({"tasks": rows})
+        console.print_json(output, {"tasks": rows})
     else:
-        print_task_list(rows)
+        print_task_list(output, rows)
     return 0
 
 
@@ -86,7 +87,7 @@ def read_payload(payload: str | None) -> str | None:
     return json.dumps(value)
 
 
-def plan_with_task(project: Path, name: str) -> ProjectPlan:
+def plan_with_task(output: Output, project: Path, name: str) -> ProjectPlan:
     """The project's plan, after checking that ``name`` is one of its tasks.
 
     ``ProjectInvalid`` when the project has errors; ``UsageError`` with a "did you mean"
@@ -95,7 +96,7 @@ def plan_with_task(project: Path, name: str) -> ProjectPlan:
     from peach_cli.commands.loading import load_plan
     from peach_cli.project.diagnostics import did_you_mean
 
-    plan = load_plan(project, doing="running")
+    plan = load_plan(output, project, doing="running")
     if name not in plan.tasks:
         from peach_cli.runtime.triggers import unknown_task_message
 
@@ -106,24 +107,28 @@ def plan_with_task(project: Path, name: str) -> ProjectPlan:
     return plan
 
 
-def run_task_run(options: TaskRunOptions) -> int:
+def run_task_run(output: Output, options: TaskRunOptions) -> int:
     """Run the task ``options.name`` once (and what it triggers); the exit code."""
     name, timeout_s, address = options.name, options.timeout_s, options.address
     if timeout_s is not None and not timeout_s > 0:
         raise UsageError(f"--timeout-s must be a positive number of seconds, not {timeout_s:g}")
     payload_text = read_payload(options.payload)
-    plan = plan_with_task(options.project, name)
+    plan = plan_with_task(output, options.project, name)
     if address is not None:
-        return run_task_on_ray(plan, name, payload_text, address=address, timeout_s=timeout_s)
+        return run_task_on_ray(
+            output, plan, name, payload_text, address=address, timeout_s=timeout_s
+        )
     from peach_cli.runtime import aio
     from peach_cli.runtime.linux import become_subreaper
 
     become_subreaper()  # what the task orphans is adopted here, not by init
 
-    return aio.run(_run_local(plan, payload_text, options))
+    return aio.run(_run_local(output, plan, payload_text, options))
 
 
-async def _run_local(plan: ProjectPlan, payload: str | None, options: TaskRunOptions) -> int:
+async def _run_local(
+    output: Output, plan: ProjectPlan, payload: str | None, options: TaskRunOptions
+) -> int:
     import asyncio
     import signal
 
@@ -131,7 +136,7 @@ async def _run_local(plan: ProjectPlan, payload: str | None, options: TaskRunOpt
     from simulator.debug import terminal_reason
     from simulator.session import DevSession, SessionConfig
 
-    view = TaskRunView()
+    view = TaskRunView(output)
     name = options.name
     no_debug = "--no-debug" if options.no_debug else terminal_reason()
     config = SessionConfig(
@@ -152,7 +157,7 @@ async def _run_local(plan: ProjectPlan, payload: str | None, options: TaskRunOpt
             "--inherit-env: the task gets peach's whole environment, not only its env_vars "
             "and secrets; on the cluster it gets only those"
         )
-    session = DevSession(config, on_event=view.handle)
+    session = DevSession(config, on_event=view.handle, secrets=output.secrets)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     interrupted = False
@@ -185,6 +190,7 @@ async def _run_local(plan: ProjectPlan, payload: str | None, options: TaskRunOpt
 
 
 def run_task_on_ray(
+    output: Output,
     plan: ProjectPlan,
     name: str,
     payload: str | None,
@@ -196,7 +202,7 @@ def run_task_on_ray(
     from peach_cli.deploy.jobs import run_task_job
     from peach_cli.views.task import TaskRunView
 
-    view = TaskRunView()
+    view = TaskRunView(output)
     try:
         outcome = run_task_job(
             plan,
@@ -206,6 +212,7 @@ def run_task_on_ray(
             timeout_s=timeout_s,
             on_line=lambda line: view.handle_line(name, line),
             on_note=view.note,
+            on_secrets=output.secrets.hide,
         )
     except KeyboardInterrupt:
         view.note(f"{name}: interrupted; the Ray job was stopped")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,9 @@ from peach_cli.errors import UsageError
 from peach_cli.project.filenames import CASE_SUFFIX
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.commands.host_options import TestOptions
+
 
 FORMATS = ("text", "json", "junit")
 
@@ -36,7 +39,7 @@ def split_paths(paths: Sequence[Path]) -> tuple[Path, list[Path]]:
     return project, files
 
 
-def run_test(options: TestOptions) -> int:
+def run_test(output: Output, options: TestOptions) -> int:
     """Run the selected cases; print one line per case (or JSON, or JUnit XML)."""
     if options.output_format not in FORMATS:
         raise UsageError(
@@ -51,11 +54,19 @@ def run_test(options: TestOptions) -> int:
 
     shown: dict[str, Any] = {}
     if options.output_format == "text":  # each outcome as it comes
-        shown = {"on_file": print_file, "on_outcome": print_outcome}
+        shown = {
+            "on_file": partial(print_file, output),
+            "on_outcome": partial(print_outcome, output),
+        }
     with Host(
-        project, options.url, doing="testing", tool="test", timeout_s=options.timeout_s
+        project,
+        options.url,
+        doing="testing",
+        tool="test",
+        timeout_s=options.timeout_s,
+        secrets=output.secrets,
     ) as host:
         selected = select_cases(host.root, files, options.keyword, host.endpoint_urls)
         outcomes = run_cases(selected, host.client, host.base, host.timeout_s, **shown)
-    print_test_report(outcomes, time.perf_counter() - began, options.output_format)
+    print_test_report(output, outcomes, time.perf_counter() - began, options.output_format)
     return 0 if all(outcome.passed for outcome in outcomes) else 1

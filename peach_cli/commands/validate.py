@@ -15,6 +15,7 @@ from peach_cli.errors import UsageError
 from peach_cli.wording import count
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.checks.validate import Validation
     from peach_cli.commands.project_options import SchemaOptions, ValidateOptions
     from peach_cli.project.loader import Project
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 FORMATS = ("text", "json")
 
 
-def run_validate(options: ValidateOptions) -> int:
+def run_validate(output: Output, options: ValidateOptions) -> int:
     """Validate the project at ``project`` and print every problem; return the exit code."""
     project, output_format, strict = options.project, options.output_format, options.strict
     if output_format not in FORMATS:
@@ -39,7 +40,7 @@ def run_validate(options: ValidateOptions) -> int:
     if loaded is not None:
         from peach_cli.project.secrets import hide_declared
 
-        hide_declared(loaded.root, loaded.conf)  # a finding may quote a value: shown as ***
+        hide_declared(loaded.root, loaded.conf, output.secrets)  # a finding quoting one: ***
         result = validate_project(loaded)
         diagnostics += result.diagnostics
         endpoints = len(result.endpoints)
@@ -50,10 +51,13 @@ def run_validate(options: ValidateOptions) -> int:
     counts = {s: sum(d.severity == s for d in diagnostics) for s in ("error", "warning", "info")}
     failed = counts["error"] > 0 or (strict and counts["warning"] > 0)
     if output_format == "json":
-        console.print_json([d.to_dict() for d in diagnostics], channel="validate")
+        console.print_json(output, [d.to_dict() for d in diagnostics], channel="validate")
     else:
         console.print_diagnostics(
-            diagnostics, summary=summarize(project, counts, endpoints, strict), ok=not failed
+            output,
+            diagnostics,
+            summary=summarize(project, counts, endpoints, strict),
+            ok=not failed,
         )
     return 1 if failed else 0
 
@@ -96,7 +100,7 @@ def check_case_files(root: Path, urls: list[str], endpoints: Iterable[Any] = ())
     return diagnostics
 
 
-def run_schema(options: SchemaOptions) -> int:
+def run_schema(output: Output, options: SchemaOptions) -> int:
     """Print the JSON Schema of peach.conf (``tests``: of a case file) on stdout."""
     tests = options.tests
     from peach_cli.views import console
@@ -105,5 +109,5 @@ def run_schema(options: SchemaOptions) -> int:
         from peach_cli.testing.cases import json_schema
     else:
         from peach_cli.project.conf import json_schema  # type: ignore[assignment]
-    console.print_json(json_schema())
+    console.print_json(output, json_schema())
     return 0

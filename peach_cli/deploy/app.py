@@ -405,7 +405,7 @@ async def _task_rows(scheduler: DeploymentHandle) -> list[dict[str, Any]] | None
 def _log_request(method: str, path: str, reply: contract.HttpReply, started: float) -> None:
     """The request's line as `peach dev` prints it, on the gateway's stdout (what `peach
     logs` shows), through the output boundary: what the client sent is escaped."""
-    from peach_cli.boundary import shown, write_report
+    from peach_cli.boundary import Output, shown
     from peach_cli.runtime.request_line import request_line
 
     line = request_line(
@@ -419,7 +419,8 @@ def _log_request(method: str, path: str, reply: contract.HttpReply, started: flo
         stream=reply.stream,
         error=shown(reply.error) if reply.error else None,
     )
-    write_report(line + "\n", channel="cluster-logs")
+    # the gateway is handed no secret value: `peach logs` masks the deployment's as it shows
+    Output().write_report(line + "\n", channel="cluster-logs")
 
 
 async def _logged_stream(

@@ -345,8 +345,8 @@ def _shipped_document(
     plan: ProjectPlan, route_prefix: str, secrets: Mapping[str, str] | None
 ) -> dict[str, Any]:
     """The OpenAPI document the gateway serves, as `peach openapi` prints it: the values of
-    the project's secrets (those hidden in this process and those in ``secrets``) masked in
-    its docstrings and defaults, the control characters JSON leaves raw escaped."""
+    the project's ``secrets`` masked in its docstrings and defaults, the control characters
+    JSON leaves raw escaped."""
     from peach_cli.boundary import mask_value, shown_value
     from peach_cli.openapi import build_document  # not in the runtime
 

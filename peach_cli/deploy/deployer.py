@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,6 +100,9 @@ class Reporter:
     note: Callable[[str], None] = lambda message: None
     warn: Callable[[str], None] = lambda message: None
     progress: Callable[[ApplicationState, float], None] = lambda app, elapsed: None
+    hide: Callable[[Iterable[str]], None] = lambda values: None
+    """Values the steps learn are secret (the project's, the running version's): the CLI
+    masks them in everything the run shows."""
 
 
 @dataclass
@@ -152,6 +155,7 @@ def connect(address: str | None, reporter: Reporter) -> DashboardClient:
 
 def _bundle_with_secrets(
     plan: ProjectPlan,
+    reporter: Reporter,
     *,
     route_prefix: str,
     tasks: TaskOptions | None,
@@ -159,15 +163,14 @@ def _bundle_with_secrets(
     http_port: int = DEFAULT_HTTP_PORT,
 ) -> Bundle:
     """``build_bundle`` for ``plan`` with the values of the secrets the project's
-    components and tasks declare (each hidden from every output first; a missing one raises
+    components and tasks declare (each hidden from every output first, ``reporter.hide``; a missing one raises
     ``MissingSecret`` before anything changes on the cluster)."""
-    from peach_cli.boundary import hide
     from peach_cli.deploy.scheduler import task_secrets
     from peach_cli.project.secrets import secret_values
 
     needed = [s for c in plan.components() for s in c.secrets] + task_secrets(plan)
     secrets = secret_values(plan.root, needed)
-    hide(secrets.values())
+    reporter.hide(secrets.values())
     return build_bundle(
         plan,
         http_host=http_host,
@@ -198,12 +201,11 @@ def deploy(
     application records the release (``release.stamp``); ``ref`` is ``(project folder,
     revision)`` when ``plan`` was read from an export of that revision.
     """
-    from peach_cli.boundary import hide
-
     reporter = reporter or Reporter()
     started = time.monotonic()
     bundle = _bundle_with_secrets(
         plan,
+        reporter,
         http_host=http_host or DEFAULT_HTTP_HOST,
         http_port=http_port or DEFAULT_HTTP_PORT,
         route_prefix=route_prefix,
@@ -216,7 +218,7 @@ def deploy(
         version = dashboard.version()
         reporter.note(f"connected to Ray {version.get('ray_version', '?')} at {dashboard.shown}")
         details = dashboard.serve_details()
-        hide(deployed_secrets(details))  # the running version's, in its errors
+        reporter.hide(deployed_secrets(details))  # the running version's, in its errors
         config, warnings = merge_applications(
             bundle, details, http_host=http_host, http_port=http_port
         )
@@ -269,13 +271,11 @@ def diff(
     """``peach deploy --diff``: what a deploy of ``plan`` would change; nothing changes.
     The config is built as the deploy builds it (``build_bundle``, the project's secrets
     in it: a changed secret restarts its components; ``tasks``: the scheduler's loop)."""
-    from peach_cli.boundary import hide
-
     reporter = reporter or Reporter()
-    bundle = _bundle_with_secrets(plan, route_prefix=route_prefix, tasks=tasks)
+    bundle = _bundle_with_secrets(plan, reporter, route_prefix=route_prefix, tasks=tasks)
     with connect(address, reporter) as dashboard:
         details = dashboard.serve_details()
-    hide(deployed_secrets(details))
+    reporter.hide(deployed_secrets(details))
     return plan_changes(bundle, details, component_parts(plan), task_fingerprints(plan, bundle))
 
 
@@ -460,14 +460,16 @@ def status(address: str | None = None, reporter: Reporter | None = None) -> list
     """Every Serve application on the cluster with its deployments and replicas, each
     replica's last error as its gateway reports it (a failed drift re-init), and its tasks'
     rows as its scheduler reports them."""
-    from peach_cli.boundary import hide, mask_value
+    from peach_cli.boundary import mask_value
     from peach_cli.deploy.gateway_health import read_health, replica_errors, task_rows
 
-    with connect(address, reporter or Reporter()) as dashboard:
+    reporter = reporter or Reporter()
+    with connect(address, reporter) as dashboard:
         details = dashboard.serve_details()
-        hide(deployed_secrets(details))  # a replica's error may quote its secret
-        health = mask_value(read_health(details, dashboard.address))
-        details = mask_value(details)
+        secrets = deployed_secrets(details)
+        reporter.hide(secrets)  # a replica's error may quote its secret
+        health = mask_value(read_health(details, dashboard.address), secrets)
+        details = mask_value(details, secrets)
     errors, tasks = replica_errors(health), task_rows(health)
     return [
         with_tasks(

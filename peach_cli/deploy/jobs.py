@@ -22,7 +22,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,23 +173,24 @@ def run_task_job(
     timeout_s: float | None = None,
     on_line: Callable[[str], None] = lambda line: None,
     on_note: Callable[[str], None] = lambda message: None,
+    on_secrets: Callable[[Iterable[str]], None] = lambda values: None,
     poll_interval_s: float = POLL_INTERVAL_S,
 ) -> JobOutcome:
     """Run the task ``name`` once as a Ray job; follow its logs until it ends.
 
     Past ``timeout_s`` (default: the task's) the job is stopped. ``KeyboardInterrupt``
-    stops the job, then propagates.
+    stops the job, then propagates. ``on_secrets`` gets the task's secret values before anything
+    is sent (the caller masks them in what it shows).
     """
     spec = plan.tasks[name]
     limit = spec.timeout_s if timeout_s is None else timeout_s
     url, warnings = resolve_address(address)
     for warning in warnings:
         on_note(f"warning: {warning}")
-    from peach_cli.boundary import hide
     from peach_cli.project.secrets import secret_values
 
     secrets = secret_values(plan.root, spec.secrets)  # MissingSecret: exit 1, nothing sent
-    hide(secrets.values())  # in its log lines and errors
+    on_secrets(secrets.values())  # masked in its log lines and errors
     job = task_job(plan, spec, payload, secrets)
     with JobsClient(url) as dashboard:
         version = dashboard.version()

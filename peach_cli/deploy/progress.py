@@ -117,9 +117,6 @@ class ApplicationState:
 
 def read_application(name: str, app: dict[str, Any]) -> ApplicationState:
     """One application of ``GET /api/serve/applications/`` as an ``ApplicationState``."""
-    from peach_cli.boundary import mask_value
-
-    app = mask_value(app)  # secret values (hidden by the deploy or status) as ***
     targets = {}
     for deployment in (app.get("deployed_app_config") or {}).get("deployments") or []:
         if isinstance(deployment.get("num_replicas"), int):

@@ -22,7 +22,6 @@ from typing import Any
 
 from peach_cli.openapi.contract import EndpointContract, Parameter, SourceCache, endpoint_contract
 from peach_cli.printable import without_surrogates
-from peach_cli.runtime.contract.answers import COMPONENT_HEADER, REPLICA_HEADER
 from peach_cli.runtime.contract.errors import ERROR_STATUS
 from peach_cli.runtime.plan import EndpointSpec, ProjectPlan
 
@@ -184,6 +183,9 @@ def _stream_parameter() -> dict[str, Any]:
 
 
 def _responses(contract: EndpointContract) -> dict[str, Any]:
+    # here, not at the top: `peach validate` imports this package and never needs asyncio
+    from peach_cli.runtime.contract.answers import COMPONENT_HEADER, REPLICA_HEADER
+
     ok: dict[str, Any] = {
         "description": "The answer",
         "headers": {
@@ -234,6 +236,8 @@ _PUBLIC = (
 
 
 def _error_response(status: int, codes: list[str]) -> dict[str, Any]:
+    from peach_cli.runtime.contract.answers import COMPONENT_HEADER, REPLICA_HEADER
+
     header = {"schema": {"type": "string"}}
     return {
         "description": _REASONS[status],

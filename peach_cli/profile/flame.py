@@ -14,7 +14,8 @@ import zlib
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
 
-from peach_cli.boundary import shown
+from peach_cli.boundary import Secrets
+from peach_cli.boundary import shown as plain  # escaped: no run's secrets known
 from peach_cli.profile.model import PEACH, Frame, Profile
 
 WIDTH = 1200
@@ -67,8 +68,10 @@ def _label(frame: Frame) -> str:
     return f"{function} · {position}"
 
 
-def flame_graph(profile: Profile, title: str) -> str:
-    """The SVG text of ``profile``'s flame graph (the root at the bottom)."""
+def flame_graph(profile: Profile, title: str, secrets: Secrets | None = None) -> str:
+    """The SVG text of ``profile``'s flame graph (the root at the bottom); ``secrets``
+    masked in its labels before a box cuts them to its width."""
+    shown = secrets.shown if secrets is not None else plain
     root = _tree(profile)
     depth = _depth(root)
     height = TOP + depth * ROW + MARGIN * 2

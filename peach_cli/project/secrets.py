@@ -3,11 +3,11 @@
 The conf names secrets, never their values. ``secret_values`` finds each value when a
 replica, a task or a deployment needs it; a name found nowhere is ``MissingSecret``, whose
 message is the one users see on every host. Masking them in what peach prints is the output
-boundary's job (``peach_cli.boundary.hide``).
+boundary's job: each run's ``peach_cli.boundary.Secrets`` is told the values it learns.
 
     values = secret_values(root, ("OPENAI_API_KEY",))     # raises MissingSecret
     environment = variables_of(spec, root)                # env_vars + secrets of a component
-    hide(values.values())                                 # peach_cli.boundary
+    secrets.hide(values.values())                         # the run's Secrets
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from peach_cli.errors import PeachError
 from peach_cli.project.filenames import DOTENV
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Secrets
     from peach_cli.runtime.plan import ProjectPlan
 
 MAX_DOTENV_BYTES = 1024 * 1024
@@ -217,24 +218,8 @@ def known_values(root: Path, names: Iterable[str]) -> list[str]:
         return [os.environ[name] for name in names if name in os.environ]
 
 
-def hide_declared(root: Path, conf: object) -> None:
-    """Mask, in everything this process shows from now on, the values of the secrets
-    ``conf`` (a conf or a plan of the project at ``root``) declares; those set nowhere are
-    skipped."""
-    from peach_cli.boundary import hide
-
-    values = known_values(root, declared_names(conf))
-    hide(values)
-
-
-def hide_declared_in(root: Path) -> None:
-    """``hide_declared`` with the conf read from ``root`` (a conf that cannot be read
-    declares nothing: this only ever hides more)."""
-    from peach_cli.project.loader import load_project
-
-    try:
-        loaded, _ = load_project(root)
-    except PeachError:
-        return
-    if loaded is not None:
-        hide_declared(root, loaded.conf)
+def hide_declared(root: Path, conf: object, secrets: Secrets) -> None:
+    """Mask, in everything the run of ``secrets`` shows from now on, the values of the
+    secrets ``conf`` (a conf or a plan of the project at ``root``) declares; those set
+    nowhere are skipped."""
+    secrets.hide(known_values(root, declared_names(conf)))

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+from peach_cli.boundary import Secrets
 from peach_cli.errors import PeachError, UsageError
 from peach_cli.testing.run import DEFAULT_TIMEOUT_S
 
@@ -86,17 +87,20 @@ class FoundProject:
         root: Path,
         read: tuple[Project | None, list[Diagnostic]] | None,
         missing: UsageError | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self.given = given
+        self.secrets = secrets if secrets is not None else Secrets()
+        """The run's secrets: the project's values go there (``mask``), its simulator's too."""
         self.root = root
         self.read = read
         self.missing = missing
         self._plan: ProjectPlan | None = None
 
     @classmethod
-    def at(cls, path: Path, *, need_conf: bool) -> FoundProject:
+    def at(cls, path: Path, *, need_conf: bool, secrets: Secrets | None = None) -> FoundProject:
         """The project at ``path``; ``UsageError`` when ``path`` does not exist, or holds no
-        conf and ``need_conf``."""
+        conf and ``need_conf``. ``secrets``: the run's, which ``mask`` adds to."""
         from peach_cli.project.filenames import find_conf_files
         from peach_cli.project.loader import read_project
         from peach_cli.project.notebook import fewer_collections
@@ -108,9 +112,9 @@ class FoundProject:
         except UsageError as error:
             if need_conf:
                 raise
-            return cls(path, path if path.is_dir() else path.parent, None, error)
+            return cls(path, path if path.is_dir() else path.parent, None, error, secrets)
         with fewer_collections():
-            return cls(path, root, read_project(root, files))
+            return cls(path, root, read_project(root, files), secrets=secrets)
 
     def require(self) -> None:
         """``UsageError`` when no conf was found (the project was named, so it must be one)."""
@@ -118,13 +122,13 @@ class FoundProject:
             raise self.missing
 
     def mask(self) -> None:
-        """Mask the values of the secrets the conf declares in everything shown from now on
-        (a conf with errors as far as it was read; no conf declares none)."""
+        """Mask the values of the secrets the conf declares in everything the run shows from
+        now on (a conf with errors as far as it was read; no conf declares none)."""
         loaded = self.read[0] if self.read is not None else None
         if loaded is not None:
             from peach_cli.project.secrets import hide_declared
 
-            hide_declared(self.root, loaded.conf)
+            hide_declared(self.root, loaded.conf, self.secrets)
 
     def built(self) -> ProjectPlan | None:
         """The plan of what was read, None when it has errors or there is no conf."""
@@ -153,7 +157,7 @@ class FoundProject:
 
         self.require()
         assert self.read is not None
-        return plan_to_check(self.given, self.root, self.read, doing)
+        return plan_to_check(self.given, self.root, self.read, doing, secrets=self.secrets)
 
 
 def reach(url: str, *, what: str = "--url") -> str:
@@ -286,8 +290,16 @@ class Hosts(_Started):
     started the first time its URL is asked for (``local_host``), and stopped by ``close``.
     """
 
-    def __init__(self, url: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        secrets: Secrets | None = None,
+    ) -> None:
         self.url = url
+        self.secrets = secrets if secrets is not None else Secrets()
+        """The run's secrets: each project's values, and its simulator's, go there."""
         self.timeout_s = timeout_s
         self._stack = ExitStack()
         self._urls: dict[Path, str] = {}
@@ -301,9 +313,9 @@ class Hosts(_Started):
         key = path.resolve()
         if key not in self._projects:
             try:
-                self._projects[key] = FoundProject.at(path, need_conf=True)
+                self._projects[key] = FoundProject.at(path, need_conf=True, secrets=self.secrets)
             except UsageError as error:
-                self._projects[key] = FoundProject(path, path, None, error)
+                self._projects[key] = FoundProject(path, path, None, error, self.secrets)
         return self._projects[key]
 
     def url_for(self, project: Path) -> str:
@@ -321,7 +333,9 @@ class Hosts(_Started):
         been)."""
         key = project.resolve()
         if key not in self._urls:
-            self._urls[key] = self._stack.enter_context(local_host(project, plan))
+            self._urls[key] = self._stack.enter_context(
+                local_host(project, plan, secrets=self.secrets)
+            )
         return self._urls[key]
 
     @property
@@ -349,7 +363,8 @@ class Host(_Started):
     ``url`` or the project's simulator (started when ``base`` is first asked for, its events
     to ``on_event``; stopped by ``close``), and the one client that sends to it, which waits
     ``timeout_s`` for an answer (None: the project's ``timeout_s`` and ``LOCAL_SLACK_S``
-    on its simulator, ``DEFAULT_TIMEOUT_S`` at ``url``)::
+    on its simulator, ``DEFAULT_TIMEOUT_S`` at ``url``). ``secrets``: the run's, where the
+    project's secret values go (masked in what the run shows)::
 
         with Host(Path("examples/quickstart"), None, doing="testing") as host:
             observe(host.client, host.base, case)
@@ -365,27 +380,27 @@ class Host(_Started):
         timeout_s: float | None = None,
         on_event: Callable[[Any], None] | None = None,
         usage_errors: bool = True,
+        secrets: Secrets | None = None,
     ) -> None:
         self.doing, self.tool = doing, tool
         self._on_event = on_event
         self._stack = ExitStack()
         self._served: str | None = None
         self._client: Client | None = None
-        self.found = FoundProject.at(path, need_conf=url is None)  # its conf read once
+        self.found = FoundProject.at(path, need_conf=url is None, secrets=secrets)  # read once
         self.plan: ProjectPlan | None = None  # with --url: the host knows its endpoints
         self.url: str | None = None
         if url is None and self.found.read is not None:  # read: a conf is needed here
             from peach_cli.checks.build import plan_to_check
 
             read = self.found.read
-            self.plan = plan_to_check(path, self.found.root, read, doing, usage=usage_errors)
+            self.plan = plan_to_check(
+                path, self.found.root, read, doing, usage=usage_errors, secrets=self.secrets
+            )
         elif url is not None:
             from peach_cli.client.items import base_url
-            from peach_cli.project.secrets import hide_declared
 
-            loaded = self.found.read[0] if self.found.read is not None else None
-            if loaded is not None:  # what the host answers is shown masked
-                hide_declared(self.found.root, loaded.conf)
+            self.found.mask()  # what the host answers is shown masked
             self.url = base_url(url)
         if timeout_s is None:  # as long as the project lets its calls run, and a slack
             local = self.plan.timeout_s + LOCAL_SLACK_S if self.plan is not None else None
@@ -396,6 +411,11 @@ class Host(_Started):
     def root(self) -> Path:
         """The project's root folder (its case files are under it)."""
         return self.found.root
+
+    @property
+    def secrets(self) -> Secrets:
+        """The run's secrets: the project's values, and its simulators', go there."""
+        return self.found.secrets
 
     @property
     def endpoint_urls(self) -> list[str] | None:
@@ -409,7 +429,9 @@ class Host(_Started):
         if self.url is not None:
             return self.url
         if self._served is None:
-            served = local_host(self.found.root, self.plan, on_event=self._on_event)
+            served = local_host(
+                self.found.root, self.plan, on_event=self._on_event, secrets=self.secrets
+            )
             self._served = self._stack.enter_context(served)
         return self._served
 
@@ -460,7 +482,9 @@ class Host(_Started):
         """Start a second simulator of the project whose calls time out at ``timeout_s``
         (its events to ``on_event``); stopped with this host. Its URL."""
         assert self.plan is not None, "a host at --url has no simulator here"
-        served = local_host(self.found.root, self.plan, on_event=on_event, timeout_s=timeout_s)
+        served = local_host(
+            self.found.root, self.plan, on_event=on_event, timeout_s=timeout_s, secrets=self.secrets
+        )
         return self._stack.enter_context(served)
 
     def new_client(self, timeout_s: float, *, tls: bool = False) -> Client:
@@ -477,11 +501,13 @@ class _Runner:
         project: Path,
         on_event: Callable[[Any], None] | None = None,
         timeout_s: float | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self.plan = plan
         self.project = project
         self.on_event = on_event
         self.timeout_s = timeout_s
+        self.secrets = secrets
         self.url: str | None = None
         self.error: BaseException | None = None
         self.ready = threading.Event()
@@ -510,7 +536,7 @@ class _Runner:
 
         self.stop = asyncio.Event()
         config = SessionConfig(self.plan, project=self.project, timeout_s=self.timeout_s)
-        session = DevSession(config, on_event=self.on_event)
+        session = DevSession(config, on_event=self.on_event, secrets=self.secrets)
         try:
             await session.start()
             await session.wait_ready()
@@ -537,14 +563,16 @@ def local_host(
     *,
     on_event: Callable[[Any], None] | None = None,
     timeout_s: float | None = None,
+    secrets: Secrets | None = None,
 ) -> Iterator[str]:
     """Serve ``plan`` (``project``'s, built and checked as `peach dev` does) and yield the
     server's URL.
 
     ``on_event`` gets the simulator's events (``simulator.events``), in the server's
     thread: what the answers alone do not show (a fallback covering an error, a replica
-    that died). ``timeout_s`` overrides every endpoint's (as `peach dev --timeout-s`)."""
-    runner = _Runner(plan, project, on_event, timeout_s)
+    that died). ``timeout_s`` overrides every endpoint's (as `peach dev --timeout-s`).
+    ``secrets``: the run's, where the simulator's secret values go."""
+    runner = _Runner(plan, project, on_event, timeout_s, secrets)
     runner.thread.start()
     try:
         if not runner.ready.wait(START_TIMEOUT_S):

@@ -78,15 +78,19 @@ class _Session:
     file is of."""
 
     def __init__(self, config: pytest.Config) -> None:
+        from peach_cli.boundary import Secrets
+
         self.config = config
         self._hosts: Hosts | None = None
+        self.secrets = Secrets()
+        """The pytest session's secrets (each project's): masked in every report."""
 
     @property
     def hosts(self) -> Hosts:
         if self._hosts is None:
             from peach_cli.testing.host import Hosts
 
-            self._hosts = Hosts(self.config.getoption("--peach-url") or None)
+            self._hosts = Hosts(self.config.getoption("--peach-url") or None, secrets=self.secrets)
         return self._hosts
 
     def project_of(self, path: Path | None) -> Path:
@@ -122,17 +126,15 @@ class CaseFileCollector(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         from peach_cli.testing.cases import read_case_file
 
-        project = self.config.stash[_SESSION].project_of(self.path)
+        session = self.config.stash[_SESSION]
+        project = session.project_of(self.path)  # its secrets known to the session first
+        shown = session.secrets.shown  # masked, escaped: pytest writes it as it is
         diagnostics: list[Any] = []
         case_file = read_case_file(project, self.path, diagnostics)
         errors = [d for d in diagnostics if d.severity == "error"]
         if errors:
-            from peach_cli.boundary import shown
-
             raise self.CollectError("\n".join(shown(_diagnostic_text(d)) for d in errors))
         assert case_file is not None
-        from peach_cli.boundary import shown
-
         for loaded in case_file.cases:  # a name is shown in every report: masked, escaped
             name = shown(loaded.case.name)
             yield CaseItem.from_parent(self, name=name, loaded=loaded, project=project)
@@ -148,23 +150,21 @@ class CaseItem(pytest.Item):
     def runtest(self) -> None:
         from peach_cli.testing.run import run_case
 
-        hosts = self.config.stash[_SESSION].hosts
+        session = self.config.stash[_SESSION]
+        hosts = session.hosts
         base = hosts.url_for(self.project)  # the project's plan loaded, its simulator started
         outcome = run_case(hosts.client, base, "", self.loaded)
         if not outcome.passed:
-            from peach_cli.boundary import shown_lines
-
             details = outcome.details()
-            self.details = shown_lines(details)  # the report: no secret, no escape
+            self.details = session.secrets.shown_lines(details)  # no secret, no escape
             raise CaseFailed(self.details)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, CaseFailed):
-            from peach_cli.boundary import shown, shown_lines
-
+            secrets = self.config.stash[_SESSION].secrets
             where = self.loaded.position
-            head = shown(f"{where.file}:{where.line}: case '{self.name}' failed")
-            return f"{head}\n{shown_lines(str(excinfo.value))}"
+            head = secrets.shown(f"{where.file}:{where.line}: case '{self.name}' failed")
+            return f"{head}\n{secrets.shown_lines(str(excinfo.value))}"
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

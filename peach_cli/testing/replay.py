@@ -31,6 +31,7 @@ from peach_cli.errors import UsageError
 from peach_cli.printable import printable
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Secrets
     from peach_cli.client.send import Client
     from peach_cli.testing.outcome import Observed
 
@@ -252,14 +253,17 @@ def replay(
     against: str | None = None,
     ignore: list[str] | None = None,
     timeout_s: float = 60.0,
+    secrets: Secrets | None = None,
 ) -> list[ReplayOutcome]:
     """Send every entry to ``url`` (and ``against``) in order; compare each answer.
     ``ServerUnreachable`` when a host refuses a connection: the rest is not sent (every
-    request would fail the same way)."""
-    from peach_cli.boundary import mask_value
+    request would fail the same way). ``secrets``: masked in both answers before they are
+    compared (a recording holds them as ``***``)."""
+    from peach_cli.boundary import Secrets
     from peach_cli.client.send import Client
     from peach_cli.testing.outcome import json_diff, json_equal
 
+    secrets = secrets if secrets is not None else Secrets()
     paths = [parse_path(p) for p in ignore or []]
     names = ("recorded", "replayed") if against is None else (url or "A", against)
     outcomes = []
@@ -286,7 +290,7 @@ def replay(
                 outcomes.append(ReplayOutcome(entry, "failed", error=error))
                 continue
             # a recording holds secret values as ***: the answers are compared masked
-            expected, observed = mask_value(expected), mask_value(observed)
+            expected, observed = secrets.mask_value(expected), secrets.mask_value(observed)
             for steps in paths:
                 drop(expected, steps)
                 drop(observed, steps)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Secrets
     from peach_cli.testing.outcome import Outcome
 
 
@@ -31,14 +32,12 @@ def to_json(outcomes: list[Outcome], seconds: float) -> dict[str, Any]:
     }
 
 
-def rendered(outcomes: list[Outcome], seconds: float, output_format: str) -> str:
+def rendered(outcomes: list[Outcome], seconds: float, output_format: str, secrets: Secrets) -> str:
     """The run as ``output_format`` asks: the JSON document (``json``) or the JUnit XML
-    (``junit``), as the text written."""
+    (``junit``), as the text written, the run's ``secrets`` masked in it."""
     if output_format == "json":
-        from peach_cli.boundary import json_text
-
-        return json_text(to_json(outcomes, seconds)) + "\n"
-    return to_junit(outcomes, seconds)
+        return secrets.json_text(to_json(outcomes, seconds)) + "\n"
+    return to_junit(outcomes, seconds, secrets)
 
 
 def junit_classname(file: str) -> str:
@@ -48,14 +47,14 @@ def junit_classname(file: str) -> str:
     return file.replace("/", ".")
 
 
-def to_junit(outcomes: list[Outcome], seconds: float) -> str:
+def to_junit(outcomes: list[Outcome], seconds: float, secrets: Secrets) -> str:
     """JUnit XML as Jenkins' xUnit schema (``junit-10.xsd``) takes it: one testsuite per case
     file (its ``file``), one testcase per case; a case that got no answer is an ``<error>``
     (counted in ``errors``), one whose answer differs a ``<failure>`` whose message starts
     with the case's place (``file:line: name``)."""
     import xml.etree.ElementTree as ET
 
-    from peach_cli.boundary import shown, shown_lines
+    shown, shown_lines = secrets.shown, secrets.shown_lines  # masked before XML escapes them
 
     suites = ET.Element("testsuites", name="peach test", time=f"{seconds:.3f}")
     by_file: dict[str, list[Outcome]] = {}

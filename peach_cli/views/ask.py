@@ -29,6 +29,7 @@ from peach_cli.client.framing import (
 from peach_cli.wording import count, human_size
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.client.send import Client, CompleteResponse, Stream, StreamStats
 
 EXIT_INTERRUPTED = 130
@@ -39,12 +40,19 @@ EXIT_BROKEN_PIPE = 141
 
 
 def render_answer(
-    answer: CompleteResponse, client: Client, url: str, *, tty: bool, raw: bool, md: bool = False
+    output: Output,
+    answer: CompleteResponse,
+    client: Client,
+    url: str,
+    *,
+    tty: bool,
+    raw: bool,
+    md: bool = False,
 ) -> int:
     from peach_cli.client.send import check_answer, is_ok_envelope
 
     if tty:
-        _status_line(answer.status, answer.reason, answer.latency_s, answer.headers)
+        _status_line(output, answer.status, answer.reason, answer.latency_s, answer.headers)
     if raw:
         _write_bytes(sys.stdout.buffer, answer.body)
     is_json, value = check_answer(answer, client, url)  # raises on an error answer
@@ -54,16 +62,14 @@ def render_answer(
     if enveloped:
         value = value["result"]
     if tty:
-        from peach_cli.views import console
-
         if md and isinstance(value, str):
             from rich.markdown import Markdown
 
-            console.stdout().print(Markdown(value))
+            output.stdout.print(Markdown(value))
         elif is_json:
-            console.stdout().print_json(data=value)
+            output.stdout.print_json(data=value)
         else:
-            console.stdout().print(answer.body.decode("utf-8", "replace"), markup=False)
+            output.stdout.print(answer.body.decode("utf-8", "replace"), markup=False)
     elif enveloped:
         import json
 
@@ -73,10 +79,12 @@ def render_answer(
     return 0
 
 
-def _status_line(status: int, reason: str, latency_s: float, headers: dict[str, str]) -> None:
+def _status_line(
+    output: Output, status: int, reason: str, latency_s: float, headers: dict[str, str]
+) -> None:
     parts = _status(status, reason, headers)
     parts.insert(1, _duration(latency_s))
-    _dim_line(parts)
+    _dim_line(output, parts)
 
 
 def _status(status: int, reason: str, headers: dict[str, str]) -> list[str]:
@@ -89,23 +97,22 @@ def _status(status: int, reason: str, headers: dict[str, str]) -> list[str]:
     return parts
 
 
-def _dim_line(parts: list[str]) -> None:
+def _dim_line(output: Output, parts: list[str]) -> None:
     from peach_cli.boundary import markup
-    from peach_cli.views import console
 
-    console.stderr().print(f"[dim]{markup(' · '.join(parts))}[/]", soft_wrap=True)
+    output.stderr.print(f"[dim]{markup(' · '.join(parts))}[/]", soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- streams
 
 
-def render_stream(response: Stream, *, tty: bool, raw: bool, markdown: bool) -> int:
+def render_stream(output: Output, response: Stream, *, tty: bool, raw: bool, markdown: bool) -> int:
     out = sys.stdout.buffer
     renderer: _Renderer
     if raw or not tty:
         renderer = _RawRenderer(out)
     elif markdown:
-        renderer = _MarkdownRenderer(response.content_type)
+        renderer = _MarkdownRenderer(output, response.content_type)
     else:
         renderer = _TextRenderer(out, response.content_type)
     from peach_cli.client.send import ResponseCut
@@ -137,7 +144,7 @@ def render_stream(response: Stream, *, tty: bool, raw: bool, markdown: bool) -> 
             if tty:
                 renderer.end_line()
             status = _status(response.status, response.reason, response.headers) if tty else []
-            _summary(response.stats, renderer.frames, renderer.framing, outcome, status)
+            _summary(output, response.stats, renderer.frames, renderer.framing, outcome, status)
     if outcome == "interrupted":
         # Leaving the `with client.stream(...)` closes the connection, which is what tells
         # the server (and the endpoint's generator) that the client went away.
@@ -277,11 +284,9 @@ class _MarkdownRenderer(_FramedRenderer):
 
     refresh_per_second = 12
 
-    def __init__(self, content_type: str) -> None:
+    def __init__(self, output: Output, content_type: str) -> None:
         super().__init__(content_type)
         from rich.live import Live
-
-        from peach_cli.views import console
 
         self._text = ""
         self._committed = 0
@@ -292,7 +297,7 @@ class _MarkdownRenderer(_FramedRenderer):
         self._stopped = threading.Event()
         self._live = Live(
             self._tail,
-            console=console.stdout(),
+            console=output.stdout,
             auto_refresh=False,
             transient=True,
             redirect_stdout=False,
@@ -385,6 +390,7 @@ def _last_block_boundary(text: str, start: int) -> int:
 
 
 def _summary(
+    output: Output,
     stats: StreamStats,
     frames: int | None,
     framing: str | None,
@@ -410,7 +416,7 @@ def _summary(
     parts.append(human_size(stats.bytes))
     parts.append(f"total {_duration(end - stats.started)}")
     parts.append(f"largest gap {_duration(stats.largest_gap)}")
-    _dim_line(parts)
+    _dim_line(output, parts)
 
 
 def _duration(seconds: float) -> str:

@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.boundary import write_status
-from peach_cli.views.console import stdout
 from peach_cli.wording import count, human_size
 
 if TYPE_CHECKING:
@@ -16,6 +14,7 @@ if TYPE_CHECKING:
 
     from peach_cli.bench.loadgen import LoadPlan
     from peach_cli.bench.summary import Tally
+    from peach_cli.boundary import Output
 
 
 def _ms(value: float | None) -> str:
@@ -37,7 +36,8 @@ def _n(number: int) -> str:
 class Progress:
     """One line on stderr, rewritten twice a second: elapsed, sent, answered, p50/p99."""
 
-    def __init__(self, tally: Tally, plan: LoadPlan) -> None:
+    def __init__(self, output: Output, tally: Tally, plan: LoadPlan) -> None:
+        self.output = output
         self.tally = tally
         self.plan = plan
         self.began = time.monotonic()
@@ -55,17 +55,17 @@ class Progress:
             line += f" · p50 {_ms(p50 * 1000)} · p99 {_ms(p99 * 1000)}"
         if elapsed < self.plan.warmup_s:
             line += " (warming up)"
-        write_status("\r\x1b[K" + line)
+        self.output.write_status("\r\x1b[K" + line)
         self.shown = True
 
     def clear(self) -> None:
         if self.shown:
-            write_status("\r\x1b[K")
+            self.output.write_status("\r\x1b[K")
 
 
-def render_summary(figures: dict[str, Any]) -> None:
+def render_summary(output: Output, figures: dict[str, Any]) -> None:
     """The run's heading, a row per figure, each replica's capacity, and the warnings."""
-    console = stdout()
+    console = output.stdout
     _print_heading(console, figures)
     rows = _summary_rows(figures)
     width = max(len(name) for name, _ in rows)
@@ -184,13 +184,16 @@ def _print_capacity(console: Console, use: dict[str, Any], width: int) -> str | 
 
 
 def render_compare(
-    rows: list[dict[str, Any]], path: Path | None, differences: Sequence[dict[str, Any]] = ()
+    output: Output,
+    rows: list[dict[str, Any]],
+    path: Path | None,
+    differences: Sequence[dict[str, Any]] = (),
 ) -> None:
     """The figures against an earlier run's; runs that differ in settings are said to, and
     their figures shown higher or lower, never better or worse."""
     from rich.markup import escape
 
-    console = stdout()
+    console = output.stdout
     console.print(f"[bold]against {escape(str(path))}[/]", highlight=False)
     if differences:
         changes = ", ".join(

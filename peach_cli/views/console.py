@@ -1,4 +1,4 @@
-"""Terminal output every command shares: the two consoles, errors, diagnostics, tables.
+"""Terminal output every command shares: errors, diagnostics, tables, on a run's ``Output``.
 
 Rich is used in ``peach_cli.views`` only (this module and one view per command that needs
 more: ``dev``, ``task``, ``ask``, ``deploy``); everything else returns data or raises, and
@@ -15,41 +15,28 @@ from peach_cli.wording import count, human_size
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from peach_cli.boundary import Output
     from peach_cli.doctor import Report
     from peach_cli.errors import PeachError
     from peach_cli.project.diagnostics import Diagnostic
     from peach_cli.project.scaffold import CreatedProject
 
 
-def stdout() -> Console:
-    """The console on stdout (``peach_cli.boundary``: every write masked)."""
-    from peach_cli.boundary import console
-
-    return console("stdout")
-
-
-def stderr() -> Console:
-    """The console on stderr (``peach_cli.boundary``: every write masked)."""
-    from peach_cli.boundary import console
-
-    return console("stderr")
-
-
-def print_error(error: PeachError) -> None:
+def print_error(output: Output, error: PeachError) -> None:
     """Render a PeachError as one line (and a hint) on stderr; a ``ProjectInvalid`` as its
     diagnostics and a summary line, as ``peach validate`` shows them."""
     from peach_cli.boundary import markup_lines
     from peach_cli.errors import ProjectInvalid
 
     if isinstance(error, ProjectInvalid):
-        print_diagnostics(error.diagnostics, summary=error.message, ok=False)
+        print_diagnostics(output, error.diagnostics, summary=error.message, ok=False)
         return
-    stderr().print(f"[bold red]error:[/] {markup_lines(error.message)}", soft_wrap=True)
+    output.stderr.print(f"[bold red]error:[/] {markup_lines(error.message)}", soft_wrap=True)
     if error.hint:
-        stderr().print(f"[dim]hint:[/] {markup_lines(error.hint)}", soft_wrap=True)
+        output.stderr.print(f"[dim]hint:[/] {markup_lines(error.hint)}", soft_wrap=True)
 
 
-def print_defect(error: BaseException, version: str) -> None:
+def print_defect(output: Output, error: BaseException, version: str) -> None:
     """An exception peach did not expect, as one masked, escaped line on stderr (its type,
     its message, where it was raised in peach) and where to report it. No traceback and no
     locals: either can hold a token, a secret or a path from data."""
@@ -70,12 +57,12 @@ def print_defect(error: BaseException, version: str) -> None:
     if len(text) > 500:
         text = f"{text[:500]}… ({len(text) - 500} more characters)"
     what = f"{type(error).__name__}: {text}" if text else type(error).__name__
-    stderr().print(
+    output.stderr.print(
         f"[bold red]error:[/] peach {markup(version)} stopped on an unexpected "
         f"{markup(what)}{markup(where)}",
         soft_wrap=True,
     )
-    stderr().print(
+    output.stderr.print(
         "[dim]hint:[/] this is a defect of peach, not of your project: please report it with "
         "this line and the command you ran (see Reporting a defect in docs/troubleshooting.md)",
         soft_wrap=True,
@@ -87,12 +74,20 @@ def print_defect(error: BaseException, version: str) -> None:
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
-def print_diagnostics(diagnostics: list[Diagnostic], *, summary: str, ok: bool) -> None:
+def print_diagnostics(
+    output: Output, diagnostics: list[Diagnostic], *, summary: str, ok: bool
+) -> None:
     """Each diagnostic as ``file:line:col: severity CODE message``, an excerpt with a caret and
     its hint; then the summary line. One problem stays one line (no wrapping) for grep."""
+    write_diagnostics(output.stdout, diagnostics, summary=summary, ok=ok)
+
+
+def write_diagnostics(
+    out: Console, diagnostics: list[Diagnostic], *, summary: str, ok: bool
+) -> None:
+    """``print_diagnostics`` on the console ``out`` (`peach dev`'s, for a rejected reload)."""
     from peach_cli.boundary import markup
 
-    out = stdout()
     for diagnostic in diagnostics:
         style = _SEVERITY_STYLE[diagnostic.severity]
         out.print(
@@ -110,12 +105,12 @@ def print_diagnostics(diagnostics: list[Diagnostic], *, summary: str, ok: bool) 
     out.print(f"{mark} {markup(summary)}", soft_wrap=True)
 
 
-def print_warning_lines(warnings: list[Diagnostic]) -> None:
+def print_warning_lines(output: Output, warnings: list[Diagnostic]) -> None:
     """One line per warning on stderr (when stdout holds something else: a config)."""
     from peach_cli.boundary import markup
 
     for warning in warnings:
-        stderr().print(
+        output.stderr.print(
             f"[yellow]warning[/] {markup(str(warning.position))}: {markup(warning.message)}",
             soft_wrap=True,
             highlight=False,
@@ -143,24 +138,21 @@ def excerpt_lines(diagnostic: Diagnostic) -> list[str]:
     return lines
 
 
-def print_json(data: object, *, channel: str = "terminal") -> None:
+def print_json(output: Output, data: object, *, channel: str = "terminal") -> None:
     """Machine output: plain JSON on stdout, no styling (secret values shown as ``***``)."""
-    from peach_cli.boundary import json_text, write_report
-
-    write_report(json_text(data) + "\n", channel=channel)
+    output.write_report(output.secrets.json_text(data) + "\n", channel=channel)
 
 
-def print_document(document: dict, output_format: str) -> None:
+def print_document(output: Output, document: dict, output_format: str) -> None:
     """``peach openapi``'s document, as JSON or YAML, on stdout."""
     if output_format == "yaml":
         import yaml
 
-        from peach_cli.boundary import shown_value, write_report
-
-        text = yaml.safe_dump(shown_value(document), sort_keys=False, allow_unicode=True)
-        write_report(text, channel="openapi")
+        document = output.secrets.shown_value(document)  # masked before YAML folds a line
+        text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+        output.write_report(text, channel="openapi")
     else:
-        print_json(document, channel="openapi")
+        print_json(output, document, channel="openapi")
 
 
 # --- peach env --------------------------------------------------------------------------------
@@ -194,13 +186,13 @@ def break_path(path: str, width: int) -> list[str]:
     return lines
 
 
-def print_env_list(rows: list[dict], *, cache: str) -> None:
+def print_env_list(output: Output, rows: list[dict], *, cache: str) -> None:
     """``peach env list``: a table on a terminal, one plain line per env otherwise. A path
     is never folded inside a name: it breaks after a ``/``, in its column when there is room
     for one, else on lines of its own under the table."""
     from peach_cli.boundary import markup
 
-    out = stdout()
+    out = output.stdout
     if out.is_terminal:
         from rich.table import Table
         from rich.text import Text
@@ -263,15 +255,16 @@ def print_env_list(rows: list[dict], *, cache: str) -> None:
 class _EnvProgress:
     """Build progress: a live status line on a terminal, plain lines on stderr otherwise."""
 
-    def __init__(self) -> None:
+    def __init__(self, output: Output) -> None:
         from rich.status import Status
 
+        self.output = output
         self.status: Status | None = None
         self.last = ""
 
     def __enter__(self) -> _EnvProgress:
-        if stderr().is_terminal:
-            self.status = stderr().status("")
+        if self.output.stderr.is_terminal:
+            self.status = self.output.stderr.status("")
             self.status.start()
         return self
 
@@ -282,7 +275,7 @@ class _EnvProgress:
         if self.status is not None:
             self.status.update(markup(line))
         elif line != self.last:
-            stderr().print(markup(line), soft_wrap=True, highlight=False)
+            self.output.stderr.print(markup(line), soft_wrap=True, highlight=False)
         self.last = line
 
     def __exit__(self, *exc: object) -> None:
@@ -290,48 +283,48 @@ class _EnvProgress:
             self.status.stop()
 
 
-def env_progress() -> _EnvProgress:
+def env_progress(output: Output) -> _EnvProgress:
     """A context manager whose value is a progress callback for ``ensure_env``."""
-    return _EnvProgress()
+    return _EnvProgress(output)
 
 
-def print_env_built(name: str, path: str, packages: int) -> None:
+def print_env_built(output: Output, name: str, path: str, packages: int) -> None:
     from peach_cli.boundary import markup
 
-    stderr().print(
+    output.stderr.print(
         f"[green]✓[/] py_env {markup(name)}: {count(packages, 'package')} in {markup(path)}",
         soft_wrap=True,
     )
 
 
 def print_env_removed(
-    path: str, requirements: tuple[str, ...], size: int, *, kept: str | None = None
+    output: Output, path: str, requirements: tuple[str, ...], size: int, *, kept: str | None = None
 ) -> None:
     """``removed PATH (REQUIREMENTS, SIZE)``, or with ``kept`` ``kept PATH (…): KEPT``."""
     from peach_cli.boundary import markup
 
     what = f"({markup(', '.join(requirements) or 'no requirements')}, {human_size(size)})"
     if kept is None:
-        stdout().print(f"removed {markup(path)} {what}", soft_wrap=True)
+        output.stdout.print(f"removed {markup(path)} {what}", soft_wrap=True)
     else:
-        stdout().print(f"kept {markup(path)} {what}: {markup(kept)}", soft_wrap=True)
+        output.stdout.print(f"kept {markup(path)} {what}: {markup(kept)}", soft_wrap=True)
 
 
-def print_summary(text: str, *, ok: bool) -> None:
+def print_summary(output: Output, text: str, *, ok: bool) -> None:
     from peach_cli.boundary import markup
 
     mark = "[bold green]✓[/]" if ok else "[bold red]✗[/]"
-    stderr().print(f"{mark} {markup(text)}", soft_wrap=True)
+    output.stderr.print(f"{mark} {markup(text)}", soft_wrap=True)
 
 
 # --- peach init -------------------------------------------------------------------------------
 
 
-def print_created(created: CreatedProject, steps: list[str]) -> None:
+def print_created(output: Output, created: CreatedProject, steps: list[str]) -> None:
     """What `peach init` wrote, then the commands to run next."""
     from peach_cli.boundary import markup
 
-    out = stdout()
+    out = output.stdout
     where = markup(str(created.root))
     out.print(f"[bold green]✓[/] created {where} (codops {markup(created.codops)})", soft_wrap=True)
     for name in created.files:
@@ -352,11 +345,11 @@ _CHECK_MARK = {
 }
 
 
-def print_checks(report: Report) -> None:
+def print_checks(output: Output, report: Report) -> None:
     """One line per check (mark, name, summary) and its advice; then a count."""
     from peach_cli.boundary import markup
 
-    out = stdout()
+    out = output.stdout
     width = max(len(check.name) for check in report.checks)
     for check in report.checks:
         out.print(

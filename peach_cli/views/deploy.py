@@ -13,6 +13,7 @@ from peach_cli.views import console
 from peach_cli.wording import count, human_size
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.deploy.deployer import DeployResult
     from peach_cli.deploy.logs import LogLine
     from peach_cli.deploy.packaging import Package
@@ -22,35 +23,35 @@ if TYPE_CHECKING:
     from peach_cli.runtime.plan import ProjectPlan
 
 
-def print_deployed(plan: ProjectPlan, result: DeployResult) -> None:
+def print_deployed(output: Output, plan: ProjectPlan, result: DeployResult) -> None:
     """The deployed application: a summary on stderr, each endpoint's URL on stdout."""
     from peach_cli.boundary import markup
 
     replicas = sum(d.running for d in result.app.deployments)
     version = result.app.release.get("version") if result.app.release else None
     at = f" at {markup(version)}" if version else ""
-    console.stderr().print(
+    output.stderr.print(
         f"[bold green]✓[/] {markup(result.app.name)}{at} is running: "
         f"{count(replicas, 'replica')} in "
         f"{count(len(result.app.deployments), 'deployment')}, {result.elapsed_s:.1f} s",
         soft_wrap=True,
     )
     for endpoint in plan.endpoints.values():
-        console.stdout().print(f"{endpoint.url}  {result.url}{endpoint.url}", soft_wrap=True)
+        output.stdout.print(f"{endpoint.url}  {result.url}{endpoint.url}", soft_wrap=True)
     if plan.endpoints:
         first = next(iter(plan.endpoints.values())).url
-        console.stderr().print(
+        output.stderr.print(
             f"[dim]ask it:[/] peach ask {markup(first)} --url {markup(result.url)}",
             soft_wrap=True,
         )
 
 
-def print_uploads(selection: Selection, packages: Sequence[Package]) -> None:
+def print_uploads(output: Output, selection: Selection, packages: Sequence[Package]) -> None:
     """``--dry-run``, on stderr (stdout holds the config): the project's files, which go once
     in the project package, then every package a deploy sends and their total."""
     from peach_cli.boundary import markup
 
-    err = console.stderr()
+    err = output.stderr
     files = count(len(selection.files), "file")
     left_out = (
         "notebooks, conf, dot-files, .gitignore/.rayignore matches, virtualenvs and caches left out"
@@ -84,39 +85,37 @@ def print_uploads(selection: Selection, packages: Sequence[Package]) -> None:
         err.print(f"  - {markup(sent.name)}  [dim]{size}, {markup(sent.about)}[/]", soft_wrap=True)
 
 
-def print_config(config: dict[str, Any], output_format: str) -> None:
+def print_config(output: Output, config: dict[str, Any], output_format: str) -> None:
     """``peach deploy --dry-run``'s Serve config (secret values as ``***``)."""
     if output_format == "yaml":
         import yaml
 
-        from peach_cli.boundary import shown_value, write_report
-
-        text = yaml.safe_dump(shown_value(config), sort_keys=False)
-        write_report(text, channel="deploy-dry-run")
+        text = yaml.safe_dump(output.secrets.shown_value(config), sort_keys=False)
+        output.write_report(text, channel="deploy-dry-run")
     else:
-        console.print_json(config, channel="deploy-dry-run")
+        console.print_json(output, config, channel="deploy-dry-run")
 
 
-def print_applications(applications: list[ApplicationState]) -> None:
+def print_applications(output: Output, applications: list[ApplicationState]) -> None:
     """``peach status``: one table per application."""
     if not applications:
-        console.stdout().print("no applications are deployed on this cluster")
+        output.stdout.print("no applications are deployed on this cluster")
     for app in applications:
-        console.stdout().print(application_table(app))
+        output.stdout.print(application_table(app))
         if app.tasks:
-            console.stdout().print(tasks_table(app.tasks))
+            output.stdout.print(tasks_table(app.tasks))
 
 
 _CHANGE_STYLE = {"new": "green", "removed": "red", "unchanged": "dim"}
 
 
-def print_changes(changes: Changes) -> None:
+def print_changes(output: Output, changes: Changes) -> None:
     """``peach deploy --diff``: one line per deployment and task on stdout (``gateway
     unchanged``, ``component hello.main  restarts (code)``), what runs and a summary on
     stderr."""
     from peach_cli.boundary import markup
 
-    err = console.stderr()
+    err = output.stderr
     if not changes.deployed:
         err.print(
             f"{markup(changes.app)} is not deployed on this cluster: a deploy creates it all",
@@ -131,7 +130,7 @@ def print_changes(changes: Changes) -> None:
         f"{c.kind} {c.name}" if c.kind in ("component", "task") else c.kind for c in changes.lines
     ]
     width = max((len(label) for label in labels), default=0)
-    out = console.stdout()
+    out = output.stdout
     for label, line in zip(labels, changes.lines, strict=True):
         style = "yellow" if line.restarts else _CHANGE_STYLE.get(line.what, "")
         what = f"[{style}]{line.what}[/]" if style else line.what
@@ -155,31 +154,31 @@ def print_changes(changes: Changes) -> None:
     )
 
 
-def print_deleted(app_name: str, remaining: list[str]) -> None:
+def print_deleted(output: Output, app_name: str, remaining: list[str]) -> None:
     from peach_cli.boundary import markup
 
     left = ", ".join(remaining) if remaining else "none"
-    console.stderr().print(
+    output.stderr.print(
         f"[bold green]✓[/] deleted {markup(app_name)} (still running: {markup(left)})",
         soft_wrap=True,
     )
 
 
-def print_log_line(line: LogLine) -> None:
+def print_log_line(output: Output, line: LogLine) -> None:
     """``peach logs``: a line with its ``deployment#replica`` prefix (dim on a terminal,
     plain text when piped, so grep works)."""
-    from peach_cli.boundary import markup, shown, write_report
+    from peach_cli.boundary import markup, shown
 
-    out = console.stdout()
+    out = output.stdout
     if out.is_terminal:
         style = "red" if line.stream == "err" else "dim"
         out.print(f"[{style}]{markup(line.prefix)} |[/] {markup(line.text)}", soft_wrap=True)
     else:
-        write_report(f"{shown(line.prefix)} | {shown(line.text)}\n", channel="cluster-logs")
+        output.write_report(f"{shown(line.prefix)} | {shown(line.text)}\n", channel="cluster-logs")
 
 
-def print_note(message: str) -> None:
-    console.stderr().print(message, soft_wrap=True)
+def print_note(output: Output, message: str) -> None:
+    output.stderr.print(message, soft_wrap=True)
 
 
 # -- progress --------------------------------------------------------------------------
@@ -273,30 +272,41 @@ def tasks_table(rows: Sequence[dict[str, Any]]) -> Any:
     return table.render()
 
 
-def note(message: str) -> None:
+def note(output: Output, message: str) -> None:
     from peach_cli.boundary import markup
 
-    console.stderr().print(f"[dim]·[/] {markup(message)}", soft_wrap=True)
+    output.stderr.print(f"[dim]·[/] {markup(message)}", soft_wrap=True)
 
 
-def warn(message: str) -> None:
+def warn(output: Output, message: str) -> None:
     from peach_cli.boundary import markup
 
-    console.stderr().print(f"[yellow]warning:[/] {markup(message)}", soft_wrap=True)
+    output.stderr.print(f"[yellow]warning:[/] {markup(message)}", soft_wrap=True)
+
+
+def reporter(output: Output, **steps: Any) -> Any:
+    """A deploy ``Reporter`` whose notes and warnings go to ``output``'s stderr and whose
+    secrets are masked in everything ``output`` writes (``steps``: more callbacks)."""
+    from functools import partial
+
+    from peach_cli.deploy.deployer import Reporter
+
+    return Reporter(
+        note=partial(note, output), warn=partial(warn, output), hide=output.secrets.hide, **steps
+    )
 
 
 class ProgressView:
     """Deploy progress on stderr: a live table on a terminal, changed lines otherwise."""
 
-    def __init__(self) -> None:
-        self.console = console.stderr()
+    def __init__(self, output: Output) -> None:
+        self.output = output
+        self.console = output.stderr
         self.live: Any = None
         self.last: dict[str, str] = {}
 
     def reporter(self) -> Any:
-        from peach_cli.deploy.deployer import Reporter
-
-        return Reporter(note=note, warn=warn, progress=self.progress)
+        return reporter(self.output, progress=self.progress)
 
     def progress(self, app: ApplicationState, elapsed_s: float) -> None:
         if self.console.is_terminal:

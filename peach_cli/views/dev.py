@@ -348,11 +348,11 @@ class DevView:
                     row.state = ReplicaState.RELOADING
             self._dirty = True
         elif isinstance(event, ReloadRejected):
-            from peach_cli.views.console import print_diagnostics
+            from peach_cli.views.console import write_diagnostics
 
             self.flush()
             shown = [d for d in event.diagnostics if d.severity != "info"]
-            print_diagnostics(shown, summary=event.message, ok=False)
+            write_diagnostics(self.console, shown, summary=event.message, ok=False)
         elif isinstance(event, ReloadFailed):
             self.line(Text(event.message, style="bold red"), now=True)
             for row in self.replicas.values():  # the previous replicas keep serving

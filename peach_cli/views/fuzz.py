@@ -6,20 +6,20 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from peach_cli.views.console import stderr, stdout
-
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output
     from peach_cli.fuzz.findings import Finding
     from peach_cli.fuzz.run import Explored
 
 
-def print_start(targets: int, examples: int, seed: int, url: str | None) -> None:
+def print_start(output: Output, targets: int, examples: int, seed: int, url: str | None) -> None:
     from peach_cli.boundary import markup
     from peach_cli.wording import count
 
     where = f" of {markup(url)}" if url else ""
     _status(
-        f"[dim]fuzzing {count(targets, 'endpoint')}{where}: {examples} examples each, seed {seed}[/]"
+        output,
+        f"[dim]fuzzing {count(targets, 'endpoint')}{where}: {examples} examples each, seed {seed}[/]",
     )
 
 
@@ -28,15 +28,18 @@ class FuzzShown:
     line per endpoint as it is done (with a progress line on a terminal), then each finding
     and a summary; ``json``, one document at the end."""
 
-    def __init__(self, output_format: str, *, examples: int, seed: int, url: str | None) -> None:
+    def __init__(
+        self, output: Output, output_format: str, *, examples: int, seed: int, url: str | None
+    ) -> None:
+        self.output = output
         self.text = output_format == "text"
         self.examples, self.seed, self.url = examples, seed, url
-        self.progress = Progress() if self.text and Progress.wanted() else None
+        self.progress = Progress(output) if self.text and Progress.wanted(output) else None
 
     def start(self, targets: int) -> None:
         """The run starts on ``targets`` endpoints."""
         if self.text:
-            print_start(targets, self.examples, self.seed, self.url)
+            print_start(self.output, targets, self.examples, self.seed, self.url)
 
     def answered(self, explored: Explored) -> None:
         """One more answer while ``explored`` runs."""
@@ -47,7 +50,7 @@ class FuzzShown:
         """An endpoint is done."""
         if self.text:
             self.clear()
-            print_explored(explored)
+            print_explored(self.output, explored)
 
     def clear(self) -> None:
         """Erase the progress line (an interrupted run leaves no half line)."""
@@ -58,13 +61,13 @@ class FuzzShown:
         """The findings and the summary (``json``: the whole run)."""
         findings = [f for e in explored for f in e.findings]
         if self.text:
-            print_findings(findings, explored, seed=self.seed, seconds=seconds)
+            print_findings(self.output, findings, explored, seed=self.seed, seconds=seconds)
             return
         from peach_cli.views.console import print_json
 
         findings_json = [f.to_json() for f in findings]
         data = {"seed": self.seed, "examples": self.examples, "findings": findings_json}
-        print_json(data, channel="fuzz")
+        print_json(self.output, data, channel="fuzz")
 
 
 class Progress:
@@ -74,22 +77,23 @@ class Progress:
 
     INTERVAL_S = 0.1
 
-    def __init__(self) -> None:
+    def __init__(self, output: Output) -> None:
+        self.output = output
         self.visible = False
         self.began: dict[str, float] = {}
         self.last = 0.0
 
     @staticmethod
-    def wanted() -> bool:
+    def wanted(output: Output) -> bool:
         """Only an interactive terminal gets a progress line (a pipe, a file or a ``dumb``
         terminal gets the endpoint lines alone)."""
-        return stderr().is_interactive
+        return output.stderr.is_interactive
 
     def tick(self, explored: Explored) -> None:
         """One more answer for ``explored`` (the line is rewritten at most every 0.1 s)."""
         import time
 
-        from peach_cli.boundary import shown, write_status
+        from peach_cli.boundary import shown
         from peach_cli.wording import count
 
         now = time.monotonic()
@@ -99,19 +103,17 @@ class Progress:
         self.last = now
         url = shown(explored.target.url)
         line = f"  … {url}  {count(explored.requests, 'request')} · {now - began:.1f} s"
-        write_status("\r\x1b[K" + line)
+        self.output.write_status("\r\x1b[K" + line)
         self.visible = True
 
     def clear(self) -> None:
         """Erase the line (before anything else is written to stderr)."""
         if self.visible:
-            from peach_cli.boundary import write_status
-
-            write_status("\r\x1b[K")
+            self.output.write_status("\r\x1b[K")
             self.visible = False
 
 
-def print_explored(explored: Explored) -> None:
+def print_explored(output: Output, explored: Explored) -> None:
     """``✓ /recommend  52 requests`` or ``✗ /divide  140 requests  2 findings``."""
     from peach_cli.boundary import markup
     from peach_cli.wording import count
@@ -123,11 +125,11 @@ def print_explored(explored: Explored) -> None:
     if explored.all_unavailable and not found:
         why = markup(explored.unavailable_message or "no healthy replica")
         mark, tail = "[bold yellow]![/]", f"  [yellow]each answered 503 unavailable: {why}[/]"
-    _status(f"  {mark} {markup(explored.target.url)}  [dim]{sent}[/]{tail}")
+    _status(output, f"  {mark} {markup(explored.target.url)}  [dim]{sent}[/]{tail}")
 
 
-def _status(text: str) -> None:
-    stderr().print(text, soft_wrap=True)
+def _status(output: Output, text: str) -> None:
+    output.stderr.print(text, soft_wrap=True)
 
 
 def request_line(finding: Finding) -> str:
@@ -139,10 +141,10 @@ def request_line(finding: Finding) -> str:
     return f"{finding.method} {finding.url} {params}{stream}"
 
 
-def print_finding(finding: Finding) -> None:
+def print_finding(output: Output, finding: Finding) -> None:
     from peach_cli.boundary import markup, markup_lines
 
-    out = stdout()
+    out = output.stdout
     out.print()
     out.print(f"[bold red]✗ {markup(finding.name)}[/]", soft_wrap=True)
     status = f" → {finding.status}" if finding.status else ""
@@ -154,23 +156,23 @@ def print_finding(finding: Finding) -> None:
 
 
 def print_findings(
-    findings: list[Finding], explored: list[Explored], *, seed: int, seconds: float
+    output: Output, findings: list[Finding], explored: list[Explored], *, seed: int, seconds: float
 ) -> None:
     from peach_cli.views.console import print_summary
     from peach_cli.wording import count
 
     for finding in findings:
-        print_finding(finding)
+        print_finding(output, finding)
     requests = sum(e.requests for e in explored)
     where = f"{count(len(explored), 'endpoint')}, {count(requests, 'request')}"
     took = f"({seconds:.1f} s, seed {seed})"
     if findings:
-        stdout().print()
-        print_summary(f"{count(len(findings), 'finding')} in {where} {took}", ok=False)
+        output.stdout.print()
+        print_summary(output, f"{count(len(findings), 'finding')} in {where} {took}", ok=False)
         return
     skipped = sum(e.all_unavailable for e in explored)
     if skipped:
         not_fuzzed = f"{count(skipped, 'endpoint')} not fuzzed: no healthy replica"
-        print_summary(f"nothing found in {where}, {not_fuzzed} {took}", ok=False)
+        print_summary(output, f"nothing found in {where}, {not_fuzzed} {took}", ok=False)
     else:
-        print_summary(f"nothing found in {where} {took}", ok=True)
+        print_summary(output, f"nothing found in {where} {took}", ok=True)

@@ -13,9 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.boundary import shown, write_report
+from peach_cli.boundary import shown as plain
 
 if TYPE_CHECKING:
+    from peach_cli.boundary import Output, Secrets
     from peach_cli.profile.model import Line, Profile
 
 WIDTH = 80
@@ -24,9 +25,11 @@ _SHARE = 11
 """``   100.0%  ``: the share column and its margins."""
 
 
-def row(line: Line, width: int = WIDTH) -> str:
+def row(line: Line, width: int = WIDTH, secrets: Secrets | None = None) -> str:
     """``   61.2%  notebooks/X.ipynb, cell 3, line 4 · busy``, shortened to ``width``
-    (the position loses its start first, the function name is kept)."""
+    (the position loses its start first, the function name is kept; ``secrets`` masked
+    before it is shortened)."""
+    shown = secrets.shown if secrets is not None else plain
     share = f"{line.share * 100:6.1f}%  "
     if (line.position, line.function) == ("peach", "peach"):
         text = "peach (its own code: the runtime, the event loop)"
@@ -41,9 +44,14 @@ def row(line: Line, width: int = WIDTH) -> str:
 
 
 def render_profile(
-    profile: Profile, what: str, figures: dict[str, Any] | None, written: Path | None
+    output: Output,
+    profile: Profile,
+    what: str,
+    figures: dict[str, Any] | None,
+    written: Path | None,
 ) -> None:
     """The text report on stdout."""
+    shown = output.secrets.shown  # masked before a row is shortened
     replicas = len(profile.replicas)
     head = (
         f"peach profile · {shown(what)} · {profile.samples:,} samples over "
@@ -75,24 +83,26 @@ def render_profile(
             ("total", "by total time (the line and what it calls)"),
         ):
             lines += ["", title]
-            lines += [row(line) for line in profile.hottest(by, ROWS)]  # type: ignore[arg-type]
+            hottest = profile.hottest(by, ROWS)  # type: ignore[arg-type]
+            lines += [row(line, secrets=output.secrets) for line in hottest]
     if profile.calls:
         lines += ["", "calls (the method, timed)"]
-        lines += [_calls_row(frame, n, seconds) for frame, (n, seconds) in profile.calls.items()]
+        calls = profile.calls.items()
+        lines += [_calls_row(frame, n, seconds, output.secrets) for frame, (n, seconds) in calls]
     if written is not None:
         kind = "flame graph" if written.suffix.lower() == ".svg" else "speedscope file"
         path = shown(str(written))
         room = WIDTH - len(kind) - 2
         lines += ["", f"{kind}: {path if len(path) <= room else '…' + path[-(room - 1) :]}"]
-    write_report("\n".join(lines) + "\n", channel="profile")
+    output.write_report("\n".join(lines) + "\n", channel="profile")
 
 
-def _calls_row(frame: tuple[str, str], n: float, seconds: float) -> str:
+def _calls_row(frame: tuple[str, str], n: float, seconds: float, secrets: Secrets) -> str:
     """``  14,502 × 3.1 µs  notebooks/X.ipynb, cell 3, line 1 · greet``."""
     each = seconds / n if n else 0.0
     took = f"{each * 1e6:.3g} µs" if each < 1e-3 else _ms(each * 1000)
     figures = f"  {int(n):>9,} × {took:>8}  "
-    position, function = shown(frame[0]), shown(frame[1])
+    position, function = secrets.shown(frame[0]), secrets.shown(frame[1])
     room = WIDTH - len(figures) - len(function) - 3
     if len(position) > room:
         position = "…" + position[-max(room - 1, 8) :]

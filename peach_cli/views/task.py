@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.boundary import shown, shown_lines, stream
+from peach_cli.boundary import shown, shown_lines
 from simulator.debug import DebugStarted
 from simulator.events import EnvFailed, EnvProgress, ServerNote
 from simulator.tasks.events import RunStatus, TaskChanged, TaskOutput, TaskRunEnded, TaskState
@@ -19,6 +19,8 @@ from simulator.tasks.events import RunStatus, TaskChanged, TaskOutput, TaskRunEn
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
+
+    from peach_cli.boundary import Output
 
 _STATE_STYLE = {TaskState.IDLE: "dim", TaskState.QUEUED: "yellow", TaskState.RUNNING: "cyan"}
 
@@ -35,9 +37,9 @@ def prefixed(task: str, text: str) -> str:
 class TaskRunView:
     """Renders one ``peach task run``: the task's lines on stdout, the rest on stderr."""
 
-    def __init__(self) -> None:
-        self.out = stream("stdout")
-        self.err = stream("stderr")
+    def __init__(self, output: Output) -> None:
+        self.out = output.stream("stdout")
+        self.err = output.stream("stderr")
         self.closed = False
 
     def _write(self, stream: Any, text: str) -> None:
@@ -72,14 +74,12 @@ class TaskRunView:
         self._write(self.out, f"{task} | {line}")
 
 
-def print_task_list(rows: list[dict[str, Any]]) -> None:
+def print_task_list(output: Output, rows: list[dict[str, Any]]) -> None:
     """``peach task list``: a table on a terminal, one plain line per task otherwise."""
     from rich.table import Table
     from rich.text import Text
 
-    from peach_cli.views.console import stdout
-
-    out = stdout()
+    out = output.stdout
     if not rows:
         out.print("no tasks (add them under tasks: in the conf)", highlight=False)
         return

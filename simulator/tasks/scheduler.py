@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from peach_cli.boundary import Secrets
 from peach_cli.errors import PeachError
 from peach_cli.project.filenames import CONF_FOLDER
 from peach_cli.runtime.jsonlimits import (
@@ -121,12 +122,15 @@ class TaskScheduler:
         spawner: Spawner | None = None,
         on_event: Emit | None = None,
         debugger: DebugRelay | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         """``held``: the loop's first round waits until ``ready`` is set (``peach dev``
         sets it once the replicas are up). ``trigger``: the socket to listen on (default:
         a new one). ``spawner`` starts the task workers and keeps the warm ones. A run
-        stopped at a breakpoint in ``debugger`` waits there."""
+        stopped at a breakpoint in ``debugger`` waits there. ``secrets``: the session's,
+        where each task's values are masked."""
         self.plan = plan
+        self.secrets = secrets if secrets is not None else Secrets()
         self.root = Path(plan.root).resolve()
         self.environments = environments
         self.project = Path(project) if project is not None else None
@@ -264,12 +268,12 @@ class TaskScheduler:
         return await self._execute(self.plan.tasks[run.task], run)
 
     async def _execute(self, spec: TaskSpec, run: Run) -> TaskRunEnded:
-        from peach_cli.boundary import hide
         from peach_cli.project.secrets import DotenvError, MissingSecret, variables_of
 
         try:
             variables = variables_of(spec, self.root)
-            hide(variables[name] for name in spec.secrets)  # printed as ***
+            values = [variables[name] for name in spec.secrets]
+            self.secrets.hide(values, source=f"task {spec.name}")  # printed as ***
         except (MissingSecret, DotenvError) as error:
             return TaskRunEnded(
                 spec.name,

@@ -30,84 +30,175 @@ can observe lives here, one concept a module:
 
 Nothing here imports a web framework, prints, or exits: it runs inside every replica, in
 every user environment, with the standard library only.
+
+Importing the package imports none of them: a name is loaded from its module on first use
+(PEP 562), so what needs one piece (``peach validate`` needs ``binding``'s ``STATE_PARAMS``)
+does not pay for ``asyncio`` and the rest.
 """
 
-from peach_cli.runtime.contract.ab import ab_route, assignment_value, bucket, choose_arm
-from peach_cli.runtime.contract.answers import (
-    COMPONENT_HEADER,
-    REPLICA_HEADER,
-    Answer,
-    Attempt,
-    CallResult,
-    ComponentCall,
-    answer,
-    error_answer,
-    error_envelope,
-    not_found_answer,
-    ok_envelope,
-    stream_required_answer,
-    stream_required_message,
-)
-from peach_cli.runtime.contract.binding import (
-    STATE_PARAMS,
-    MethodSignature,
-    bind_arguments,
-    convert_body_value,
-    convert_query_value,
-)
-from peach_cli.runtime.contract.deadline import Deadline
-from peach_cli.runtime.contract.errors import (
-    ERROR_STATUS,
-    ContractError,
-    InitError,
-    ResultNotJSON,
-    StreamCut,
-)
-from peach_cli.runtime.contract.flow import (
-    Caller,
-    ClientGone,
-    Components,
-    Flow,
-    HttpReply,
-    HttpRequest,
-    Opened,
-    Prepared,
-    answer_reply,
-    stream_reply,
-)
-from peach_cli.runtime.contract.request import (
-    ALLOWED_METHODS,
-    MAX_BODY_BYTES,
-    MAX_BODY_DEPTH,
-    RequestParams,
-    is_truthy,
-    parse_query_string,
-    parse_request,
-)
-from peach_cli.runtime.contract.results import (
-    describe_exception,
-    encode_chunk,
-    is_empty,
-    notebook_position,
-    split_drift,
-    to_json_value,
-    user_traceback,
-)
-from peach_cli.runtime.contract.runner import ComponentRunner, LoadedCode, MethodKind, method_kind
-from peach_cli.runtime.contract.status import (
-    component_health,
-    health_body,
-    replica_health,
-    routes_body,
-)
-from peach_cli.runtime.contract.transport import (
-    STREAMING_KINDS,
-    Dispatch,
-    dispatch,
-    read_body,
-    too_large,
-    unavailable_message,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from peach_cli.runtime.contract.ab import ab_route, assignment_value, bucket, choose_arm
+    from peach_cli.runtime.contract.answers import (
+        COMPONENT_HEADER,
+        REPLICA_HEADER,
+        Answer,
+        Attempt,
+        CallResult,
+        ComponentCall,
+        answer,
+        error_answer,
+        error_envelope,
+        not_found_answer,
+        ok_envelope,
+        stream_required_answer,
+        stream_required_message,
+    )
+    from peach_cli.runtime.contract.binding import (
+        STATE_PARAMS,
+        MethodSignature,
+        bind_arguments,
+        convert_body_value,
+        convert_query_value,
+    )
+    from peach_cli.runtime.contract.deadline import Deadline
+    from peach_cli.runtime.contract.errors import (
+        ERROR_STATUS,
+        ContractError,
+        InitError,
+        ResultNotJSON,
+        StreamCut,
+    )
+    from peach_cli.runtime.contract.flow import (
+        Caller,
+        ClientGone,
+        Components,
+        Flow,
+        HttpReply,
+        HttpRequest,
+        Opened,
+        Prepared,
+        answer_reply,
+        stream_reply,
+    )
+    from peach_cli.runtime.contract.request import (
+        ALLOWED_METHODS,
+        MAX_BODY_BYTES,
+        MAX_BODY_DEPTH,
+        RequestParams,
+        is_truthy,
+        parse_query_string,
+        parse_request,
+    )
+    from peach_cli.runtime.contract.results import (
+        describe_exception,
+        encode_chunk,
+        is_empty,
+        notebook_position,
+        split_drift,
+        to_json_value,
+        user_traceback,
+    )
+    from peach_cli.runtime.contract.runner import (
+        ComponentRunner,
+        LoadedCode,
+        MethodKind,
+        method_kind,
+    )
+    from peach_cli.runtime.contract.status import (
+        component_health,
+        health_body,
+        replica_health,
+        routes_body,
+    )
+    from peach_cli.runtime.contract.transport import (
+        STREAMING_KINDS,
+        Dispatch,
+        dispatch,
+        read_body,
+        too_large,
+        unavailable_message,
+    )
+
+_HOMES = {
+    "ab": ("ab_route", "assignment_value", "bucket", "choose_arm"),
+    "answers": (
+        "COMPONENT_HEADER",
+        "REPLICA_HEADER",
+        "Answer",
+        "Attempt",
+        "CallResult",
+        "ComponentCall",
+        "answer",
+        "error_answer",
+        "error_envelope",
+        "not_found_answer",
+        "ok_envelope",
+        "stream_required_answer",
+        "stream_required_message",
+    ),
+    "binding": (
+        "STATE_PARAMS",
+        "MethodSignature",
+        "bind_arguments",
+        "convert_body_value",
+        "convert_query_value",
+    ),
+    "deadline": ("Deadline",),
+    "errors": ("ERROR_STATUS", "ContractError", "InitError", "ResultNotJSON", "StreamCut"),
+    "flow": (
+        "Caller",
+        "ClientGone",
+        "Components",
+        "Flow",
+        "HttpReply",
+        "HttpRequest",
+        "Opened",
+        "Prepared",
+        "answer_reply",
+        "stream_reply",
+    ),
+    "request": (
+        "ALLOWED_METHODS",
+        "MAX_BODY_BYTES",
+        "MAX_BODY_DEPTH",
+        "RequestParams",
+        "is_truthy",
+        "parse_query_string",
+        "parse_request",
+    ),
+    "results": (
+        "describe_exception",
+        "encode_chunk",
+        "is_empty",
+        "notebook_position",
+        "split_drift",
+        "to_json_value",
+        "user_traceback",
+    ),
+    "runner": ("ComponentRunner", "LoadedCode", "MethodKind", "method_kind"),
+    "status": ("component_health", "health_body", "replica_health", "routes_body"),
+    "transport": (
+        "STREAMING_KINDS",
+        "Dispatch",
+        "dispatch",
+        "read_body",
+        "too_large",
+        "unavailable_message",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    for module, names in _HOMES.items():
+        if name in names:
+            return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ALLOWED_METHODS",
