@@ -31,13 +31,13 @@ def run_replay(options: ReplayOptions) -> int:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
+    # a recording stores secret values as ***: compared and shown masked
+    masked = _secrets_of(options.project)
     from peach_cli.testing.replay import counts, parse_path, read_recording, replay
 
     for path in ignore:
         parse_path(path)  # a bad path is a usage error before anything is sent
     entries = read_recording(options.file)
-    # a recording stores secret values as ***: compared and shown masked
-    masked = _secrets_of(options.project)
     if masked is None:
         from peach_cli.views.console import stderr
 
@@ -47,8 +47,6 @@ def run_replay(options: ReplayOptions) -> int:
             markup=False,
             highlight=False,
         )
-    else:
-        masked.mask()
     began = time.perf_counter()
     outcomes = replay(entries, url=url, against=against, ignore=ignore, timeout_s=options.timeout_s)
     seconds = time.perf_counter() - began
@@ -68,13 +66,13 @@ def run_replay(options: ReplayOptions) -> int:
 
 
 def _secrets_of(project: Path | None) -> FoundProject | None:
-    """The project whose secrets are masked: ``project`` (``UsageError`` when it has no
-    conf), else the current folder's, else None."""
+    """The project whose secrets are masked from now on: ``project`` (``UsageError`` when it
+    has no conf), else the current folder's, else None."""
     from peach_cli.testing.host import FoundProject
 
     if project is not None:
-        return FoundProject.at(project, need_conf=True)
+        return FoundProject.masked(project)
     try:
-        return FoundProject.at(Path("."), need_conf=True)
+        return FoundProject.masked(Path("."))
     except UsageError:
         return None

@@ -16,7 +16,7 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from peach_cli.errors import PeachError
 from peach_cli.project.filenames import DOTENV
@@ -225,6 +225,14 @@ def hide_declared(root: Path, conf: object) -> None:
 
     values = known_values(root, declared_names(conf))
     hide(values)
+
+
+def hide_declared_read(root: Path, read: tuple[Any, Any] | None) -> None:
+    """``hide_declared`` with the conf ``read_project`` read at ``root`` (as far as it was
+    read: a conf with errors declares what it could be read to declare; none, nothing)."""
+    loaded = read[0] if read is not None else None
+    if loaded is not None:
+        hide_declared(root, loaded.conf)
 
 
 def hide_declared_in(root: Path) -> None:

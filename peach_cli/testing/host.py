@@ -112,6 +112,16 @@ class FoundProject:
         with fewer_collections():
             return cls(path, root, read_project(root, files))
 
+    @classmethod
+    def masked(cls, path: Path) -> FoundProject:
+        """The project at ``path`` (``UsageError`` when it holds no conf), the values of the
+        secrets its conf declares masked in everything shown from now on."""
+        from peach_cli.project.secrets import hide_declared_read
+
+        found = cls.at(path, need_conf=True)
+        hide_declared_read(found.root, found.read)
+        return found
+
     def require(self) -> None:
         """``UsageError`` when no conf was found (the project was named, so it must be one)."""
         if self.missing is not None:
@@ -120,11 +130,9 @@ class FoundProject:
     def mask(self) -> None:
         """Mask the values of the secrets the conf declares in everything shown from now on
         (a conf with errors as far as it was read; no conf declares none)."""
-        loaded = self.read[0] if self.read is not None else None
-        if loaded is not None:
-            from peach_cli.project.secrets import hide_declared
+        from peach_cli.project.secrets import hide_declared_read
 
-            hide_declared(self.root, loaded.conf)
+        hide_declared_read(self.root, self.read)
 
     def built(self) -> ProjectPlan | None:
         """The plan of what was read, None when it has errors or there is no conf."""
@@ -381,11 +389,9 @@ class Host(_Started):
             self.plan = plan_to_check(path, self.found.root, read, doing, usage=usage_errors)
         elif url is not None:
             from peach_cli.client.items import base_url
-            from peach_cli.project.secrets import hide_declared
+            from peach_cli.project.secrets import hide_declared_read
 
-            loaded = self.found.read[0] if self.found.read is not None else None
-            if loaded is not None:  # what the host answers is shown masked
-                hide_declared(self.found.root, loaded.conf)
+            hide_declared_read(self.found.root, self.found.read)  # what the host answers
             self.url = base_url(url)
         if timeout_s is None:  # as long as the project lets its calls run, and a slack
             local = self.plan.timeout_s + LOCAL_SLACK_S if self.plan is not None else None
