@@ -111,6 +111,14 @@ def takes(options: type[OptionsT]) -> Callable[[Callable[[OptionsT], None]], Cal
     return command_of
 
 
+# ----------------------------------------------------------------------------- one option
+
+
+def value_option(*names: str, help: str) -> Any:
+    """An option that takes a value and has none unless given: its help shows no default."""
+    return typer.Option(*names, help=help, show_default=False)
+
+
 # ----------------------------------------------------------------------------- the project
 
 PROJECT_HELP = "The project folder (or one YAML file). Default: the current folder."
