@@ -15,6 +15,7 @@ from peach_cli.commands.options import (
     TaskIntervalOption,
     format_option,
     timeout_option,
+    value_option,
 )
 
 
@@ -25,18 +26,15 @@ class DeployOptions(Options):
     address: AddressOption = None
     http_port: Annotated[
         Optional[int],
-        typer.Option(
-            "--http-port",
-            help="Serve's HTTP port when Serve is not running yet (default 8000).",
-            show_default=False,
+        value_option(
+            "--http-port", help="Serve's HTTP port when Serve is not running yet (default 8000)."
         ),
     ] = None
     http_host: Annotated[
         Optional[str],
-        typer.Option(
+        value_option(
             "--http-host",
             help="Serve's HTTP host when Serve is not running yet (default 127.0.0.1).",
-            show_default=False,
         ),
     ] = None
     route_prefix: Annotated[
@@ -112,9 +110,7 @@ class LogsOptions(Options):
     address: AddressOption = None
     deployment: Annotated[
         Optional[str],
-        typer.Option(
-            "--deployment", "-d", help="Only this deployment (hello.main).", show_default=False
-        ),
+        value_option("--deployment", "-d", help="Only this deployment (hello.main)."),
     ] = None
     tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per replica log.")] = 100
     follow: Annotated[

@@ -27,6 +27,7 @@ from peach_cli.commands.options import (
     stream_option,
     timeout_option,
     url_option,
+    value_option,
 )
 
 
@@ -65,10 +66,8 @@ class AskOptions(Options):
     ] = False
     json_body: Annotated[
         Optional[str],
-        typer.Option(
-            "--json",
-            help="A JSON object body, or @file (@- for stdin); items are merged into it.",
-            show_default=False,
+        value_option(
+            "--json", help="A JSON object body, or @file (@- for stdin); items are merged into it."
         ),
     ] = None
     headers: HeaderOption = None
@@ -146,11 +145,7 @@ class FuzzOptions(Options):
     ] = 50
     seed: Annotated[
         Optional[int],
-        typer.Option(
-            "--seed",
-            help="Makes the run repeatable (default: a random one, shown).",
-            show_default=False,
-        ),
+        value_option("--seed", help="Makes the run repeatable (default: a random one, shown)."),
     ] = None
     output_format: FormatOption = "text"
 
@@ -170,10 +165,9 @@ class ReplayOptions(Options):
     ] = None
     against: Annotated[
         Optional[str],
-        typer.Option(
+        value_option(
             "--against",
             help="Compare with this host's answers to the same requests instead of the recorded ones.",
-            show_default=False,
         ),
     ] = None
     ignore: Annotated[
@@ -226,7 +220,7 @@ class BenchOptions(Options):
     ] = None
     requests: Annotated[
         Optional[int],
-        typer.Option("--requests", "-n", help="Stop after this many requests.", show_default=False),
+        value_option("--requests", "-n", help="Stop after this many requests."),
     ] = None
     warmup_s: Annotated[
         float,
@@ -235,32 +229,23 @@ class BenchOptions(Options):
     stream: Annotated[bool, stream_option("Ask for streams and measure their chunks.")] = False
     record_file: Annotated[
         Optional[Path],
-        typer.Option(
-            "--from",
-            help="Send the requests of a `peach dev --record` file, in turn.",
-            show_default=False,
-        ),
+        value_option("--from", help="Send the requests of a `peach dev --record` file, in turn."),
     ] = None
     headers: HeaderOption = None
     timeout_s: RequestTimeoutOption = 60.0
     output_format: FormatOption = "text"
     compare_file: Annotated[
         Optional[Path],
-        typer.Option(
-            "--compare",
-            help="An earlier `--format json` output: show each figure against it.",
-            show_default=False,
+        value_option(
+            "--compare", help="An earlier `--format json` output: show each figure against it."
         ),
     ] = None
 
 
 ProfileOutputOption = Annotated[
     Optional[Path],
-    typer.Option(
-        "--output",
-        "-o",
-        help="Write FILE.svg (a flame graph) or FILE.json (a speedscope file).",
-        show_default=False,
+    value_option(
+        "--output", "-o", help="Write FILE.svg (a flame graph) or FILE.json (a speedscope file)."
     ),
 ]
 

@@ -127,6 +127,14 @@ def takes(
     return command_of
 
 
+# ----------------------------------------------------------------------------- one option
+
+
+def value_option(*names: str, help: str) -> Any:
+    """An option that takes a value and has none unless given: its help shows no default."""
+    return typer.Option(*names, help=help, show_default=False)
+
+
 # ----------------------------------------------------------------------------- the project
 
 PROJECT_HELP = "The project folder (or one YAML file). Default: the current folder."

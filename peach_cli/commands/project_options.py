@@ -24,6 +24,7 @@ from peach_cli.commands.options import (
     format_option,
     offline_option,
     port_option,
+    value_option,
 )
 
 
@@ -36,10 +37,9 @@ class InitOptions(Options):
     ] = Path(".")
     codops: Annotated[
         Optional[str],
-        typer.Option(
+        value_option(
             "--codops",
             help="The organisation id, \\[a-z0-9_-]+. Default: the folder's name made valid.",
-            show_default=False,
         ),
     ] = None
     streaming: Annotated[
@@ -180,18 +180,15 @@ class TaskRunOptions(Options):
     project: ProjectArg = Path(".")
     payload: Annotated[
         Optional[str],
-        typer.Option(
-            "--payload",
-            help="JSON passed as the function's first argument, or @FILE holding it.",
-            show_default=False,
+        value_option(
+            "--payload", help="JSON passed as the function's first argument, or @FILE holding it."
         ),
     ] = None
     timeout_s: Annotated[
         Optional[float],
-        typer.Option(
+        value_option(
             "--timeout-s",
             help="Override the task's timeout_s (default 3600): past it the run is killed.",
-            show_default=False,
         ),
     ] = None
     address: Annotated[

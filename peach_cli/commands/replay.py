@@ -32,13 +32,13 @@ def run_replay(output: Output, options: ReplayOptions) -> int:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
+    # a recording stores secret values as ***: compared and shown masked
+    masked = _secrets_of(options.project, output.secrets)
     from peach_cli.testing.replay import counts, parse_path, read_recording, replay
 
     for path in ignore:
         parse_path(path)  # a bad path is a usage error before anything is sent
     entries = read_recording(options.file)
-    # a recording stores secret values as ***: compared and shown masked
-    masked = _secrets_of(options.project, output.secrets)
     if masked is None:
         output.stderr.print(
             "no project here: no secret value is masked in what is shown "
@@ -46,8 +46,6 @@ def run_replay(output: Output, options: ReplayOptions) -> int:
             markup=False,
             highlight=False,
         )
-    else:
-        masked.mask()
     began = time.perf_counter()
     outcomes = replay(
         entries,
@@ -75,13 +73,14 @@ def run_replay(output: Output, options: ReplayOptions) -> int:
 
 
 def _secrets_of(project: Path | None, secrets: Secrets) -> FoundProject | None:
-    """The project whose secrets are masked: ``project`` (``UsageError`` when it has no
-    conf), else the current folder's, else None."""
+    """The project whose secrets are masked from now on in what the run of ``secrets``
+    shows: ``project`` (``UsageError`` when it has no conf), else the current folder's, else
+    None."""
     from peach_cli.testing.host import FoundProject
 
     if project is not None:
-        return FoundProject.at(project, need_conf=True, secrets=secrets)
+        return FoundProject.masked(project, secrets=secrets)
     try:
-        return FoundProject.at(Path("."), need_conf=True, secrets=secrets)
+        return FoundProject.masked(Path("."), secrets=secrets)
     except UsageError:
         return None

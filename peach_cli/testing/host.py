@@ -116,6 +116,15 @@ class FoundProject:
         with fewer_collections():
             return cls(path, root, read_project(root, files), secrets=secrets)
 
+    @classmethod
+    def masked(cls, path: Path, *, secrets: Secrets) -> FoundProject:
+        """The project at ``path`` (``UsageError`` when it holds no conf), the values of the
+        secrets its conf declares masked in everything the run of ``secrets`` shows from now
+        on."""
+        found = cls.at(path, need_conf=True, secrets=secrets)
+        found.mask()
+        return found
+
     def require(self) -> None:
         """``UsageError`` when no conf was found (the project was named, so it must be one)."""
         if self.missing is not None:
@@ -124,11 +133,9 @@ class FoundProject:
     def mask(self) -> None:
         """Mask the values of the secrets the conf declares in everything the run shows from
         now on (a conf with errors as far as it was read; no conf declares none)."""
-        loaded = self.read[0] if self.read is not None else None
-        if loaded is not None:
-            from peach_cli.project.secrets import hide_declared
+        from peach_cli.project.secrets import hide_declared_read
 
-            hide_declared(self.root, loaded.conf, self.secrets)
+        hide_declared_read(self.root, self.read, self.secrets)
 
     def built(self) -> ProjectPlan | None:
         """The plan of what was read, None when it has errors or there is no conf."""
