@@ -3,7 +3,14 @@
 Command functions stay thin: each imports its implementation lazily (so `peach --help`
 never pays for ray, uvicorn or httpx) and returns an exit code. ``main`` is the one place
 that turns a ``PeachError`` into a message and an exit code (and any other exception into
-one line saying it is a defect of peach, exit 70).
+one line saying it is a defect of peach, exit 70). ``main`` makes the run's ``Output`` (its
+secrets, its consoles: ``peach_cli.boundary``); each command gets it beside its options,
+declared once (``peach_cli.commands.options.takes``), and hands both to its ``run_*``::
+
+    @app.command()
+    @takes(ValidateOptions)
+    def validate(output: "Output", options: ValidateOptions) -> None:
+        raise typer.Exit(run_validate(output, options))
 
 No ``from __future__ import annotations`` here: Typer reads the annotations of every command
 at each start, and as strings each one is compiled and evaluated again (a third of the time
