@@ -3,7 +3,14 @@
 Command functions stay thin: each imports its implementation lazily (so `peach --help`
 never pays for ray, uvicorn or httpx) and returns an exit code. ``main`` is the one place
 that turns a ``PeachError`` into a message and an exit code (and any other exception into
-one line saying it is a defect of peach, exit 70).
+one line saying it is a defect of peach, exit 70). ``main`` makes the run's ``Output`` (its
+secrets, its consoles: ``peach_cli.boundary``); each command gets it beside its options,
+declared once (``peach_cli.commands.options.takes``), and hands both to its ``run_*``::
+
+    @app.command()
+    @takes(ValidateOptions)
+    def validate(output: "Output", options: ValidateOptions) -> None:
+        raise typer.Exit(run_validate(output, options))
 
 No ``from __future__ import annotations`` here: Typer reads the annotations of every command
 at each start, and as strings each one is compiled and evaluated again (a third of the time
@@ -18,40 +25,38 @@ if "_PEACH_COMPLETE" in os.environ:  # a <TAB>: the common ones are answered bef
 
     answer_fast()
 
-from pathlib import Path  # noqa: E402
-from typing import TYPE_CHECKING, Annotated, Optional  # noqa: E402
+from typing import TYPE_CHECKING, Annotated  # noqa: E402
 
 import typer  # noqa: E402
 
 from peach_cli.commands import coercion, completion, fasthelp, metavars
-from peach_cli.commands.options import (
-    ANSWER_TIMEOUT_HELP,
-    ENDPOINT_TARGET_HELP,
-    AddressOption,
-    ConcurrencyOption,
-    FormatOption,
-    HeaderOption,
-    InheritEnvOption,
-    LoadItemsArg,
-    NoDebugOption,
-    OfflineOption,
-    OptionalProjectArg,
-    PdbOption,
-    ProjectArg,
-    RequestTimeoutOption,
-    SharedEnvOption,
-    TaskIntervalOption,
-    UrlOption,
-    address_option,
-    duration_option,
-    format_option,
-    offline_option,
-    port_option,
-    project_option,
-    rate_option,
-    stream_option,
-    timeout_option,
-    url_option,
+from peach_cli.commands.cluster_options import (
+    DeleteOptions,
+    DeployOptions,
+    LogsOptions,
+    StatusOptions,
+)
+from peach_cli.commands.host_options import (
+    AskOptions,
+    BenchOptions,
+    FuzzOptions,
+    ProfileOptions,
+    ReplayOptions,
+    TestOptions,
+)
+from peach_cli.commands.options import takes
+from peach_cli.commands.project_options import (
+    DevOptions,
+    DoctorOptions,
+    EnvBuildOptions,
+    EnvListOptions,
+    EnvPruneOptions,
+    InitOptions,
+    OpenapiOptions,
+    SchemaOptions,
+    TaskListOptions,
+    TaskRunOptions,
+    ValidateOptions,
 )
 from peach_cli.errors import PeachError
 
@@ -98,53 +103,21 @@ def _root(
     """Validate, run, stream and deploy PEACH endpoints from the terminal."""
 
 
-def complete_target(incomplete: str) -> list[tuple[str, str]]:
-    """Completes `peach ask` TARGET with the urls of the project in the current folder."""
-    from peach_cli.commands import completion
-
-    return completion.complete_target(incomplete)
-
-
 @app.command()
-def init(
-    ctx: typer.Context,
-    folder: Annotated[
-        Path,
-        typer.Argument(help="Where to create the project (created if missing). Default: here."),
-    ] = Path("."),
-    codops: Annotated[
-        Optional[str],
-        typer.Option(
-            "--codops",
-            help="The organisation id, \\[a-z0-9_-]+. Default: the folder's name made valid.",
-            show_default=False,
-        ),
-    ] = None,
-    streaming: Annotated[
-        bool, typer.Option("--streaming", help="Add an async-generator (streaming) endpoint.")
-    ] = False,
-    force: Annotated[
-        bool, typer.Option("--force", help="Overwrite the files peach init writes.")
-    ] = False,
-) -> None:
+@takes(InitOptions)
+def init(output: "Output", options: InitOptions) -> None:
     """Create a new project that validates clean and serves at once.
 
     Writes peach.yaml (with peach.schema.json beside it for editors), notebooks/Endpoints.ipynb with an endpoint, its init and its fallback, a .gitignore and a README with the next commands. Existing files are never overwritten without --force.
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.init import run_init
 
-    raise typer.Exit(
-        run_init(_output(ctx), folder, codops=codops, streaming=streaming, force=force)
-    )
+    raise typer.Exit(run_init(output, options))
 
 
 @app.command()
-def validate(
-    ctx: typer.Context,
-    project: ProjectArg = Path("."),
-    format: FormatOption = "text",
-    strict: Annotated[bool, typer.Option("--strict", help="Fail on warnings too.")] = False,
-) -> None:
+@takes(ValidateOptions)
+def validate(output: "Output", options: ValidateOptions) -> None:
     """Check peach.conf and the notebooks it names, without running any code.
 
     Every problem is printed as file:line:col (or notebook:cell N:line M) with a stable code; the codes are listed in the docs (docs/reference/codes.md).
@@ -153,28 +126,21 @@ def validate(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.validate import run_validate
 
-    raise typer.Exit(run_validate(_output(ctx), project, output_format=format, strict=strict))
+    raise typer.Exit(run_validate(output, options))
 
 
 @app.command()
-def schema(
-    ctx: typer.Context,
-    tests: Annotated[
-        bool, typer.Option("--tests", help="The schema of a *.peach-test.yaml case file instead.")
-    ] = False,
-) -> None:
+@takes(SchemaOptions)
+def schema(output: "Output", options: SchemaOptions) -> None:
     """Print the JSON Schema of peach.conf (for yaml-language-server and editors)."""
     from peach_cli.commands.validate import run_schema
 
-    raise typer.Exit(run_schema(_output(ctx), tests=tests))
+    raise typer.Exit(run_schema(output, options))
 
 
 @app.command()
-def openapi(
-    ctx: typer.Context,
-    project: ProjectArg = Path("."),
-    format: Annotated[str, format_option("json or yaml")] = "json",
-) -> None:
+@takes(OpenapiOptions)
+def openapi(output: "Output", options: OpenapiOptions) -> None:
     """Print the project's OpenAPI 3.1 document: every endpoint's parameters, answers and errors.
 
     Built from peach.conf and the notebooks' code without running it, as [bold]peach validate[/] reads them; the same document is served at GET /_peach/openapi.json by peach dev and by the deployed app. An annotation no JSON Schema expresses becomes {} (peach validate warns: PC312).
@@ -183,165 +149,24 @@ def openapi(
     """
     from peach_cli.commands.openapi import run_openapi
 
-    raise typer.Exit(run_openapi(_output(ctx), project, output_format=format))
-
-
-ReloadModeOption = Annotated[
-    str,
-    typer.Option(
-        "--reload",
-        metavar="patch|restart",
-        help="patch: a save that changes only a method keeps the replicas and their init "
-        "state; restart: every change starts new replicas.",
-    ),
-]
-TimeoutOverrideOption = Annotated[
-    Optional[float],
-    typer.Option("--timeout-s", help="Override the conf's timeout_s for non-streaming calls."),
-]
-TasksOption = Annotated[
-    bool,
-    typer.Option(
-        "--tasks", help="Run the tasks loop too: every task once, a pause, again, forever."
-    ),
-]
-AllowHostOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--allow-host",
-        metavar="NAME",
-        help="Also answer requests whose Host is NAME (repeatable); loopback names and "
-        "the bound address always are.",
-    ),
-]
-AllowOriginOption = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--allow-origin",
-        metavar="ORIGIN",
-        help="Also answer browser requests from ORIGIN, like http://app.test:3000 "
-        "(repeatable); loopback origins always are.",
-    ),
-]
-RecordOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--record",
-        metavar="FILE",
-        help="Append one JSON line per answered request to FILE (for peach replay).",
-        show_default=False,
-    ),
-]
+    raise typer.Exit(run_openapi(output, options))
 
 
 @app.command()
-def dev(
-    ctx: typer.Context,
-    project: ProjectArg = Path("."),
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, port_option("Port to bind; 0 picks a free one.")] = 8000,
-    no_reload: Annotated[
-        bool, typer.Option("--no-reload", help="Do not watch files for changes.")
-    ] = False,
-    reload_mode: ReloadModeOption = "patch",
-    timeout_s: TimeoutOverrideOption = None,
-    shared_env: SharedEnvOption = False,
-    inherit_env: InheritEnvOption = False,
-    offline: OfflineOption = False,
-    tasks: TasksOption = False,
-    task_interval: TaskIntervalOption = 60.0,
-    allow_host: AllowHostOption = None,
-    allow_origin: AllowOriginOption = None,
-    no_debug: NoDebugOption = False,
-    pdb: PdbOption = False,
-    record: RecordOption = None,
-) -> None:
+@takes(DevOptions)
+def dev(output: "Output", options: DevOptions) -> None:
     """Serve every endpoint locally with the platform's semantics, reloading on save.
 
     Each py_environment is an isolated env (built with uv, cached): an import the conf does not declare fails here as it does on the platform.
     """
     from peach_cli.commands.dev import run_dev
 
-    raise typer.Exit(
-        run_dev(
-            _output(ctx),
-            project,
-            host=host,
-            port=port,
-            reload=not no_reload,
-            reload_mode=reload_mode,
-            timeout_s=timeout_s,
-            shared_env=shared_env,
-            inherit_env=inherit_env,
-            offline=offline,
-            tasks=tasks,
-            task_interval=task_interval,
-            allow_hosts=tuple(allow_host or ()),
-            allow_origins=tuple(allow_origin or ()),
-            debug=not no_debug,
-            post_mortem=pdb,
-            record=record,
-        )
-    )
+    raise typer.Exit(run_dev(output, options))
 
 
 @app.command(no_args_is_help=True)
-def ask(
-    ctx: typer.Context,
-    target: Annotated[
-        str,
-        typer.Argument(
-            help="An endpoint path like /assistant (joined to --url), or a full URL.",
-            show_default=False,
-            autocompletion=complete_target,
-        ),
-    ],
-    items: Annotated[
-        Optional[list[str]],
-        typer.Argument(
-            help="Parameters: KEY=VALUE is sent as the query string ?KEY=VALUE would be, so"
-            " n=3 reaches `n: int` as 3 (a value too long for a 2 KiB URL goes in the JSON"
-            " body, as a string); KEY:=JSON is a raw JSON body field; KEY==VALUE always goes"
-            " in the query string; Name:Value is a header; KEY=@FILE and KEY:=@FILE read the"
-            " value from a file. Split as httpie splits items; \\ escapes a separator.",
-            show_default=False,
-        ),
-    ] = None,
-    stream: Annotated[bool, stream_option("Ask for a stream (sends stream=true).")] = False,
-    url: UrlOption = None,
-    raw: Annotated[
-        bool, typer.Option("--raw", help="Print the response body exactly as received.")
-    ] = False,
-    get: Annotated[
-        bool,
-        typer.Option(
-            "--get", help="Send every parameter, KEY:=JSON too, as the query string (GET)."
-        ),
-    ] = False,
-    json_body: Annotated[
-        Optional[str],
-        typer.Option(
-            "--json",
-            help="A JSON object body, or @file (@- for stdin); items are merged into it.",
-            show_default=False,
-        ),
-    ] = None,
-    header: HeaderOption = None,
-    timeout: Annotated[
-        float,
-        timeout_option(
-            "Seconds to wait for the connection, the answer, and between stream chunks."
-        ),
-    ] = 60.0,
-    markdown: Annotated[
-        bool,
-        typer.Option(
-            "--markdown",
-            "-m",
-            help="Render text as Markdown: a stream live, a text result at once (terminal only).",
-        ),
-    ] = False,
-) -> None:
+@takes(AskOptions)
+def ask(output: "Output", options: AskOptions) -> None:
     """Call an endpoint and print its answer, or render its stream as it arrives.
 
     On a terminal the result is pretty-printed; piped, stdout gets the result JSON, or the stream's bytes exactly as they arrive. Streams end with a summary on stderr: time to first chunk, chunks, bytes, total time and the largest gap; a stream the server cut says "cut after N chunks" and exits 7. Ctrl-C closes the connection and keeps what was printed.
@@ -350,48 +175,12 @@ def ask(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.ask import run_ask
 
-    raise typer.Exit(
-        run_ask(
-            _output(ctx),
-            target,
-            items or [],
-            url=url,
-            stream=stream,
-            raw=raw,
-            get=get,
-            json_body=json_body,
-            headers=header or [],
-            timeout_s=timeout,
-            markdown=markdown,
-        )
-    )
+    raise typer.Exit(run_ask(output, options))
 
 
 @app.command()
-def test(
-    ctx: typer.Context,
-    paths: Annotated[
-        Optional[list[Path]],
-        typer.Argument(
-            help="PROJECT (default: the current folder), then case files (default: every "
-            "*.peach-test.yaml of the project).",
-            show_default=False,
-        ),
-    ] = None,
-    url: Annotated[
-        Optional[str],
-        url_option(
-            "Run against this host (a peach dev, or a deployed app with its route prefix) "
-            "instead of starting the project's simulator."
-        ),
-    ] = None,
-    keyword: Annotated[
-        Optional[str],
-        typer.Option("-k", help="Only the cases whose name contains TEXT.", show_default=False),
-    ] = None,
-    format: Annotated[str, format_option("text, json or junit")] = "text",
-    timeout: Annotated[float, timeout_option(ANSWER_TIMEOUT_HELP)] = 60.0,
-) -> None:
+@takes(TestOptions)
+def test(output: "Output", options: TestOptions) -> None:
     """Run the endpoint tests of *.peach-test.yaml files against the project's simulator, or --url.
 
     Without --url the simulator starts quietly on a free port (as peach dev --no-reload), every case runs in file order, and it stops. One line per case; a failure shows expected against observed as a diff; --format junit writes JUnit XML for CI.
@@ -400,56 +189,12 @@ def test(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.test import run_test
 
-    raise typer.Exit(
-        run_test(
-            _output(ctx),
-            paths or [],
-            url=url,
-            keyword=keyword,
-            output_format=format,
-            timeout_s=timeout,
-        )
-    )
+    raise typer.Exit(run_test(output, options))
 
 
 @app.command()
-def fuzz(
-    ctx: typer.Context,
-    project: Annotated[
-        Optional[str],
-        typer.Argument(
-            help="The project folder (default: the current folder; a first word that is no "
-            "folder is a target).",
-            show_default=False,
-        ),
-    ] = None,
-    targets: Annotated[
-        Optional[list[str]],
-        typer.Argument(
-            help="The endpoints to fuzz, by name (greet) or url (/greet) (default: every one).",
-            show_default=False,
-        ),
-    ] = None,
-    url: Annotated[
-        Optional[str],
-        url_option(
-            "Fuzz this host (a peach dev, or a deployed app with its route prefix) "
-            "instead of starting the project's simulator."
-        ),
-    ] = None,
-    examples: Annotated[
-        int, typer.Option("--examples", help="Generated requests per endpoint.")
-    ] = 50,
-    seed: Annotated[
-        Optional[int],
-        typer.Option(
-            "--seed",
-            help="Makes the run repeatable (default: a random one, shown).",
-            show_default=False,
-        ),
-    ] = None,
-    format: FormatOption = "text",
-) -> None:
+@takes(FuzzOptions)
+def fuzz(output: "Output", options: FuzzOptions) -> None:
     """Send generated requests to every endpoint and report what breaks, each shrunk to a minimal request.
 
     Values come from each parameter's JSON Schema (as peach openapi writes it), edge values included: empty strings, 0, negatives, huge ints, NaN, unicode, empty and long lists. It reports a method_error of any component (also one the fallback covered, when it runs the simulator itself), an answer past timeout_s, a 5xx that is no documented error envelope, and a replica that died; each with its error and a ready case for a *.peach-test.yaml file. Without --url the simulator starts quietly on a free port and stops at the end. Needs the fuzz extra: pip install 'peach-cli\\[fuzz]'.
@@ -458,57 +203,12 @@ def fuzz(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.fuzz import run_fuzz
 
-    raise typer.Exit(
-        run_fuzz(
-            _output(ctx),
-            [*([project] if project is not None else []), *(targets or [])],
-            url=url,
-            examples=examples,
-            seed=seed,
-            output_format=format,
-        )
-    )
+    raise typer.Exit(run_fuzz(output, options))
 
 
 @app.command(no_args_is_help=True)
-def replay(
-    ctx: typer.Context,
-    file: Annotated[
-        Path,
-        typer.Argument(help="A recording: what peach dev --record FILE wrote.", show_default=False),
-    ],
-    url: Annotated[
-        Optional[str],
-        url_option(
-            "Where to send the requests. Default: env PEACH_URL, else http://127.0.0.1:8000."
-        ),
-    ] = None,
-    against: Annotated[
-        Optional[str],
-        typer.Option(
-            "--against",
-            help="Compare with this host's answers to the same requests instead of the recorded ones.",
-            show_default=False,
-        ),
-    ] = None,
-    ignore: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--ignore",
-            metavar="JSONPATH",
-            help="Leave this out of the comparison, like $.result.generated_at (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
-    format: FormatOption = "text",
-    timeout: Annotated[float, timeout_option(ANSWER_TIMEOUT_HELP)] = 60.0,
-    project: Annotated[
-        Optional[Path],
-        project_option(
-            "The project whose secret values are masked in what is shown (default: here)."
-        ),
-    ] = None,
-) -> None:
+@takes(ReplayOptions)
+def replay(output: "Output", options: ReplayOptions) -> None:
     """Send every recorded request again, in order, and compare the answers: what changes if I push this?
 
     Each answer's status, error code, component, result (as JSON) and stream text are compared with the recorded answer, or with the --against host's answer. Prints how many are the same, differ and failed, and the first differences as JSON diffs.
@@ -517,162 +217,24 @@ def replay(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.replay import run_replay
 
-    raise typer.Exit(
-        run_replay(
-            _output(ctx),
-            file,
-            url=url,
-            against=against,
-            ignore=ignore or [],
-            output_format=format,
-            timeout_s=timeout,
-            project=project,
-        )
-    )
-
-
-BenchRateOption = Annotated[
-    Optional[float],
-    rate_option(
-        "Open loop: start this many requests a second, whatever the answers;"
-        " latency counts from each request's scheduled start."
-    ),
-]
-BenchDurationOption = Annotated[
-    Optional[float],
-    duration_option("Seconds to load, after the warm-up (default 10, unless --requests)."),
-]
-RequestsOption = Annotated[
-    Optional[int],
-    typer.Option("--requests", "-n", help="Stop after this many requests.", show_default=False),
-]
-FromRecordOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--from",
-        help="Send the requests of a `peach dev --record` file, in turn.",
-        show_default=False,
-    ),
-]
-CompareOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--compare",
-        help="An earlier `--format json` output: show each figure against it.",
-        show_default=False,
-    ),
-]
+    raise typer.Exit(run_replay(output, options))
 
 
 @app.command()
-def bench(
-    ctx: typer.Context,
-    target: Annotated[
-        Optional[str],
-        typer.Argument(
-            help=ENDPOINT_TARGET_HELP,
-            show_default=False,
-            autocompletion=complete_target,
-        ),
-    ] = None,
-    items: LoadItemsArg = None,
-    url: UrlOption = None,
-    rate: BenchRateOption = None,
-    concurrency: ConcurrencyOption = None,
-    duration: BenchDurationOption = None,
-    requests: RequestsOption = None,
-    warmup: Annotated[
-        float,
-        typer.Option("--warmup", help="Seconds of load sent first and not measured."),
-    ] = 0.0,
-    stream: Annotated[bool, stream_option("Ask for streams and measure their chunks.")] = False,
-    record_file: FromRecordOption = None,
-    header: HeaderOption = None,
-    timeout: RequestTimeoutOption = 60.0,
-    format: FormatOption = "text",
-    compare_file: CompareOption = None,
-) -> None:
+@takes(BenchOptions)
+def bench(output: "Output", options: BenchOptions) -> None:
     """Load an endpoint and report latency, throughput, status and error counts, the fallback's share, each replica's share, stream figures and, against `peach dev`, each replica's peak memory and CPU.
 
     [bold]Exit codes[/]: 0 the run finished · 2 bad command line · 3 no request got an answer · 130 interrupted (Ctrl-C; the figures measured so far are printed).
     """
     from peach_cli.commands.bench import run_bench
 
-    raise typer.Exit(
-        run_bench(
-            _output(ctx),
-            target,
-            items or [],
-            url=url,
-            rate=rate,
-            concurrency=concurrency,
-            duration_s=duration,
-            requests=requests,
-            warmup_s=warmup,
-            stream=stream,
-            record_file=record_file,
-            headers=header or [],
-            timeout_s=timeout,
-            output=format,
-            compare_file=compare_file,
-        )
-    )
-
-
-ProfileProjectOption = Annotated[
-    Optional[Path],
-    project_option(
-        "The project to start the simulator of, without --url; with --url of a "
-        "deployed app, the project whose cells name the lines (default: here)."
-    ),
-]
-ProfileInitOption = Annotated[
-    bool,
-    typer.Option(
-        "--init",
-        help="Profile the components' init instead: their replicas"
-        " restart with the profiler on; no load is sent.",
-    ),
-]
-ProfileOutputOption = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--output",
-        "-o",
-        help="Write FILE.svg (a flame graph) or FILE.json (a speedscope file).",
-        show_default=False,
-    ),
-]
+    raise typer.Exit(run_bench(output, options))
 
 
 @app.command()
-def profile(
-    ctx: typer.Context,
-    target: Annotated[
-        str,
-        typer.Argument(
-            help=ENDPOINT_TARGET_HELP,
-            autocompletion=complete_target,
-        ),
-    ],
-    items: LoadItemsArg = None,
-    url: UrlOption = None,
-    project: ProfileProjectOption = None,
-    rate: Annotated[
-        Optional[float], rate_option("Open loop: start this many requests a second.")
-    ] = None,
-    concurrency: ConcurrencyOption = None,
-    duration: Annotated[Optional[float], duration_option("Seconds to load (default 10).")] = None,
-    init: ProfileInitOption = False,
-    cpu: Annotated[
-        bool, typer.Option("--cpu", help="Sample CPU time instead of wall-clock time.")
-    ] = False,
-    output_file: ProfileOutputOption = None,
-    header: HeaderOption = None,
-    timeout: RequestTimeoutOption = 60.0,
-    format: FormatOption = "text",
-    address: AddressOption = None,
-) -> None:
+@takes(ProfileOptions)
+def profile(output: "Output", options: ProfileOptions) -> None:
     """Load an endpoint as `peach bench` does while every replica of its components samples itself, then show the hottest lines by self and total time as notebook positions (`notebooks/X.ipynb, cell N, line L · function`); peach's own frames are one `peach` entry.
 
     Without --url it starts the project's simulator; with --url it profiles a running `peach dev` on this machine, or a deployed app's replicas through the Ray dashboard's CPU profiling (py-spy on their nodes; --address names the dashboard, the project folder names the cells). When the dashboard cannot profile, it exits 2 saying why; --init is not offered there.
@@ -681,95 +243,12 @@ def profile(
     """
     from peach_cli.commands.profile import run_profile
 
-    raise typer.Exit(
-        run_profile(
-            _output(ctx),
-            target,
-            items or [],
-            project=project,
-            url=url,
-            rate=rate,
-            concurrency=concurrency,
-            duration_s=duration,
-            init=init,
-            cpu=cpu,
-            output_file=output_file,
-            output=format,
-            headers=header or [],
-            timeout_s=timeout,
-            address=address,
-        )
-    )
-
-
-DiffOption = Annotated[
-    bool,
-    typer.Option(
-        "--diff",
-        help="Print what a deploy would change (new, removed, restarts, unchanged) for "
-        "each component and task, the gateway and the scheduler; change nothing.",
-    ),
-]
-RefOption = Annotated[
-    Optional[str],
-    typer.Option(
-        "--ref",
-        metavar="REV",
-        help="Deploy the project as committed at this git revision (rolling back: the "
-        "previous commit); the working tree is not touched.",
-        show_default=False,
-    ),
-]
+    raise typer.Exit(run_profile(output, options))
 
 
 @app.command()
-def deploy(
-    ctx: typer.Context,
-    project: ProjectArg = Path("."),
-    address: AddressOption = None,
-    http_port: Annotated[
-        Optional[int],
-        typer.Option(
-            "--http-port",
-            help="Serve's HTTP port when Serve is not running yet (default 8000).",
-            show_default=False,
-        ),
-    ] = None,
-    http_host: Annotated[
-        Optional[str],
-        typer.Option(
-            "--http-host",
-            help="Serve's HTTP host when Serve is not running yet (default 127.0.0.1).",
-            show_default=False,
-        ),
-    ] = None,
-    route_prefix: Annotated[
-        str,
-        typer.Option(
-            "--route-prefix",
-            help="Serve the project under this path (/PREFIX), beside the cluster's other projects.",
-        ),
-    ] = "/",
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            help="Print the Serve config and list the files to upload; do not contact a cluster.",
-        ),
-    ] = False,
-    format: Annotated[str, format_option("The --dry-run config as json or yaml.")] = "json",
-    timeout: Annotated[float, timeout_option("Seconds to wait for every replica to run.")] = 300.0,
-    task_interval: TaskIntervalOption = 60.0,
-    no_tasks: Annotated[
-        bool,
-        typer.Option(
-            "--no-tasks",
-            help="Leave the tasks loop out (triggered runs still go through the scheduler).",
-        ),
-    ] = False,
-    diff: DiffOption = False,
-    ref: RefOption = None,
-) -> None:
+@takes(DeployOptions)
+def deploy(output: "Output", options: DeployOptions) -> None:
     """Deploy the project to a Ray Serve cluster and wait until every replica runs.
 
     The application records what runs (git commit, +dirty for uncommitted changes, time, who, peach's version): [bold]peach status[/] shows it.
@@ -778,84 +257,37 @@ def deploy(
     """
     from peach_cli.commands.deploy import run_deploy
 
-    raise typer.Exit(
-        run_deploy(
-            _output(ctx),
-            project,
-            address=address,
-            http_host=http_host,
-            http_port=http_port,
-            route_prefix=route_prefix,
-            dry_run=dry_run,
-            output_format=format,
-            timeout_s=timeout,
-            task_interval=task_interval,
-            tasks_loop=not no_tasks,
-            diff=diff,
-            ref=ref,
-        )
-    )
+    raise typer.Exit(run_deploy(output, options))
 
 
 @app.command()
-def status(
-    ctx: typer.Context,
-    address: AddressOption = None,
-    format: FormatOption = "text",
-) -> None:
+@takes(StatusOptions)
+def status(output: "Output", options: StatusOptions) -> None:
     """Show the cluster's Serve applications, what each runs (version, when, who), their deployments and replica states."""
     from peach_cli.commands.deploy import run_status
 
-    raise typer.Exit(run_status(_output(ctx), address=address, output_format=format))
+    raise typer.Exit(run_status(output, options))
 
 
 @app.command(no_args_is_help=True)
-def delete(
-    ctx: typer.Context,
-    app_name: Annotated[
-        str, typer.Argument(help="The application (a codops) to remove.", show_default=False)
-    ],
-    address: AddressOption = None,
-) -> None:
+@takes(DeleteOptions)
+def delete(output: "Output", options: DeleteOptions) -> None:
     """Remove one application from the cluster; the others keep running."""
     from peach_cli.commands.deploy import run_delete
 
-    raise typer.Exit(run_delete(_output(ctx), app_name, address=address))
+    raise typer.Exit(run_delete(output, options))
 
 
 @app.command()
-def logs(
-    ctx: typer.Context,
-    app_name: Annotated[
-        Optional[str],
-        typer.Argument(
-            help="The application (a codops). Default: the cluster's only application.",
-            show_default=False,
-        ),
-    ] = None,
-    address: AddressOption = None,
-    deployment: Annotated[
-        Optional[str],
-        typer.Option(
-            "--deployment", "-d", help="Only this deployment (hello.main).", show_default=False
-        ),
-    ] = None,
-    tail: Annotated[int, typer.Option("--tail", "-n", help="Lines per replica log.")] = 100,
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing new lines until Ctrl-C.")
-    ] = False,
-) -> None:
+@takes(LogsOptions)
+def logs(output: "Output", options: LogsOptions) -> None:
     """Print the replicas' logs of an application: prints, init errors, failed re-inits.
 
     Each line is prefixed with its deployment and replica (deployment#replica); replicas that stopped (an init that failed, a version replaced) are marked (stopped).
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.logs import run_logs
 
-    raise typer.Exit(
-        run_logs(
-            _output(ctx), app_name, address=address, deployment=deployment, tail=tail, follow=follow
-        )
-    )
+    raise typer.Exit(run_logs(output, options))
 
 
 env_app = typer.Typer(
@@ -871,48 +303,33 @@ app.add_typer(env_app)
 
 
 @env_app.command("list")
-def env_list(
-    ctx: typer.Context,
-    project: ProjectArg = Path("."),
-    format: FormatOption = "text",
-) -> None:
+@takes(EnvListOptions)
+def env_list(output: "Output", options: EnvListOptions) -> None:
     """Show each env of the project: its requirements, what uses it, whether it is built, its size and path."""
     from peach_cli.commands.env import run_env_list
 
-    raise typer.Exit(run_env_list(_output(ctx), project, output_format=format))
+    raise typer.Exit(run_env_list(output, options))
 
 
 @env_app.command("build")
-def env_build(
-    ctx: typer.Context,
-    project: ProjectArg = Path("."),
-    offline: Annotated[bool, offline_option("Use only what is cached; never the network.")] = False,
-    refresh: Annotated[
-        bool,
-        typer.Option("--refresh", help="Resolve again (newer versions of unpinned requirements)."),
-    ] = False,
-) -> None:
+@takes(EnvBuildOptions)
+def env_build(output: "Output", options: EnvBuildOptions) -> None:
     """Build every env of the project ahead of time (for CI, or before going offline).
 
     [bold]Exit codes[/]: 0 every env built · 1 a build failed (uv's reason names the env and the requirement) or the conf has errors · 2 bad command line.
     """
     from peach_cli.commands.env import run_env_build
 
-    raise typer.Exit(run_env_build(_output(ctx), project, offline=offline, refresh=refresh))
+    raise typer.Exit(run_env_build(output, options))
 
 
 @env_app.command("prune")
-def env_prune(
-    ctx: typer.Context,
-    all_envs: Annotated[bool, typer.Option("--all", help="Remove every env, used or not.")] = False,
-    days: Annotated[
-        float, typer.Option("--days", help="Remove envs no run has used for this many days.")
-    ] = 30,
-) -> None:
+@takes(EnvPruneOptions)
+def env_prune(output: "Output", options: EnvPruneOptions) -> None:
     """Remove cached envs that no run has used for 30 days (--all: every env)."""
     from peach_cli.commands.env import run_env_prune
 
-    raise typer.Exit(run_env_prune(_output(ctx), all_envs=all_envs, older_than_days=days))
+    raise typer.Exit(run_env_prune(output, options))
 
 
 task_app = typer.Typer(
@@ -927,59 +344,18 @@ task_app = typer.Typer(
 app.add_typer(task_app)
 
 
-def complete_task(incomplete: str) -> list[tuple[str, str]]:
-    """Completes `peach task run` NAME with the tasks of the project in the current folder."""
-    from peach_cli.commands import completion
-
-    return completion.complete_task(incomplete)
-
-
 @task_app.command("list")
-def task_list(
-    ctx: typer.Context,
-    project: ProjectArg = Path("."),
-    format: FormatOption = "text",
-) -> None:
+@takes(TaskListOptions)
+def task_list(output: "Output", options: TaskListOptions) -> None:
     """Show each task of the project: its notebook, method, py_env and timeout."""
     from peach_cli.commands.task import run_task_list
 
-    raise typer.Exit(run_task_list(_output(ctx), project, output_format=format))
+    raise typer.Exit(run_task_list(output, options))
 
 
 @task_app.command("run", no_args_is_help=True)
-def task_run(
-    ctx: typer.Context,
-    name: Annotated[
-        str,
-        typer.Argument(help="The task to run.", show_default=False, autocompletion=complete_task),
-    ],
-    project: ProjectArg = Path("."),
-    payload: Annotated[
-        Optional[str],
-        typer.Option(
-            "--payload",
-            help="JSON passed as the function's first argument, or @FILE holding it.",
-            show_default=False,
-        ),
-    ] = None,
-    timeout_s: Annotated[
-        Optional[float],
-        typer.Option(
-            "--timeout-s",
-            help="Override the task's timeout_s (default 3600): past it the run is killed.",
-            show_default=False,
-        ),
-    ] = None,
-    address: Annotated[
-        Optional[str],
-        address_option("Run it on this Ray cluster (the dashboard URL) as a Ray job."),
-    ] = None,
-    shared_env: SharedEnvOption = False,
-    inherit_env: InheritEnvOption = False,
-    offline: OfflineOption = False,
-    no_debug: NoDebugOption = False,
-    pdb: PdbOption = False,
-) -> None:
+@takes(TaskRunOptions)
+def task_run(output: "Output", options: TaskRunOptions) -> None:
     """Run one task once, in its py_environment, streaming its output line by line.
 
     The payload reaches the function as its first positional argument when it takes one. Runs it triggers with trigger_task_with_event run after it, one at a time.
@@ -988,40 +364,12 @@ def task_run(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.task import run_task_run
 
-    raise typer.Exit(
-        run_task_run(
-            _output(ctx),
-            name,
-            project,
-            payload=payload,
-            timeout_s=timeout_s,
-            address=address,
-            shared_env=shared_env,
-            inherit_env=inherit_env,
-            offline=offline,
-            debug=not no_debug,
-            post_mortem=pdb,
-        )
-    )
+    raise typer.Exit(run_task_run(output, options))
 
 
 @app.command()
-def doctor(
-    ctx: typer.Context,
-    project: OptionalProjectArg = None,
-    address: Annotated[
-        Optional[str],
-        address_option(
-            "The Ray dashboard URL to check. Default: env PEACH_RAY_ADDRESS; "
-            "without either, no cluster is checked."
-        ),
-    ] = None,
-    port: Annotated[int, port_option("The port peach dev will bind.")] = 8000,
-    offline: Annotated[
-        bool, offline_option("Do not contact the package index: check the cache.")
-    ] = False,
-    format: FormatOption = "text",
-) -> None:
+@takes(DoctorOptions)
+def doctor(output: "Output", options: DoctorOptions) -> None:
     """Check the machine, the project and a cluster, and say what to fix. Changes nothing.
 
     Python against requires-python, uv, the package index (or with --offline the env cache), the cache folder, the dev port, the project validating; with --address (or PEACH_RAY_ADDRESS) the dashboard, its token, its Ray version and its CPUs and memory.
@@ -1030,19 +378,7 @@ def doctor(
     """  # one line per paragraph: Rich keeps line breaks, and wraps to the terminal
     from peach_cli.commands.doctor import run_doctor
 
-    raise typer.Exit(
-        run_doctor(
-            _output(ctx), project, address=address, port=port, offline=offline, output_format=format
-        )
-    )
-
-
-def _output(ctx: typer.Context) -> "Output":
-    """The run's output (``main`` makes it; a command run without ``main``, by a test's
-    runner, gets one of its own)."""
-    from peach_cli.boundary import Output
-
-    return ctx.ensure_object(Output)
+    raise typer.Exit(run_doctor(output, options))
 
 
 EXIT_DEFECT = 70

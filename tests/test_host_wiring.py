@@ -58,10 +58,12 @@ def test_fuzz_reads_its_conf_once_with_its_simulator_and_with_a_url() -> None:
     the project's own is read (before: found 3 times, read twice)."""
     pytest.importorskip("hypothesis")
     from peach_cli.commands.fuzz import run_fuzz
+    from peach_cli.commands.host_options import FuzzOptions
 
-    local = _reads(lambda: run_fuzz(Output(), [str(QUICKSTART), "/no-such-endpoint"]))
+    project, targets = str(QUICKSTART), ["/no-such-endpoint"]
+    local = _reads(lambda: run_fuzz(Output(), FuzzOptions(project=project, targets=targets)))
     remote = _reads(
-        lambda: run_fuzz(Output(), [str(QUICKSTART), "/no-such-endpoint"], url=_refused())
+        lambda: run_fuzz(Output(), FuzzOptions(project=project, targets=targets, url=_refused()))
     )
     assert local == ["find", "read"]
     assert remote == ["find", "read"]
@@ -70,11 +72,13 @@ def test_fuzz_reads_its_conf_once_with_its_simulator_and_with_a_url() -> None:
 def test_replay_reads_the_conf_that_masks_its_secrets_once(tmp_path: Path) -> None:
     """`peach replay -p PROJECT` finds and reads the conf once to mask its secrets (before:
     found twice)."""
+    from peach_cli.commands.host_options import ReplayOptions
     from peach_cli.commands.replay import run_replay
 
     recording = tmp_path / "traffic.jsonl"
     recording.write_text('{"method": "GET", "url": "/recommend?item_id=apple", "status": 200}\n')
-    assert _reads(lambda: run_replay(Output(), recording, url=_refused(), project=QUICKSTART)) == [
+    options = ReplayOptions(file=recording, url=_refused(), project=QUICKSTART)
+    assert _reads(lambda: run_replay(Output(), options)) == [
         "find",
         "read",
     ]
@@ -116,6 +120,7 @@ def test_a_host_is_what_its_health_declares_never_what_its_replicas_look_like() 
     """A loopback host answering health with ``host: "ray"`` is a deployed app (profiled
     through the dashboard: ``--init`` refused), whatever its replicas show; one that
     declares no host is refused with what to do."""
+    from peach_cli.commands.host_options import ProfileOptions
     from peach_cli.commands.profile import run_profile
     from peach_cli.errors import UsageError
     from peach_cli.testing.host import declared_host
@@ -127,7 +132,9 @@ def test_a_host_is_what_its_health_declares_never_what_its_replicas_look_like() 
             declared_host(older, tool="profile")
         assert "with this version of peach" in (undeclared.value.hint or "")
         with pytest.raises(UsageError, match="--init is not offered on a deployed app"):
-            run_profile(Output(), "/hot", url=ray, init=True, project=QUICKSTART)
+            run_profile(
+                Output(), ProfileOptions(target="/hot", url=ray, init=True, project=QUICKSTART)
+            )
     with pytest.raises(UsageError, match="nothing answers at"):
         declared_host(_refused(), tool="profile")
 
@@ -153,6 +160,7 @@ def test_profile_of_a_deployed_app_reads_its_conf_once() -> None:
     masked, its notebook lines named) found and read once, up to the dashboard, which is
     not there (before: a host whose replicas named no ``node_ip`` was taken for a `peach
     dev`; of one that did, the conf was found 3 times and read twice)."""
+    from peach_cli.commands.host_options import ProfileOptions
     from peach_cli.commands.profile import run_profile
     from peach_cli.errors import UsageError
 
@@ -160,7 +168,10 @@ def test_profile_of_a_deployed_app_reads_its_conf_once() -> None:
 
     def run() -> None:
         try:
-            run_profile(Output(), "/recommend", url=ray, project=QUICKSTART, address=_refused())
+            options = ProfileOptions(
+                target="/recommend", url=ray, project=QUICKSTART, address=_refused()
+            )
+            run_profile(Output(), options)
         except UsageError as error:
             refused.append(error)
 

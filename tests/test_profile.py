@@ -360,16 +360,17 @@ def test_a_host_that_is_neither_a_peach_dev_nor_a_profilable_app_is_refused_plai
         ({"output_file": Path("profile.txt")}, "give a file ending in .svg"),
         ({"rate": 5.0, "concurrency": 2}, "give one"),
         ({"init": True, "duration_s": 3.0}, "--init profiles init and sends no load"),
-        ({"output": "yaml"}, "--format must be text or json"),
+        ({"output_format": "yaml"}, "--format must be text or json"),
     ],
 )
 def test_usage_mistakes_are_refused_before_anything_starts(args: dict, says: str) -> None:
     from peach_cli.boundary import Output
+    from peach_cli.commands.host_options import ProfileOptions
     from peach_cli.commands.profile import run_profile
     from peach_cli.errors import UsageError
 
     with pytest.raises(UsageError, match=re.escape(says)) as refused:
-        run_profile(Output(), "/hot", url="http://127.0.0.1:9", **args)
+        run_profile(Output(), ProfileOptions(target="/hot", url="http://127.0.0.1:9", **args))
     assert refused.value.exit_code == 2
 
 

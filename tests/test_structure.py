@@ -760,6 +760,7 @@ def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
     import socket
 
     from peach_cli.boundary import Output
+    from peach_cli.commands.host_options import TestOptions
     from peach_cli.commands.test import run_test
     from peach_cli.errors import UsageError
 
@@ -784,7 +785,7 @@ def test_peach_test_reads_its_conf_once(tmp_path: Path) -> None:
         opened.clear()
         watching[0] = True
         try:
-            run_test(Output(), [quickstart], **options)  # type: ignore[arg-type]
+            run_test(Output(), TestOptions(paths=[quickstart], **options))
         except UsageError:
             pass  # no case selected: the run stops before any host is started
         finally:

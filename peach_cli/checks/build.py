@@ -15,6 +15,7 @@ Each step is another module's, taken once and in order: the files are found
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from peach_cli.checks.validate import validate_project
 from peach_cli.project.diagnostics import Diagnostic, has_errors, invalid, sort_key
@@ -22,6 +23,9 @@ from peach_cli.project.filenames import find_conf_files
 from peach_cli.project.loader import Project, read_project
 from peach_cli.project.notebook import fewer_collections
 from peach_cli.runtime.plan import ProjectPlan
+
+if TYPE_CHECKING:
+    from peach_cli.boundary import Secrets
 
 
 def build_plan(path: Path | str) -> tuple[ProjectPlan | None, list[Diagnostic]]:
@@ -52,7 +56,10 @@ def plan_read(
 def checked_plan(project: Path, doing: str) -> tuple[ProjectPlan, list[Diagnostic]]:
     """The plan and its warnings, sorted; ``ProjectInvalid`` when the project has errors
     (its message says ``2 errors in examples/bad: not serving`` for ``doing="serving"``)."""
-    return _checked(project, build_plan(project), doing)
+    with fewer_collections():
+        root, files = find_conf_files(Path(project))
+        read = read_project(root, files)
+    return checked_read(project, read, doing)
 
 
 def checked_read(
@@ -60,14 +67,36 @@ def checked_read(
 ) -> tuple[ProjectPlan, list[Diagnostic]]:
     """``checked_plan`` of a project already read (``read_project``'s answer), its conf not
     read again."""
-    return _checked(project, plan_read(*read), doing)
-
-
-def _checked(
-    project: Path, built: tuple[ProjectPlan | None, list[Diagnostic]], doing: str
-) -> tuple[ProjectPlan, list[Diagnostic]]:
-    plan, diagnostics = built
+    plan, diagnostics = plan_read(*read)
     diagnostics.sort(key=sort_key)
     if plan is None or has_errors(diagnostics):
         raise invalid(project, diagnostics, doing)
     return plan, [d for d in diagnostics if d.severity == "warning"]
+
+
+def plan_to_check(
+    project: Path,
+    root: Path,
+    read: tuple[Project | None, list[Diagnostic]],
+    doing: str,
+    *,
+    usage: bool = True,
+    secrets: Secrets,
+) -> ProjectPlan:
+    """The plan of a project already read, for a command that runs its endpoints (`peach
+    test`, `peach fuzz`, `peach profile`): ``checked_read``, and its ``.env`` read; with
+    ``usage``, errors or a ``.env`` that cannot be read are a usage error (exit 2: a command
+    that checks the endpoints). The secrets it declares (the project at ``root``) are masked
+    in everything the run of ``secrets`` shows from now on."""
+    from peach_cli.errors import ProjectInvalid
+    from peach_cli.project.secrets import DotenvError, check_dotenv, hide_declared
+
+    try:
+        plan = checked_read(project, read, doing)[0]
+        check_dotenv(plan)
+    except (ProjectInvalid, DotenvError) as error:
+        if usage:
+            error.exit_code = 2
+        raise
+    hide_declared(root, plan, secrets)
+    return plan

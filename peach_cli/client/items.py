@@ -90,6 +90,14 @@ def with_tool(request: AskRequest, tool: str) -> AskRequest:
     return dataclasses.replace(request, headers=(*request.headers, (TOOL_HEADER, tool)))
 
 
+def base_url(url: str, *, what: str = "--url") -> str:
+    """The base URL of ``url`` (``http://`` when it names no scheme), checked: ``UsageError``
+    unless it is an http(s) URL with a host."""
+    base = url if "://" in url else "http://" + url
+    check_url(base, what=what)
+    return base
+
+
 def check_url(url: str, *, what: str) -> None:
     """Raise UsageError unless ``url`` is an http(s) URL with a host."""
     try:

@@ -7,10 +7,9 @@ piped, stdout receives the payload only. Status lines and the summary go to stde
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from peach_cli.client.items import DEFAULT_TIMEOUT_S, build_request
+from peach_cli.client.items import build_request
 from peach_cli.views.ask import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -21,33 +20,22 @@ from peach_cli.views.ask import (
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output
+    from peach_cli.commands.host_options import AskOptions
 
 
-def run_ask(
-    output: Output,
-    target: str,
-    items: Sequence[str] = (),
-    *,
-    url: str | None = None,
-    stream: bool = False,
-    raw: bool = False,
-    get: bool = False,
-    json_body: str | None = None,
-    headers: Sequence[str] = (),
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    markdown: bool = False,
-) -> int:
+def run_ask(output: Output, options: AskOptions) -> int:
     """Run `peach ask`; return the exit code (errors are raised as ClientError/UsageError)."""
     request = build_request(
-        target,
-        items,
-        base=url,
-        stream=stream,
-        get=get,
-        json_body=json_body,
-        headers=headers,
-        timeout_s=timeout_s,
+        options.target,
+        options.items or (),
+        base=options.url,
+        stream=options.stream,
+        get=options.get,
+        json_body=options.json_body,
+        headers=options.headers or (),
+        timeout_s=options.timeout_s,
     )
+    raw, markdown = options.raw, options.markdown
     _skip_unused_imports()
     from peach_cli.client.send import Client
 

@@ -21,13 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from peach_cli.client.items import DEFAULT_TIMEOUT_S, AskRequest, build_request, with_tool
+from peach_cli.client.items import AskRequest, build_request, with_tool
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.bench.loadgen import LoadPlan
     from peach_cli.bench.summary import Tally
     from peach_cli.boundary import Output
+    from peach_cli.commands.host_options import BenchOptions
 
 EXIT_INTERRUPTED = 130
 EXIT_NO_ANSWER = 3
@@ -36,32 +37,23 @@ DEFAULT_DURATION_S = 10.0
 MAX_RECORDED_REQUESTS = 100_000
 
 
-def run_bench(
-    out: Output,
-    target: str | None,
-    items: Sequence[str] = (),
-    *,
-    url: str | None = None,
-    rate: float | None = None,
-    concurrency: int | None = None,
-    duration_s: float | None = None,
-    requests: int | None = None,
-    warmup_s: float = 0.0,
-    stream: bool = False,
-    record_file: Path | None = None,
-    headers: Sequence[str] = (),
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    output: str = "text",
-    compare_file: Path | None = None,
-) -> int:
+def run_bench(out: Output, options: BenchOptions) -> int:
     """Run `peach bench`; return the exit code (usage mistakes raise ``UsageError``)."""
     from peach_cli.bench.loadgen import LoadPlan, address_of, encode
+
+    rate, concurrency, duration_s, requests, warmup_s = (
+        options.rate, options.concurrency, options.duration_s, options.requests, options.warmup_s
+    )  # fmt: skip
+    output, compare_file, timeout_s = options.output_format, options.compare_file, options.timeout_s
 
     _check_options(output, rate, concurrency, requests, duration_s, warmup_s)
     if duration_s is None and requests is None:
         duration_s = DEFAULT_DURATION_S
     earlier = _read_compare(compare_file) if compare_file is not None else None
-    asked, label = _requests(target, items, url, stream, record_file, headers, timeout_s)
+    asked, label = _requests(
+        options.target, options.items or (), options.url, options.stream, options.record_file,
+        options.headers or (), timeout_s,
+    )  # fmt: skip
     addresses = {address_of(request.url) for request in asked}
     if len(addresses) > 1:
         raise UsageError("every request of one run must go to one host and port")

@@ -13,6 +13,7 @@ from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output
+    from peach_cli.commands.cluster_options import DeleteOptions, DeployOptions, StatusOptions
     from peach_cli.deploy.config import TaskOptions
     from peach_cli.runtime.plan import ProjectPlan
 
@@ -20,27 +21,22 @@ CONFIG_FORMATS = ("json", "yaml")
 STATUS_FORMATS = ("text", "json")
 
 
-def run_deploy(
-    output: Output,
-    project: Path,
-    *,
-    address: str | None = None,
-    http_host: str | None = None,
-    http_port: int | None = None,
-    route_prefix: str = "/",
-    dry_run: bool = False,
-    output_format: str = "json",
-    timeout_s: float = 300.0,
-    task_interval: float = 60.0,
-    tasks_loop: bool = True,
-    diff: bool = False,
-    ref: str | None = None,
-) -> int:
+def run_deploy(output: Output, options: DeployOptions) -> int:
     """Deploy the project (or print its Serve config with ``--dry-run``, or what a deploy
     would change with ``--diff``); ``ref``: the project as committed at that git revision
     (an export in a temporary folder: the working tree is not touched)."""
     from peach_cli.deploy.config import TaskOptions, check_route_prefix
     from peach_cli.project.rules import url_problem
+
+    project, address, ref, route_prefix = (
+        options.project, options.address, options.ref, options.route_prefix
+    )  # fmt: skip
+    http_host, http_port, dry_run, diff = (
+        options.http_host, options.http_port, options.dry_run, options.diff
+    )  # fmt: skip
+    output_format, timeout_s, task_interval = (
+        options.output_format, options.timeout_s, options.task_interval
+    )  # fmt: skip
 
     reason = url_problem(route_prefix.strip().rstrip("/")) if route_prefix.strip("/ ") else None
     if reason is not None:  # a '..' segment, /_peach: the url rule of SPEC §1
@@ -58,7 +54,7 @@ def run_deploy(
         raise UsageError("--timeout must be more than 0 seconds")
     if not task_interval >= 0:
         raise UsageError(f"--task-interval must be 0 or more seconds, not {task_interval:g}")
-    tasks = TaskOptions(loop=tasks_loop, interval_s=task_interval)
+    tasks = TaskOptions(loop=not options.no_tasks, interval_s=task_interval)
     if diff and dry_run:
         raise UsageError(
             "--diff and --dry-run do not go together",
@@ -162,8 +158,9 @@ def _warn_missing_secrets(output: Output, plan: ProjectPlan) -> None:
         warn(output, f"{missing_message(missing)} (a deploy would fail)")
 
 
-def run_status(output: Output, *, address: str | None = None, output_format: str = "text") -> int:
+def run_status(output: Output, options: StatusOptions) -> int:
     """Show every application, its deployments and replicas."""
+    address, output_format = options.address, options.output_format
     if output_format not in STATUS_FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(STATUS_FORMATS)}"
@@ -180,8 +177,9 @@ def run_status(output: Output, *, address: str | None = None, output_format: str
     return 0
 
 
-def run_delete(output: Output, app_name: str, *, address: str | None = None) -> int:
+def run_delete(output: Output, options: DeleteOptions) -> int:
     """Remove one application; the others keep running."""
+    app_name, address = options.app_name, options.address
     from peach_cli.deploy.deployer import delete
     from peach_cli.views.deploy import print_deleted, reporter
 

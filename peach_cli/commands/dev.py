@@ -13,13 +13,13 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output, Secrets
+    from peach_cli.commands.project_options import DevOptions
     from peach_cli.views.dev import DevView
     from peach_cli.views.keys import DevKeys
     from simulator.session import DevSession, SessionConfig
@@ -27,27 +27,23 @@ if TYPE_CHECKING:
 RELOAD_MODES = ("patch", "restart")
 
 
-def run_dev(
-    output: Output,
-    project: Path,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    reload: bool = True,
-    reload_mode: str = "patch",
-    timeout_s: float | None = None,
-    shared_env: bool = False,
-    inherit_env: bool = False,
-    offline: bool = False,
-    tasks: bool = False,
-    task_interval: float = 60.0,
-    allow_hosts: tuple[str, ...] = (),
-    allow_origins: tuple[str, ...] = (),
-    debug: bool = True,
-    post_mortem: bool = False,
-    record: Path | None = None,
-) -> int:
+def run_dev(output: Output, options: DevOptions) -> int:
     """Serve the project at ``project`` until interrupted; return the exit code."""
+    project, host, port, reload_mode = (
+        options.project,
+        options.host,
+        options.port,
+        options.reload_mode,
+    )
+    timeout_s, task_interval, record = options.timeout_s, options.task_interval, options.record
+    reload, debug, post_mortem = not options.no_reload, not options.no_debug, options.post_mortem
+    allow_hosts, allow_origins = (
+        tuple(options.allow_hosts or ()),
+        tuple(options.allow_origins or ()),
+    )
+    shared_env, inherit_env, offline, tasks = (
+        options.shared_env, options.inherit_env, options.offline, options.tasks
+    )  # fmt: skip
     if reload_mode not in RELOAD_MODES:
         raise UsageError(f"--reload must be patch or restart, not {reload_mode!r}")
     if timeout_s is not None and not timeout_s > 0:

@@ -9,21 +9,16 @@ from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output
+    from peach_cli.commands.project_options import DoctorOptions
 
 
 FORMATS = ("text", "json")
 
 
-def run_doctor(
-    output: Output,
-    project: Path | None,
-    *,
-    address: str | None = None,
-    port: int = 8000,
-    offline: bool = False,
-    output_format: str = "text",
-) -> int:
+def run_doctor(output: Output, options: DoctorOptions) -> int:
     """Check the machine, the project (default: the current folder) and the cluster."""
+    project, address, port = options.project, options.address, options.port
+    offline, output_format = options.offline, options.output_format
     if output_format not in FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"

@@ -10,7 +10,6 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from peach_cli import wording
@@ -20,6 +19,7 @@ from peach_cli.wording import human_size
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output
+    from peach_cli.commands.project_options import EnvBuildOptions, EnvListOptions, EnvPruneOptions
     from peach_cli.project.conf import PeachConf
 
 FORMATS = ("text", "json")
@@ -50,7 +50,8 @@ def env_rows(conf: PeachConf) -> list[dict[str, Any]]:
     return rows
 
 
-def run_env_list(output: Output, project: Path, *, output_format: str = "text") -> int:
+def run_env_list(output: Output, options: EnvListOptions) -> int:
+    project, output_format = options.project, options.output_format
     if output_format not in FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
@@ -67,9 +68,8 @@ def run_env_list(output: Output, project: Path, *, output_format: str = "text") 
     return 0
 
 
-def run_env_build(
-    output: Output, project: Path, *, offline: bool = False, refresh: bool = False
-) -> int:
+def run_env_build(output: Output, options: EnvBuildOptions) -> int:
+    project, offline, refresh = options.project, options.offline, options.refresh
     from peach_cli.envs import EnvBuildError, ensure_env, project_envs
     from peach_cli.runtime.linux import become_subreaper
     from peach_cli.views import console
@@ -104,7 +104,8 @@ def run_env_build(
     return 1 if failed else 0
 
 
-def run_env_prune(output: Output, *, all_envs: bool = False, older_than_days: float = 30) -> int:
+def run_env_prune(output: Output, options: EnvPruneOptions) -> int:
+    all_envs, older_than_days = options.all_envs, options.older_than_days
     if older_than_days < 0:
         raise UsageError(f"--days must be 0 or more, not {older_than_days:g}")
     from peach_cli.envs import cache_root

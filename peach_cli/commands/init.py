@@ -8,17 +8,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output
+    from peach_cli.commands.project_options import InitOptions
 
 
-def run_init(
-    output: Output,
-    folder: Path,
-    *,
-    codops: str | None = None,
-    streaming: bool = False,
-    force: bool = False,
-) -> int:
+def run_init(output: Output, options: InitOptions) -> int:
     """Create the project in ``folder``; return the exit code (errors raise ``PeachError``)."""
+    folder, codops, streaming, force = (
+        options.folder, options.codops, options.streaming, options.force
+    )  # fmt: skip
     from peach_cli.project.scaffold import create_project
     from peach_cli.views import console
 

@@ -13,21 +13,16 @@ from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output
+    from peach_cli.commands.cluster_options import LogsOptions
 
 
 DEFAULT_TAIL = 100
 
 
-def run_logs(
-    output: Output,
-    app: str | None,
-    *,
-    address: str | None = None,
-    deployment: str | None = None,
-    tail: int = DEFAULT_TAIL,
-    follow: bool = False,
-) -> int:
+def run_logs(output: Output, options: LogsOptions) -> int:
     """Print the replicas' logs of ``app`` (the cluster's only application by default)."""
+    app, address, deployment = options.app_name, options.address, options.deployment
+    tail, follow = options.tail, options.follow
     if tail < 0:
         raise UsageError("--tail must be 0 or more lines")
     from peach_cli.deploy.deployer import connect

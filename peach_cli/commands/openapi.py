@@ -7,20 +7,21 @@ stdout holds the document alone.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output
+    from peach_cli.commands.project_options import OpenapiOptions
 
 
 FORMATS = ("json", "yaml")
 
 
-def run_openapi(output: Output, project: Path, *, output_format: str = "json") -> int:
+def run_openapi(output: Output, options: OpenapiOptions) -> int:
     """Print the OpenAPI document of the project at ``project``; return the exit code."""
+    project, output_format = options.project, options.output_format
     if output_format not in FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"

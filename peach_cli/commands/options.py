@@ -5,14 +5,135 @@ command whose help says something of its own about it (``peach test --url`` star
 simulator, ``peach fuzz --url`` fuzzes that host) passes that help and nothing else.
 ``peach_cli/cli.py`` assembles the commands from these and from the options only one
 command has. ``tests/test_help_golden.py`` holds every `--help` as it reads.
+
+Each command's options are one ``Options`` class (``peach_cli.commands.host_options``,
+``project_options``, ``cluster_options``): its fields, each with its Typer declaration and
+its default, are the command's parameters; ``takes`` hands the command's function the
+options whole, so an option is written once, where it is declared::
+
+    class ReplayOptions(Options):
+        file: Annotated[Path, typer.Argument(help="A recording.", show_default=False)]
+        output_format: FormatOption = "text"
+
+    @app.command()
+    @takes(ReplayOptions)
+    def replay(output: Output, options: ReplayOptions) -> None: ...
+
+A command's ``run_*`` takes the run's ``Output`` (its secrets, its consoles) first and its
+options object second: ``run_replay(output, options)``.
+
+No ``from __future__ import annotations`` in these modules: Typer reads the annotations at
+each start, and strings would be evaluated again (``peach_cli/cli.py`` says why).
 """
 
-from __future__ import annotations
-
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar, dataclass_transform
 
 import typer
+
+if TYPE_CHECKING:
+    from peach_cli.boundary import Output
+
+# ----------------------------------------------------------------------------- options objects
+
+_NO_DEFAULT = inspect.Parameter.empty
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+class Options:
+    """A command's options, as the command line gave them: one keyword a field, the fields
+    read-only. A field without a default is required.
+
+    A plain class, not a dataclass: a dataclass is compiled when it is defined, and every
+    command's class is defined at each start of `peach` (``benchmarks/cli_startup.py``)."""
+
+    _fields: tuple[str, ...] = ()
+
+    def __init_subclass__(cls) -> None:
+        cls._fields = tuple(name for name in cls.__annotations__ if not name.startswith("_"))
+
+    def __init__(self, **values: Any) -> None:
+        unknown = set(values) - set(self._fields)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no option {', '.join(sorted(unknown))}")
+        for name in self._fields:
+            if name in values:
+                value = values[name]
+            elif name in vars(type(self)):
+                value = getattr(type(self), name)
+            else:
+                raise TypeError(f"{type(self).__name__} needs {name}")
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    def __hash__(self) -> int:
+        return hash(tuple(vars(self).values()))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
+        return f"{type(self).__name__}({shown})"
+
+    @classmethod
+    def parameters(cls) -> list[inspect.Parameter]:
+        """The fields as the parameters Typer reads: each with its annotation (its Typer
+        declaration) and its default."""
+        return [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=vars(cls).get(name, _NO_DEFAULT),
+                annotation=cls.__annotations__[name],
+            )
+            for name in cls._fields
+        ]
+
+
+OptionsT = TypeVar("OptionsT", bound=Options)
+
+
+def takes(
+    options: type[OptionsT],
+) -> Callable[[Callable[["Output", OptionsT], None]], Callable[..., None]]:
+    """The command that hands the run's output and ``options``, built from the command
+    line, to ``command``: Typer reads ``options``' fields as the command's parameters, and
+    ``command``'s name and docstring as its name and help. The output is the one
+    ``cli.main`` made for the run (Typer's context object); a command run without ``main``
+    (by a test's runner) gets one of its own."""
+    declared = options.parameters()
+    context = inspect.Parameter(
+        "_context", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
+    )
+
+    def command_of(command: Callable[["Output", OptionsT], None]) -> Callable[..., None]:
+        def parsed(_context: typer.Context, **values: Any) -> None:
+            from peach_cli.boundary import Output
+
+            command(_context.ensure_object(Output), options(**values))
+
+        parsed.__name__ = parsed.__qualname__ = command.__name__
+        parsed.__doc__ = command.__doc__
+        parsed.__module__ = command.__module__
+        parsed.__signature__ = inspect.Signature([context, *declared])  # type: ignore[attr-defined]
+        parsed.__annotations__ = {p.name: p.annotation for p in (context, *declared)}
+        return parsed
+
+    return command_of
+
+
+# ----------------------------------------------------------------------------- one option
+
+
+def value_option(*names: str, help: str) -> Any:
+    """An option that takes a value and has none unless given: its help shows no default."""
+    return typer.Option(*names, help=help, show_default=False)
+
 
 # ----------------------------------------------------------------------------- the project
 

@@ -15,6 +15,7 @@ from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output, Secrets
+    from peach_cli.commands.host_options import ReplayOptions
     from peach_cli.testing.host import FoundProject
 
 FORMATS = ("text", "json")
@@ -22,28 +23,22 @@ FIRST_SHOWN = 5
 """How many differences the text output shows in full."""
 
 
-def run_replay(
-    output: Output,
-    file: Path,
-    *,
-    url: str | None = None,
-    against: str | None = None,
-    ignore: list[str] | None = None,
-    output_format: str = "text",
-    timeout_s: float = 60.0,
-    project: Path | None = None,
-) -> int:
+def run_replay(output: Output, options: ReplayOptions) -> int:
+    """Run `peach replay`; return the exit code (usage mistakes raise ``UsageError``)."""
+    url, against, ignore, output_format = (
+        options.url, options.against, options.ignore or [], options.output_format
+    )  # fmt: skip
     if output_format not in FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
+    # a recording stores secret values as ***: compared and shown masked
+    masked = _secrets_of(options.project, output.secrets)
     from peach_cli.testing.replay import counts, parse_path, read_recording, replay
 
-    for path in ignore or []:
+    for path in ignore:
         parse_path(path)  # a bad path is a usage error before anything is sent
-    entries = read_recording(file)
-    # a recording stores secret values as ***: compared and shown masked
-    masked = _secrets_of(project, output.secrets)
+    entries = read_recording(options.file)
     if masked is None:
         output.stderr.print(
             "no project here: no secret value is masked in what is shown "
@@ -51,15 +46,13 @@ def run_replay(
             markup=False,
             highlight=False,
         )
-    else:
-        masked.mask()
     began = time.perf_counter()
     outcomes = replay(
         entries,
         url=url,
         against=against,
         ignore=ignore,
-        timeout_s=timeout_s,
+        timeout_s=options.timeout_s,
         secrets=output.secrets,
     )
     seconds = time.perf_counter() - began
@@ -80,13 +73,14 @@ def run_replay(
 
 
 def _secrets_of(project: Path | None, secrets: Secrets) -> FoundProject | None:
-    """The project whose secrets are masked: ``project`` (``UsageError`` when it has no
-    conf), else the current folder's, else None."""
+    """The project whose secrets are masked from now on in what the run of ``secrets``
+    shows: ``project`` (``UsageError`` when it has no conf), else the current folder's, else
+    None."""
     from peach_cli.testing.host import FoundProject
 
     if project is not None:
-        return FoundProject.at(project, need_conf=True, secrets=secrets)
+        return FoundProject.masked(project, secrets=secrets)
     try:
-        return FoundProject.at(Path("."), need_conf=True, secrets=secrets)
+        return FoundProject.masked(Path("."), secrets=secrets)
     except UsageError:
         return None

@@ -20,14 +20,16 @@ from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output
+    from peach_cli.commands.project_options import TaskListOptions, TaskRunOptions
     from peach_cli.runtime.plan import ProjectPlan
 
 FORMATS = ("text", "json")
 EXIT_INTERRUPTED = 130
 
 
-def run_task_list(output: Output, project: Path, *, output_format: str = "text") -> int:
+def run_task_list(output: Output, options: TaskListOptions) -> int:
     """Print the project's tasks (from the conf alone: no notebook is read)."""
+    project, output_format = options.project, options.output_format
     if output_format not in FORMATS:
         raise UsageError(f"--format must be text or json, not {output_format!r}")
     from peach_cli.commands.loading import load_conf
@@ -105,25 +107,13 @@ def plan_with_task(output: Output, project: Path, name: str) -> ProjectPlan:
     return plan
 
 
-def run_task_run(
-    output: Output,
-    name: str,
-    project: Path,
-    *,
-    payload: str | None = None,
-    timeout_s: float | None = None,
-    address: str | None = None,
-    shared_env: bool = False,
-    inherit_env: bool = False,
-    offline: bool = False,
-    debug: bool = True,
-    post_mortem: bool = False,
-) -> int:
-    """Run the task ``name`` once (and what it triggers); the exit code."""
+def run_task_run(output: Output, options: TaskRunOptions) -> int:
+    """Run the task ``options.name`` once (and what it triggers); the exit code."""
+    name, timeout_s, address = options.name, options.timeout_s, options.address
     if timeout_s is not None and not timeout_s > 0:
         raise UsageError(f"--timeout-s must be a positive number of seconds, not {timeout_s:g}")
-    payload_text = read_payload(payload)
-    plan = plan_with_task(output, project, name)
+    payload_text = read_payload(options.payload)
+    plan = plan_with_task(output, options.project, name)
     if address is not None:
         return run_task_on_ray(
             output, plan, name, payload_text, address=address, timeout_s=timeout_s
@@ -133,36 +123,11 @@ def run_task_run(
 
     become_subreaper()  # what the task orphans is adopted here, not by init
 
-    return aio.run(
-        _run_local(
-            output,
-            plan,
-            name,
-            payload_text,
-            project=project,
-            timeout_s=timeout_s,
-            shared_env=shared_env,
-            inherit_env=inherit_env,
-            offline=offline,
-            debug=debug,
-            post_mortem=post_mortem,
-        )
-    )
+    return aio.run(_run_local(output, plan, payload_text, options))
 
 
 async def _run_local(
-    output: Output,
-    plan: ProjectPlan,
-    name: str,
-    payload: str | None,
-    *,
-    project: Path,
-    timeout_s: float | None,
-    shared_env: bool,
-    inherit_env: bool,
-    offline: bool,
-    debug: bool = True,
-    post_mortem: bool = False,
+    output: Output, plan: ProjectPlan, payload: str | None, options: TaskRunOptions
 ) -> int:
     import asyncio
     import signal
@@ -172,21 +137,22 @@ async def _run_local(
     from simulator.session import DevSession, SessionConfig
 
     view = TaskRunView(output)
-    no_debug = "--no-debug" if not debug else terminal_reason()
+    name = options.name
+    no_debug = "--no-debug" if options.no_debug else terminal_reason()
     config = SessionConfig(
         plan,
         debug=no_debug is None,
         debug_skipped=no_debug or "",
-        post_mortem=post_mortem,
-        project=project,
+        post_mortem=options.post_mortem,
+        project=options.project,
         serve=False,
-        shared_env=shared_env,
-        inherit_env=inherit_env,
-        offline=offline,
-        task_timeout_s=timeout_s,
+        shared_env=options.shared_env,
+        inherit_env=options.inherit_env,
+        offline=options.offline,
+        task_timeout_s=options.timeout_s,
         keep_warm=False,
     )
-    if inherit_env:
+    if options.inherit_env:
         view.note(
             "--inherit-env: the task gets peach's whole environment, not only its env_vars "
             "and secrets; on the cluster it gets only those"

@@ -18,6 +18,7 @@ from peach_cli.project.filenames import CASE_SUFFIX
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Output
+    from peach_cli.commands.host_options import TestOptions
 
 
 FORMATS = ("text", "json", "junit")
@@ -38,54 +39,34 @@ def split_paths(paths: Sequence[Path]) -> tuple[Path, list[Path]]:
     return project, files
 
 
-def run_test(
-    output: Output,
-    paths: Sequence[Path] = (),
-    *,
-    url: str | None = None,
-    keyword: str | None = None,
-    output_format: str = "text",
-    timeout_s: float = 60.0,
-) -> int:
+def run_test(output: Output, options: TestOptions) -> int:
     """Run the selected cases; print one line per case (or JSON, or JUnit XML)."""
-    if output_format not in FORMATS:
+    if options.output_format not in FORMATS:
         raise UsageError(
-            f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
+            f"unknown --format {options.output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
         )
     began = time.perf_counter()
-    project, files = split_paths(paths)
+    project, files = split_paths(options.paths or ())
     from peach_cli.testing.cases import select_cases
-    from peach_cli.testing.host import FoundProject, Hosts
-    from peach_cli.testing.run import DEFAULT_TIMEOUT_S, run_cases
+    from peach_cli.testing.host import Host
+    from peach_cli.testing.run import run_cases
+    from peach_cli.views.testing import print_file, print_outcome, print_test_report
 
-    found = FoundProject.at(project, need_conf=url is None, secrets=output.secrets)  # read once
-    plan = found.to_check(url, "testing")  # None with --url: its secrets masked
-    urls = [e.url for e in plan.endpoints.values()] if plan is not None else None
-    selected = select_cases(found.root, files, keyword, urls)
     shown: dict[str, Any] = {}
-    if output_format == "text":  # each outcome as it comes
-        from peach_cli.views.testing import print_file, print_outcome
-
+    if options.output_format == "text":  # each outcome as it comes
         shown = {
             "on_file": partial(print_file, output),
             "on_outcome": partial(print_outcome, output),
         }
-    with Hosts(url, timeout_s=timeout_s or DEFAULT_TIMEOUT_S, secrets=output.secrets) as hosts:
-        base = url if url is not None else hosts.simulator_url(found.root, plan)
-        outcomes = run_cases(selected, hosts.client, base, hosts.timeout_s, **shown)
-    seconds = time.perf_counter() - began
-    from peach_cli.testing.report import rendered, summary_counts
-
-    passed, failed = summary_counts(outcomes)
-    document = rendered(outcomes, seconds, output_format, output.secrets)
-    if output_format == "json":
-        from peach_cli.views.console import print_json
-
-        print_json(output, document, channel="test-json")
-    elif output_format == "junit":
-        output.write_report(document, channel="test-junit")
-    else:
-        from peach_cli.views.testing import print_test_summary
-
-        print_test_summary(output, passed, failed, seconds)
-    return 1 if failed else 0
+    with Host(
+        project,
+        options.url,
+        doing="testing",
+        tool="test",
+        timeout_s=options.timeout_s,
+        secrets=output.secrets,
+    ) as host:
+        selected = select_cases(host.root, files, options.keyword, host.endpoint_urls)
+        outcomes = run_cases(selected, host.client, host.base, host.timeout_s, **shown)
+    print_test_report(output, outcomes, time.perf_counter() - began, options.output_format)
+    return 0 if all(outcome.passed for outcome in outcomes) else 1

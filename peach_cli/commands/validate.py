@@ -17,15 +17,15 @@ from peach_cli.wording import count
 if TYPE_CHECKING:
     from peach_cli.boundary import Output
     from peach_cli.checks.validate import Validation
+    from peach_cli.commands.project_options import SchemaOptions, ValidateOptions
     from peach_cli.project.loader import Project
 
 FORMATS = ("text", "json")
 
 
-def run_validate(
-    output: Output, project: Path, *, output_format: str = "text", strict: bool = False
-) -> int:
+def run_validate(output: Output, options: ValidateOptions) -> int:
     """Validate the project at ``project`` and print every problem; return the exit code."""
+    project, output_format, strict = options.project, options.output_format, options.strict
     if output_format not in FORMATS:
         raise UsageError(
             f"unknown --format {output_format!r}", hint=f"use one of: {', '.join(FORMATS)}"
@@ -100,8 +100,9 @@ def check_case_files(root: Path, urls: list[str], endpoints: Iterable[Any] = ())
     return diagnostics
 
 
-def run_schema(output: Output, tests: bool = False) -> int:
+def run_schema(output: Output, options: SchemaOptions) -> int:
     """Print the JSON Schema of peach.conf (``tests``: of a case file) on stdout."""
+    tests = options.tests
     from peach_cli.views import console
 
     if tests:

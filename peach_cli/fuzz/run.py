@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from peach_cli.fuzz.findings import Finding, judge
 from peach_cli.fuzz.targets import Target, request_to
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from peach_cli.fuzz.margin import Margin
     from peach_cli.fuzz.strategies import Request
     from peach_cli.fuzz.watch import Watch
+    from peach_cli.testing.host import Host
     from peach_cli.testing.outcome import Observed
 
 STREAM_LIMIT_S = 0.25
@@ -200,6 +201,75 @@ def _counting(
         on_answer(explored)
 
     return sent
+
+
+class Shown(Protocol):
+    """What a run tells as it goes (``peach_cli.views.fuzz.FuzzShown``)."""
+
+    def start(self, targets: int) -> None: ...
+    def answered(self, explored: Explored) -> None: ...
+    def explored(self, explored: Explored) -> None: ...
+
+
+def fuzz_host(
+    host: Host, names: list[str], *, examples: int, seed: int, watch: Watch | None, shown: Shown
+) -> list[Explored]:
+    """Fuzz the endpoints of ``host`` that ``names`` select (every one when empty), as the
+    OpenAPI document of what it serves describes them. ``watch`` hears the simulator's
+    events (None: ``host`` is a ``--url``, whose replicas are waited for when they die);
+    on the simulator a timeout is measured again with a margin (``_margin_of``)."""
+    from peach_cli.errors import UsageError
+    from peach_cli.fuzz.targets import select, targets_of
+
+    targets = select(targets_of(host.document()), names)
+    if not targets:
+        raise UsageError("the project has no endpoint to fuzz")
+    shown.start(len(targets))
+    timeout_s = host.plan.timeout_s if host.plan is not None else None
+    base = host.base.rstrip("/")
+    if watch is None:
+        recover, margin = waiting_for_restarts(base), None
+    else:
+        recover = restarting_busy_replicas(base, watch)
+        margin = _margin_of(host, host.plan.timeout_s) if host.plan and timeout_s else None
+    return fuzz_targets(
+        targets,
+        host.client,
+        base,
+        examples=examples,
+        seed=seed,
+        watch=watch,
+        timeout_s=timeout_s,
+        read_timeout_s=host.timeout_s,
+        margin=margin,
+        recover=recover,
+        on_explored=shown.explored,
+        on_answer=shown.answered,
+    )
+
+
+def _margin_of(host: Host, timeout_s: float) -> Margin:
+    """The ``Margin`` of timeouts, measured on a spare simulator of ``host``'s project whose
+    timeout is ``timeout_s`` plus the margin: started at the first timeout finding, stopped
+    with the host."""
+    from peach_cli.fuzz.margin import READ_SLACK_S, Margin, margin_s
+    from peach_cli.fuzz.watch import Watch
+
+    bound_s = timeout_s + margin_s(timeout_s)
+    watch = Watch()
+    urls: list[str] = []
+
+    def spare() -> str:
+        if not urls:
+            urls.append(host.spare(bound_s, watch.on_event))
+        return urls[0]
+
+    def recover(observed: Observed, finding: None) -> None:
+        if urls:
+            restarting_busy_replicas(urls[0], watch)(observed, finding)
+
+    client = host.new_client(bound_s + READ_SLACK_S)
+    return Margin(spare, client, timeout_s=timeout_s, recover=recover)
 
 
 def fuzz_targets(

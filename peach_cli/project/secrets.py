@@ -16,7 +16,7 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from peach_cli.errors import PeachError
 from peach_cli.project.filenames import DOTENV
@@ -223,3 +223,11 @@ def hide_declared(root: Path, conf: object, secrets: Secrets) -> None:
     secrets ``conf`` (a conf or a plan of the project at ``root``) declares; those set
     nowhere are skipped."""
     secrets.hide(known_values(root, declared_names(conf)))
+
+
+def hide_declared_read(root: Path, read: tuple[Any, Any] | None, secrets: Secrets) -> None:
+    """``hide_declared`` with the conf ``read_project`` read at ``root`` (as far as it was
+    read: a conf with errors declares what it could be read to declare; none, nothing)."""
+    loaded = read[0] if read is not None else None
+    if loaded is not None:
+        hide_declared(root, loaded.conf, secrets)

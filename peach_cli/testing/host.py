@@ -1,22 +1,28 @@
 """The one wiring of every command that runs against a project's host or a URL (`peach test`
 and its pytest plugin, `peach fuzz`, `peach profile`, `peach replay`, `peach bench`).
 
-``FoundProject`` is the project, its conf files found and read once; everything the command
+``Host`` is what one run of a command sends to, wired once: the project found and read once
+(``FoundProject``), its plan checked — or with ``--url`` its secrets masked and the URL
+checked —, the host (the project's simulator, started at first use, or ``--url``), what the
+host declares it is (``dev`` or ``ray``, from its ``/_peach/health``:
+``runtime.contract.status``), what it serves (its OpenAPI document), and the client that
+sends to it; closing it stops what it started::
+
+    with Host(Path("examples/quickstart"), None, doing="testing", tool="test") as host:
+        observe(host.client, host.base, case)
+    host.kind                                    # "dev"
+
+``FoundProject`` is the project, its conf files found and read once; everything a command
 needs of it comes from that one reading — its plan (validated, not read again), the secrets
 to mask, the root its case files are under::
 
     found = FoundProject.at(Path("examples/quickstart"), need_conf=True)
     plan = found.load_to_check("testing")       # ProjectInvalid (exit 2) on errors
-    found.mask()                                # with --url: its secrets masked, no plan
+    found.mask()                                # its secrets masked, no plan
 
-``served`` gives the host a command sends to — the project's simulator, started, or
-``--url`` — and what that host is; ``reach`` checks a ``--url``; ``declared_host`` asks
-the host what it is — ``dev`` or ``ray``, as its ``/_peach/health`` declares
-(``runtime.contract.status``); ``peach_get`` / ``peach_post`` are the one client of the
-``/_peach/*`` actions::
+``reach`` checks a ``--url``; ``declared_host`` asks a host what it is; ``peach_get`` /
+``peach_post`` are the one client of the ``/_peach/*`` actions::
 
-    with served(found, url, doing="profiling", tool="profile") as (base, kind):
-        ...                                      # kind: "dev" or "ray"
     base = reach("127.0.0.1:8000")               # "http://127.0.0.1:8000"
     declared_host(base, tool="profile")          # "dev"
     peach_post(base, "profile/start", {...}, tool="profile", timeout_s=30)
@@ -46,7 +52,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from peach_cli.boundary import Secrets
 from peach_cli.errors import PeachError, UsageError
@@ -63,6 +69,9 @@ START_TIMEOUT_S = 600.0
 """Building a py_environment the first time may take minutes."""
 HEALTH_TIMEOUT_S = 5.0
 """How long a host may take to say what it is."""
+LOCAL_SLACK_S = 30.0
+"""Past the project's ``timeout_s``, how long its simulator's answer may take before it
+counts as none."""
 
 
 class FoundProject:
@@ -107,6 +116,15 @@ class FoundProject:
         with fewer_collections():
             return cls(path, root, read_project(root, files), secrets=secrets)
 
+    @classmethod
+    def masked(cls, path: Path, *, secrets: Secrets) -> FoundProject:
+        """The project at ``path`` (``UsageError`` when it holds no conf), the values of the
+        secrets its conf declares masked in everything the run of ``secrets`` shows from now
+        on."""
+        found = cls.at(path, need_conf=True, secrets=secrets)
+        found.mask()
+        return found
+
     def require(self) -> None:
         """``UsageError`` when no conf was found (the project was named, so it must be one)."""
         if self.missing is not None:
@@ -115,11 +133,9 @@ class FoundProject:
     def mask(self) -> None:
         """Mask the values of the secrets the conf declares in everything the run shows from
         now on (a conf with errors as far as it was read; no conf declares none)."""
-        loaded = self.read[0] if self.read is not None else None
-        if loaded is not None:
-            from peach_cli.project.secrets import hide_declared
+        from peach_cli.project.secrets import hide_declared_read
 
-            hide_declared(self.root, loaded.conf, self.secrets)
+        hide_declared_read(self.root, self.read, self.secrets)
 
     def built(self) -> ProjectPlan | None:
         """The plan of what was read, None when it has errors or there is no conf."""
@@ -141,40 +157,22 @@ class FoundProject:
         return self._plan
 
     def load_to_check(self, doing: str) -> ProjectPlan:
-        """``plan`` for a command that checks the project's endpoints (`peach test`, `peach
-        fuzz`): errors, or a ``.env`` that cannot be read, are a usage error (exit 2);
-        the secrets are masked from now on."""
-        from peach_cli.errors import ProjectInvalid
-        from peach_cli.project.secrets import DotenvError, check_dotenv, hide_declared
+        """The plan for a command that checks the project's endpoints (`peach test`, `peach
+        fuzz`): errors, or a ``.env`` that cannot be read, are a usage error (exit 2); the
+        secrets are masked from now on (``checks.build.plan_to_check``)."""
+        from peach_cli.checks.build import plan_to_check
 
-        try:
-            plan = self.plan(doing)
-            check_dotenv(plan)
-        except (ProjectInvalid, DotenvError) as error:
-            error.exit_code = 2
-            raise
-        hide_declared(self.root, plan, self.secrets)
-        return plan
-
-    def to_check(self, url: str | None, doing: str) -> ProjectPlan | None:
-        """What a command that checks endpoints on its simulator or at ``url`` needs of the
-        project: without ``url`` its plan (``load_to_check``); with it, none — its secrets
-        masked in what the host answers, ``url`` checked (``reach``)."""
-        if url is None:
-            return self.load_to_check(doing)
-        self.mask()
-        reach(url)
-        return None
+        self.require()
+        assert self.read is not None
+        return plan_to_check(self.given, self.root, self.read, doing, secrets=self.secrets)
 
 
 def reach(url: str, *, what: str = "--url") -> str:
     """The base URL of ``url`` (``http://`` when it names no scheme), checked: ``UsageError``
     unless it is an http(s) URL with a host."""
-    from peach_cli.client.items import check_url
+    from peach_cli.client.items import base_url
 
-    base = url if "://" in url else "http://" + url
-    check_url(base, what=what)
-    return base
+    return base_url(url, what=what)
 
 
 class Unreachable(PeachError):
@@ -275,31 +273,24 @@ def declared_host(base: str, *, tool: str) -> HostKind:
     )
 
 
-@contextmanager
-def served(
-    found: FoundProject, url: str | None, *, doing: str, tool: str
-) -> Iterator[tuple[str, HostKind]]:
-    """The host a command sends to, and what the host declares it is (``dev`` or ``ray``):
-    ``url``'s, the project's secrets masked in what is shown; else the project's simulator
-    (its plan checked: ``2 errors in X: not DOING``), started here and stopped on exit.
+class _Started:
+    """What holds the clients it opened and the simulators it started in ``_stack``:
+    ``close`` (or the end of its ``with``) closes and stops them all."""
 
-    A host on another machine is taken for a deployed app and not asked: a `peach dev`
-    answers its ``/_peach/*`` actions for loopback clients only."""
-    if url is not None:
-        from urllib.parse import urlsplit
+    _stack: ExitStack
 
-        from peach_cli.addresses import is_loopback
+    def close(self) -> None:
+        """Close every client and stop every simulator started."""
+        self._stack.close()
 
-        found.mask()
-        base = reach(url)
-        here = is_loopback(urlsplit(base).hostname)
-        yield url, declared_host(base, tool=tool) if here else "ray"
-        return
-    with local_host(found.root, found.plan(doing), secrets=found.secrets) as url:
-        yield url, "dev"
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-class Hosts:
+class Hosts(_Started):
     """The hosts of one run of cases, and the client that sends them their requests.
 
     With ``url`` every project's cases go to that host; else each project's simulator is
@@ -371,15 +362,143 @@ class Hosts:
             self._masked.add(project)
             self.project(project).mask()
 
-    def close(self) -> None:
-        """Close the client and stop every simulator started."""
-        self._stack.close()
 
-    def __enter__(self) -> Hosts:
-        return self
+class Host(_Started):
+    """The host one run of a command sends to, wired once: the project at ``path`` found and
+    read once — its plan checked as `peach dev` does (``2 errors in X: not DOING``), or with
+    ``url`` its secrets masked in what the host answers and ``url`` checked — then the host,
+    ``url`` or the project's simulator (started when ``base`` is first asked for, its events
+    to ``on_event``; stopped by ``close``), and the one client that sends to it, which waits
+    ``timeout_s`` for an answer (None: the project's ``timeout_s`` and ``LOCAL_SLACK_S``
+    on its simulator, ``DEFAULT_TIMEOUT_S`` at ``url``). ``secrets``: the run's, where the
+    project's secret values go (masked in what the run shows)::
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        with Host(Path("examples/quickstart"), None, doing="testing") as host:
+            observe(host.client, host.base, case)
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        url: str | None,
+        *,
+        doing: str,
+        tool: str,
+        timeout_s: float | None = None,
+        on_event: Callable[[Any], None] | None = None,
+        usage_errors: bool = True,
+        secrets: Secrets | None = None,
+    ) -> None:
+        self.doing, self.tool = doing, tool
+        self._on_event = on_event
+        self._stack = ExitStack()
+        self._served: str | None = None
+        self._client: Client | None = None
+        self.found = FoundProject.at(path, need_conf=url is None, secrets=secrets)  # read once
+        self.plan: ProjectPlan | None = None  # with --url: the host knows its endpoints
+        self.url: str | None = None
+        if url is None and self.found.read is not None:  # read: a conf is needed here
+            from peach_cli.checks.build import plan_to_check
+
+            read = self.found.read
+            self.plan = plan_to_check(
+                path, self.found.root, read, doing, usage=usage_errors, secrets=self.secrets
+            )
+        elif url is not None:
+            from peach_cli.client.items import base_url
+
+            self.found.mask()  # what the host answers is shown masked
+            self.url = base_url(url)
+        if timeout_s is None:  # as long as the project lets its calls run, and a slack
+            local = self.plan.timeout_s + LOCAL_SLACK_S if self.plan is not None else None
+            timeout_s = local or DEFAULT_TIMEOUT_S
+        self.timeout_s = timeout_s or DEFAULT_TIMEOUT_S
+
+    @property
+    def root(self) -> Path:
+        """The project's root folder (its case files are under it)."""
+        return self.found.root
+
+    @property
+    def secrets(self) -> Secrets:
+        """The run's secrets: the project's values, and its simulators', go there."""
+        return self.found.secrets
+
+    @property
+    def endpoint_urls(self) -> list[str] | None:
+        """The urls of the project's endpoints; None with ``url`` (the host knows them)."""
+        return None if self.plan is None else [e.url for e in self.plan.endpoints.values()]
+
+    @property
+    def base(self) -> str:
+        """The base URL requests go to: ``url``, else the project's simulator's (started
+        now if it has not been)."""
+        if self.url is not None:
+            return self.url
+        if self._served is None:
+            served = local_host(
+                self.found.root, self.plan, on_event=self._on_event, secrets=self.secrets
+            )
+            self._served = self._stack.enter_context(served)
+        return self._served
+
+    @property
+    def client(self) -> Client:
+        """The client every request is sent with (``timeout_s`` for each answer; it
+        verifies TLS for an ``https`` URL)."""
+        if self._client is None:
+            tls = self.url is not None and self.url.startswith("https:")
+            self._client = self.new_client(self.timeout_s, tls=tls)
+        return self._client
+
+    @property
+    def kind(self) -> HostKind:
+        """What the host is: ``dev`` (the project's simulator, or a `peach dev` on this
+        machine, as its ``/_peach/health`` declares) or ``ray`` (a deployed app). A host on
+        another machine is taken for a deployed app and not asked: a `peach dev` answers its
+        ``/_peach/*`` actions for loopback clients only."""
+        if self.url is None:
+            return "dev"
+        from urllib.parse import urlsplit
+
+        from peach_cli.addresses import is_loopback
+
+        here = is_loopback(urlsplit(self.url).hostname)
+        return declared_host(self.url, tool=self.tool) if here else "ray"
+
+    def document(self) -> dict[str, Any]:
+        """The OpenAPI document of what the host serves: the project's, or the one ``url``
+        serves, else the one of the project here (``UsageError`` when there is neither)."""
+        from peach_cli.internal import OPENAPI_PATH
+        from peach_cli.openapi.document import build_document
+
+        if self.plan is not None:
+            return build_document(self.plan)
+        document = openapi_document(self.base, tool=self.tool, timeout_s=self.timeout_s)
+        if document is None and self.found.read is not None:  # the project here says
+            document = build_document(self.found.load_to_check(self.doing))
+        if document is None:
+            raise UsageError(
+                f"{self.base} serves no OpenAPI document at {OPENAPI_PATH}, and "
+                f"{self.found.given} holds no peach project to read one from",
+                hint="point --url at a peach dev or a deployed app, or give the project",
+            )
+        return document
+
+    def spare(self, timeout_s: float, on_event: Callable[[Any], None]) -> str:
+        """Start a second simulator of the project whose calls time out at ``timeout_s``
+        (its events to ``on_event``); stopped with this host. Its URL."""
+        assert self.plan is not None, "a host at --url has no simulator here"
+        served = local_host(
+            self.found.root, self.plan, on_event=on_event, timeout_s=timeout_s, secrets=self.secrets
+        )
+        return self._stack.enter_context(served)
+
+    def new_client(self, timeout_s: float, *, tls: bool = False) -> Client:
+        """A client waiting ``timeout_s`` for each answer; closed with this host."""
+        from peach_cli.client.send import Client
+
+        return self._stack.enter_context(Client(timeout_s, tls=tls))
 
 
 class _Runner:

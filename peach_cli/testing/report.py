@@ -32,15 +32,12 @@ def to_json(outcomes: list[Outcome], seconds: float) -> dict[str, Any]:
     }
 
 
-def rendered(outcomes: list[Outcome], seconds: float, output_format: str, secrets: Secrets) -> Any:
-    """The run as ``output_format`` asks: the JSON document (``json``), the JUnit XML
-    (``junit``, the run's ``secrets`` masked in it), or None (``text``: each outcome was
-    printed as it came)."""
+def rendered(outcomes: list[Outcome], seconds: float, output_format: str, secrets: Secrets) -> str:
+    """The run as ``output_format`` asks: the JSON document (``json``) or the JUnit XML
+    (``junit``), as the text written, the run's ``secrets`` masked in it."""
     if output_format == "json":
-        return to_json(outcomes, seconds)
-    if output_format == "junit":
-        return to_junit(outcomes, seconds, secrets)
-    return None
+        return secrets.json_text(to_json(outcomes, seconds)) + "\n"
+    return to_junit(outcomes, seconds, secrets)
 
 
 def junit_classname(file: str) -> str:

@@ -23,6 +23,53 @@ def print_start(output: Output, targets: int, examples: int, seed: int, url: str
     )
 
 
+class FuzzShown:
+    """What `peach fuzz` shows as it runs and at its end, as ``--format`` asks: ``text``, a
+    line per endpoint as it is done (with a progress line on a terminal), then each finding
+    and a summary; ``json``, one document at the end."""
+
+    def __init__(
+        self, output: Output, output_format: str, *, examples: int, seed: int, url: str | None
+    ) -> None:
+        self.output = output
+        self.text = output_format == "text"
+        self.examples, self.seed, self.url = examples, seed, url
+        self.progress = Progress(output) if self.text and Progress.wanted(output) else None
+
+    def start(self, targets: int) -> None:
+        """The run starts on ``targets`` endpoints."""
+        if self.text:
+            print_start(self.output, targets, self.examples, self.seed, self.url)
+
+    def answered(self, explored: Explored) -> None:
+        """One more answer while ``explored`` runs."""
+        if self.progress is not None:
+            self.progress.tick(explored)
+
+    def explored(self, explored: Explored) -> None:
+        """An endpoint is done."""
+        if self.text:
+            self.clear()
+            print_explored(self.output, explored)
+
+    def clear(self) -> None:
+        """Erase the progress line (an interrupted run leaves no half line)."""
+        if self.progress is not None:
+            self.progress.clear()
+
+    def finish(self, explored: list[Explored], seconds: float) -> None:
+        """The findings and the summary (``json``: the whole run)."""
+        findings = [f for e in explored for f in e.findings]
+        if self.text:
+            print_findings(self.output, findings, explored, seed=self.seed, seconds=seconds)
+            return
+        from peach_cli.views.console import print_json
+
+        findings_json = [f.to_json() for f in findings]
+        data = {"seed": self.seed, "examples": self.examples, "findings": findings_json}
+        print_json(self.output, data, channel="fuzz")
+
+
 class Progress:
     """On a terminal, one line on stderr rewritten as requests are answered: the endpoint
     being fuzzed, its requests so far and the time it has taken (``… /story  23 requests

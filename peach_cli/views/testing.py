@@ -53,6 +53,21 @@ def print_diff(output: Output, lines: tuple[str, ...] | list[str], *, indent: in
         out.print(f"{pad}[{style}]{markup(line)}[/]", soft_wrap=True)
 
 
+def print_test_report(
+    output: Output, outcomes: list[Outcome], seconds: float, output_format: str
+) -> None:
+    """The end of a `peach test` run: the summary line (``text``: each outcome was printed
+    as it came), or the whole run as JSON or JUnit XML (``peach_cli.testing.report``)."""
+    if output_format == "text":
+        passed = sum(outcome.passed for outcome in outcomes)
+        print_test_summary(output, passed, len(outcomes) - passed, seconds)
+        return
+    from peach_cli.testing.report import rendered
+
+    text = rendered(outcomes, seconds, output_format, output.secrets)
+    output.write_report(text, channel=f"test-{output_format}")
+
+
 def print_test_summary(output: Output, passed: int, failed: int, seconds: float) -> None:
     from peach_cli.views.console import print_summary
     from peach_cli.wording import count
