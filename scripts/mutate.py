@@ -1,7 +1,7 @@
 """Break one behaviour at a time and run the tests that claim it: a small mutation check of
 the request contract (``peach_cli/runtime/contract/``), the output boundary
-(``peach_cli/printable.py``, the masks of ``peach_cli/project/secrets.py``) and the local
-service checks (``simulator/local_service.py``).
+(``peach_cli/printable.py``, the secret masks of ``peach_cli/boundary.py``) and the local
+service checks (``simulator/local_service.py``, ``peach_cli/internal.py``).
 
 Each break is a text edit of one source file. The file is restored after its tests ran —
 always: on a failure, on Ctrl-C, on SIGTERM; and a run killed outright leaves a copy in the
@@ -227,21 +227,21 @@ BREAKS = (
     Break(
         "mask: JSON-escaped form not masked",
         SECRETS,
-        "        json.dumps(value)[1:-1],\n        json.dumps(value, ensure_ascii=False)[1:-1],\n",
-        "",
+        '        ways.append(f"{_BACKSLASHES}{as_is}" if char != "\\\\" else _BACKSLASHES)\n',
+        "        pass\n",
         MASKS,
     ),
     Break(
         "mask: percent-encoded form not masked",
         SECRETS,
-        '        quote(value, safe=""),\n        quote(value),\n',
-        "",
+        '"|" + "".join(f"%(?:25)*(?i:{b:02x})" for b in data) + ")"',
+        '")"',
         MASKS,
     ),
     Break(
         "mask: base64 form not masked",
         SECRETS,
-        '        encoded,\n        encoded.rstrip("="),\n',
+        "        alternatives.extend((len(form), _base64_pattern(form)) for form in forms)\n",
         "",
         MASKS,
     ),
@@ -255,14 +255,14 @@ BREAKS = (
     Break(
         "mask: strings inside lists not masked",
         SECRETS,
-        "return [_masked_value(v, forms) for v in value]",
+        "return [_masked_value(v, masker) for v in value]",
         "return list(value)",
         MASKS,
     ),
     Break(
         "mask: values inside objects not masked",
         SECRETS,
-        "return {_masked_value(k, forms): _masked_value(v, forms) for k, v in value.items()}",
+        "return {_masked_value(k, masker): _masked_value(v, masker) for k, v in value.items()}",
         "return dict(value)",
         MASKS,
     ),
@@ -284,8 +284,8 @@ BREAKS = (
     Break(
         "host: the last Host header is judged, not the first",
         LOCAL,
-        'if name == b"host" and host is None:',
-        'if name == b"host":',
+        'if host is None:\n                    host = value.decode("latin-1")',
+        'if True:\n                    host = value.decode("latin-1")',
         LOCAL_SERVICE,
     ),
     Break(
@@ -311,9 +311,9 @@ BREAKS = (
     ),
     Break(
         "internal: only /_peach/ itself is guarded, not paths below it",
-        LOCAL,
-        'if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):',
-        "if path == INTERNAL_PREFIX:",
+        "peach_cli/internal.py",
+        'return path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/")',
+        "return path == INTERNAL_PREFIX",
         LOCAL_SERVICE,
     ),
 )
