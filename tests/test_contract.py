@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import dataclasses
 import shutil
@@ -435,6 +436,14 @@ def test_every_name_the_contract_package_offers_loads_from_its_module() -> None:
     import peach_cli.runtime.contract as contract
 
     homes = contract._HOMES
+    # what type checkers see (the imports under TYPE_CHECKING) is what the package loads
+    tree = ast.parse(Path(contract.__file__).read_text())
+    checked = {
+        node.module.rsplit(".", 1)[1]: tuple(alias.name for alias in node.names)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module.startswith(contract.__name__ + ".")
+    }
+    assert checked == homes
     assert sorted(name for names in homes.values() for name in names) == sorted(contract.__all__)
     for module, names in homes.items():
         loaded = importlib.import_module(f"peach_cli.runtime.contract.{module}")

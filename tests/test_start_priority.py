@@ -17,7 +17,7 @@ import pytest
 
 from peach_cli.deploy.config import SERVING_ENV_VARS
 from peach_cli.deploy.packaging import runtime_package
-from peach_cli.deploy.start_priority import SERVING_ENV, START_ENV, START_NICE
+from peach_cli.deploy.start_priority import SERVING_ENV, START_ENV, START_NICE, may_raise_from
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's"
@@ -71,7 +71,7 @@ def test_the_application_starts_its_replicas_low():
 
 def test_a_process_with_the_runtime_on_its_path_starts_low_and_serves_at_its_priority(runtime):
     here = os.getpriority(os.PRIO_PROCESS, 0)
-    if here >= START_NICE or not _may_raise():
+    if here >= START_NICE or not may_raise_from(here):
         pytest.skip("this process may not raise its priority back")
     seen = probe(runtime, {START_ENV: "19"})
     # every thread low from the start, the variable gone (a child of it is not lowered)
@@ -113,13 +113,3 @@ def test_a_sitecustomize_further_on_the_path_still_runs(runtime, tmp_path):
         capture_output=True, text=True, env=environment, cwd=runtime, timeout=60,
     )  # fmt: skip
     assert result.stdout.strip() == "1", result.stderr
-
-
-def _may_raise() -> bool:
-    here = os.getpriority(os.PRIO_PROCESS, 0)
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, here - 1)
-    except OSError:
-        return False
-    os.setpriority(os.PRIO_PROCESS, 0, here)
-    return True
