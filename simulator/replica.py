@@ -662,7 +662,7 @@ class Replica:
             error = f"the replica process {how}"
         self._set_state(ReplicaState.RESTARTING, error=error, message=f"{error}; restarting")
         self._init_done()
-        await self.supervisor.pause_before_restart()
+        await self.supervisor.pause_before_restart(returncode)
         if not self._stopping:
             await self._spawn()
 

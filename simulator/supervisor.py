@@ -14,7 +14,7 @@ samples the process's memory while it runs and says when it crosses its componen
     process, sock = await supervisor.spawn(launch)   # the worker's end of the socket is its
     ...                                              # (its output is forwarded meanwhile)
     code = await supervisor.wait_exit(process)          # its socket closed: its exit code
-    await supervisor.pause_before_restart()          # 0 s, 0.5 s, 1 s, 2 s, 5 s, ...
+    await supervisor.pause_before_restart(code)      # 0 s, 0.5 s, 1 s, 2 s, 5 s, ...
 
     memory = MemoryWatch(spec, replica_id, on_event)
     supervisor.watch(memory.watch(supervisor, ping))    # memory.rss, memory.pss
@@ -45,6 +45,10 @@ RESTART_PAUSES_S = (0.0, 0.5, 1.0, 2.0, 5.0)
 """Pause before each successive restart of a replica that keeps dying soon after start."""
 STABLE_AFTER_S = 10.0
 """A replica that ran this long resets its restart pause."""
+STOPPED_FROM_OUTSIDE = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+"""Signals by which someone stopped a process (a kill, peach's fuzzer, the kernel's OOM
+killer), as opposed to a crash of its code (an exit, SIGSEGV, SIGABRT): a replica that was
+ready and was stopped so restarts at once, and its pause does not grow."""
 OUTPUT_LINES_PER_S = 100
 """Lines of a replica's output shown per second; the others are counted, then summarised."""
 OUTPUT_LINE_BYTES = 4096
@@ -90,7 +94,10 @@ class ProcessSupervisor:
         """The current process (None before the first start)."""
         self._on_output = on_output
         self._ready_at = 0.0
+        """When the current process took its component (0: not yet)."""
         self._restarts = 0
+        self._pause_step = 0
+        """Where the next crash's pause is on ``RESTART_PAUSES_S``."""
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def spawn(self, launch: WorkerLaunch) -> tuple[WorkerProcess, socket.socket]:
@@ -134,16 +141,29 @@ class ProcessSupervisor:
         if process is not None and process.returncode is None:
             kill_tree(process.pid)
 
-    async def pause_before_restart(self) -> None:
-        """Wait before the next start: longer each time the process died soon after it
-        started (``RESTART_PAUSES_S``), none after it ran ``STABLE_AFTER_S``."""
-        ran_for = time.monotonic() - self._ready_at if self._ready_at else 0.0
-        if ran_for > STABLE_AFTER_S:
-            self._restarts = 0
-        pause = RESTART_PAUSES_S[min(self._restarts, len(RESTART_PAUSES_S) - 1)]
-        self._restarts += 1
+    async def pause_before_restart(self, returncode: int | None) -> None:
+        """Wait before the next start (``next_pause``)."""
+        pause = self.next_pause(returncode)
         if pause:
             await asyncio.sleep(pause)
+
+    def next_pause(self, returncode: int | None) -> float:
+        """The pause before the next start, for a process that ended with ``returncode``:
+        longer each time the process died soon after it started (``RESTART_PAUSES_S``),
+        none after it ran ``STABLE_AFTER_S``, and none when it was ready and then stopped
+        from outside (``STOPPED_FROM_OUTSIDE``: nothing in it crashed, so no crash loop can
+        follow)."""
+        self._restarts += 1
+        if self._ready_at and returncode is not None and -returncode in STOPPED_FROM_OUTSIDE:
+            self._ready_at = 0.0  # the next process's start, not this one's, counts
+            return 0.0
+        ran_for = time.monotonic() - self._ready_at if self._ready_at else 0.0
+        if ran_for > STABLE_AFTER_S:
+            self._pause_step = 0
+        pause = RESTART_PAUSES_S[min(self._pause_step, len(RESTART_PAUSES_S) - 1)]
+        self._pause_step += 1
+        self._ready_at = 0.0
+        return pause
 
     def watch(self, coroutine: Coroutine[Any, Any, Any]) -> None:
         """Run ``coroutine`` beside the process until it ends or ``stop_watching``."""
