@@ -210,9 +210,10 @@ def latencies(url: str, count: int) -> dict:
     }
 
 
-def put_beside(head: RayHead, module: str, application: dict) -> None:
+def put_beside(head: RayHead, module: str, application: dict, attribute: str = "app") -> None:
     """PUT ``application`` (name, prefix, deployments) with ``benchmarks/<module>.py`` as
-    its working_dir and ``<module>:app`` as its import path, beside the running applications."""
+    its working_dir and ``<module>:<attribute>`` as its import path, beside the running
+    applications."""
     from peach_cli.deploy.dashboard import DashboardClient
     from peach_cli.deploy.packaging import package
 
@@ -229,7 +230,7 @@ def put_beside(head: RayHead, module: str, application: dict) -> None:
         ]
         application = {
             **application,
-            "import_path": f"{module}:app",
+            "import_path": f"{module}:{attribute}",
             "runtime_env": {"working_dir": files.uri},
         }
         config = {
