@@ -18,6 +18,8 @@ class ProjectModules:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self.imports: dict[tuple[Path, Path | str, int], list[Path]] = {}
+        self.names: set[str] = set()
+        """The names the modules read use (``notebook.identifiers``)."""
 
     def of(self, code: Code) -> tuple[str, ...]:
         """Project-local .py files the code imports, directly or through each other."""
@@ -35,6 +37,8 @@ class ProjectModules:
             if key not in self.imports:  # each cell and module is resolved once per run
                 if isinstance(source, Path):
                     tree, origin = self.parse_module(source), source
+                    if tree is not None:
+                        self.names |= nb.identifiers(tree)
                 else:
                     tree, origin = cells[number].tree, None
                 self.imports[key] = (
