@@ -333,12 +333,13 @@ def unheld(names: list[str]) -> list[str]:
 
 
 def test_a_reload_finds_the_names_of_the_code_it_parses_already_interned(tmp_path):
-    """The parser interns every name the code uses (functions, variables, arguments...).
-    Were they let go with the syntax trees, each reload would intern them again, and
-    CPython's table of interned strings keeps a slot for each string ever added until it is
-    rebuilt: the gateway's grew to twice its size (0.9 MiB more) after some hundred reloads.
-    The version served holds its code's names, so between reloads none of them is
-    missing from the table."""
+    """The parser interns every name the code uses (functions, variables, arguments...),
+    and pathlib every part of a path (``Soak.ipynb``, ``os.py`` looked for by ``import os``).
+    Were they let go with the syntax trees and paths, each reload would intern them again
+    (the soak project: 32 strings a reload), and CPython's table of interned strings keeps
+    a slot for each string ever added until it is rebuilt: the gateway's grew to twice its
+    size (0.9 MiB more) after some hundred reloads. The version served holds them, so
+    between reloads none of them is missing from the table."""
     project = copy_project("faults/soak", tmp_path)
 
     def names_of_the_code() -> list[str]:
@@ -348,6 +349,13 @@ def test_a_reload_finds_the_names_of_the_code_it_parses_already_interned(tmp_pat
             for cell in read_notebook(project, f"notebooks/{notebook.name}").cells:
                 if cell.tree is not None:
                     found |= {n for n in ast.walk(cell.tree) for n in _names(n)}
+                    found |= {
+                        f"{a.name}.py"
+                        for n in ast.walk(cell.tree)
+                        if isinstance(n, ast.Import)
+                        for a in n.names
+                    }
+            found.add(notebook.name)
         return sorted("".join(list(name)) for name in found if len(name) > 1)  # not interned
 
     async def body(run: Run, client: httpx.AsyncClient) -> None:

@@ -19,7 +19,8 @@ class ProjectModules:
         self.root = root.resolve()
         self.imports: dict[tuple[Path, Path | str, int], list[Path]] = {}
         self.names: set[str] = set()
-        """The names the modules read use (``notebook.identifiers``)."""
+        """The names the modules read use (``notebook.identifiers``), and the file names
+        looked for (pathlib interns each part of a path: ``os.py`` for ``import os``)."""
 
     def of(self, code: Code) -> tuple[str, ...]:
         """Project-local .py files the code imports, directly or through each other."""
@@ -50,9 +51,8 @@ class ProjectModules:
                     queue.append((path, 0))
         return tuple(sorted(p.relative_to(root).as_posix() for p in found))
 
-    @staticmethod
     def resolve_imports(
-        tree: ast.AST, origin: Path | None, search: list[Path], root: Path
+        self, tree: ast.AST, origin: Path | None, search: list[Path], root: Path
     ) -> list[Path]:
         files: list[Path] = []
         for dotted, level in nb.imported_modules(tree):
@@ -70,6 +70,7 @@ class ProjectModules:
                 current = base
                 for part in parts:
                     package, module = current / part, current / f"{part}.py"
+                    self.names.update((package.name, module.name))  # as pathlib interned them
                     if (package / "__init__.py").is_file():
                         files.append(package / "__init__.py")
                         current = package

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 from peach_cli.checks.ab import check_ab
 from peach_cli.checks.decorated import DecoratorNotebooks
@@ -109,7 +110,10 @@ class _Checker:
         return self.result
 
     def notebook_names(self) -> Iterator[set[str]]:
-        for notebook in self.notebooks.notebooks.values():
+        """The names in the notebooks' code, and the parts of their paths (pathlib interns
+        each: ``Soak.ipynb`` of ``notebooks/Soak.ipynb``, made anew for each component)."""
+        for key, notebook in self.notebooks.notebooks.items():
+            yield set(PurePosixPath(key).parts)
             for cell in notebook.cells if notebook is not None else ():
                 if cell.tree is not None:
                     yield nb.identifiers(cell.tree)

@@ -206,7 +206,7 @@ class ProjectPlan:
     """The tasks, in conf order."""
     names: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     """The names the project's code uses (its notebooks' and modules' variables, functions,
-    attributes...), as the parser interned them. Held while the plan is served: a reload
+    attributes...) and the parts of its files' paths, as the parser and pathlib interned them. Held while the plan is served: a reload
     parses the code again, and each name the parser finds already interned takes no new slot
     in CPython's table of interned strings, which otherwise grew on every reload until it
     was rebuilt twice its size."""
