@@ -18,6 +18,9 @@ class ProjectModules:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self.imports: dict[tuple[Path, Path | str, int], list[Path]] = {}
+        self.names: set[str] = set()
+        """The names the modules read use (``notebook.identifiers``), and the file names
+        looked for (pathlib interns each part of a path: ``os.py`` for ``import os``)."""
 
     def of(self, code: Code) -> tuple[str, ...]:
         """Project-local .py files the code imports, directly or through each other."""
@@ -35,6 +38,8 @@ class ProjectModules:
             if key not in self.imports:  # each cell and module is resolved once per run
                 if isinstance(source, Path):
                     tree, origin = self.parse_module(source), source
+                    if tree is not None:
+                        self.names |= nb.identifiers(tree)
                 else:
                     tree, origin = cells[number].tree, None
                 self.imports[key] = (
@@ -46,9 +51,8 @@ class ProjectModules:
                     queue.append((path, 0))
         return tuple(sorted(p.relative_to(root).as_posix() for p in found))
 
-    @staticmethod
     def resolve_imports(
-        tree: ast.AST, origin: Path | None, search: list[Path], root: Path
+        self, tree: ast.AST, origin: Path | None, search: list[Path], root: Path
     ) -> list[Path]:
         files: list[Path] = []
         for dotted, level in nb.imported_modules(tree):
@@ -66,6 +70,7 @@ class ProjectModules:
                 current = base
                 for part in parts:
                     package, module = current / part, current / f"{part}.py"
+                    self.names.update((package.name, module.name))  # as pathlib interned them
                     if (package / "__init__.py").is_file():
                         files.append(package / "__init__.py")
                         current = package

@@ -9,13 +9,16 @@ problem at once, plus the ``EndpointSpec``s for ``ProjectPlan``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 from peach_cli.checks.ab import check_ab
 from peach_cli.checks.decorated import DecoratorNotebooks
 from peach_cli.checks.modules import ProjectModules
 from peach_cli.checks.notebooks import Code, NotebookChecks
 from peach_cli.checks.report import Findings
+from peach_cli.project import notebook as nb
 from peach_cli.project.conf import (
     BASE_ENV,
     RESERVED_URL_PREFIX,
@@ -50,6 +53,8 @@ class Validation:
     endpoints: dict[str, EndpointSpec] = field(default_factory=dict)
     notebooks: list[str] = field(default_factory=list)
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
+    names: frozenset[str] = frozenset()
+    """The names the code read uses (``ProjectPlan.names``)."""
 
     def plan(self) -> ProjectPlan:
         """The serving plan (only meaningful when no diagnostic is an error)."""
@@ -63,6 +68,7 @@ class Validation:
             py_environments={name: conf.environment(name) for name in sorted(envs)},
             watched_files=tuple(dict.fromkeys([*self.project.files, *self.notebooks])),
             tasks=dict(self.tasks),
+            names=self.names,
         )
 
 
@@ -100,7 +106,17 @@ class _Checker:
         self.check_across()
         self.result.diagnostics = self.out.diagnostics
         self.result.notebooks = self.notebooks.read
+        self.result.names = frozenset(self.modules.names.union(*self.notebook_names()))
         return self.result
+
+    def notebook_names(self) -> Iterator[set[str]]:
+        """The names in the notebooks' code, and the parts of their paths (pathlib interns
+        each: ``Soak.ipynb`` of ``notebooks/Soak.ipynb``, made anew for each component)."""
+        for key, notebook in self.notebooks.notebooks.items():
+            yield set(PurePosixPath(key).parts)
+            for cell in notebook.cells if notebook is not None else ():
+                if cell.tree is not None:
+                    yield nb.identifiers(cell.tree)
 
     def check_endpoint(self, name: str, env: Endpoint) -> None:
         """A conf endpoint: its env, url, components and A/B split; served when all hold."""

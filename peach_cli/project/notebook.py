@@ -487,6 +487,47 @@ def walk(tree: ast.AST) -> list[ast.AST]:
     return [tree, *below]
 
 
+_NAME_FIELDS: dict[type, tuple[str, ...]] = {
+    ast.Name: ("id",),
+    ast.Attribute: ("attr",),
+    ast.arg: ("arg",),
+    ast.keyword: ("arg",),
+    ast.FunctionDef: ("name",),
+    ast.AsyncFunctionDef: ("name",),
+    ast.ClassDef: ("name",),
+    ast.alias: ("name", "asname"),
+    ast.ImportFrom: ("module",),
+    ast.ExceptHandler: ("name",),
+    ast.MatchAs: ("name",),
+    ast.MatchStar: ("name",),
+    ast.MatchMapping: ("rest",),
+}
+"""The nodes whose fields hold a name the parser interned (lists of names: below)."""
+_NAME_LISTS: dict[type, str] = {ast.Global: "names", ast.Nonlocal: "names"}
+
+
+def identifiers(tree: ast.AST) -> set[str]:
+    """The names ``tree``'s code uses: its variables, arguments, attributes, functions,
+    classes and imports. The parser interns each of them (CPython's table of interned
+    strings keeps a slot per string it ever held until it is rebuilt): a served version
+    keeps its code's names alive, so parsing the next version finds them there instead of
+    adding the same names again on every reload.
+
+    >>> sorted(identifiers(ast.parse("import os.path as p; f = lambda x, *, y=1: p.join(x)")))
+    ['f', 'join', 'os.path', 'p', 'x', 'y']
+    """
+    found: set[str] = set()
+    for node in walk(tree):
+        kind = type(node)
+        for name in _NAME_FIELDS.get(kind, ()):
+            value = getattr(node, name)
+            if value is not None:
+                found.add(value)
+        if kind in _NAME_LISTS:
+            found.update(getattr(node, _NAME_LISTS[kind]))
+    return found
+
+
 def imported_modules(tree: ast.AST) -> list[tuple[str, int]]:
     """Absolute imports anywhere in a module: (dotted name, level 0) and relative ones (level)."""
     found: list[tuple[str, int]] = []

@@ -204,6 +204,12 @@ class ProjectPlan:
     """Conf files and notebooks the plan was built from (relative posix paths)."""
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
     """The tasks, in conf order."""
+    names: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """The names the project's code uses (its notebooks' and modules' variables, functions,
+    attributes...) and the parts of its files' paths, as the parser and pathlib interned them. Held while the plan is served: a reload
+    parses the code again, and each name the parser finds already interned takes no new slot
+    in CPython's table of interned strings, which otherwise grew on every reload until it
+    was rebuilt twice its size."""
 
     def components(self) -> list[ComponentSpec]:
         return [c for e in self.endpoints.values() for c in e.components.values()]
