@@ -234,7 +234,10 @@ def test_cpu_time_of_short_calls_is_on_their_lines_not_where_the_answer_is_hande
     write that lets go of the GIL, and the sampler gets the GIL there; the CPU the thread
     used since the last sample — the call's — went on that write (peach's): the method got
     0.43 of the replica's CPU where it used 0.75 (-c 1), 0.63 for 0.82 (-c 8). Its share in
-    --cpu is now the share of the replica's CPU (``/proc``) its calls measured."""
+    --cpu is now the share of the replica's CPU (``/proc``) its calls measured, and a few
+    points over it: the CPU a worker spends around each call (woken for it, handing its
+    answer over, more of it with eight calls contending for the GIL) is counted on the
+    method's lines, and the calls' own clocks leave it out."""
     import httpx
 
     used = replica_cpu_s(dev, "short/main")
@@ -250,7 +253,7 @@ def test_cpu_time_of_short_calls_is_on_their_lines_not_where_the_answer_is_hande
     assert code == 0, out + err
     shares = {line["position"]: line["share"] for line in json.loads(out)["self"]}
     method = sum(share for at, share in shares.items() if at.startswith(SHORT[:-8]))
-    assert abs(method - measured) <= 0.1, (method, measured, shares)
+    assert -0.1 <= method - measured <= 0.15, (method, measured, shares)
     assert shares.get(SHORT.format(10), 0.0) > shares.get(SHORT.format(12), 0.0), shares
 
 
