@@ -18,12 +18,14 @@
    on the same functions in one process (``uv run --with pyinstrument``, when uv can fetch
    it), against the same loop unprofiled and under peach's sampler.
 
-4. **--cpu against py-spy**: ``/spin`` (pure CPU on two lines, 3:1) and ``/hot`` at -c 1
-   and -c 8, profiled by peach (--cpu) and recorded by py-spy (its on-CPU samples: no
-   ``--idle``; the leaves where a thread waits are left out, as py-spy counts a thread
-   it has just let go as running on a busy machine) under the same load: the shares
-   (the method's, and its first loop line's share of its two loop lines — ``busy``'s
-   ``for`` line and body, both always compared), and the CPU seconds peach's
+4. **--cpu against py-spy**: ``/spin`` (pure CPU on two lines, 3:1), ``/hot`` and
+   ``/short`` (``/spin`` in 3 ms calls that measure their own CPU) at -c 1 and -c 8,
+   profiled by peach (--cpu) and recorded by py-spy (its on-CPU samples: no ``--idle``;
+   the leaves where a thread waits are left out, as py-spy counts a thread it has just
+   let go as running on a busy machine) under the same load, then again with py-spy's
+   ``--gil`` (the thread holding the GIL only): the shares (the method's, and its first
+   loop line's share of its two loop lines — ``busy``'s ``for`` line and body, both always
+   compared), ``/short``'s share as its calls measured it, and the CPU seconds peach's
    profile holds against the replica's CPU time (psutil). Targets: within 10 points;
    within 10 %.
 5. **Idle**: the replica's CPU with a profile session open and no request, against the
@@ -237,7 +239,7 @@ def _shares(by_line: dict[int, float], whole: float, two: list[int]) -> dict[str
     }
 
 
-LOOP_LINES = {"spin": [3, 5], "busy": [3, 4]}
+LOOP_LINES = {"spin": [3, 5], "busy": [3, 4], "short": [10, 12]}
 """The cell lines of each function's two loop lines (tests/projects/profile's Hot.ipynb)."""
 
 
@@ -287,54 +289,87 @@ def idle_cost(base: str, seconds: float, rounds: int) -> tuple[float, float]:
     return (statistics.median(wall) - base_use) * 100, (statistics.median(cpu) - base_use) * 100
 
 
-def cpu_against_py_spy(base: str, seconds: float, folder: Path) -> float:
+def cpu_against_py_spy(base: str, seconds: float, folder: Path) -> tuple[float, float, float]:
     """`--cpu` against py-spy's on-CPU samples of the same replica under the same load
-    (``/spin``: pure CPU on two lines, 3:1; ``/hot``: a 2 ms loop), at -c 1 and -c 8; and
-    the CPU seconds peach's profile holds against the replica's CPU time (psutil), all in
-    one run. Returns the largest difference in points."""
+    (``/spin``: pure CPU on two lines, 3:1; ``/hot``: a 2 ms loop; ``/short``: ``/spin`` in
+    3 ms calls that measure their own CPU), at -c 1 and -c 8; and the CPU seconds peach's
+    profile holds against the replica's CPU time (psutil), all in one run. Each is run
+    twice, py-spy recording its on-CPU samples (every thread it reads as running) the first
+    time and with ``--gil`` (the thread that holds the GIL: the one running Python) the
+    second. For ``/short``, the method's share is also given as its calls measured it (the
+    CPU their threads used over the replica's). Returns the largest differences: against
+    py-spy's on-CPU samples, against its ``--gil`` ones, and ``/short``'s share against its
+    measured one."""
     import psutil
 
-    worst = 0.0
-    for endpoint, function in (("/spin", "spin"), ("/hot", "busy")):
+    worst = {"on-CPU": 0.0, "--gil": 0.0, "measured": 0.0}
+    for endpoint, function in (("/spin", "spin"), ("/hot", "busy"), ("/short", "short")):
         pid = replica_pid(base, endpoint)
         process = psutil.Process(pid)
         for concurrency in ("1", "8"):
-            out = folder / f"cpu-{function}-{concurrency}.txt"
-            before = sum(process.cpu_times()[:2])
-            profile, spied = _both_under_load(base, endpoint, concurrency, seconds, out, cpu=True)
-            used = sum(process.cpu_times()[:2]) - before
-            exported = sum(weight for _, weight in profile["stacks"])
-            ours = _peach_shares(profile, function)
-            figures = " ".join(f"{k} {v:.2f}" for k, v in sorted(ours.items()))
-            estimated = profile.get("loops", 0.0) / max(exported, 1e-9)
-            figures += f" (estimated at a loop's jump: {estimated:.2f})"
-            line = (f"  {endpoint:6} -c {concurrency}: CPU s in the profile {exported:.2f}, "
-                    f"the replica used {used:.2f} ({exported / max(used, 1e-9):.3f}×) · "
-                    f"peach {figures}")  # fmt: skip
-            if spied is not None:
-                theirs = _py_spy_shares(spied, function)
-                gap = max(abs(ours[k] - theirs[k]) for k in ("function", "first line"))
-                worst = max(worst, gap)
-                line += (
-                    " · py-spy "
-                    + " ".join(f"{k} {v:.2f}" for k, v in sorted(theirs.items()))
-                    + f" · largest gap {gap * 100:.1f} points"
+            for gil in (False, True):
+                out = folder / f"cpu-{function}-{concurrency}{'-gil' if gil else ''}.txt"
+                before, spent = sum(process.cpu_times()[:2]), _spent(base, endpoint)
+                profile, spied = _both_under_load(
+                    base, endpoint, concurrency, seconds, out, cpu=True, gil=gil
                 )
-            print(line, flush=True)
-    return worst
+                used = sum(process.cpu_times()[:2]) - before
+                exported = sum(weight for _, weight in profile["stacks"])
+                ours = _peach_shares(profile, function)
+                figures = " ".join(f"{k} {v:.2f}" for k, v in sorted(ours.items()))
+                estimated = profile.get("loops", 0.0) / max(exported, 1e-9)
+                figures += f" (estimated at a loop's jump: {estimated:.2f})"
+                if spent is not None:
+                    measured = ((_spent(base, endpoint) or 0.0) - spent) / max(used, 1e-9)
+                    figures += f" · measured function {measured:.2f}"
+                    off = abs(ours["function"] - measured)
+                    worst["measured"] = max(worst["measured"], off)
+                which = "py-spy --gil" if gil else "py-spy"
+                line = (f"  {endpoint:6} -c {concurrency}: CPU s in the profile {exported:.2f}, "
+                        f"the replica used {used:.2f} ({exported / max(used, 1e-9):.3f}×) · "
+                        f"peach {figures}")  # fmt: skip
+                if spied is not None:
+                    theirs = _py_spy_shares(spied, function)
+                    gap = max(abs(ours[k] - theirs[k]) for k in ("function", "first line"))
+                    key = "--gil" if gil else "on-CPU"
+                    worst[key] = max(worst[key], gap)
+                    line += (
+                        f" · {which} "
+                        + " ".join(f"{k} {v:.2f}" for k, v in sorted(theirs.items()))
+                        + f" · largest gap {gap * 100:.1f} points"
+                    )
+                print(line, flush=True)
+    return worst["on-CPU"], worst["--gil"], worst["measured"]
+
+
+def _spent(base: str, endpoint: str) -> float | None:
+    """The CPU seconds ``/short``'s calls have measured (their threads' clocks) so far."""
+    if endpoint != "/short":
+        return None
+    answer = httpx.get(f"{base}/short", params={"n": "0"}, timeout=10)
+    return float(answer.json()["result"]["cpu_s"])
 
 
 def _both_under_load(
-    base: str, endpoint: str, concurrency: str, seconds: float, out: Path, *, cpu: bool
+    base: str,
+    endpoint: str,
+    concurrency: str,
+    seconds: float,
+    out: Path,
+    *,
+    cpu: bool,
+    gil: bool = False,
 ) -> tuple[dict, str | None]:
     """Profile ``endpoint``'s replica with peach (``cpu`` or wall-clock) and record it with
-    py-spy (its on-CPU samples, or with ``--idle`` its wall-clock ones) under the same
-    `peach bench` load: peach's profile, and py-spy's raw samples (None: no py-spy)."""
+    py-spy (its on-CPU samples — only the GIL holder's with ``gil`` — or with ``--idle``
+    its wall-clock ones) under the same `peach bench` load: peach's profile, and py-spy's
+    raw samples (None: no py-spy)."""
     spy = shutil.which("py-spy")
     recorder = None
     if spy is not None:  # until the load ends (SIGINT below)
         command = [spy, "record", "--pid", str(replica_pid(base, endpoint)), "--rate", "100",
                    "--format", "raw", "-o", str(out)] + ([] if cpu else ["--idle"])  # fmt: skip
+        command += ["--gil"] if gil else []
         recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     session = action(base, "start", {"url": endpoint, "cpu": cpu})["session"]
     try:
@@ -517,10 +552,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             server = start_dev(Path(scratch))
             try:
-                gap = cpu_against_py_spy(server.url, options.seconds, Path(options.keep or scratch))
+                gaps = cpu_against_py_spy(
+                    server.url, options.seconds, Path(options.keep or scratch)
+                )
             finally:
                 server.stop()
-        print(f"--cpu against py-spy: {gap * 100:.1f} points (target ≤ 10)")
+        print(_gaps(gaps))
         return
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
@@ -534,7 +571,7 @@ def main() -> None:
                   f"{samples} samples 0.3 s later")  # fmt: skip
             print("4. --cpu against py-spy's on-CPU samples, the same load (target ≤ 10 points; "
                   "CPU seconds within 10 %)")  # fmt: skip
-            gap = cpu_against_py_spy(server.url, options.seconds, folder)
+            gaps = cpu_against_py_spy(server.url, options.seconds, folder)
             print("6. wall-clock against py-spy --idle: a time.sleep(0) loop, a loop that "
                   "never lets go of the GIL")  # fmt: skip
             wall_against_py_spy(server.url, options.seconds, folder)
@@ -556,7 +593,14 @@ def main() -> None:
         min(rate, capacity if "waits" not in name else rate) for name, rate, capacity in rows
     )
     print(f"worst profiled/plain: {worst:.3f}× (target ≥ 0.95×); start {took * 1000:.0f} ms "
-          f"(target < 1000 ms); --cpu against py-spy: {gap * 100:.1f} points (target ≤ 10)")  # fmt: skip
+          f"(target < 1000 ms); {_gaps(gaps)}")  # fmt: skip
+
+
+def _gaps(gaps: tuple[float, float, float]) -> str:
+    on_cpu, gil, measured = (gap * 100 for gap in gaps)
+    return (f"--cpu against py-spy: {on_cpu:.1f} points against its on-CPU samples, {gil:.1f} "
+            f"against --gil; /short's share against its measured CPU: {measured:.1f} points "
+            "(target ≤ 10)")  # fmt: skip
 
 
 if __name__ == "__main__":

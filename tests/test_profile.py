@@ -220,6 +220,43 @@ def test_cpu_time_is_the_cpu_the_replica_used_on_each_line(
     assert abs(exported - spent) <= 0.1 * spent, (exported, spent)
 
 
+SHORT = "notebooks/Hot.ipynb, cell 8, line {}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("concurrency", ["1", "8"])
+def test_cpu_time_of_short_calls_is_on_their_lines_not_where_the_answer_is_handed_over(
+    dev, concurrency: str
+) -> None:
+    """`short` is `spin` in calls of about 3 ms (cell 8: line 10 three quarters of the CPU,
+    line 12 a quarter), each adding the CPU its thread used (its own clock) to a total
+    that `n=0` reads. A worker thread hands each answer to the event loop through a socket
+    write that lets go of the GIL, and the sampler gets the GIL there; the CPU the thread
+    used since the last sample — the call's — went on that write (peach's): the method got
+    0.43 of the replica's CPU where it used 0.75 (-c 1), 0.63 for 0.82 (-c 8). Its share in
+    --cpu is now the share of the replica's CPU (``/proc``) its calls measured, and a few
+    points over it: the CPU a worker spends around each call (woken for it, handing its
+    answer over, more of it with eight calls contending for the GIL) is counted on the
+    method's lines, and the calls' own clocks leave it out."""
+    import httpx
+
+    used = replica_cpu_s(dev, "short/main")
+
+    def spent() -> float:
+        answer = httpx.get(f"{dev.url}/short", params={"n": "0"}, timeout=10)
+        return float(answer.json()["result"]["cpu_s"])
+
+    began, before = used(), spent()
+    code, out, err = profile("/short", "--url", dev.url, "--cpu", "-c", concurrency,
+                             "--duration", "4", "--format", "json")  # fmt: skip
+    measured = (spent() - before) / (used() - began)
+    assert code == 0, out + err
+    shares = {line["position"]: line["share"] for line in json.loads(out)["self"]}
+    method = sum(share for at, share in shares.items() if at.startswith(SHORT[:-8]))
+    assert -0.1 <= method - measured <= 0.15, (method, measured, shares)
+    assert shares.get(SHORT.format(10), 0.0) > shares.get(SHORT.format(12), 0.0), shares
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["--cpu", "wall-clock"])
 def test_a_loop_seen_only_at_its_end_is_shared_among_its_lines(dev, mode: str) -> None:
@@ -227,7 +264,7 @@ def test_a_loop_seen_only_at_its_end_is_shared_among_its_lines(dev, mode: str) -
     the GIL, so the sampler sees it only at the jump back at the end of its body (line 4).
     Such a sample stands for the whole loop and is shared among its lines by their
     bytecode: the `for` line gets a part (py-spy, sampling from outside, gives it about a
-    quarter; peach's instruction count 2 of 11) instead of nothing, and the text says
+    quarter; peach's weighed instructions 11 of 47) instead of nothing, and the text says
     that these shares are estimated."""
     extra = [mode] if mode == "--cpu" else []
     code, out, err = profile("/hot", "--url", dev.url, "--duration", "2", "--format", "json",
