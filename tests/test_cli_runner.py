@@ -33,7 +33,7 @@ BROKEN = REPO / "tests" / "projects" / "broken"
 )
 def test_in_this_process_and_in_a_process_the_same_output_and_exit_code(args):
     here = run_peach(*args, columns=90)
-    there = run_peach_process(*args, columns=90)
+    there = run_peach_process(*args, columns=90)  # a real process: what the runner imitates
     assert (here.returncode, here.stdout, here.stderr) == (
         there.returncode,
         there.stdout,
