@@ -43,6 +43,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
@@ -123,23 +124,37 @@ class Secrets:
         self._sources: dict[str | None, frozenset[str]] = {}
         self._previous: dict[str, frozenset[str]] = {}
         """Each source's values of the version before (its replicas may still answer)."""
-        self.masker: Masker | None = None
-        """The masker of every value hidden (None: nothing to mask)."""
+        self._masker: Masker | None = None
+        self._stale = False
+        """Values were hidden since ``_masker`` was built."""
+        self._lock = threading.Lock()
         self.hide(values)
 
     def hide(self, values: Iterable[str], *, source: str | None = None) -> None:
         """Mask ``values`` in everything this run shows or writes from now on; under
         ``source``, in place of the values that source hid the version before last."""
         values = frozenset(value for value in values if value)
-        current = self._sources.get(source, frozenset())
-        if source is None:
-            values |= current
-        if values == current:
-            return
-        if source is not None:
-            self._previous[source] = current
-        self._sources[source] = values
-        self.masker = masker_of(self.values)
+        with self._lock:
+            current = self._sources.get(source, frozenset())
+            if source is None:
+                values |= current
+            if values == current:
+                return
+            if source is not None:
+                self._previous[source] = current
+            self._sources[source] = values
+            self._stale = True
+
+    @property
+    def masker(self) -> Masker | None:
+        """The masker of every value hidden (None: nothing to mask), built when it is first
+        needed after a change: a reload that hides the values of many pools builds it once."""
+        if self._stale:
+            with self._lock:  # what is shown after ``hide`` returns waits for the new one
+                if self._stale:
+                    self._masker = masker_of(self.values)
+                    self._stale = False
+        return self._masker
 
     @property
     def values(self) -> frozenset[str]:

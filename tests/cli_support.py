@@ -29,7 +29,9 @@ import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CLUSTER_ENV = ("PEACH_RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+CLUSTER_ENV = ("PEACH_RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")
+"""The cluster address and token of a developer's shell (peach reads the first three; Ray's
+own ``RAY_ADDRESS`` would reach what a command starts): never a test's unless it says so."""
 PEACH = [sys.executable, "-m", "peach_cli.cli"]
 """The command line of a `peach` a test starts (the code of this checkout, whatever
 ``peach`` script is on the PATH)."""

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cli_support import PEACH, run_peach_process
-from conftest import PROJECTS, REPO, DevProcess, start_peach_dev
+from cli_support import run_peach, start_peach
+from conftest import PROJECTS, DevProcess, start_peach_dev
 
 BENCH = PROJECTS / "bench"
 
@@ -42,9 +42,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory, recording: Path) -> Iterator[D
         process.stop()
 
 
-def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    # a real process: a load run a timeout must be able to stop
-    return run_peach_process("bench", *args, timeout=timeout)
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_peach("bench", *args)
 
 
 def figures(*args: str) -> dict:
@@ -189,15 +188,9 @@ def test_rate_and_concurrency_together_is_a_usage_error() -> None:
 @pytest.mark.slow
 def test_ctrl_c_prints_what_was_measured(dev: DevProcess) -> None:
     before = _requests_served(dev.url, "/pair")
-    process = subprocess.Popen(
-        # a real process: the test sends it SIGINT
-        [*PEACH, "bench", "/pair", "--url", dev.url,
-         "--duration", "60", "-c", "2", "--format", "json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )  # fmt: skip
+    process = start_peach(  # a real process: the test sends it SIGINT
+        "bench", "/pair", "--url", dev.url, "--duration", "60", "-c", "2", "--format", "json"
+    )
     try:
         deadline = time.monotonic() + 30
         while _requests_served(dev.url, "/pair") < before + 50:  # the load is running

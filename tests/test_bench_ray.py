@@ -7,16 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-
-# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
-from cli_support import run_peach_process
+from cli_support import run_peach
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]  # may start the cluster
 
 
 def bench(*args: str) -> dict:
-    # a real process: a load run a timeout must be able to stop
-    run = run_peach_process("bench", *args, "--format", "json")
+    run = run_peach("bench", *args, "--format", "json")
     assert run.returncode == 0, run.stdout + run.stderr
     return json.loads(run.stdout)
 

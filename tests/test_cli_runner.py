@@ -7,6 +7,9 @@ import logging
 import os
 import shutil
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 from cli_support import REPO, run_peach, run_peach_process
@@ -30,7 +33,7 @@ BROKEN = REPO / "tests" / "projects" / "broken"
 )
 def test_in_this_process_and_in_a_process_the_same_output_and_exit_code(args):
     here = run_peach(*args, columns=90)
-    there = run_peach_process(*args, columns=90)
+    there = run_peach_process(*args, columns=90)  # a real process: what the runner imitates
     assert (here.returncode, here.stdout, here.stderr) == (
         there.returncode,
         there.stdout,
@@ -72,3 +75,47 @@ def test_the_command_gets_this_process_environment_with_env_on_top(tmp_path, mon
     assert f"cache: {tmp_path / 'from-the-test'}" in shown
     shown = run_peach("env", "list", str(QUICKSTART), env={"PEACH_ENV_CACHE": str(tmp_path)}).stdout
     assert f"cache: {tmp_path}\n" in shown
+
+
+class _Dashboard(BaseHTTPRequestHandler):
+    """A dashboard that refuses every request, keeping its Authorization header."""
+
+    seen: list[str | None] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.headers.get("Authorization"))
+        self.send_response(401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def dashboard() -> Iterator[tuple[str, list[str | None]]]:
+    handler = type("Dashboard", (_Dashboard,), {"seen": []})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", handler.seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_shells_cluster_address_and_token_reach_no_command_a_tests_own_do(
+    dashboard, monkeypatch
+):
+    """What the cluster tests run in this process rely on: the address and token a
+    developer's shell exports are not the command's, those a test passes in ``env`` are."""
+    url, seen = dashboard
+    for name, value in (("PEACH_RAY_ADDRESS", url), ("RAY_AUTH_TOKEN", "the-shells")):
+        monkeypatch.setenv(name, value)
+    run_peach("status")  # to the default address
+    assert seen == []  # not to the shell's
+    run_peach("status", "--address", url)
+    assert seen == [None]  # nor its token
+    run_peach("status", env={"PEACH_RAY_ADDRESS": url, "RAY_AUTH_TOKEN": "the-tests"})
+    assert seen == [None, "Bearer the-tests"]
+    assert os.environ["RAY_AUTH_TOKEN"] == "the-shells"

@@ -294,6 +294,7 @@ def test_the_runtime_package_is_importable_on_its_own(tmp_path):
         "assert not bad, bad"
     )
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    # a real process: what a replica imports starting from the zip alone
     result = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path
     )
@@ -317,6 +318,7 @@ def test_a_task_job_runs_from_the_packages_laid_out_as_ray_lays_them_out(tmp_pat
             archive.extractall(folder)
         folders.append(str(folder))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(folders), **runtime_env["env_vars"])
+    # a real process: the job's entrypoint as Ray's shell runs it, from the unpacked packages
     result = subprocess.run(
         job.body["entrypoint"], shell=True, env=env, capture_output=True, text=True,
         cwd=folders[0], timeout=60,

@@ -7,6 +7,7 @@ applications.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib.util
 import json
 import re
 import shutil
@@ -17,9 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
-from cli_support import run_peach_process
+from cli_support import run_peach
 from ray_cluster import RayHead
 
 from peach_cli.checks.build import build_plan
@@ -72,8 +71,8 @@ def basic_app(ray_cluster: RayHead) -> RayHead:
     return ray_cluster
 
 
-def peach(*args: str, timeout: float = 110) -> subprocess.CompletedProcess[str]:
-    return run_peach_process(*args, timeout=timeout)  # the test cluster wants no token
+def peach(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_peach(*args)  # the test cluster wants no token
 
 
 def plan_of(path: Path):
@@ -190,11 +189,10 @@ def test_delete_removes_one_application_and_keeps_the_others(basic_app):
 def test_declared_dependencies_are_installed_for_the_replica_by_the_cluster(cluster):
     # neither pyjokes (the env's own) nor tomli-w (base's) is installed in Ray's Python
     for module in ("pyjokes", "tomli_w"):
-        missing = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
-        assert missing.returncode != 0, f"{module} is installed next to Ray: pick another"
+        assert importlib.util.find_spec(module) is None, f"{module} is installed next to Ray"
     result = peach(
         "deploy", str(ENVS), "--address", cluster.dashboard_url,
-        "--http-port", str(cluster.http_port), timeout=110,
+        "--http-port", str(cluster.http_port),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     response = httpx.get(f"{cluster.serve_url}/joke", timeout=10)

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
-from cli_support import run_peach_process
+from cli_support import run_peach
 from ray_cluster import RayHead
 from test_deploy_cluster import keep_only
 
@@ -35,10 +33,8 @@ def cluster(ray_cluster: RayHead) -> RayHead:
     return ray_cluster
 
 
-def peach(
-    *args: str, cwd: Path | None = None, timeout: float = 200
-) -> subprocess.CompletedProcess[str]:
-    return run_peach_process(*args, timeout=timeout, **({"cwd": cwd} if cwd else {}))
+def peach(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_peach(*args)
 
 
 def git(folder: Path, *args: str) -> str:

@@ -17,9 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
-from cli_support import PEACH, run_peach_process
+from cli_support import run_peach, start_peach
 from ray_cluster import RayHead
 from test_deploy_cluster import basic_app, cluster, plan_of, replica_ids  # noqa: F401 - fixtures
 from waiting import poll as poll_until
@@ -38,10 +36,8 @@ INITFAIL = PROJECTS / "deploy_initfail"
 REPO = TESTS.parent
 
 
-def peach(
-    *args: str, timeout: float = 200, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return run_peach_process(*args, timeout=timeout, env=env)
+def peach(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_peach(*args)
 
 
 def poll(check, what: str, timeout_s: float = 30.0, interval_s: float = 0.3):
@@ -344,12 +340,10 @@ def test_logs_health_and_status_show_prints_init_errors_and_failed_reinits(clust
 
     # --follow prints new lines as the replica writes them, until Ctrl-C
     log = (cluster.temp_dir / "follow.log").open("wb")
-    env = dict(os.environ, NO_COLOR="1", PYTHONUNBUFFERED="1")
-    follower = subprocess.Popen(
-        # a real process: --follow runs until the test sends SIGINT
-        [*PEACH, "logs", "deploy-shared", *address,
-         "-d", "talk.main", "--follow", "--tail", "0"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True,
+    follower = start_peach(  # a real process: --follow runs until the test sends SIGINT
+        "logs", "deploy-shared", *address, "-d", "talk.main", "--follow", "--tail", "0",
+        env={"PYTHONUNBUFFERED": "1"}, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
     )  # fmt: skip
     log.close()
     try:

@@ -14,9 +14,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-
-# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
-from cli_support import run_peach_process
+from cli_support import run_peach
 from ray_cluster import RayHead
 
 from peach_cli.deploy.dashboard import DashboardClient
@@ -52,7 +50,7 @@ def peach(
         env["RAY_AUTH_TOKEN"] = token
     if token_path is not None:
         env["RAY_AUTH_TOKEN_PATH"] = str(token_path)
-    return run_peach_process(*args, cwd=cwd, env=env, timeout=90)
+    return run_peach(*args, cwd=cwd, env=env)
 
 
 def cluster_checks(
@@ -166,7 +164,7 @@ def test_the_token_is_read_as_rays_tools_read_it(head, tmp_path):
     empty_home = {"HOME": str(home)}
 
     def status(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return run_peach_process("status", "--address", head.dashboard_url, env=env, timeout=110)
+        return run_peach("status", "--address", head.dashboard_url, env=env)
 
     missing = status(empty_home)
     assert missing.returncode == 1

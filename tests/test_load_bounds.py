@@ -9,15 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 
 import psutil
 import pytest
-from cli_support import PEACH, run_peach
-from conftest import REPO
+from cli_support import run_peach, start_peach
 
 
 @pytest.mark.parametrize(
@@ -72,16 +70,14 @@ def black_hole() -> Iterator[int]:
             connection.close()
 
 
+@pytest.mark.slow  # 6 s of a bench spinning a core, its memory read meanwhile
 @pytest.mark.timeout(90)
 def test_an_open_loop_that_cannot_keep_up_holds_a_bounded_queue_and_ctrl_c_stops_it(
     black_hole: int,
 ) -> None:
-    bench = subprocess.Popen(
-        # a real process: the test sends it SIGINT
-        [*PEACH, "bench", "/x", "--url",
-         f"http://127.0.0.1:{black_hole}", "--rate", "1e9", "--duration", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-        env={**os.environ, "NO_COLOR": "1"}, start_new_session=True,
+    bench = start_peach(  # a real process: the test reads its memory and sends it SIGINT
+        "bench", "/x", "--url", f"http://127.0.0.1:{black_hole}", "--rate", "1e9",
+        "--duration", "60", text=False, start_new_session=True,
     )  # fmt: skip
     try:
         process = psutil.Process(bench.pid)

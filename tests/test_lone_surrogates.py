@@ -137,6 +137,7 @@ def test_deep_json_to_a_profile_action_is_a_bad_request(served: DevProcess, acti
 # -- profile sessions end by themselves --------------------------------------------------------
 
 
+@pytest.mark.slow  # it waits out the session's grace (GRACE_S, 10 s)
 def test_a_profile_session_nobody_stops_ends_by_itself(served: DevProcess) -> None:
     """A killed `peach profile` leaves no replica sampling: the session ends at its
     duration plus a grace period (``GRACE_S``), its samples dropped."""

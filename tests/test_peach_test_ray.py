@@ -12,9 +12,7 @@ import json
 
 import httpx
 import pytest
-
-# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
-from cli_support import REPO, run_peach_process
+from cli_support import REPO, run_peach
 from conftest import start_peach_dev
 from test_replay import wait_for_lines
 
@@ -27,10 +25,9 @@ PREFIX = "/qs"
 @pytest.fixture(scope="module")
 def deployed(ray_semantics_cluster) -> str:
     head, _ = ray_semantics_cluster
-    result = run_peach_process(
-        "deploy", str(QUICKSTART), "--address", head.dashboard_url, "--route-prefix", PREFIX,
-        timeout=300,
-    )  # fmt: skip
+    result = run_peach(
+        "deploy", str(QUICKSTART), "--address", head.dashboard_url, "--route-prefix", PREFIX
+    )
     assert result.returncode == 0, result.stderr
     return head.serve_url + PREFIX
 
@@ -55,9 +52,9 @@ def results(report: dict) -> list[tuple]:
 
 def test_the_same_case_files_give_the_same_results_on_both_hosts(deployed, recording_dev):
     dev, _ = recording_dev
-    local = run_peach_process("test", str(QUICKSTART), "--format", "json")
-    on_ray = run_peach_process("test", str(QUICKSTART), "--url", deployed, "--format", "json")
-    on_dev = run_peach_process("test", str(QUICKSTART), "--url", dev.url, "--format", "json")
+    local = run_peach("test", str(QUICKSTART), "--format", "json")
+    on_ray = run_peach("test", str(QUICKSTART), "--url", deployed, "--format", "json")
+    on_dev = run_peach("test", str(QUICKSTART), "--url", dev.url, "--format", "json")
     for result in (local, on_ray, on_dev):
         assert result.returncode == 0, result.stdout + result.stderr
     reports = [json.loads(r.stdout) for r in (local, on_ray, on_dev)]
@@ -81,11 +78,11 @@ def test_dev_traffic_replays_the_same_against_the_deployed_app(deployed, recordi
     snapshot = record.with_name("snapshot.jsonl")
     snapshot.write_text("\n".join(lines) + "\n")
 
-    replayed = run_peach_process("replay", str(snapshot), "--url", deployed)
+    replayed = run_peach("replay", str(snapshot), "--url", deployed)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert f": {len(lines)} same, 0 differ, 0 failed" in replayed.stderr
 
-    against = run_peach_process("replay", str(snapshot), "--url", dev.url, "--against", deployed)
+    against = run_peach("replay", str(snapshot), "--url", dev.url, "--against", deployed)
     assert against.returncode == 0, against.stdout + against.stderr
     assert f": {len(lines)} same, 0 differ, 0 failed" in against.stderr
 
@@ -93,9 +90,7 @@ def test_dev_traffic_replays_the_same_against_the_deployed_app(deployed, recordi
     changed = json.loads(lines[0])
     changed["result"] = ["something", "else"]
     (snapshot.with_name("changed.jsonl")).write_text(json.dumps(changed) + "\n")
-    differs = run_peach_process(
-        "replay", str(snapshot.with_name("changed.jsonl")), "--url", deployed
-    )
+    differs = run_peach("replay", str(snapshot.with_name("changed.jsonl")), "--url", deployed)
     assert differs.returncode == 1
     assert ": 0 same, 1 differ, 0 failed" in differs.stderr
 
@@ -104,7 +99,7 @@ def test_the_openapi_document_is_the_commands_on_both_hosts(deployed, recording_
     """SPEC §11: the deployed app serves the command's document under its route prefix,
     with the prefix in ``servers``; `peach dev` serves the same one."""
     dev, _ = recording_dev
-    printed = run_peach_process("openapi", str(QUICKSTART))
+    printed = run_peach("openapi", str(QUICKSTART))
     assert printed.returncode == 0, printed.stderr
     command = json.loads(printed.stdout)
     on_ray = httpx.get(deployed + "/_peach/openapi.json", timeout=30)
@@ -118,7 +113,7 @@ def test_the_openapi_document_is_the_commands_on_both_hosts(deployed, recording_
 def test_fuzz_with_a_url_fuzzes_the_deployed_app_under_its_prefix(deployed):
     """SPEC §11: `peach fuzz --url` reads the deployed app's document under its prefix and
     sends its requests there; the quickstart has nothing to find."""
-    fuzzed = run_peach_process("fuzz", "--url", deployed, "--examples", "10", "--seed", "3")
+    fuzzed = run_peach("fuzz", "--url", deployed, "--examples", "10", "--seed", "3")
     assert fuzzed.returncode == 0, fuzzed.stdout + fuzzed.stderr
     shown = fuzzed.stdout + fuzzed.stderr
     assert "/recommend  10 requests" in shown and "/story  10 requests" in shown, shown

@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
-from cli_support import REPO, run_peach_process
+from cli_support import REPO, run_peach
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]  # may start the cluster
 
@@ -26,7 +24,7 @@ SLEEP = {"position": "notebooks/Endpoints.ipynb, cell 6, line 23", "function": "
 
 
 def profile(*args: str, cwd: Path = SEMANTICS) -> tuple[int, str, str]:
-    done = run_peach_process("profile", *args, cwd=cwd, timeout=240)
+    done = run_peach("profile", *args, cwd=cwd)
     return done.returncode, done.stdout, done.stderr
 
 

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
-from cli_support import run_peach_process
+from cli_support import run_peach
 from ray_cluster import RayHead
 
 from peach_cli.deploy.dashboard import DashboardClient
@@ -53,9 +51,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def peach(*args: str, **env: str):
-    return run_peach_process(
-        *args, env={"OTHER_KEY": OTHER, "UNDECLARED_VAR": "nope", **env}, timeout=150
-    )
+    return run_peach(*args, env={"OTHER_KEY": OTHER, "UNDECLARED_VAR": "nope", **env})
 
 
 def seen(head: RayHead, url: str) -> dict:

@@ -21,6 +21,8 @@ from peach_cli.envs.runtime import runtime_files
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("peach_cli", "simulator")
 
+pytestmark = pytest.mark.xdist_group("structure")  # with test_structure_gateway: one parse
+
 REPLICA_RUNTIME = runtime_files()
 """What a replica or a task imports: it runs inside every user environment, so stdlib only."""
 
@@ -51,14 +53,33 @@ def _trees(prefix: str = "") -> dict[str, ast.Module]:
     return {name: _tree(path) for name, path in _sources().items() if name.startswith(prefix)}
 
 
+_WALKS: dict[int, tuple[ast.AST, ...]] = {}
+_IMPORTED: dict[int, frozenset[str]] = {}
+
+
+def _walk(tree: ast.AST) -> tuple[ast.AST, ...]:
+    """``ast.walk`` of a module's tree (one ``_tree`` keeps), walked once: every rule reads
+    every module again."""
+    nodes = _WALKS.get(id(tree))
+    if nodes is None:
+        nodes = _WALKS[id(tree)] = tuple(ast.walk(tree))
+    return nodes
+
+
 def _is_type_checking(node: ast.If) -> bool:
     return ast.unparse(node.test).endswith("TYPE_CHECKING")
 
 
-def _imported(tree: ast.AST) -> set[str]:
+def _imported(tree: ast.AST) -> frozenset[str]:
     """Every module name ``tree`` imports (``a.b`` and, for ``from a.b import c``, ``a.b.c``
     too), at module level or inside functions (lazy imports run), not under
-    ``if TYPE_CHECKING:``."""
+    ``if TYPE_CHECKING:``. (Read once per tree, as ``_walk``.)"""
+    if id(tree) not in _IMPORTED:
+        _IMPORTED[id(tree)] = frozenset(_imports_in(tree))
+    return _IMPORTED[id(tree)]
+
+
+def _imports_in(tree: ast.AST) -> set[str]:
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -96,7 +117,7 @@ def _called_names(tree: ast.AST) -> set[str]:
     """The names ``tree`` calls: ``f(…)`` and ``x.f(…)`` as ``f``."""
     return {
         node.func.id if isinstance(node.func, ast.Name) else node.func.attr
-        for node in ast.walk(tree)
+        for node in _walk(tree)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute)
     }
 
@@ -233,7 +254,7 @@ def test_no_private_name_crosses_a_module_boundary() -> None:
     crossings = [
         f"{name} imports {node.module}.{alias.name}"
         for name, tree in _trees().items()
-        for node in ast.walk(tree)
+        for node in _walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
         and node.module.split(".")[0] in PACKAGES
         # a package's own modules may share its private helpers
@@ -340,7 +361,7 @@ def test_the_names_of_a_projects_files_are_written_once() -> None:
     holders = {
         name
         for name, tree in _trees().items()
-        for node in ast.walk(tree)
+        for node in _walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and (node.value in FILE_NAMES or node.value.endswith(".peach-test.yaml"))
@@ -440,7 +461,7 @@ def _dict_keys(tree: ast.AST) -> list[set[str]]:
     """The string keys of every dict display in ``tree``."""
     return [
         {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-        for node in ast.walk(tree)
+        for node in _walk(tree)
         if isinstance(node, ast.Dict)
     ]
 
@@ -465,7 +486,7 @@ def test_both_hosts_build_routes_health_and_refusals_with_the_contract() -> None
     written = {
         name
         for name, tree in _trees("simulator.").items()
-        for node in ast.walk(tree)
+        for node in _walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, bytes)
         and node.value.startswith(b"HTTP/1.")
@@ -510,7 +531,7 @@ def _stateful_classes() -> set[str]:
     sentinel class holds none)."""
     found = set()
     for tree in _trees().values():
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if not isinstance(node, ast.ClassDef):
                 continue
             decorators = [ast.unparse(d) for d in node.decorator_list]
@@ -551,7 +572,7 @@ def _module_state(tree: ast.Module, stateful: set[str]) -> dict[str, int]:
                     bound[target.id] = node.lineno
                     if empty or maker in MUTABLE_MAKERS or maker in stateful:
                         found[target.id] = node.lineno
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         changed: ast.AST | None = None
         if isinstance(node, ast.Global):
             found.update({name: node.lineno for name in node.names})
@@ -573,7 +594,7 @@ def _module_state(tree: ast.Module, stateful: set[str]) -> dict[str, int]:
 def _shadowed(tree: ast.Module, name: str) -> bool:
     """Whether some function binds ``name`` locally (its parameter or its own variable): a
     change to that name is a change to the local, not to the module's."""
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             params = node.args
             names = [a.arg for a in [*params.posonlyargs, *params.args, *params.kwonlyargs]]
@@ -638,7 +659,7 @@ def _unbounded_writes(tree: ast.Module) -> set[str]:
     """What ``tree`` writes without ``peach_cli.boundary``: prints, echoes, raw writes to
     stdout/stderr, Rich consoles made, files opened for writing."""
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if isinstance(node, ast.Call):
             name = ast.unparse(node.func)
             short = name.rsplit(".", 1)[-1]
@@ -695,7 +716,7 @@ def test_every_channel_a_writer_names_is_registered() -> None:
     named = {
         node.value.value
         for tree in _trees().values()
-        for node in ast.walk(tree)
+        for node in _walk(tree)
         if isinstance(node, ast.keyword)
         and node.arg == "channel"
         and isinstance(node.value, ast.Constant)
@@ -714,7 +735,7 @@ def test_functions_split_along_their_steps() -> None:
     long = {
         f"{name}:{node.name}": node.end_lineno - node.lineno + 1
         for name, tree in _trees().items()
-        for node in ast.walk(tree)
+        for node in _walk(tree)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and (node.end_lineno or 0) - node.lineno + 1 > MAX_FUNCTION_LINES
     }

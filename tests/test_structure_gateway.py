@@ -6,24 +6,25 @@ a second copy elsewhere breaks them."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("peach_cli", "simulator")
+import pytest
+from test_structure import PACKAGES, ROOT, _sources, _tree, _walk
+
+pytestmark = pytest.mark.xdist_group("structure")  # with test_structure: one parse
 
 
 def _trees(packages: tuple[str, ...] = PACKAGES) -> dict[str, ast.Module]:
     return {
-        path.relative_to(ROOT).as_posix(): ast.parse(path.read_text())
-        for package in packages
-        for path in (ROOT / package).rglob("*.py")
+        path.relative_to(ROOT).as_posix(): _tree(path)
+        for name, path in _sources().items()
+        if name.split(".")[0] in packages
     }
 
 
 def _calls(tree: ast.AST) -> list[tuple[str, int]]:
     """``(name, line)`` of every call: ``f(...)`` and ``x.f(...)`` give ``f``."""
     found = []
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Name):
@@ -84,13 +85,13 @@ def test_the_gateways_paths_and_tool_header_are_named_once() -> None:
             continue
         docstrings = {
             id(node.body[0].value)
-            for node in ast.walk(tree)
+            for node in _walk(tree)
             if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
             and node.body
             and isinstance(node.body[0], ast.Expr)
             and isinstance(node.body[0].value, ast.Constant)
         }
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if (
                 isinstance(node, ast.Constant)
                 and isinstance(node.value, str)

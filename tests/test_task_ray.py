@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from cli_support import PEACH, run_peach_process
+from cli_support import run_peach, start_peach
 from ray_cluster import RayHead
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,10 +39,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def task_run(head: RayHead, project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    # a real process: it connects to Ray, whose client state is per process
-    return run_peach_process(
-        "task", "run", *args, str(project), "--address", head.dashboard_url, timeout=200
-    )
+    return run_peach("task", "run", *args, str(project), "--address", head.dashboard_url)
 
 
 def test_a_ray_job_run_streams_its_logs_and_exits_0(head: RayHead, project: Path) -> None:
@@ -149,17 +146,10 @@ def test_a_trigger_in_a_deployed_replica_runs_the_task_on_the_cluster(
 
 
 def test_ctrl_c_stops_the_ray_job_and_exits_130(head: RayHead, project: Path) -> None:
-    process = subprocess.Popen(
-        # a real process: the test sends it SIGINT
-        [*PEACH, "task", "run", "hang", str(project)]
-        + ["--address", head.dashboard_url, "--timeout-s", "120"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, NO_COLOR="1"),
-        start_new_session=True,
-    )
+    process = start_peach(  # a real process: the test sends it SIGINT
+        "task", "run", "hang", str(project), "--address", head.dashboard_url,
+        "--timeout-s", "120", start_new_session=True,
+    )  # fmt: skip
     try:
         assert process.stdout is not None
         for line in process.stdout:  # Ray's own lines first, then the task's

@@ -17,9 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-# not in-process yet: this file runs against the Ray cluster fixtures, converting it needs a run of them
-from cli_support import run_peach_process
+from cli_support import run_peach
 from projectkit import copy_assistant
 from ray_cluster import RayHead
 from test_deploy_cluster import keep_only
@@ -82,7 +80,7 @@ def jobs_of(head: RayHead, task: str | None = None, since: float = 0.0) -> list[
 
 
 def status_rows(head: RayHead) -> dict[str, dict[str, Any]]:
-    result = run_peach_process("status", "--address", head.dashboard_url, "--format", "json")
+    result = run_peach("status", "--address", head.dashboard_url, "--format", "json")
     assert result.returncode == 0, result.stderr
     apps = {app["name"]: app for app in json.loads(result.stdout)["applications"]}
     return {row["task"]: row for row in apps[APP]["tasks"]} if APP in apps else {}
@@ -139,9 +137,9 @@ def test_the_loop_runs_every_task_once_then_pauses_and_status_and_logs_show_it(
     # the pause: nothing more runs
     time.sleep(5)
     assert len(jobs_of(cluster, since=since)) == 6
-    text = run_peach_process("status", "--address", cluster.dashboard_url)
+    text = run_peach("status", "--address", cluster.dashboard_url)
     assert re.search(r"fail\s+idle\s+0\s+1\s+[\d.]+ s\s+RuntimeError: bad data: None", text.stdout)
-    logs = run_peach_process("logs", APP, "--address", cluster.dashboard_url, "-d", "tasks").stdout
+    logs = run_peach("logs", APP, "--address", cluster.dashboard_url, "-d", "tasks").stdout
     assert "greet | hello from greet v1" in logs
     assert "greet | task greet run greet#2 ok in" in logs
     assert "fail |   File notebooks/Tasks.ipynb, cell 4, line 3, in fail" in logs
@@ -176,7 +174,7 @@ def test_triggered_runs_go_one_at_a_time_in_order_and_an_unknown_name_is_a_value
 
 def scheduler_replicas(head: RayHead) -> list[str]:
     """The ids of the scheduler's running replicas, as `peach status --format json` lists them."""
-    result = run_peach_process("status", "--address", head.dashboard_url, "--format", "json")
+    result = run_peach("status", "--address", head.dashboard_url, "--format", "json")
     apps = {app["name"]: app for app in json.loads(result.stdout)["applications"]}
     deployments = {d["name"]: d for d in apps[APP]["deployments"]}
     return [r["replica_id"] for r in deployments["tasks"]["replicas"] if r["state"] == "RUNNING"]
@@ -213,7 +211,7 @@ def test_a_redeploy_keeps_the_counts_a_changed_task_applies_next_run_and_delete_
     assert status_rows(cluster)["greet"]["runs_ok"] == 1
     httpx.get(f"{url}/kick", params={"task": "greet"}, timeout=60).raise_for_status()
     wait_rows(cluster, lambda rows: rows["greet"]["runs_ok"] == 2)
-    logs = run_peach_process("logs", APP, "--address", cluster.dashboard_url, "-d", "tasks").stdout
+    logs = run_peach("logs", APP, "--address", cluster.dashboard_url, "-d", "tasks").stdout
     assert logs.index("greet | hello from greet v1") < logs.index("greet | hello from greet v2")
 
     httpx.get(f"{url}/kick", params={"task": "hang"}, timeout=60).raise_for_status()
@@ -222,14 +220,12 @@ def test_a_redeploy_keeps_the_counts_a_changed_task_applies_next_run_and_delete_
     while not started.search(logs):  # this scheduler's line (stopped ones' logs are shown too)
         assert time.monotonic() < deadline, logs
         time.sleep(1)
-        logs = run_peach_process(
-            "logs", APP, "--address", cluster.dashboard_url, "-d", "tasks"
-        ).stdout
+        logs = run_peach("logs", APP, "--address", cluster.dashboard_url, "-d", "tasks").stdout
     child = int(started.search(logs).group(1))  # type: ignore[union-attr]
     (hang,) = jobs_of(cluster, "hang", since)
     assert hang["status"] == "RUNNING"
 
-    deleted = run_peach_process("delete", APP, "--address", cluster.dashboard_url)
+    deleted = run_peach("delete", APP, "--address", cluster.dashboard_url)
     assert deleted.returncode == 0, deleted.stderr
     (hang,) = jobs_of(cluster, "hang", since)
     assert hang["status"] == "STOPPED"  # the scheduler stopped the run as it stopped
@@ -267,7 +263,7 @@ def test_the_assistant_retrains_on_the_cluster_and_its_replicas_reinit_with_no_m
         return int(answer.json()["result"][0]["version"])
 
     def retrained() -> int:
-        result = run_peach_process("status", "--address", cluster.dashboard_url, "--format", "json")
+        result = run_peach("status", "--address", cluster.dashboard_url, "--format", "json")
         apps = {a["name"]: a for a in json.loads(result.stdout)["applications"]}
         rows = {row["task"]: row for row in apps[app]["tasks"]}
         return int(rows["retrain"]["runs_ok"]) if "retrain" in rows else 0
@@ -285,5 +281,5 @@ def test_the_assistant_retrains_on_the_cluster_and_its_replicas_reinit_with_no_m
             break
         assert time.monotonic() < deadline, (first, now, marker)
         time.sleep(1)
-    logs = run_peach_process("logs", app, "--address", cluster.dashboard_url, "-d", "tasks").stdout
+    logs = run_peach("logs", app, "--address", cluster.dashboard_url, "-d", "tasks").stdout
     assert "retrain | retraining (scheduled): knowledge version 1 -> 2" in logs

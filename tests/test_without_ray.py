@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 # real processes: Ray is hidden from their imports (no_ray_env), which a test process cannot undo
-from cli_support import run_peach_process
+from cli_support import run_peach, run_peach_process
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = REPO / "tests" / "projects" / "deploy_basic"
@@ -63,7 +63,7 @@ def test_deploy_dry_run_without_ray_says_the_schema_is_not_checked(no_ray_env):
     assert config["applications"][0]["name"] == "deploy-basic"
     assert "not checked against Ray's schema here: Ray is not installed" in result.stderr
     assert "python -m pip install 'peach-cli[ray]'" in result.stderr
-    with_ray = run_peach_process("deploy", str(PROJECT), "--dry-run", "--format", "json")
+    with_ray = run_peach("deploy", str(PROJECT), "--dry-run", "--format", "json")
     assert "Ray's schema" not in with_ray.stderr  # with Ray here, it is checked
     assert json.loads(with_ray.stdout) == config
 
