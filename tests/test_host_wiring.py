@@ -120,10 +120,10 @@ def test_a_host_is_what_its_health_declares_never_what_its_replicas_look_like() 
     """A loopback host answering health with ``host: "ray"`` is a deployed app (profiled
     through the dashboard: ``--init`` refused), whatever its replicas show; one that
     declares no host is refused with what to do."""
+    from peach_cli.client.actions import declared_host
     from peach_cli.commands.host_options import ProfileOptions
     from peach_cli.commands.profile import run_profile
     from peach_cli.errors import UsageError
-    from peach_cli.testing.host import declared_host
 
     with _answering("ray") as ray, _answering("dev") as dev, _answering(None) as older:
         assert declared_host(ray, tool="profile") == "ray"
@@ -143,7 +143,8 @@ def test_peach_dev_declares_itself_in_its_health() -> None:
     """The simulator (what `peach dev` serves) answers ``/_peach/health`` with ``host:
     "dev"``, and `peach bench` samples its replicas' capacity because of it."""
     from peach_cli.bench.capacity import CapacitySampler
-    from peach_cli.testing.host import FoundProject, declared_host, local_host
+    from peach_cli.client.actions import declared_host
+    from peach_cli.testing.host import FoundProject, local_host
 
     plan = FoundProject.at(QUICKSTART, need_conf=True).plan("testing")
     with local_host(QUICKSTART, plan) as url:

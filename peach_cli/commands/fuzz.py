@@ -65,23 +65,25 @@ def run_fuzz(output: Output, options: FuzzOptions) -> int:
     from peach_cli.views.fuzz import FuzzShown
 
     shown = FuzzShown(
-        output, options.output_format, examples=options.examples, seed=seed, url=options.url
+        output,
+        options.output_format,
+        examples=options.examples,
+        seed=seed,
+        url=options.url,
+        began=began,
     )
     watch = Watch() if options.url is None else None  # the simulator's events, run here
     on_event = watch.on_event if watch is not None else None
-    try:
-        with Host(
-            path,
-            options.url,
-            doing="fuzzing",
-            tool="fuzz",
-            on_event=on_event,
-            secrets=output.secrets,
-        ) as host:
-            explored = fuzz_host(
-                host, names, examples=options.examples, seed=seed, watch=watch, shown=shown
-            )
-    finally:
-        shown.clear()  # an interrupted run leaves no half line
-    shown.finish(explored, time.perf_counter() - began)
+    with Host(
+        path,
+        options.url,
+        doing="fuzzing",
+        tool="fuzz",
+        on_event=on_event,
+        openapi=True,
+        secrets=output.secrets,
+    ) as host:
+        explored = fuzz_host(
+            host, names, examples=options.examples, seed=seed, watch=watch, shown=shown
+        )
     return 1 if any(e.findings for e in explored) else 0

@@ -161,7 +161,7 @@ def _line_maps(found: FoundProject, *, named: bool) -> dict[str, dict[str, Any]]
 def _action(
     origin: str, action: str, settings: dict[str, Any], timeout_s: float = 30.0
 ) -> dict[str, Any]:
-    from peach_cli.testing.host import Unreachable, peach_post
+    from peach_cli.client.actions import Unreachable, peach_post
 
     try:
         answer = peach_post(
