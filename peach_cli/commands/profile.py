@@ -36,7 +36,8 @@ OUTPUT_SUFFIXES = (".svg", ".json")
 def run_profile(out: Output, options: ProfileOptions) -> int:
     """Run `peach profile`; return the exit code (usage mistakes raise ``UsageError``)."""
     _check_options(options)
-    from peach_cli.profile.run import Load, profile_host
+    from peach_cli.profile.load import Load
+    from peach_cli.profile.run import profile_host
     from peach_cli.testing.host import Host
 
     load = Load(

@@ -201,16 +201,15 @@ def known_values(root: Path, names: Iterable[str], *, need_dotenv: bool = False)
     missing ones are left out (a command that only shows output masks what it can).
     ``need_dotenv``: a ``.env`` that a name must come from and that cannot be read is
     ``DotenvError`` (naming ``.env:LINE``), else only the environment's values are given."""
-    names = list(names)
-    try:
-        return list(secret_values(root, names).values())
-    except MissingSecret as error:
-        found = [name for name in names if name not in error.names]
-        return list(secret_values(root, found).values()) if found else []
+    names = list(dict.fromkeys(names))
+    try:  # read once, and only when a name is not in the environment
+        dotenv = read_dotenv(root) if any(name not in os.environ for name in names) else {}
     except DotenvError:  # said where .env is needed; here only the environment's values
         if need_dotenv:
             raise
-        return [os.environ[name] for name in names if name in os.environ]
+        dotenv = {}
+    found = {**dotenv, **os.environ}
+    return [found[name] for name in names if name in found]
 
 
 def hide_declared(
