@@ -90,12 +90,16 @@ class FoundProject:
         self._plan: ProjectPlan | None = None
 
     @classmethod
-    def at(cls, path: Path, *, need_conf: bool, secrets: Secrets | None = None) -> FoundProject:
+    def at(
+        cls, path: Path, *, need_conf: bool, mask: bool = False, secrets: Secrets | None = None
+    ) -> FoundProject:
         """The project at ``path``; ``UsageError`` when ``path`` does not exist, or holds no
-        conf and ``need_conf``. ``secrets``: the run's, which ``mask`` adds to."""
+        conf and ``need_conf``. ``secrets``: the run's, which ``mask`` adds to; with
+        ``mask`` the secrets the conf declares are masked as soon as it is read (``mask``)."""
         from peach_cli.project.filenames import find_conf_files
         from peach_cli.project.loader import read_project
         from peach_cli.project.notebook import fewer_collections
+        from peach_cli.project.secrets import hide_declared_read
 
         if not need_conf and not path.exists():
             raise UsageError(f"{path} does not exist")
@@ -106,16 +110,17 @@ class FoundProject:
                 raise
             return cls(path, path if path.is_dir() else path.parent, None, error, secrets)
         with fewer_collections():
-            return cls(path, root, read_project(root, files), secrets=secrets)
+            found = cls(path, root, read_project(root, files), secrets=secrets)
+        if mask:
+            hide_declared_read(found.root, found.read, found.secrets)
+        return found
 
     @classmethod
     def masked(cls, path: Path, *, secrets: Secrets) -> FoundProject:
         """The project at ``path`` (``UsageError`` when it holds no conf), the values of the
         secrets its conf declares masked in everything the run of ``secrets`` shows from now
         on."""
-        found = cls.at(path, need_conf=True, secrets=secrets)
-        found.mask()
-        return found
+        return cls.at(path, need_conf=True, mask=True, secrets=secrets)
 
     def require(self) -> None:
         """``UsageError`` when no conf was found (the project was named, so it must be one)."""
@@ -273,14 +278,16 @@ class Host(_Started):
         self._stack = ExitStack()
         self._served: str | None = None
         self._client: Client | None = None
-        self.found = FoundProject.at(path, need_conf=url is None, secrets=secrets)  # read once
+        # read once; with --url its secrets masked in what the host answers
+        self.found = FoundProject.at(
+            path, need_conf=url is None, mask=url is not None, secrets=secrets
+        )
         self.url: str | None = None
         served: dict[str, Any] | None = None  # the OpenAPI document of what is served
         if url is not None:
             from peach_cli.client.actions import openapi_document
             from peach_cli.client.items import base_url
 
-            self.found.mask()  # what the host answers is shown masked
             self.url = base_url(url)
             if openapi:
                 wait_s = timeout_s or DEFAULT_TIMEOUT_S
