@@ -59,11 +59,13 @@ def run_fuzz(output: Output, options: FuzzOptions) -> int:
     seed = random.randrange(2**32) if options.seed is None else options.seed
     words = [*([options.project] if options.project is not None else []), *(options.targets or [])]
     path, names = split_arguments(words)
+    from peach_cli.client.items import base_url
     from peach_cli.fuzz.run import fuzz_host
     from peach_cli.fuzz.watch import Watch
     from peach_cli.testing.host import Host
     from peach_cli.views.fuzz import FuzzShown
 
+    url = base_url(options.url)
     shown = FuzzShown(
         output,
         options.output_format,
@@ -72,11 +74,11 @@ def run_fuzz(output: Output, options: FuzzOptions) -> int:
         url=options.url,
         began=began,
     )
-    watch = Watch() if options.url is None else None  # the simulator's events, run here
+    watch = Watch() if url is None else None  # the simulator's events, run here
     on_event = watch.on_event if watch is not None else None
     with Host(
         path,
-        options.url,
+        url,
         doing="fuzzing",
         tool="fuzz",
         on_event=on_event,

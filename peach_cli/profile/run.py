@@ -1,7 +1,8 @@
 """A profiling run against one host: `peach profile`'s work between its command line and
 what it shows.
 
-``profile_host`` builds the request, picks the samplers of the host's kind and sends the
+``profile_host`` sends the request read from the command line before the host started
+(``peach_cli.client.items.prepare_request``) to the host's base, picks the samplers of the host's kind and sends the
 load (``peach_cli.profile.load``: `peach bench`'s load generator) while they sample every
 replica of the endpoint's components. On a `peach dev` (the project's simulator, or a
 ``--url`` on this machine whose health declares ``host: "dev"``) the replicas sample
@@ -11,14 +12,13 @@ Ray dashboard profiles its replicas (``peach_cli.profile.deployed``) while the s
 runs::
 
     with Host(Path("examples/quickstart"), None, doing="profiling", tool="profile") as host:
-        profiled = profile_host(host, "/hot", Load(None, 8, 10.0, 60.0))
+        profiled = profile_host(host, prepare_request("/hot"), Load(None, 8, 10.0, 60.0))
     profiled.profiles   # one raw profile a replica (``peach_cli.profile.model``)
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from peach_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from peach_cli.client.request import Prepared
     from peach_cli.profile.load import Load
     from peach_cli.testing.host import Host
 
@@ -45,31 +46,26 @@ class Profiled:
 
 def profile_host(
     host: Host,
-    target: str,
+    request: Prepared,
     load: Load,
     *,
-    items: Sequence[str] = (),
-    headers: Sequence[str] = (),
     cpu: bool = False,
     init: bool = False,
     address: str | None = None,
     named: bool = False,
 ) -> Profiled:
-    """Profile ``target`` (a path joined to the host's base, or a full URL) on ``host``:
+    """Profile ``request`` (``peach_cli.client.items.prepare_request``'s: its path joined to
+    the host's base, or its full URL) on ``host``:
     the replicas sample CPU time with ``cpu``, else wall-clock time; ``init`` profiles the
     components' init instead of the load. A deployed app is profiled through the dashboard
     at ``address``, its lines named by the project here (``named``: the project was given,
     so it must be one)."""
-    from peach_cli.client.items import build_request, with_tool
     from peach_cli.profile.deployed import DeployedSampling
     from peach_cli.profile.dev import DevSampling
     from peach_cli.profile.load import send_load
 
-    request = with_tool(
-        build_request(target, items, base=host.base, headers=headers, timeout_s=load.timeout_s),
-        "profile",
-    )
-    parts = urlsplit(request.url)
+    sent = request.at(host.base)
+    parts = urlsplit(sent.url)
     origin, path = f"{parts.scheme}://{parts.netloc}", parts.path or "/"
     deployed = host.kind == "ray"
     if deployed and init:
@@ -94,6 +90,6 @@ def profile_host(
     interrupted = False
     with sampling:
         if not init:  # init is profiled as its components restart: no load
-            figures, interrupted = send_load(request, load)
+            figures, interrupted = send_load(sent, load)
     duration_s = figures["duration_s"] if figures is not None else time.perf_counter() - began
-    return Profiled(request.method, path, sampling.profiles, duration_s, figures, interrupted)
+    return Profiled(sent.method, path, sampling.profiles, duration_s, figures, interrupted)

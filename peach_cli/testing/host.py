@@ -2,8 +2,8 @@
 and its pytest plugin, `peach fuzz`, `peach profile`, `peach replay`, `peach bench`).
 
 ``Host`` is what one run of a command sends to, wired once: the project found and read once
-(``FoundProject``), its plan checked — or with ``--url`` its secrets masked and the URL
-checked —, the host (the project's simulator, started at first use, or ``--url``), what the
+(``FoundProject``), its plan checked — or with ``--url`` (checked by the command, with
+``peach_cli.client.items.base_url``) its secrets masked —, the host (the project's simulator, started at first use, or ``--url``), what the
 host declares it is (``dev`` or ``ray``, from its ``/_peach/health``:
 ``runtime.contract.status``), what it serves (its OpenAPI document), and the client that
 sends to it; closing it stops what it started::
@@ -247,7 +247,8 @@ class Hosts(_Started):
 class Host(_Started):
     """The host one run of a command sends to, wired once: the project at ``path`` found and
     read once — its plan checked as `peach dev` does (``2 errors in X: not DOING``), or with
-    ``url`` its secrets masked in what the host answers and ``url`` checked — then the host,
+    ``url`` (``--url``, checked by the command: ``peach_cli.client.items.base_url``) its
+    secrets masked in what the host answers — then the host,
     ``url`` or the project's simulator (started when ``base`` is first asked for, its events
     to ``on_event``; stopped by ``close``), and the one client that sends to it, which waits
     ``timeout_s`` for an answer (None: the project's ``timeout_s`` and ``LOCAL_SLACK_S``
@@ -286,9 +287,8 @@ class Host(_Started):
         served: dict[str, Any] | None = None  # the OpenAPI document of what is served
         if url is not None:
             from peach_cli.client.actions import openapi_document
-            from peach_cli.client.items import base_url
 
-            self.url = base_url(url)
+            self.url = url
             if openapi:
                 wait_s = timeout_s or DEFAULT_TIMEOUT_S
                 served = openapi_document(self.url, tool=tool, timeout_s=wait_s)
