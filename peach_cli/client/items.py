@@ -9,11 +9,13 @@ query, JSON body, headers, timeout); every mistake in it is a ``UsageError``::
 
 ``prepare_request`` reads the same command line before the host is known (`peach profile`
 reads it before it starts the project's simulator): a ``peach_cli.client.request.Prepared``,
-which ``Prepared.at(base)`` sends to the host's base URL once there is one.
+which ``Prepared.at(base)`` turns into the ``AskRequest`` for the host's base URL once
+there is one.
 
 ``KEY=VALUE`` travels in the query string, so the endpoint converts it to the parameter's
 annotation exactly as it converts ``curl '/assistant?KEY=VALUE'``; only a value too long for
-a URL (one that would take it past ``URL_LIMIT`` bytes) goes in the JSON body, as a string.
+a URL (one that would take it past ``client.request.URL_LIMIT`` bytes) goes in the JSON body,
+as a string: where each goes is decided by ``Prepared.at``, once the base URL is known.
 
 Items are split exactly as httpie splits them (``split_item``); the forms peach does not send
 (file uploads, ``Name;``, ``Name:@FILE``, ``KEY==@FILE``, nested keys) are refused by name.
@@ -32,11 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 from urllib.parse import urlsplit
 
-from peach_cli.client.request import (
-    DEFAULT_TIMEOUT_S,
-    AskRequest,
-    Prepared,
-)
+from peach_cli.client.request import DEFAULT_TIMEOUT_S, AskRequest, Prepared
 from peach_cli.errors import UsageError
 from peach_cli.internal import TOOL_HEADER
 from peach_cli.runtime.jsonlimits import PayloadError, loads_bounded, read_bounded
