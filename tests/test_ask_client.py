@@ -11,7 +11,8 @@ import pytest
 from ask_support import JSONL_CHUNKS, PLAIN_CHUNKS, ServerState, make_app, run_server
 
 from peach_cli.client import send as client_module
-from peach_cli.client.items import URL_LIMIT, build_request, parse_items, resolve_url
+from peach_cli.client.items import build_request, parse_items, resolve_url
+from peach_cli.client.request import URL_LIMIT
 from peach_cli.client.send import (
     EXIT_CODES,
     BadResponse,

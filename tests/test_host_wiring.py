@@ -19,6 +19,7 @@ import pytest
 from cli_support import REPO
 
 from peach_cli.boundary import Output
+from peach_cli.errors import PeachError
 
 QUICKSTART = REPO / "examples" / "quickstart"
 
@@ -67,6 +68,41 @@ def test_fuzz_reads_its_conf_once_with_its_simulator_and_with_a_url() -> None:
     )
     assert local == ["find", "read"]
     assert remote == ["find", "read"]
+
+
+def test_a_run_reads_its_dotenv_once_and_masks_what_it_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`peach fuzz` up to its targets: the project's ``.env`` is read once, where its
+    secrets are checked (a ``.env`` that cannot be read stops the run) and masked (before:
+    read twice, once to check it and once to mask it); its values are masked in what the
+    run shows."""
+    import shutil
+
+    pytest.importorskip("hypothesis")
+    from peach_cli.commands.fuzz import run_fuzz
+    from peach_cli.commands.host_options import FuzzOptions
+    from peach_cli.project import secrets
+
+    project = tmp_path / "secrets"
+    shutil.copytree(REPO / "tests" / "projects" / "secrets", project)
+    (project / ".env").write_text("READER_KEY=reader-from-dotenv\nTASK_KEY=task-from-dotenv\n")
+    for name in ("READER_KEY", "OTHER_KEY", "TASK_KEY", "NEEDY_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    reads: list[Path] = []
+    read_dotenv = secrets.read_dotenv
+
+    def counted(root: Path) -> dict[str, str]:
+        reads.append(root)
+        return read_dotenv(root)
+
+    monkeypatch.setattr(secrets, "read_dotenv", counted)
+    output = Output()
+    options = FuzzOptions(project=str(project), targets=["/no-such-endpoint"])
+    with pytest.raises(PeachError, match="no endpoint"):
+        run_fuzz(output, options)
+    assert reads == [project]
+    assert output.secrets.mask("key: reader-from-dotenv") == "key: ***"
 
 
 def test_replay_reads_the_conf_that_masks_its_secrets_once(tmp_path: Path) -> None:
@@ -120,10 +156,10 @@ def test_a_host_is_what_its_health_declares_never_what_its_replicas_look_like() 
     """A loopback host answering health with ``host: "ray"`` is a deployed app (profiled
     through the dashboard: ``--init`` refused), whatever its replicas show; one that
     declares no host is refused with what to do."""
+    from peach_cli.client.actions import declared_host
     from peach_cli.commands.host_options import ProfileOptions
     from peach_cli.commands.profile import run_profile
     from peach_cli.errors import UsageError
-    from peach_cli.testing.host import declared_host
 
     with _answering("ray") as ray, _answering("dev") as dev, _answering(None) as older:
         assert declared_host(ray, tool="profile") == "ray"
@@ -143,7 +179,8 @@ def test_peach_dev_declares_itself_in_its_health() -> None:
     """The simulator (what `peach dev` serves) answers ``/_peach/health`` with ``host:
     "dev"``, and `peach bench` samples its replicas' capacity because of it."""
     from peach_cli.bench.capacity import CapacitySampler
-    from peach_cli.testing.host import FoundProject, declared_host, local_host
+    from peach_cli.client.actions import declared_host
+    from peach_cli.testing.host import FoundProject, local_host
 
     plan = FoundProject.at(QUICKSTART, need_conf=True).plan("testing")
     with local_host(QUICKSTART, plan) as url:

@@ -411,6 +411,36 @@ def test_usage_mistakes_are_refused_before_anything_starts(args: dict, says: str
     assert refused.value.exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ("a[b]=c", "'a[b]=c' uses a nested key"),
+        ("n:=@missing.json", "'n:=@missing.json': cannot read missing.json"),
+    ],
+)
+def test_a_mistaken_item_stops_the_command_before_the_simulator_starts(
+    tmp_path: Path, item: str, says: str
+) -> None:
+    """TARGET and the items are read before any host is wired: a mistake in one is exit 2,
+    and the project's replicas never start (its init would leave a mark)."""
+    import shutil
+
+    project = tmp_path / "project"
+    shutil.copytree(PROJECT, project)
+    mark = tmp_path / "started"
+    notebook = project / "notebooks" / "Hot.ipynb"
+    cells = json.loads(notebook.read_text())
+    source = "".join(cells["cells"][1]["source"])
+    started = f"def slow_init(seconds: float = 0.5):\n    open({str(mark)!r}, 'w').close()\n"
+    cells["cells"][1]["source"] = source.replace("def slow_init(seconds: float = 0.5):\n", started)
+    notebook.write_text(json.dumps(cells))
+    code, out, err = profile("/hot", item, "-p", str(project), "--duration", "1")
+    assert code == 2 and out == "", out + err
+    assert err.startswith(f"error: {says}"), err
+    assert not mark.exists(), "the simulator started before the item was read"
+    assert "Traceback" not in err
+
+
 def test_peach_frames_fold_into_one_entry_and_the_library_calls_stay() -> None:
     """The folding rule on a replica's raw profile: peach's frames and the standard library
     they call are one ``peach`` frame; what the user's code calls stays as it is."""

@@ -233,6 +233,33 @@ def test_commands_send_no_http_themselves() -> None:
     assert _importers("httpx", "peach_cli.commands.") == set()
 
 
+def test_the_dev_token_is_sent_by_one_client() -> None:
+    """The ``/_peach/*`` actions a command sends (with the dev token of a loopback host) go
+    through one client, ``peach_cli.client.actions``; the server side holds the token in the
+    simulator."""
+    assert _importers("peach_cli.devtoken", "peach_cli.") == {"peach_cli.client.actions"}
+
+
+def test_a_fuzz_or_profile_run_is_handed_its_host_and_reads_no_project() -> None:
+    """`peach fuzz` and `peach profile` wire their host once (``peach_cli.testing.host``: the
+    project found, read and checked, its secrets masked, what it serves) and hand it to their
+    run: nothing under ``peach_cli.fuzz`` or ``peach_cli.profile`` imports the wiring, what
+    finds, reads, checks or plans a project, what reads its secrets, or starts a simulator
+    (their types only, for type checking; the simulator's events are read by
+    ``fuzz.watch``)."""
+    wiring = (
+        "peach_cli.testing.host",
+        "peach_cli.project.filenames",
+        "peach_cli.project.loader",
+        "peach_cli.project.secrets",
+        "peach_cli.checks",
+        "simulator.session",
+    )
+    for run in ("peach_cli.fuzz.", "peach_cli.profile."):
+        reaching = {f"{name} -> {w}" for w in wiring for name in _importers(w, run)}
+        assert reaching == set(), run
+
+
 def test_peach_test_and_its_pytest_plugin_reach_a_host_through_one_module() -> None:
     """Which host a case goes to (``--url``, else the project's simulator) and the client
     that sends it are ``peach_cli.testing.host``'s, for the command and the plugin alike:

@@ -89,14 +89,13 @@ def plan_to_check(
     that checks the endpoints). The secrets it declares (the project at ``root``) are masked
     in everything the run of ``secrets`` shows from now on."""
     from peach_cli.errors import ProjectInvalid
-    from peach_cli.project.secrets import DotenvError, check_dotenv, hide_declared
+    from peach_cli.project.secrets import DotenvError, hide_declared
 
     try:
         plan = checked_read(project, read, doing)[0]
-        check_dotenv(plan)
+        hide_declared(root, plan, secrets, check_dotenv=True)
     except (ProjectInvalid, DotenvError) as error:
         if usage:
             error.exit_code = 2
         raise
-    hide_declared(root, plan, secrets)
     return plan

@@ -7,9 +7,15 @@ query, JSON body, headers, timeout); every mistake in it is a ``UsageError``::
     # AskRequest(method="POST", url="http://127.0.0.1:8000/assistant",
     #            params=(("query", "hi"),), body={"size": 3, "stream": True}, ...)
 
+``prepare_request`` reads the same command line before the host is known (`peach profile`
+reads it before it starts the project's simulator): a ``peach_cli.client.request.Prepared``,
+which ``Prepared.at(base)`` turns into the ``AskRequest`` for the host's base URL once
+there is one.
+
 ``KEY=VALUE`` travels in the query string, so the endpoint converts it to the parameter's
 annotation exactly as it converts ``curl '/assistant?KEY=VALUE'``; only a value too long for
-a URL (one that would take it past ``URL_LIMIT`` bytes) goes in the JSON body, as a string.
+a URL (one that would take it past ``client.request.URL_LIMIT`` bytes) goes in the JSON body,
+as a string: where each goes is decided by ``Prepared.at``, once the base URL is known.
 
 Items are split exactly as httpie splits them (``split_item``); the forms peach does not send
 (file uploads, ``Name;``, ``Name:@FILE``, ``KEY==@FILE``, nested keys) are refused by name.
@@ -20,39 +26,24 @@ Nothing here does I/O except reading ``--json @file`` and ``KEY=@FILE`` / ``KEY:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import quote, urlsplit
+from typing import Any, overload
+from urllib.parse import urlsplit
 
+from peach_cli.client.request import DEFAULT_TIMEOUT_S, AskRequest, Prepared
 from peach_cli.errors import UsageError
 from peach_cli.internal import TOOL_HEADER
 from peach_cli.runtime.jsonlimits import PayloadError, loads_bounded, read_bounded
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
-DEFAULT_TIMEOUT_S = 60.0
 USER_AGENT = "peach-ask"
 """Sent with the name of the peach tool that sends a request (``test``, ``replay``,
 ``bench``): ``peach dev --record`` records none of them (SPEC §8)."""
-URL_LIMIT = 2048  # bytes: KEY=VALUE items that would make the URL longer go in the body
 _HOST_PORT = re.compile(r"^(localhost|[\w.-]+:\d+)(/|\?|$)")
-
-
-@dataclass(frozen=True)
-class AskRequest:
-    """One fully resolved request: what `peach ask` will send."""
-
-    method: str
-    url: str
-    params: tuple[tuple[str, str], ...] = ()
-    body: dict[str, Any] | None = None
-    headers: tuple[tuple[str, str], ...] = ()
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    stream: bool = False
 
 
 def resolve_url(target: str, base: str | None = None) -> str:
@@ -63,6 +54,16 @@ def resolve_url(target: str, base: str | None = None) -> str:
     ``:9000/a`` is shorthand for ``http://127.0.0.1:9000/a``, and ``localhost:9000/a`` (a
     host and port without a scheme) means ``http://localhost:9000/a``.
     """
+    url = absolute_url(target)
+    if url is None:
+        url = url_on_base(target, base)
+        check_url(url, what="TARGET")
+    return url
+
+
+def absolute_url(target: str) -> str | None:
+    """TARGET as a full URL, checked, when it names its host (as ``resolve_url`` reads
+    it); None when it is a path, to be joined to a base."""
     if "://" in target:
         url = target
     elif target.startswith(":"):
@@ -70,7 +71,7 @@ def resolve_url(target: str, base: str | None = None) -> str:
     elif _HOST_PORT.match(target):
         url = "http://" + target
     else:
-        url = url_on_base(target, base)
+        return None
     check_url(url, what="TARGET")
     return url
 
@@ -90,9 +91,15 @@ def with_tool(request: AskRequest, tool: str) -> AskRequest:
     return dataclasses.replace(request, headers=(*request.headers, (TOOL_HEADER, tool)))
 
 
-def base_url(url: str, *, what: str = "--url") -> str:
+@overload
+def base_url(url: str, *, what: str = ...) -> str: ...
+@overload
+def base_url(url: None, *, what: str = ...) -> None: ...
+def base_url(url: str | None, *, what: str = "--url") -> str | None:
     """The base URL of ``url`` (``http://`` when it names no scheme), checked: ``UsageError``
-    unless it is an http(s) URL with a host."""
+    unless it is an http(s) URL with a host. None when no ``--url`` was given."""
+    if url is None:
+        return None
     base = url if "://" in url else "http://" + url
     check_url(base, what=what)
     return base
@@ -263,36 +270,6 @@ def _read_item_file(item: str, path: str) -> str:
         raise UsageError(f"{item!r}: cannot read {path} ({error.strerror or error})") from None
 
 
-def split_long_strings(
-    url: str, query: Sequence[tuple[str, str]], strings: Sequence[tuple[str, str]]
-) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """The ``KEY=VALUE`` items that fit in the URL, and the others as body fields.
-
-    Keys are taken in command-line order; every value of a key stays in the query string
-    while the URL, with the query so far, fits in ``URL_LIMIT`` bytes. A key that would
-    pass it goes in the body, as a string (the last value, when it was repeated).
-    """
-    used = len(url) + sum(_encoded_length(key, value) for key, value in query)
-    by_key: dict[str, list[str]] = {}
-    for key, value in strings:
-        by_key.setdefault(key, []).append(value)
-    in_url: set[str] = set()
-    body: dict[str, str] = {}
-    for key, values in by_key.items():
-        size = sum(_encoded_length(key, value) for value in values)
-        if used + size <= URL_LIMIT:
-            used += size
-            in_url.add(key)
-        else:
-            body[key] = values[-1]
-    return [(key, value) for key, value in strings if key in in_url], body
-
-
-def _encoded_length(key: str, value: str) -> int:
-    """Bytes ``&key=value`` takes in a URL, every reserved character percent-encoded."""
-    return 2 + len(quote(key, safe="")) + len(quote(value, safe=""))
-
-
 def load_json_body(source: str) -> Any:
     """``--json``: a JSON text, or ``@path`` to read it from a file (``@-`` for stdin).
 
@@ -327,20 +304,6 @@ def parse_headers(headers: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _query_value(value: Any) -> list[str]:
-    if isinstance(value, bool):
-        return ["true" if value else "false"]
-    if isinstance(value, list):
-        return [item for element in value for item in _query_value(element)]
-    if value is None:
-        return [""]
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, int | float):
-        return [json.dumps(value)]
-    return [json.dumps(value, separators=(",", ":"))]
-
-
 def _truthy(value: Any) -> bool:
     """Whether a server reads ``stream=value`` as asking for a stream (SPEC §2)."""
     if isinstance(value, str):
@@ -359,7 +322,36 @@ def build_request(
     headers: Sequence[str] = (),
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> AskRequest:
-    """Resolve TARGET, items, ``--json``, ``--get`` and ``--stream`` into one AskRequest.
+    """Resolve TARGET (a path joined to ``base``), items, ``--json``, ``--get`` and
+    ``--stream`` into one AskRequest, as ``prepare_request`` reads them."""
+    _check_timeout(timeout_s)
+    url = resolve_url(target, base)
+    prepared = prepare_request(
+        url,
+        items,
+        stream=stream,
+        get=get,
+        json_body=json_body,
+        headers=headers,
+        timeout_s=timeout_s,
+    )
+    return prepared.at(url)
+
+
+def prepare_request(
+    target: str,
+    items: Sequence[str] = (),
+    *,
+    stream: bool = False,
+    get: bool = False,
+    json_body: str | None = None,
+    headers: Sequence[str] = (),
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    tool: str | None = None,
+) -> Prepared:
+    """TARGET (a full URL, or a path for the host's base), items, ``--json``, ``--get`` and
+    ``--stream`` read into one ``Prepared`` request, before its host is known (sent as
+    peach's own ``tool``'s, when given).
 
     ``Name:Value`` items and ``-H`` are headers; ``KEY=VALUE`` and ``KEY==VALUE`` go in the query string (a ``KEY=VALUE`` too long for
     the URL goes in the body); ``KEY:=JSON`` and ``--json`` travel as a JSON object body
@@ -367,9 +359,8 @@ def build_request(
     body, the request is a GET. ``--stream`` adds ``stream=true``; a truthy ``stream``
     among the parameters (``stream==true``) asks for the stream too.
     """
-    if timeout_s <= 0:
-        raise UsageError(f"--timeout must be more than 0 seconds, not {timeout_s:g}")
-    url = resolve_url(target, base)
+    _check_timeout(timeout_s)
+    url = absolute_url(target)
     parsed = parse_items(items)
     fields, query, strings = parsed.fields, parsed.query, parsed.strings
     body: dict[str, Any] | None = None
@@ -395,18 +386,6 @@ def build_request(
             body = {}
         if body is not None:
             body["stream"] = True
-    params = list(query)
-    if get:
-        params += strings
-        params += [(key, text) for key, value in fields.items() for text in _query_value(value)]
-        if stream:  # one stream=true, whatever the items said
-            params = [(key, text) for key, text in params if key != "stream"]
-            params.append(("stream", "true"))
-    else:
-        in_url, too_long = split_long_strings(url, query, strings)
-        params += in_url
-        if too_long:
-            body = {**(body or {}), **too_long}
     # The item `Name:` (an empty value) leaves the header out, as in httpie.
     extra = tuple((n, v) for n, v in parsed.headers if v) + parse_headers(headers)
     names = {name.lower() for name, _ in (*parsed.headers, *extra)}
@@ -415,12 +394,20 @@ def build_request(
         # A compressed stream arrives in bursts: ask for the bytes as they are.
         defaults.append(("Accept-Encoding", "identity"))
     merged = tuple((n, v) for n, v in defaults if n.lower() not in names) + extra
-    return AskRequest(
-        method="POST" if body is not None else "GET",
-        url=url,
-        params=tuple(params),
+    return Prepared(
+        target=url or target,
+        absolute=url is not None,
+        query=tuple(query),
+        strings=tuple(strings),
+        fields=fields if get else {},
         body=body,
-        headers=merged,
+        headers=merged + (((TOOL_HEADER, tool),) if tool is not None else ()),
         timeout_s=timeout_s,
         stream=stream,
+        get=get,
     )
+
+
+def _check_timeout(timeout_s: float) -> None:
+    if timeout_s <= 0:
+        raise UsageError(f"--timeout must be more than 0 seconds, not {timeout_s:g}")

@@ -59,29 +59,33 @@ def run_fuzz(output: Output, options: FuzzOptions) -> int:
     seed = random.randrange(2**32) if options.seed is None else options.seed
     words = [*([options.project] if options.project is not None else []), *(options.targets or [])]
     path, names = split_arguments(words)
+    from peach_cli.client.items import base_url
     from peach_cli.fuzz.run import fuzz_host
     from peach_cli.fuzz.watch import Watch
     from peach_cli.testing.host import Host
     from peach_cli.views.fuzz import FuzzShown
 
+    url = base_url(options.url)
     shown = FuzzShown(
-        output, options.output_format, examples=options.examples, seed=seed, url=options.url
+        output,
+        options.output_format,
+        examples=options.examples,
+        seed=seed,
+        url=options.url,
+        began=began,
     )
-    watch = Watch() if options.url is None else None  # the simulator's events, run here
+    watch = Watch() if url is None else None  # the simulator's events, run here
     on_event = watch.on_event if watch is not None else None
-    try:
-        with Host(
-            path,
-            options.url,
-            doing="fuzzing",
-            tool="fuzz",
-            on_event=on_event,
-            secrets=output.secrets,
-        ) as host:
-            explored = fuzz_host(
-                host, names, examples=options.examples, seed=seed, watch=watch, shown=shown
-            )
-    finally:
-        shown.clear()  # an interrupted run leaves no half line
-    shown.finish(explored, time.perf_counter() - began)
+    with Host(
+        path,
+        url,
+        doing="fuzzing",
+        tool="fuzz",
+        on_event=on_event,
+        openapi=True,
+        secrets=output.secrets,
+    ) as host:
+        explored = fuzz_host(
+            host, names, examples=options.examples, seed=seed, watch=watch, shown=shown
+        )
     return 1 if any(e.findings for e in explored) else 0

@@ -38,12 +38,12 @@ def load_plan(
     shows from then on.
     """
     from peach_cli.checks.build import checked_plan
-    from peach_cli.project.secrets import check_dotenv, hide_declared
+    from peach_cli.project.secrets import hide_declared
 
     plan, found = checked_plan(project, doing)
     show_warnings(output, project, found, doing, warnings)
-    check_dotenv(plan)
-    hide_declared(project, plan, output.secrets)  # masked in everything this command shows
+    # masked in everything this command shows; a .env that cannot be read stops it here
+    hide_declared(plan.root, plan, output.secrets, check_dotenv=True)
     return plan
 
 

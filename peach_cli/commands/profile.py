@@ -36,7 +36,9 @@ OUTPUT_SUFFIXES = (".svg", ".json")
 def run_profile(out: Output, options: ProfileOptions) -> int:
     """Run `peach profile`; return the exit code (usage mistakes raise ``UsageError``)."""
     _check_options(options)
-    from peach_cli.profile.run import Load, profile_host
+    from peach_cli.client.items import base_url, prepare_request
+    from peach_cli.profile.load import Load
+    from peach_cli.profile.run import profile_host
     from peach_cli.testing.host import Host
 
     load = Load(
@@ -45,12 +47,21 @@ def run_profile(out: Output, options: ProfileOptions) -> int:
         options.duration_s or DEFAULT_DURATION_S,
         options.timeout_s,
     )
+    # read before any host starts: a mistake in --url, TARGET or an item stops the command here
+    url = base_url(options.url)
+    request = prepare_request(
+        options.target,
+        options.items or (),
+        headers=options.headers or (),
+        timeout_s=load.timeout_s,
+        tool="profile",
+    )
     shown = Shown(out, options.cpu, options.init, options.output_file, options.output_format)
     # its conf found and read once: with --url, for the secrets to mask and the lines to name
     project = options.project or Path.cwd()
     with Host(
         project,
-        options.url,
+        url,
         doing="profiling",
         tool="profile",
         usage_errors=False,
@@ -58,10 +69,8 @@ def run_profile(out: Output, options: ProfileOptions) -> int:
     ) as host:
         profiled = profile_host(
             host,
-            options.target,
+            request,
             load,
-            items=options.items or (),
-            headers=options.headers or (),
             cpu=options.cpu,
             init=options.init,
             address=options.address,

@@ -47,6 +47,7 @@ def run_test(output: Output, options: TestOptions) -> int:
         )
     began = time.perf_counter()
     project, files = split_paths(options.paths or ())
+    from peach_cli.client.items import base_url
     from peach_cli.testing.cases import select_cases
     from peach_cli.testing.host import Host
     from peach_cli.testing.run import run_cases
@@ -60,7 +61,7 @@ def run_test(output: Output, options: TestOptions) -> int:
         }
     with Host(
         project,
-        options.url,
+        base_url(options.url),
         doing="testing",
         tool="test",
         timeout_s=options.timeout_s,

@@ -204,24 +204,28 @@ def _counting(
 
 
 class Shown(Protocol):
-    """What a run tells as it goes (``peach_cli.views.fuzz.FuzzShown``)."""
+    """What a run tells as it goes, and at its end (``peach_cli.views.fuzz.FuzzShown``)."""
 
     def start(self, targets: int) -> None: ...
     def answered(self, explored: Explored) -> None: ...
     def explored(self, explored: Explored) -> None: ...
+    def clear(self) -> None: ...
+    def finish(self, explored: list[Explored]) -> None: ...
 
 
 def fuzz_host(
     host: Host, names: list[str], *, examples: int, seed: int, watch: Watch | None, shown: Shown
 ) -> list[Explored]:
     """Fuzz the endpoints of ``host`` that ``names`` select (every one when empty), as the
-    OpenAPI document of what it serves describes them. ``watch`` hears the simulator's
-    events (None: ``host`` is a ``--url``, whose replicas are waited for when they die);
-    on the simulator a timeout is measured again with a margin (``_margin_of``)."""
+    OpenAPI document of what it serves describes them (``host.openapi``). ``watch`` hears
+    the simulator's events (None: ``host`` is a ``--url``, whose replicas are waited for
+    when they die); on the simulator a timeout is measured again with a margin
+    (``_margin_of``). ``shown`` hears of the run as it goes, and of its end."""
     from peach_cli.errors import UsageError
     from peach_cli.fuzz.targets import select, targets_of
 
-    targets = select(targets_of(host.document()), names)
+    assert host.openapi is not None, "the host is wired with openapi=True"
+    targets = select(targets_of(host.openapi), names)
     if not targets:
         raise UsageError("the project has no endpoint to fuzz")
     shown.start(len(targets))
@@ -232,20 +236,25 @@ def fuzz_host(
     else:
         recover = restarting_busy_replicas(base, watch)
         margin = _margin_of(host, host.plan.timeout_s) if host.plan and timeout_s else None
-    return fuzz_targets(
-        targets,
-        host.client,
-        base,
-        examples=examples,
-        seed=seed,
-        watch=watch,
-        timeout_s=timeout_s,
-        read_timeout_s=host.timeout_s,
-        margin=margin,
-        recover=recover,
-        on_explored=shown.explored,
-        on_answer=shown.answered,
-    )
+    try:
+        explored = fuzz_targets(
+            targets,
+            host.client,
+            base,
+            examples=examples,
+            seed=seed,
+            watch=watch,
+            timeout_s=timeout_s,
+            read_timeout_s=host.timeout_s,
+            margin=margin,
+            recover=recover,
+            on_explored=shown.explored,
+            on_answer=shown.answered,
+        )
+    finally:
+        shown.clear()  # an interrupted run leaves no half line
+    shown.finish(explored)
+    return explored
 
 
 def _margin_of(host: Host, timeout_s: float) -> Margin:

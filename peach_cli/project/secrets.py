@@ -23,7 +23,6 @@ from peach_cli.project.filenames import DOTENV
 
 if TYPE_CHECKING:
     from peach_cli.boundary import Secrets
-    from peach_cli.runtime.plan import ProjectPlan
 
 MAX_DOTENV_BYTES = 1024 * 1024
 """A larger ``.env`` is refused unread (a variables file is a few lines)."""
@@ -140,14 +139,6 @@ def missing_secrets(
     return []
 
 
-def check_dotenv(plan: ProjectPlan) -> None:
-    """Read ``.env`` now when a secret of ``plan`` is to come from it: a ``.env`` that cannot be read stops the command here (``DotenvError``, naming
-    ``.env:LINE``) instead of failing every replica and task that reads a secret."""
-    names = [s for c in plan.components() for s in c.secrets]
-    names += [s for t in plan.tasks.values() for s in t.secrets]
-    missing_secrets(plan.root, names)
-
-
 class _HasVariables(Protocol):
     @property
     def env_vars(self) -> dict[str, str]: ...
@@ -205,24 +196,33 @@ def declared_names(conf: object) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def known_values(root: Path, names: Iterable[str]) -> list[str]:
+def known_values(root: Path, names: Iterable[str], *, need_dotenv: bool = False) -> list[str]:
     """The values of ``names`` that are set (peach's environment, else ``.env``); the
-    missing ones are left out (a command that only shows output masks what it can)."""
-    names = list(names)
-    try:
-        return list(secret_values(root, names).values())
-    except MissingSecret as error:
-        found = [name for name in names if name not in error.names]
-        return list(secret_values(root, found).values()) if found else []
+    missing ones are left out (a command that only shows output masks what it can).
+    ``need_dotenv``: a ``.env`` that a name must come from and that cannot be read is
+    ``DotenvError`` (naming ``.env:LINE``), else only the environment's values are given."""
+    names = list(dict.fromkeys(names))
+    try:  # read once, and only when a name is not in the environment
+        dotenv = read_dotenv(root) if any(name not in os.environ for name in names) else {}
     except DotenvError:  # said where .env is needed; here only the environment's values
-        return [os.environ[name] for name in names if name in os.environ]
+        if need_dotenv:
+            raise
+        dotenv = {}
+    found = {**dotenv, **os.environ}
+    return [found[name] for name in names if name in found]
 
 
-def hide_declared(root: Path, conf: object, secrets: Secrets) -> None:
+def hide_declared(
+    root: Path, conf: object, secrets: Secrets, *, check_dotenv: bool = False
+) -> None:
     """Mask, in everything the run of ``secrets`` shows from now on, the values of the
     secrets ``conf`` (a conf or a plan of the project at ``root``) declares; those set
-    nowhere are skipped."""
-    secrets.hide(known_values(root, declared_names(conf)))
+    nowhere are skipped. ``check_dotenv`` (a command that runs the project's code): a
+    ``.env`` that a secret is to come from and that cannot be read stops the command here
+    (``DotenvError``, naming ``.env:LINE``) instead of failing every replica and task that
+    reads a secret. ``.env`` is read once."""
+    values = known_values(root, declared_names(conf), need_dotenv=check_dotenv)
+    secrets.hide(values)
 
 
 def hide_declared_read(root: Path, read: tuple[Any, Any] | None, secrets: Secrets) -> None:

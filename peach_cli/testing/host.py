@@ -2,8 +2,8 @@
 and its pytest plugin, `peach fuzz`, `peach profile`, `peach replay`, `peach bench`).
 
 ``Host`` is what one run of a command sends to, wired once: the project found and read once
-(``FoundProject``), its plan checked — or with ``--url`` its secrets masked and the URL
-checked —, the host (the project's simulator, started at first use, or ``--url``), what the
+(``FoundProject``), its plan checked — or with ``--url`` (checked by the command, with
+``peach_cli.client.items.base_url``) its secrets masked —, the host (the project's simulator, started at first use, or ``--url``), what the
 host declares it is (``dev`` or ``ray``, from its ``/_peach/health``:
 ``runtime.contract.status``), what it serves (its OpenAPI document), and the client that
 sends to it; closing it stops what it started::
@@ -17,15 +17,10 @@ needs of it comes from that one reading — its plan (validated, not read again)
 to mask, the root its case files are under::
 
     found = FoundProject.at(Path("examples/quickstart"), need_conf=True)
-    plan = found.load_to_check("testing")       # ProjectInvalid (exit 2) on errors
     found.mask()                                # its secrets masked, no plan
 
-``reach`` checks a ``--url``; ``declared_host`` asks a host what it is; ``peach_get`` /
-``peach_post`` are the one client of the ``/_peach/*`` actions::
-
-    base = reach("127.0.0.1:8000")               # "http://127.0.0.1:8000"
-    declared_host(base, tool="profile")          # "dev"
-    peach_post(base, "profile/start", {...}, tool="profile", timeout_s=30)
+What a host declares, its OpenAPI document and its ``/_peach/*`` actions are asked through
+``peach_cli.client.actions``.
 
 ``Hosts`` is what `peach test` and the pytest plugin both run cases with: the host of each
 project (``--url``, else its simulator, started at first use) and the one client that sends
@@ -50,12 +45,11 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from peach_cli.boundary import Secrets
-from peach_cli.errors import PeachError, UsageError
+from peach_cli.errors import UsageError
 from peach_cli.testing.run import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -67,8 +61,6 @@ if TYPE_CHECKING:
 
 START_TIMEOUT_S = 600.0
 """Building a py_environment the first time may take minutes."""
-HEALTH_TIMEOUT_S = 5.0
-"""How long a host may take to say what it is."""
 LOCAL_SLACK_S = 30.0
 """Past the project's ``timeout_s``, how long its simulator's answer may take before it
 counts as none."""
@@ -98,12 +90,16 @@ class FoundProject:
         self._plan: ProjectPlan | None = None
 
     @classmethod
-    def at(cls, path: Path, *, need_conf: bool, secrets: Secrets | None = None) -> FoundProject:
+    def at(
+        cls, path: Path, *, need_conf: bool, mask: bool = False, secrets: Secrets | None = None
+    ) -> FoundProject:
         """The project at ``path``; ``UsageError`` when ``path`` does not exist, or holds no
-        conf and ``need_conf``. ``secrets``: the run's, which ``mask`` adds to."""
+        conf and ``need_conf``. ``secrets``: the run's, which ``mask`` adds to; with
+        ``mask`` the secrets the conf declares are masked as soon as it is read (``mask``)."""
         from peach_cli.project.filenames import find_conf_files
         from peach_cli.project.loader import read_project
         from peach_cli.project.notebook import fewer_collections
+        from peach_cli.project.secrets import hide_declared_read
 
         if not need_conf and not path.exists():
             raise UsageError(f"{path} does not exist")
@@ -114,16 +110,17 @@ class FoundProject:
                 raise
             return cls(path, path if path.is_dir() else path.parent, None, error, secrets)
         with fewer_collections():
-            return cls(path, root, read_project(root, files), secrets=secrets)
+            found = cls(path, root, read_project(root, files), secrets=secrets)
+        if mask:
+            hide_declared_read(found.root, found.read, found.secrets)
+        return found
 
     @classmethod
     def masked(cls, path: Path, *, secrets: Secrets) -> FoundProject:
         """The project at ``path`` (``UsageError`` when it holds no conf), the values of the
         secrets its conf declares masked in everything the run of ``secrets`` shows from now
         on."""
-        found = cls.at(path, need_conf=True, secrets=secrets)
-        found.mask()
-        return found
+        return cls.at(path, need_conf=True, mask=True, secrets=secrets)
 
     def require(self) -> None:
         """``UsageError`` when no conf was found (the project was named, so it must be one)."""
@@ -155,122 +152,6 @@ class FoundProject:
 
             self._plan = checked_read(self.given, self.read, doing)[0]
         return self._plan
-
-    def load_to_check(self, doing: str) -> ProjectPlan:
-        """The plan for a command that checks the project's endpoints (`peach test`, `peach
-        fuzz`): errors, or a ``.env`` that cannot be read, are a usage error (exit 2); the
-        secrets are masked from now on (``checks.build.plan_to_check``)."""
-        from peach_cli.checks.build import plan_to_check
-
-        self.require()
-        assert self.read is not None
-        return plan_to_check(self.given, self.root, self.read, doing, secrets=self.secrets)
-
-
-def reach(url: str, *, what: str = "--url") -> str:
-    """The base URL of ``url`` (``http://`` when it names no scheme), checked: ``UsageError``
-    unless it is an http(s) URL with a host."""
-    from peach_cli.client.items import base_url
-
-    return base_url(url, what=what)
-
-
-class Unreachable(PeachError):
-    """Nothing answered (the message names the error: ``ConnectError``, ``ReadTimeout``)."""
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A host's answer to a ``/_peach/*`` request: its status and its JSON body (None when
-    the body is no JSON)."""
-
-    status: int
-    body: Any
-
-    def field(self, name: str) -> Any:
-        """The body's ``name``, None when the body is no object or lacks it."""
-        return self.body.get(name) if isinstance(self.body, dict) else None
-
-
-def peach_get(base: str, action: str, *, tool: str, timeout_s: float) -> Answer:
-    """``GET base/_peach/ACTION`` (``Unreachable`` when nothing answers)."""
-    return _peach_request("GET", base, action, None, tool, timeout_s)
-
-
-def peach_post(
-    base: str, action: str, settings: dict[str, Any], *, tool: str, timeout_s: float
-) -> Answer:
-    """``POST base/_peach/ACTION`` with ``settings`` as JSON, carrying the dev token of a
-    loopback host (``Unreachable`` when nothing answers)."""
-    return _peach_request("POST", base, action, settings, tool, timeout_s)
-
-
-def _peach_request(
-    method: str,
-    base: str,
-    action: str,
-    settings: dict[str, Any] | None,
-    tool: str,
-    timeout_s: float,
-) -> Answer:
-    import httpx
-
-    from peach_cli.devtoken import token_headers
-    from peach_cli.internal import INTERNAL_PREFIX, TOOL_HEADER
-
-    url = f"{base.rstrip('/')}{INTERNAL_PREFIX}/{action}"
-    headers = {TOOL_HEADER: tool, **token_headers(base)}
-    try:
-        answer = httpx.request(
-            method, url, json=settings, headers=headers, timeout=timeout_s, follow_redirects=False
-        )
-    except httpx.HTTPError as error:
-        raise Unreachable(f"{url} failed: {type(error).__name__}") from None
-    try:
-        body = answer.json()
-    except ValueError:
-        body = None
-    return Answer(answer.status_code, body)
-
-
-def openapi_document(base: str, *, tool: str, timeout_s: float) -> dict[str, Any] | None:
-    """The OpenAPI document the host at ``base`` serves, None when it serves none."""
-    try:
-        answer = peach_get(base, "openapi.json", tool=tool, timeout_s=timeout_s)
-    except Unreachable:
-        return None
-    document = answer.body if answer.status == 200 else None
-    return document if isinstance(document, dict) and "paths" in document else None
-
-
-def declared_host(base: str, *, tool: str) -> HostKind:
-    """What the host at ``base`` is, as its ``/_peach/health`` declares it: ``dev`` (a `peach
-    dev`, its replicas on this machine) or ``ray`` (a deployed app). ``UsageError`` when
-    nothing answers, or what answers declares neither."""
-    from peach_cli.runtime.contract.status import HOST_KINDS
-
-    try:
-        answer = peach_get(base, "health", tool=tool, timeout_s=HEALTH_TIMEOUT_S)
-    except Unreachable as error:
-        reason = error.message.rsplit(": ", 1)[-1]
-        raise UsageError(
-            f"nothing answers at {base} ({reason})",
-            hint=f"start `peach dev` first, or leave out --url to let peach {tool} start it",
-        ) from None
-    kind = answer.field("host")
-    if answer.status in (200, 503) and kind in HOST_KINDS:
-        return kind  # type: ignore[no-any-return]
-    if answer.status in (200, 503) and isinstance(answer.field("components"), list):
-        raise UsageError(
-            f"{base} does not say which host it is (a `peach dev` or an app deployed by an "
-            "older peach?)",
-            hint="restart `peach dev`, or deploy again, with this version of peach",
-        )
-    raise UsageError(
-        f"peach {tool} cannot work with {base}: it is neither a `peach dev` nor a deployed "
-        "peach app (it does not answer /_peach/health as they do)",
-        hint="give --url of a running `peach dev` or of a deployed app's proxy",
-    )
 
 
 class _Started:
@@ -366,12 +247,15 @@ class Hosts(_Started):
 class Host(_Started):
     """The host one run of a command sends to, wired once: the project at ``path`` found and
     read once — its plan checked as `peach dev` does (``2 errors in X: not DOING``), or with
-    ``url`` its secrets masked in what the host answers and ``url`` checked — then the host,
+    ``url`` (``--url``, checked by the command: ``peach_cli.client.items.base_url``) its
+    secrets masked in what the host answers — then the host,
     ``url`` or the project's simulator (started when ``base`` is first asked for, its events
     to ``on_event``; stopped by ``close``), and the one client that sends to it, which waits
     ``timeout_s`` for an answer (None: the project's ``timeout_s`` and ``LOCAL_SLACK_S``
     on its simulator, ``DEFAULT_TIMEOUT_S`` at ``url``). ``secrets``: the run's, where the
-    project's secret values go (masked in what the run shows)::
+    project's secret values go (masked in what the run shows). With ``openapi`` (`peach
+    fuzz`) the OpenAPI document of what the host serves is read as it is wired: the one
+    ``url`` serves, else the project's (``UsageError`` when there is neither)::
 
         with Host(Path("examples/quickstart"), None, doing="testing") as host:
             observe(host.client, host.base, case)
@@ -387,6 +271,7 @@ class Host(_Started):
         timeout_s: float | None = None,
         on_event: Callable[[Any], None] | None = None,
         usage_errors: bool = True,
+        openapi: bool = False,
         secrets: Secrets | None = None,
     ) -> None:
         self.doing, self.tool = doing, tool
@@ -394,25 +279,47 @@ class Host(_Started):
         self._stack = ExitStack()
         self._served: str | None = None
         self._client: Client | None = None
-        self.found = FoundProject.at(path, need_conf=url is None, secrets=secrets)  # read once
-        self.plan: ProjectPlan | None = None  # with --url: the host knows its endpoints
+        # read once; with --url its secrets masked in what the host answers
+        self.found = FoundProject.at(
+            path, need_conf=url is None, mask=url is not None, secrets=secrets
+        )
         self.url: str | None = None
-        if url is None and self.found.read is not None:  # read: a conf is needed here
+        served: dict[str, Any] | None = None  # the OpenAPI document of what is served
+        if url is not None:
+            from peach_cli.client.actions import openapi_document
+
+            self.url = url
+            if openapi:
+                wait_s = timeout_s or DEFAULT_TIMEOUT_S
+                served = openapi_document(self.url, tool=tool, timeout_s=wait_s)
+        checked: ProjectPlan | None = None  # the simulator's; with --url, what describes it
+        if self.found.read is not None and (url is None or (openapi and served is None)):
             from peach_cli.checks.build import plan_to_check
 
             read = self.found.read
-            self.plan = plan_to_check(
+            checked = plan_to_check(
                 path, self.found.root, read, doing, usage=usage_errors, secrets=self.secrets
             )
-        elif url is not None:
-            from peach_cli.client.items import base_url
-
-            self.found.mask()  # what the host answers is shown masked
-            self.url = base_url(url)
+        self.plan = checked if url is None else None  # with --url: the host knows its endpoints
         if timeout_s is None:  # as long as the project lets its calls run, and a slack
             local = self.plan.timeout_s + LOCAL_SLACK_S if self.plan is not None else None
             timeout_s = local or DEFAULT_TIMEOUT_S
         self.timeout_s = timeout_s or DEFAULT_TIMEOUT_S
+        if openapi and served is None and checked is not None:  # the project describes it
+            from peach_cli.openapi.document import build_document
+
+            served = build_document(checked)
+        if openapi and served is None:
+            from peach_cli.internal import OPENAPI_PATH
+
+            raise UsageError(
+                f"{self.url} serves no OpenAPI document at {OPENAPI_PATH}, and "
+                f"{self.found.given} holds no peach project to read one from",
+                hint="point --url at a peach dev or a deployed app, or give the project",
+            )
+        self.openapi = served
+        """With ``openapi``: the OpenAPI document of what the host serves — the one ``url``
+        serves, else the project's."""
 
     @property
     def root(self) -> Path:
@@ -462,28 +369,10 @@ class Host(_Started):
         from urllib.parse import urlsplit
 
         from peach_cli.addresses import is_loopback
+        from peach_cli.client.actions import declared_host
 
         here = is_loopback(urlsplit(self.url).hostname)
         return declared_host(self.url, tool=self.tool) if here else "ray"
-
-    def document(self) -> dict[str, Any]:
-        """The OpenAPI document of what the host serves: the project's, or the one ``url``
-        serves, else the one of the project here (``UsageError`` when there is neither)."""
-        from peach_cli.internal import OPENAPI_PATH
-        from peach_cli.openapi.document import build_document
-
-        if self.plan is not None:
-            return build_document(self.plan)
-        document = openapi_document(self.base, tool=self.tool, timeout_s=self.timeout_s)
-        if document is None and self.found.read is not None:  # the project here says
-            document = build_document(self.found.load_to_check(self.doing))
-        if document is None:
-            raise UsageError(
-                f"{self.base} serves no OpenAPI document at {OPENAPI_PATH}, and "
-                f"{self.found.given} holds no peach project to read one from",
-                hint="point --url at a peach dev or a deployed app, or give the project",
-            )
-        return document
 
     def spare(self, timeout_s: float, on_event: Callable[[Any], None]) -> str:
         """Start a second simulator of the project whose calls time out at ``timeout_s``

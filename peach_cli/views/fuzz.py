@@ -29,11 +29,20 @@ class FuzzShown:
     and a summary; ``json``, one document at the end."""
 
     def __init__(
-        self, output: Output, output_format: str, *, examples: int, seed: int, url: str | None
+        self,
+        output: Output,
+        output_format: str,
+        *,
+        examples: int,
+        seed: int,
+        url: str | None,
+        began: float,
     ) -> None:
         self.output = output
         self.text = output_format == "text"
         self.examples, self.seed, self.url = examples, seed, url
+        self.began = began
+        """When the command began (``time.perf_counter``): the summary says how long it took."""
         self.progress = Progress(output) if self.text and Progress.wanted(output) else None
 
     def start(self, targets: int) -> None:
@@ -57,8 +66,11 @@ class FuzzShown:
         if self.progress is not None:
             self.progress.clear()
 
-    def finish(self, explored: list[Explored], seconds: float) -> None:
+    def finish(self, explored: list[Explored]) -> None:
         """The findings and the summary (``json``: the whole run)."""
+        import time
+
+        seconds = time.perf_counter() - self.began
         findings = [f for e in explored for f in e.findings]
         if self.text:
             print_findings(self.output, findings, explored, seed=self.seed, seconds=seconds)
