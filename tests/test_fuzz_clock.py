@@ -268,3 +268,29 @@ def test_a_call_that_timed_out_does_not_run_on_in_its_replica(tmp_path: Path) ->
         began, beat = line.split()
         runs[began] = max(runs.get(began, 0.0), float(beat) - float(began))
     assert runs and max(runs.values()) < 8, runs  # stopped soon after its timeout
+
+
+def test_a_replica_spinning_on_a_starved_machine_counts_as_busy() -> None:
+    """On a machine too busy to give it its share, a process spinning on a core gets under
+    ``BUSY_PERCENT`` and was taken for idle, so the fuzzer left its call running (a whole
+    suite's run once saw one run on for 11.7 s); a thread waiting for a core is runnable,
+    an idle replica's threads sleep."""
+    import os
+    import subprocess
+    import sys
+
+    from peach_cli.fuzz.run import _busy
+
+    spin = "import threading, time\ndef f():\n    while True: pass\n"
+    spin += "threading.Thread(target=f, daemon=True).start()\ntime.sleep(60)"
+    hog = "while True: pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range((os.cpu_count() or 1) + 1)]
+    starved = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", spin])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert _busy(starved.pid)
+        assert not _busy(idle.pid)
+    finally:
+        for process in [*hogs, starved, idle]:
+            process.kill()
+            process.wait()
