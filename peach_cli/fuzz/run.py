@@ -184,9 +184,12 @@ def _health(base: str) -> dict[str, Any] | None:
 
 def _busy(pid: int) -> bool:
     """Whether the process uses at least ``BUSY_PERCENT`` of a core over ``BUSY_WINDOW_S``,
-    or is found waiting for a core in that time (``running``: on a machine too busy to give
-    it its share, a call spinning on a core is runnable, an idle replica sleeps)."""
+    or is found waiting for a core in that time (``linux.a_thread_runs``: on a machine too
+    busy to give it its share, a call spinning on a core is runnable, an idle replica
+    sleeps)."""
     import psutil
+
+    from peach_cli.runtime import linux
 
     try:
         process = psutil.Process(pid)
@@ -194,31 +197,11 @@ def _busy(pid: int) -> bool:
         deadline = time.monotonic() + BUSY_WINDOW_S
         runnable = False
         while time.monotonic() < deadline:
-            runnable = runnable or _a_thread_runs(pid)
+            runnable = runnable or linux.a_thread_runs(pid)
             time.sleep(BUSY_WINDOW_S / 6)
         return runnable or process.cpu_percent(interval=None) >= BUSY_PERCENT
     except psutil.Error:
         return False
-
-
-def _a_thread_runs(pid: int) -> bool:
-    """Whether a thread of process ``pid`` is on a core or waiting for one (Linux's
-    ``/proc``; False where there is none)."""
-    import os
-
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/stat", "rb") as stat:
-                state = stat.read().rpartition(b")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state == b"R":
-            return True
-    return False
 
 
 def _counting(

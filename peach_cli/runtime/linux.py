@@ -178,6 +178,32 @@ def children() -> set[int]:
     return found
 
 
+def a_thread_runs(pid: int) -> bool:
+    """Whether a thread of process ``pid`` is on a CPU or waiting for one (state ``R`` in
+    ``/proc/PID/task/*/stat``): a call spinning on a core that a busy machine starves is
+    runnable, an idle process's threads sleep (`peach fuzz`). False where there is no
+    ``/proc`` (the caller then judges by CPU time alone).
+
+    >>> a_thread_runs(os.getpid()) in (True, False)
+    True
+    """
+    if not offers("proc"):
+        return False
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as stat:
+                state = stat.read().rpartition(b")")[2].split()[:1]
+        except OSError:
+            continue
+        if state == [b"R"]:
+            return True
+    return False
+
+
 def thread_ids() -> list[int]:
     """Every thread of this process by its kernel id, for what Linux keeps per thread (a
     scheduling priority): ``/proc/self/task``; elsewhere ``[0]``, the process itself (one
