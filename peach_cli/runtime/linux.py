@@ -184,7 +184,7 @@ def a_thread_runs(pid: int) -> bool:
     runnable, an idle process's threads sleep (`peach fuzz`). False where there is no
     ``/proc`` (the caller then judges by CPU time alone).
 
-    >>> a_thread_runs(os.getpid()) in (True, False)
+    >>> a_thread_runs(os.getpid()) == offers("proc")  # this thread runs, reading it
     True
     """
     if not offers("proc"):
