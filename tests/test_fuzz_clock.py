@@ -286,8 +286,11 @@ def test_a_replica_spinning_on_a_starved_machine_counts_as_busy() -> None:
     hog = "while True: pass"
     hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range((os.cpu_count() or 1) + 1)]
     starved = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", spin])
-    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # the idle one says when it sleeps: while it starts it is runnable too
+    sleeps = "import time; print('sleeping', flush=True); time.sleep(60)"
+    idle = subprocess.Popen([sys.executable, "-c", sleeps], stdout=subprocess.PIPE)
     try:
+        assert idle.stdout is not None and idle.stdout.readline() == b"sleeping\n"
         assert _busy(starved.pid)
         assert not _busy(idle.pid)
     finally:
